@@ -1,0 +1,370 @@
+//! [`LockClient`]: the connection to the lock backend, shared by every lock.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::RngCore;
+
+use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
+use crate::backend::{Backend, MemoryStore};
+use crate::key::LockKey;
+use crate::watchdog::WatchdogState;
+use crate::{Lock, LockError};
+
+/// The default lease of watchdog-mode locks (renewed every third of it).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default time allowed for one Redis command to answer.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default time allowed for connecting.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default prefix of the Redis keys of locks.
+pub const DEFAULT_PREFIX: &str = "lock:";
+/// The shortest watchdog lease accepted.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+
+/// A handle on a lock backend: one Redis server or an in-memory store.
+///
+/// Cheap to clone (an `Arc`); clones share the connection, the watchdog and
+/// the wake-up subscription. Every client has a random 128-bit id, the root
+/// of the owner ids of its locks, so no other client can release or renew
+/// them.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distributed_lock_doc::LockError> {
+/// use std::time::Duration;
+/// use lock_core::LockClient;
+///
+/// let client = LockClient::connect("redis://127.0.0.1:6379/").await?;
+/// let guard = client.lock("order:42").wait(Duration::from_secs(10)).acquire().await?;
+/// // ... work on order 42, passing guard.fencing_token() to the store ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// # mod distributed_lock_doc { pub use lock_core::LockError; }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: Arc<str>,
+    pub(crate) prefix: String,
+    /// The lease of watchdog-mode locks.
+    pub(crate) lease: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) backend: Backend,
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
+    pub(crate) next_scope: AtomicU64,
+    next_lock: AtomicU64,
+    pub(crate) watchdog: Mutex<WatchdogState>,
+    pub(crate) stats: Stats,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) renewal_rounds: AtomicU64,
+}
+
+impl ClientInner {
+    pub(crate) fn next_lock_id(&self) -> u64 {
+        self.next_lock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Spawns background work on the current runtime, or the client's.
+    pub(crate) fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+        {
+            Some(runtime) => drop(runtime.spawn(fut)),
+            None => tracing::warn!("no tokio runtime to release a lock in the background; its lease will expire"),
+        }
+    }
+}
+
+impl fmt::Debug for ClientInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.id)
+            .field("server", &self.backend.server())
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// Counters of a client, for monitoring and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// Renewal rounds the watchdog ran (one pipelined batch per node each).
+    pub renewal_rounds: u64,
+    /// Locks the watchdog currently renews.
+    pub watched_locks: usize,
+}
+
+impl LockClient {
+    /// Connects to Redis with the default settings.
+    ///
+    /// Accepts `redis://host:port/db`, `rediss://` for TLS (verified against
+    /// the system's roots, see [`LockClientBuilder::tls_root_certificate`]),
+    /// and ACL credentials as `redis://user:password@host/`. Fails within the
+    /// connect timeout with [`LockError::Connect`], or
+    /// [`LockError::Authentication`] when the server refuses the credentials.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder().connect(url).await
+    }
+
+    /// A builder for the key prefix, default lease and timeouts.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// A client on a new, private in-memory store (same semantics as Redis,
+    /// within this process). To share one store between several clients use
+    /// [`LockClientBuilder::memory`].
+    pub fn memory() -> Self {
+        Self::builder()
+            .memory(MemoryStore::new())
+            .expect("the default settings are valid")
+    }
+
+    /// A lock on `name` (e.g. `"order:42"`), to configure and acquire.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// Deletes the lock `name` whoever holds it and wakes a waiter: an
+    /// operator's override for a lock known to be abandoned. Its holder is
+    /// told at its next renewal (watchdog mode) or release. Returns whether a
+    /// lock was held.
+    pub async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        let key = LockKey::new(&self.inner.prefix, name)?;
+        self.inner.backend.force_release(&key).await
+    }
+
+    /// This client's random id (hex), the prefix of its owner ids.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The prefix of the Redis keys of this client's locks.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The lease of watchdog-mode locks.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// The server this client talks to (`host:port`, or `memory`).
+    pub fn server(&self) -> &str {
+        self.inner.backend.server()
+    }
+
+    /// Counters of this client.
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            renewal_rounds: self.inner.stats.renewal_rounds.load(Ordering::Relaxed),
+            watched_locks: self.inner.watchdog.lock().unwrap().len(),
+        }
+    }
+}
+
+/// Settings of a [`LockClient`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let client = lock_core::LockClient::builder()
+///     .key_prefix("billing:lock:")
+///     .lease(Duration::from_secs(10))
+///     .response_timeout(Duration::from_millis(500))
+///     .connect("redis://127.0.0.1:6379/")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct LockClientBuilder {
+    prefix: String,
+    lease: Duration,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    root_certificate: Option<Vec<u8>>,
+    client_identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            lease: DEFAULT_LEASE,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            root_certificate: None,
+            client_identity: None,
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("root_certificate", &self.root_certificate.is_some())
+            .field("client_identity", &self.client_identity.is_some())
+            .finish()
+    }
+}
+
+impl LockClientBuilder {
+    /// Prefix of the Redis keys (default `lock:`): lock `order:42` is stored
+    /// as `<prefix>{order:42}`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of watchdog-mode locks (default 30 s, renewed every lease/3;
+    /// at least 30 ms). A crashed holder's lock is free after at most this.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long one command may take to answer (default 2 s). A slower
+    /// renewal is retried until the lease deadline, not taken as a loss.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A PEM root certificate to verify a `rediss://` server with, instead of
+    /// the system's roots (for a private CA).
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificate = Some(pem.into());
+        self
+    }
+
+    /// A PEM certificate and key to present to a `rediss://` server that
+    /// authenticates clients (mutual TLS).
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        let invalid = |reason: String| {
+            Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason,
+            })
+        };
+        if self.lease < MIN_WATCHDOG_LEASE {
+            return invalid(format!(
+                "the watchdog lease must be at least {MIN_WATCHDOG_LEASE:?}, got {:?}",
+                self.lease
+            ));
+        }
+        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return invalid("timeouts must be greater than zero".into());
+        }
+        Ok(())
+    }
+
+    /// Connects to Redis (see [`LockClient::connect`] for the URL forms).
+    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        self.validate()?;
+        let client = self.redis_client(url)?;
+        let settings = RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        };
+        let backend = RedisBackend::connect(client, settings).await?;
+        tracing::debug!(server = backend.server(), "lock client connected");
+        Ok(self.build(Backend::Redis(backend)))
+    }
+
+    /// A client on `store`; clients on one store see each other's locks.
+    pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
+        self.validate()?;
+        Ok(self.build(Backend::Memory(store)))
+    }
+
+    fn redis_client(&self, url: &str) -> Result<redis::Client, LockError> {
+        let invalid = |err: redis::RedisError| LockError::InvalidConfig {
+            key: "*".into(),
+            reason: format!("invalid Redis URL: {err}"),
+        };
+        if url.starts_with("rediss://") {
+            // rustls needs a process-wide crypto provider; another part of the
+            // program may have installed one already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = if url.starts_with("rediss://")
+            && (self.root_certificate.is_some() || self.client_identity.is_some())
+        {
+            let certificates = redis::TlsCertificates {
+                client_tls: self.client_identity.clone().map(|(client_cert, client_key)| {
+                    redis::ClientTlsConfig {
+                        client_cert,
+                        client_key,
+                    }
+                }),
+                root_cert: self.root_certificate.clone(),
+            };
+            redis::Client::build_with_tls(url, certificates).map_err(invalid)?
+        } else {
+            redis::Client::open(url).map_err(invalid)?
+        };
+        tracing::trace!(server = %server_name(&client), "lock client configured");
+        Ok(client)
+    }
+
+    fn build(self, backend: Backend) -> LockClient {
+        let mut id = [0u8; 16];
+        rand::rng().fill_bytes(&mut id);
+        let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        LockClient {
+            inner: Arc::new(ClientInner {
+                id: id.into(),
+                prefix: self.prefix,
+                lease: self.lease,
+                response_timeout: self.response_timeout,
+                backend,
+                runtime: tokio::runtime::Handle::try_current().ok(),
+                next_scope: AtomicU64::new(1),
+                next_lock: AtomicU64::new(1),
+                watchdog: Mutex::default(),
+                stats: Stats::default(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The one error type of the crate, [`LockError`], and what it wraps.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while taking, holding or releasing a lock.
+///
+/// Every variant that concerns a lock names it (`key` is the lock name the
+/// caller passed to [`LockClient::lock`](crate::LockClient::lock), not the
+/// Redis key it is stored under), so a message in a log says which lock.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by another owner and the caller asked not to wait.
+    #[error("lock `{key}` is held by another owner")]
+    Busy {
+        /// The lock name.
+        key: String,
+    },
+    /// The lock stayed busy for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    TimedOut {
+        /// The lock name.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lease ran out, or the lock was deleted or taken over, while the
+    /// guard lived: mutual exclusion may have been broken.
+    #[error("the lease of lock `{key}` was lost: {reason}")]
+    LeaseLost {
+        /// The lock name.
+        key: String,
+        /// Why the lease is considered lost.
+        reason: &'static str,
+    },
+    /// At release the server no longer had the lock under this owner (it
+    /// expired, and may have been taken by another owner); nothing was deleted.
+    #[error("lock `{key}` was no longer held by this owner at release; nothing was deleted")]
+    NotHeld {
+        /// The lock name.
+        key: String,
+    },
+    /// The lock name is empty or too long.
+    #[error("invalid lock name `{key}`: {reason}")]
+    InvalidKey {
+        /// The lock name (cut to its first 64 characters when longer).
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A setting of the lock or the client is out of range (a zero lease, say).
+    #[error("invalid configuration for lock `{key}`: {reason}")]
+    InvalidConfig {
+        /// The lock name, or `*` for a client-wide setting.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A Redis key the lock uses holds a value of another type; the lock
+    /// refuses to touch it.
+    #[error("Redis key `{redis_key}` of lock `{key}` holds a value of another type")]
+    WrongType {
+        /// The lock name.
+        key: String,
+        /// The Redis key that has the wrong type.
+        redis_key: String,
+    },
+    /// The backend failed while working on a lock (connection refused or
+    /// dropped, no answer within the response timeout, a server error).
+    #[error("backend error on lock `{key}` at {server}: {source}")]
+    Backend {
+        /// The lock name.
+        key: String,
+        /// The server, as `host:port`.
+        server: String,
+        /// What failed.
+        #[source]
+        source: BackendError,
+    },
+    /// Connecting to the server failed.
+    #[error("cannot connect to {server}: {source}")]
+    Connect {
+        /// The server, as `host:port` (never with its password).
+        server: String,
+        /// What failed.
+        #[source]
+        source: BackendError,
+    },
+    /// The server refused the credentials of the URL.
+    #[error("authentication failed at {server}: {message}")]
+    Authentication {
+        /// The server, as `host:port`.
+        server: String,
+        /// The server's answer.
+        message: String,
+    },
+}
+
+impl LockError {
+    /// The lock name the error concerns, when it concerns one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Busy { key }
+            | LockError::TimedOut { key, .. }
+            | LockError::LeaseLost { key, .. }
+            | LockError::NotHeld { key }
+            | LockError::InvalidKey { key, .. }
+            | LockError::InvalidConfig { key, .. }
+            | LockError::WrongType { key, .. }
+            | LockError::Backend { key, .. } => Some(key),
+            LockError::Connect { .. } | LockError::Authentication { .. } => None,
+        }
+    }
+
+    /// True for errors of the backend's reachability (connection, timeout),
+    /// which a caller may retry later; false for answers about the lock.
+    pub fn is_backend(&self) -> bool {
+        matches!(
+            self,
+            LockError::Backend { .. } | LockError::Connect { .. } | LockError::Authentication { .. }
+        )
+    }
+}
+
+/// A failure of the storage behind the lock.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// An error reported by the Redis client or server.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// No answer arrived within the response timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The server answered something the lock scripts never return.
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+}

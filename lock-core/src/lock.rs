@@ -1,0 +1,295 @@
+//! [`Lock`]: one lock's settings, and acquisition (waiting, reentrancy,
+//! cancel safety).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Attempt;
+use crate::client::ClientInner;
+use crate::guard::{drift, HeldLock};
+use crate::key::LockKey;
+use crate::scope::Scope;
+use crate::{LockClient, LockError, LockGuard};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Try once.
+    No,
+    For(Duration),
+    Forever,
+}
+
+/// A lock to acquire: its name, how long to wait and which lease to use.
+///
+/// Made by [`LockClient::lock`]. By default it tries once (no waiting) and
+/// runs in watchdog mode (the client's lease, renewed while the guard lives).
+///
+/// ```no_run
+/// # async fn demo(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let guard = client
+///     .lock("account:7")
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a Lock does nothing until acquired"]
+pub struct Lock {
+    client: LockClient,
+    name: String,
+    wait: Wait,
+    lease: Option<Duration>,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: String) -> Self {
+        Lock {
+            client,
+            name,
+            wait: Wait::No,
+            lease: None,
+        }
+    }
+
+    /// Waits up to `wait` for a busy lock (woken by the holder's release, not
+    /// by polling). `Duration::ZERO` tries once, the default.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = if wait.is_zero() {
+            Wait::No
+        } else {
+            Wait::For(wait)
+        };
+        self
+    }
+
+    /// Waits for as long as it takes.
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// A fixed lease: the lock expires `lease` after acquisition and is not
+    /// renewed. Without it the lock is in watchdog mode.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Acquires the lock, waiting as configured.
+    ///
+    /// Errors: [`LockError::Busy`] when it is held and no wait was asked for,
+    /// [`LockError::TimedOut`] after the wait, [`LockError::InvalidKey`] /
+    /// [`LockError::InvalidConfig`] for a bad name or lease,
+    /// [`LockError::WrongType`] when its Redis key holds something else, and
+    /// [`LockError::Backend`] when Redis fails or does not answer in time.
+    ///
+    /// Inside the [`scope`](LockGuard::scope) of a guard of this client, the
+    /// lock is acquired as that guard's owner: a lock already held there is
+    /// re-entered at no cost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future at any point leaves the lock not held
+    /// by this caller. A grant that the server made for a request whose
+    /// answer was never read is released in the background.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let inner = self.client.inner.clone();
+        let key = LockKey::new(&inner.prefix, &self.name)?;
+        let (lease, watchdog) = match self.lease {
+            None => (inner.lease, true),
+            Some(lease) if lease < Duration::from_millis(1) => {
+                return Err(LockError::InvalidConfig {
+                    key: key.name.to_string(),
+                    reason: format!("a lease must be at least 1 ms, got {lease:?}"),
+                })
+            }
+            Some(lease) => (lease, false),
+        };
+        let scope = match Scope::current(&inner) {
+            Some(scope) => {
+                if let Some(lock) = scope.reenter(&key.name) {
+                    let guard = LockGuard::new(lock, scope);
+                    if !guard.is_held() {
+                        return Err(LockError::LeaseLost {
+                            key: key.name.to_string(),
+                            reason: "the lock re-entered was lost",
+                        });
+                    }
+                    tracing::trace!(key = %key.name, holds = guard.hold_count(), "lock re-entered");
+                    return Ok(guard);
+                }
+                scope
+            }
+            None => Scope::new(&inner),
+        };
+        let request = Request {
+            inner: &inner,
+            key: &key,
+            scope: &scope,
+            lease,
+            watchdog,
+        };
+
+        let started = Instant::now();
+        let ttl = match request.attempt().await? {
+            Ok(guard) => return Ok(guard),
+            Err(ttl) => ttl,
+        };
+        let deadline = match self.wait {
+            Wait::No => {
+                return Err(LockError::Busy {
+                    key: key.name.to_string(),
+                })
+            }
+            Wait::For(wait) => Some(started + wait),
+            Wait::Forever => None,
+        };
+        tracing::debug!(key = %key.name, wait = ?self.wait, "waiting for lock");
+        // Register before the next attempt: a release between that attempt
+        // and the wait below still wakes us.
+        let mut waiter = inner.backend.waiter(&key);
+        if !waiter.ready(inner.response_timeout).await {
+            tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+        }
+        let mut ttl = ttl;
+        loop {
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Err(LockError::TimedOut {
+                    key: key.name.to_string(),
+                    waited: now - started,
+                });
+            }
+            // A lost wake-up costs latency, never liveness: sleep at most
+            // until the holder's lease runs out.
+            let mut nap = ttl.unwrap_or(inner.lease) + Duration::from_millis(1);
+            if let Some(deadline) = deadline {
+                nap = nap.min(deadline - now);
+            }
+            tokio::select! {
+                _ = waiter.notified() => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                // One last attempt at the deadline, then give up.
+                return match request.attempt().await? {
+                    Ok(guard) => Ok(guard),
+                    Err(_) => Err(LockError::TimedOut {
+                        key: key.name.to_string(),
+                        waited: started.elapsed(),
+                    }),
+                };
+            }
+            ttl = match request.attempt().await? {
+                Ok(guard) => return Ok(guard),
+                Err(ttl) => ttl,
+            };
+        }
+    }
+
+    /// Like [`acquire`](Lock::acquire), but a lock that stays busy for the
+    /// whole wait is `Ok(None)` instead of an error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`acquire`](Lock::acquire).
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Busy { .. } | LockError::TimedOut { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// One acquisition in progress.
+struct Request<'a> {
+    inner: &'a Arc<ClientInner>,
+    key: &'a LockKey,
+    scope: &'a Arc<Scope>,
+    lease: Duration,
+    watchdog: bool,
+}
+
+impl Request<'_> {
+    /// One attempt: `Ok(Ok(guard))` when acquired, `Ok(Err(ttl))` when busy.
+    async fn attempt(&self) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+        let sent = Instant::now();
+        let mut pending = PendingGrant {
+            inner: self.inner,
+            key: self.key,
+            scope: self.scope,
+            armed: true,
+        };
+        let reply = self
+            .inner
+            .backend
+            .acquire(self.key, &self.scope.owner, self.lease)
+            .await;
+        let token = match reply {
+            Ok(Attempt::Acquired { token }) => token,
+            Ok(Attempt::Busy { ttl }) => {
+                pending.armed = false;
+                return Ok(Err(ttl));
+            }
+            // The request may have been granted without us hearing of it:
+            // `pending` releases it on drop.
+            Err(err) => return Err(err),
+        };
+        pending.armed = false;
+        let lock = Arc::new(HeldLock::new(
+            self.inner.clone(),
+            self.key.clone(),
+            self.scope.owner.clone(),
+            token,
+            self.watchdog,
+            sent + self.lease - drift(self.lease).min(self.lease),
+        ));
+        let lock = self.scope.insert(lock);
+        if self.watchdog && lock.holds.load(std::sync::atomic::Ordering::Acquire) == 1 {
+            self.inner.watchdog_track(&lock);
+        }
+        tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "lock acquired");
+        Ok(Ok(LockGuard::new(lock, self.scope.clone())))
+    }
+}
+
+/// Releases a grant whose answer was not turned into a guard (the acquire
+/// future was dropped mid-request, or the answer timed out).
+struct PendingGrant<'a> {
+    inner: &'a Arc<ClientInner>,
+    key: &'a LockKey,
+    scope: &'a Arc<Scope>,
+    armed: bool,
+}
+
+impl Drop for PendingGrant<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.scope.holds(&self.key.name) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let owner = self.scope.owner.clone();
+        self.inner.spawn(async move {
+            // Same connection, so this runs after the acquire it undoes.
+            match inner.backend.release(&key, &owner).await {
+                Ok(true) => tracing::debug!(key = %key.name, "released a grant whose acquire was cancelled"),
+                Ok(false) => {}
+                Err(err) => tracing::warn!(key = %key.name, error = %err, "could not release a cancelled grant; its lease will expire"),
+            }
+        });
+    }
+}
