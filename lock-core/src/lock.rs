@@ -144,10 +144,9 @@ impl Lock {
         };
 
         let started = Instant::now();
-        let ttl = match request.attempt().await? {
-            Ok(guard) => return Ok(guard),
-            Err(ttl) => ttl,
-        };
+        if let Ok(guard) = request.attempt().await? {
+            return Ok(guard);
+        }
         let deadline = match self.wait {
             Wait::No => {
                 return Err(LockError::Busy {
@@ -164,8 +163,13 @@ impl Lock {
         if !waiter.ready(inner.response_timeout).await {
             tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
         }
-        let mut ttl = ttl;
         loop {
+            // The attempt after registering is the one that counts: a release
+            // before it is seen by it, a release after it wakes us.
+            let ttl = match request.attempt().await? {
+                Ok(guard) => return Ok(guard),
+                Err(ttl) => ttl,
+            };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Err(LockError::TimedOut {
@@ -174,7 +178,8 @@ impl Lock {
                 });
             }
             // A lost wake-up costs latency, never liveness: sleep at most
-            // until the holder's lease runs out.
+            // until the holder's lease runs out (or our deadline, when one
+            // last attempt is made).
             let mut nap = ttl.unwrap_or(inner.lease) + Duration::from_millis(1);
             if let Some(deadline) = deadline {
                 nap = nap.min(deadline - now);
@@ -183,20 +188,6 @@ impl Lock {
                 _ = waiter.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                // One last attempt at the deadline, then give up.
-                return match request.attempt().await? {
-                    Ok(guard) => Ok(guard),
-                    Err(_) => Err(LockError::TimedOut {
-                        key: key.name.to_string(),
-                        waited: started.elapsed(),
-                    }),
-                };
-            }
-            ttl = match request.attempt().await? {
-                Ok(guard) => return Ok(guard),
-                Err(ttl) => ttl,
-            };
         }
     }
 

@@ -1,0 +1,101 @@
+//! Test harness for the distributed-lock workspace: real `redis-server` processes.
+//!
+//! [`RedisServer`] starts a genuine `redis-server` (never a mock) on a free loopback port,
+//! waits until it answers `PING`, and lets a test kill, pause (`SIGSTOP`), resume (`SIGCONT`)
+//! and restart it. Every server gets its own temporary directory (its `--dir`, its log file
+//! and, for TLS servers, its generated certificates); dropping the [`RedisServer`] kills the
+//! process, reaps it and removes that directory.
+//!
+//! Servers are started with `--save "" --appendonly no --bind 127.0.0.1 --daemonize no`, so
+//! nothing is persisted and a restarted server always comes back empty. Port 6379 is never
+//! used implicitly: every server listens on a port picked by [`free_port`].
+//!
+//! If `redis-server` is not on `PATH`, every constructor panics with the command that
+//! installs it; tests are never skipped silently.
+//!
+//! ```no_run
+//! use lock_test_support::{RedisServer, ServerOptions};
+//!
+//! let mut server = RedisServer::start();
+//! let mut conn = server.conn();
+//! let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut conn).unwrap();
+//! server.restart(); // same port, empty data
+//!
+//! let tls = RedisServer::start_with(ServerOptions::new().tls().acl_user("app", "secret"));
+//! let url = tls.url_with_auth("app", "secret"); // rediss://app:secret@127.0.0.1:PORT/
+//! # let _ = url;
+//! ```
+//!
+//! Own each server in the test that uses it (or in a fixture that is dropped): a server kept in
+//! a `static` is never dropped. As a safety net, servers are spawned with
+//! `PR_SET_PDEATHSIG(SIGKILL)` from a dedicated long-lived thread, so the kernel kills them when
+//! the test process exits, even after an abort.
+#![warn(missing_docs)]
+
+mod options;
+mod server;
+mod spawn;
+mod tls;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+
+pub use options::ServerOptions;
+pub use server::RedisServer;
+
+/// The message every constructor panics with when `redis-server` cannot be found on `PATH`.
+const NOT_FOUND: &str = "redis-server not found on PATH: install it with \
+     `apt-get update && apt-get install -y redis-server redis-tools` (the tests need a real Redis)";
+
+/// The port a default Redis listens on; never handed out by [`free_port`].
+const DEFAULT_REDIS_PORT: u16 = 6379;
+
+/// Returns the path of the `redis-server` executable found on `PATH`.
+///
+/// # Panics
+///
+/// Panics with a message naming the install command
+/// (`apt-get update && apt-get install -y redis-server redis-tools`) when no executable
+/// `redis-server` is on `PATH`. The harness never skips tests silently.
+pub fn redis_server_path() -> PathBuf {
+    find_on_path("redis-server").unwrap_or_else(|| panic!("{NOT_FOUND}"))
+}
+
+/// Returns a loopback TCP port that was free a moment ago.
+///
+/// The port is found by binding `127.0.0.1:0`, reading the port the kernel assigned and
+/// dropping the listener, so another process may take it before it is used; the harness
+/// retries with another port when a server fails to bind. Never returns 6379.
+///
+/// # Panics
+///
+/// Panics if no loopback socket can be bound at all.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap_or_else(|e| panic!("cannot bind a loopback socket to find a free port: {e}"));
+        let port = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("cannot read the address of a loopback socket: {e}"))
+            .port();
+        drop(listener);
+        if port != 0 && port != DEFAULT_REDIS_PORT {
+            return port;
+        }
+    }
+}
+
+/// Looks `name` up in the directories of `PATH`, returning the first executable regular file.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}

@@ -1,0 +1,64 @@
+//! [`ServerOptions`]: how a [`RedisServer`](crate::RedisServer) is configured.
+
+/// Options for [`RedisServer::start_with`](crate::RedisServer::start_with).
+///
+/// Built with chained calls; the defaults give a plain (non-TLS) server whose `default` user
+/// has no password:
+///
+/// ```
+/// use lock_test_support::ServerOptions;
+///
+/// let options = ServerOptions::new()
+///     .tls()
+///     .acl_user("app", "secret")
+///     .arg("--maxmemory")
+///     .arg("64mb");
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    pub(crate) tls: bool,
+    pub(crate) acl_users: Vec<(String, String)>,
+    pub(crate) extra_args: Vec<String>,
+}
+
+impl ServerOptions {
+    /// Options for a plain server: no TLS, no extra ACL users, no extra arguments.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves TLS only.
+    ///
+    /// The plain port is disabled (`--port 0`) and the server listens with `--tls-port` on its
+    /// port. A fresh CA and a server certificate signed by it (SANs `127.0.0.1` and
+    /// `localhost`) are generated for each server and kept across restarts; clients do not
+    /// need certificates (`--tls-auth-clients no`). The CA is available from
+    /// [`RedisServer::ca_cert_pem`](crate::RedisServer::ca_cert_pem), and
+    /// [`RedisServer::client`](crate::RedisServer::client) already trusts it.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// Adds an ACL user with full access: `--user <user> on ><password> ~* &* +@all`.
+    ///
+    /// The `default` user stays enabled and passwordless, so the harness helpers
+    /// ([`RedisServer::conn`](crate::RedisServer::conn), the readiness probe) keep working.
+    /// Connect as this user with
+    /// [`RedisServer::url_with_auth`](crate::RedisServer::url_with_auth).
+    pub fn acl_user(mut self, user: &str, password: &str) -> Self {
+        self.acl_users.push((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Appends one raw argument to the `redis-server` command line, after the harness's own.
+    ///
+    /// Each call adds exactly one argv element; call it once per element, e.g.
+    /// `.arg("--maxmemory").arg("64mb")`. A later option overrides an earlier one, so this can
+    /// also override the harness defaults (at your own risk, e.g. for `--bind` or `--port`).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+}

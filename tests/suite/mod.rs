@@ -1,0 +1,587 @@
+//! The behavioural suite: every semantic test of the lock, written once
+//! against [`Fixture`] and run per backend by `behaviour_suite!` (see
+//! `tests/memory.rs` and `tests/standalone.rs`).
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distributed_lock::{LockClient, LockClientBuilder, LockError};
+use tokio::time::Instant;
+
+/// A backend under test: hands out independent clients on one store.
+pub trait Fixture: Send + Sync {
+    /// A new client (its own id) on the shared store, with `builder`'s settings.
+    fn client_with(
+        &self,
+        builder: LockClientBuilder,
+    ) -> impl std::future::Future<Output = LockClient> + Send;
+
+    /// Deletes lock `name` behind its holder's back (DEL in Redis).
+    fn delete_lock(&self, name: &str) -> impl std::future::Future<Output = ()> + Send;
+
+    /// A new client with the default settings.
+    fn client(&self) -> impl std::future::Future<Output = LockClient> + Send {
+        self.client_with(LockClient::builder())
+    }
+}
+
+/// A client whose watchdog lease is `lease` (renewed every lease/3).
+pub async fn client_with_lease<F: Fixture>(fixture: &F, lease: Duration) -> LockClient {
+    fixture
+        .client_with(LockClient::builder().lease(lease))
+        .await
+}
+
+/// Generates one `#[tokio::test]` per suite test, on the fixture `$make`.
+#[macro_export]
+macro_rules! behaviour_suite {
+    ($make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let fixture = $make;
+                suite::$name(&fixture).await;
+            }
+        )*
+    };
+    ($make:expr) => {
+        behaviour_suite!($make;
+            exclusion_holds_for_concurrent_tasks,
+            busy_lock_is_busy_for_another_owner,
+            release_after_expiry_does_not_delete_new_holder,
+            another_owner_cannot_renew,
+            reentrant_in_scope_needs_as_many_releases,
+            spawned_task_is_another_owner,
+            watchdog_keeps_lock_past_lease,
+            renewals_are_batched_per_period,
+            fixed_lease_is_not_renewed,
+            deleted_lock_is_lost_within_a_period,
+            waiter_is_woken_by_release,
+            crashed_holder_is_replaced_after_its_lease,
+            waiter_times_out_at_its_wait,
+            wait_forever_gets_the_lock,
+            cancelled_acquire_never_leaves_lock_held,
+            cancelled_waiter_leaves_no_trace,
+            dropped_guard_is_released_in_background,
+            panicking_holder_releases,
+            fencing_tokens_increase_and_survive_expiry,
+            bad_input_gets_typed_errors,
+            force_release_wakes_a_waiter,
+        );
+    };
+}
+
+fn assert_within(elapsed: Duration, max: Duration, what: &str) {
+    assert!(elapsed <= max, "{what} took {elapsed:?}, expected at most {max:?}");
+}
+
+/// 8 tasks x 25 rounds of an unsafe read-modify-write under the lock, plus an
+/// overlap detector: the counter equals the number of acquisitions.
+pub async fn exclusion_holds_for_concurrent_tasks<F: Fixture>(fixture: &F) {
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = fixture.client().await;
+        let (counter, inside) = (counter.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let guard = client
+                    .lock("suite:counter")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders overlap");
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 8 * 25);
+}
+
+pub async fn busy_lock_is_busy_for_another_owner<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a.lock("suite:busy").acquire().await.unwrap();
+    match b.lock("suite:busy").acquire().await {
+        Err(LockError::Busy { key }) => assert_eq!(key, "suite:busy"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(b.lock("suite:busy").try_acquire().await.unwrap().is_none());
+    // The same client outside the holder's scope is another owner too.
+    assert!(a.lock("suite:busy").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let again = b.lock("suite:busy").acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+pub async fn release_after_expiry_does_not_delete_new_holder<F: Fixture>(fixture: &F) {
+    let (a, b, c) = (
+        fixture.client().await,
+        fixture.client().await,
+        fixture.client().await,
+    );
+    let old = a
+        .lock("suite:expiry")
+        .lease(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let new = b
+        .lock("suite:expiry")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let err = old.release().await.unwrap_err();
+    assert!(
+        matches!(err, LockError::LeaseLost { .. } | LockError::NotHeld { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("suite:expiry"), "{err}");
+    assert!(new.is_held());
+    assert!(
+        c.lock("suite:expiry").try_acquire().await.unwrap().is_none(),
+        "the stale release deleted the new holder's lock"
+    );
+    new.release().await.unwrap();
+}
+
+pub async fn another_owner_cannot_renew<F: Fixture>(fixture: &F) {
+    let a = client_with_lease(fixture, Duration::from_millis(300)).await;
+    let (b, c) = (fixture.client().await, fixture.client().await);
+    let stale = a.lock("suite:renew").acquire().await.unwrap();
+    fixture.delete_lock("suite:renew").await;
+    let started = Instant::now();
+    let fresh = b
+        .lock("suite:renew")
+        .lease(Duration::from_millis(1200))
+        .acquire()
+        .await
+        .unwrap();
+    // A's watchdog keeps trying (every 100 ms); none of it may extend B's lock.
+    tokio::time::timeout(Duration::from_secs(5), stale.lost())
+        .await
+        .expect("the stale holder noticed the loss");
+    assert!(!stale.is_held());
+    std::mem::forget(fresh); // no release: the lease must run out on its own
+    let next = c
+        .lock("suite:renew")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(1100),
+        "the fresh lock ended after {elapsed:?}, before its 1.2 s lease"
+    );
+    assert_within(elapsed, Duration::from_secs(4), "the fresh lease running out");
+    next.release().await.unwrap();
+    assert!(matches!(
+        stale.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+pub async fn reentrant_in_scope_needs_as_many_releases<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let outer = a.lock("suite:reentrant").acquire().await.unwrap();
+    let token = outer.fencing_token();
+    outer
+        .scope(async {
+            let inner = a.lock("suite:reentrant").acquire().await.unwrap();
+            assert_eq!(inner.hold_count(), 2);
+            assert_eq!(inner.fencing_token(), token, "reentrant holds share a token");
+            let third = a.lock("suite:reentrant").acquire().await.unwrap();
+            assert_eq!(third.hold_count(), 3);
+            third.release().await.unwrap();
+            inner.release().await.unwrap();
+            // Still held by the outer guard.
+            assert!(b.lock("suite:reentrant").try_acquire().await.unwrap().is_none());
+            // Another lock taken in the scope is owned by the same owner.
+            let other = a.lock("suite:reentrant:other").acquire().await.unwrap();
+            assert_eq!(other.owner(), outer.owner());
+            other.release().await.unwrap();
+        })
+        .await;
+    assert_eq!(outer.hold_count(), 1);
+    assert!(b.lock("suite:reentrant").try_acquire().await.unwrap().is_none());
+    outer.release().await.unwrap();
+    let next = b.lock("suite:reentrant").acquire().await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
+pub async fn spawned_task_is_another_owner<F: Fixture>(fixture: &F) {
+    let a = fixture.client().await;
+    let guard = a.lock("suite:spawn").acquire().await.unwrap();
+    let result = guard
+        .scope(async {
+            let a2 = a.clone();
+            let spawned = tokio::spawn(async move {
+                a2.lock("suite:spawn")
+                    .wait(Duration::from_millis(200))
+                    .acquire()
+                    .await
+                    .map(|g| g.fencing_token())
+            });
+            spawned.await.unwrap()
+        })
+        .await;
+    assert!(
+        matches!(result, Err(LockError::TimedOut { .. })),
+        "a spawned task must wait like any other owner: {result:?}"
+    );
+    // A sibling future outside the scope is another owner as well.
+    let (in_scope, outside) = tokio::join!(
+        guard.scope(a.lock("suite:spawn").try_acquire()),
+        a.lock("suite:spawn").try_acquire()
+    );
+    assert!(in_scope.unwrap().is_some());
+    assert!(outside.unwrap().is_none());
+    guard.release().await.unwrap();
+}
+
+pub async fn watchdog_keeps_lock_past_lease<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_millis(400);
+    let a = client_with_lease(fixture, lease).await;
+    let b = fixture.client().await;
+    let guard = a.lock("suite:watchdog").acquire().await.unwrap();
+    for _ in 0..6 {
+        tokio::time::sleep(lease / 2).await; // 3x the lease in all
+        assert!(guard.is_held());
+        assert!(b.lock("suite:watchdog").try_acquire().await.unwrap().is_none());
+    }
+    assert!(a.stats().renewal_rounds >= 3, "{:?}", a.stats());
+    guard.release().await.unwrap();
+}
+
+pub async fn renewals_are_batched_per_period<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_millis(600);
+    let a = client_with_lease(fixture, lease).await;
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(a.lock(format!("suite:batch:{i}")).acquire().await.unwrap());
+    }
+    assert_eq!(a.stats().watched_locks, 20);
+    let before = a.stats().renewal_rounds;
+    tokio::time::sleep(Duration::from_millis(1300)).await; // ~6 periods of 200 ms
+    let rounds = a.stats().renewal_rounds - before;
+    // One round per period for all 20 locks, not one per lock.
+    assert!((3..=10).contains(&rounds), "{rounds} renewal rounds");
+    assert!(guards.iter().all(|g| g.is_held()));
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(a.stats().watched_locks, 0);
+}
+
+pub async fn fixed_lease_is_not_renewed<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a
+        .lock("suite:fixed")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(a.stats().watched_locks, 0);
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("a fixed lease runs out");
+    assert!(!guard.is_held());
+    let next = b
+        .lock("suite:fixed")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert!(next.is_held(), "the expired holder's release touched the next lock");
+    next.release().await.unwrap();
+}
+
+pub async fn deleted_lock_is_lost_within_a_period<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_millis(900); // renewal period 300 ms
+    let a = client_with_lease(fixture, lease).await;
+    let guard = a.lock("suite:deleted").acquire().await.unwrap();
+    fixture.delete_lock("suite:deleted").await;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() resolves");
+    assert_within(
+        started.elapsed(),
+        lease / 3 + Duration::from_millis(500),
+        "loss detection",
+    );
+    assert!(!guard.is_held());
+    match guard.release().await {
+        Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "suite:deleted"),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+pub async fn waiter_is_woken_by_release<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a
+        .lock("suite:wake")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let holder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        released
+    });
+    let waiter = b
+        .lock("suite:wake")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    let released = holder.await.unwrap();
+    // Woken by the release, not by the 30 s lease (or any polling interval).
+    assert_within(acquired - released, Duration::from_secs(1), "hand-off");
+    waiter.release().await.unwrap();
+}
+
+pub async fn crashed_holder_is_replaced_after_its_lease<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let lease = Duration::from_millis(600);
+    let guard = a.lock("suite:crash").lease(lease).acquire().await.unwrap();
+    let taken = Instant::now();
+    std::mem::forget(guard); // the holder "crashes": no release ever comes
+    let next = b
+        .lock("suite:crash")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let after = taken.elapsed();
+    assert!(after >= lease - Duration::from_millis(50), "{after:?}");
+    assert_within(after, lease + Duration::from_millis(1500), "replacing a crashed holder");
+    next.release().await.unwrap();
+}
+
+pub async fn waiter_times_out_at_its_wait<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a.lock("suite:timeout").acquire().await.unwrap();
+    let started = Instant::now();
+    let wait = Duration::from_millis(400);
+    match b.lock("suite:timeout").wait(wait).acquire().await {
+        Err(LockError::TimedOut { key, waited }) => {
+            assert_eq!(key, "suite:timeout");
+            assert!(waited >= wait, "{waited:?}");
+        }
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed >= wait);
+    assert_within(elapsed, wait + Duration::from_millis(800), "the wait");
+    assert!(b.lock("suite:timeout").wait(wait).try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+}
+
+pub async fn wait_forever_gets_the_lock<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a.lock("suite:forever").acquire().await.unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        guard.release().await.unwrap();
+    });
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        b.lock("suite:forever").wait_forever().acquire(),
+    )
+    .await
+    .expect("woken by the release")
+    .unwrap();
+    got.release().await.unwrap();
+}
+
+/// Drops acquire futures at many points in flight; none may leave the lock held.
+pub async fn cancelled_acquire_never_leaves_lock_held<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    for step in 0..60u64 {
+        let budget = Duration::from_micros(step * 25);
+        let _ = tokio::time::timeout(budget, a.lock("suite:cancel").acquire()).await;
+        // Whatever happened, the lock is free again promptly.
+        let guard = b
+            .lock("suite:cancel")
+            .wait(Duration::from_secs(3))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("cancelled at {budget:?} left the lock held: {e}"));
+        guard.release().await.unwrap();
+    }
+}
+
+pub async fn cancelled_waiter_leaves_no_trace<F: Fixture>(fixture: &F) {
+    let (a, b, c) = (
+        fixture.client().await,
+        fixture.client().await,
+        fixture.client().await,
+    );
+    let guard = a.lock("suite:cancel-wait").acquire().await.unwrap();
+    let waiting = b
+        .lock("suite:cancel-wait")
+        .wait(Duration::from_secs(30))
+        .acquire();
+    assert!(tokio::time::timeout(Duration::from_millis(150), waiting)
+        .await
+        .is_err());
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let next = c
+        .lock("suite:cancel-wait")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert_within(released.elapsed(), Duration::from_secs(1), "the next acquisition");
+    next.release().await.unwrap();
+}
+
+pub async fn dropped_guard_is_released_in_background<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let guard = a.lock("suite:drop").acquire().await.unwrap(); // 30 s watchdog lease
+    let dropped = Instant::now();
+    drop(guard);
+    let next = b
+        .lock("suite:drop")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    assert_within(dropped.elapsed(), Duration::from_secs(2), "background release");
+    next.release().await.unwrap();
+    assert_eq!(a.stats().watched_locks, 0);
+}
+
+pub async fn panicking_holder_releases<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _guard = a.lock("suite:panic").acquire().await.unwrap();
+        held_tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        panic!("the holder fails mid-work");
+    });
+    held_rx.await.unwrap();
+    assert!(task.await.unwrap_err().is_panic());
+    let panicked = Instant::now();
+    let next = b
+        .lock("suite:panic")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    assert_within(panicked.elapsed(), Duration::from_secs(2), "release after a panic");
+    next.release().await.unwrap();
+}
+
+pub async fn fencing_tokens_increase_and_survive_expiry<F: Fixture>(fixture: &F) {
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let mut last = 0;
+    for round in 0..6 {
+        let client = if round % 2 == 0 { &a } else { &b };
+        let guard = client.lock("suite:fence").acquire().await.unwrap();
+        assert!(guard.fencing_token() > last, "token did not grow");
+        last = guard.fencing_token();
+        guard.release().await.unwrap();
+    }
+    // A lease that runs out (the lock key expires) does not reset the counter.
+    let expiring = a
+        .lock("suite:fence")
+        .lease(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(expiring.fencing_token() > last);
+    last = expiring.fencing_token();
+    std::mem::forget(expiring);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = b.lock("suite:fence").acquire().await.unwrap();
+    assert!(after.fencing_token() > last);
+    let reentered = after
+        .scope(b.lock("suite:fence").acquire())
+        .await
+        .unwrap();
+    assert_eq!(reentered.fencing_token(), after.fencing_token());
+    reentered.release().await.unwrap();
+    after.release().await.unwrap();
+}
+
+pub async fn bad_input_gets_typed_errors<F: Fixture>(fixture: &F) {
+    let a = fixture.client().await;
+    assert!(matches!(
+        a.lock("").acquire().await,
+        Err(LockError::InvalidKey { .. })
+    ));
+    let long = format!("order:{}", "9".repeat(1100));
+    match a.lock(long).acquire().await {
+        Err(err @ LockError::InvalidKey { .. }) => {
+            assert!(err.to_string().contains("order:999"), "{err}")
+        }
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    match a
+        .lock("suite:zero-lease")
+        .lease(Duration::ZERO)
+        .acquire()
+        .await
+    {
+        Err(LockError::InvalidConfig { key, .. }) => assert_eq!(key, "suite:zero-lease"),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    let zero_watchdog = LockClient::builder()
+        .lease(Duration::ZERO)
+        .memory(Default::default());
+    assert!(matches!(zero_watchdog, Err(LockError::InvalidConfig { .. })));
+    // Nothing was left locked by the failures.
+    let guard = a.lock("suite:zero-lease").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+pub async fn force_release_wakes_a_waiter<F: Fixture>(fixture: &F) {
+    let (a, b, operator) = (
+        fixture.client().await,
+        fixture.client().await,
+        fixture.client().await,
+    );
+    let abandoned = a.lock("suite:force").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        b.lock("suite:force")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map(|guard| (Instant::now(), guard))
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let forced = Instant::now();
+    assert!(operator.force_release("suite:force").await.unwrap());
+    let (acquired, guard) = waiter.await.unwrap().unwrap();
+    assert_within(acquired - forced, Duration::from_secs(1), "wake-up after force release");
+    assert!(!operator.force_release("suite:nothing").await.unwrap());
+    guard.release().await.unwrap();
+    drop(abandoned);
+}
