@@ -30,7 +30,10 @@ impl Fixture for Memory {
 
     async fn delete_lock(&self, name: &str) {
         let operator = LockClient::builder().memory(self.store.clone()).unwrap();
-        assert!(operator.force_release(name).await.unwrap(), "{name} was not held");
+        assert!(
+            operator.force_release(name).await.unwrap(),
+            "{name} was not held"
+        );
     }
 }
 

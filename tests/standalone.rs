@@ -35,3 +35,469 @@ impl Fixture for Standalone {
 }
 
 behaviour_suite!(Standalone::new());
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use distributed_lock::LockError;
+use lock_test_support::{free_port, ServerOptions};
+use tokio::time::Instant;
+
+fn redis_key(name: &str) -> String {
+    format!("lock:{{{name}}}")
+}
+
+/// 3 OS processes x 8 tasks, each doing GET / sleep / SET of a Redis counter
+/// under the lock: the counter equals the number of acquisitions.
+#[test]
+fn three_processes_exclude_each_other() {
+    let server = RedisServer::start();
+    const PROCESSES: usize = 3;
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 5;
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--exact", "process_worker", "--ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env("LOCK_WORKER_URL", server.url())
+                .env("LOCK_WORKER_TASKS", TASKS.to_string())
+                .env("LOCK_WORKER_ROUNDS", ROUNDS.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "a worker process failed:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut conn = server.conn();
+    let counter: usize = redis::cmd("GET").arg("counter").query(&mut conn).unwrap();
+    let acquisitions: usize = redis::cmd("GET")
+        .arg("acquisitions")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(acquisitions, PROCESSES * TASKS * ROUNDS);
+    assert_eq!(
+        counter, acquisitions,
+        "lost updates: two holders overlapped"
+    );
+}
+
+/// The body of one worker process of `three_processes_exclude_each_other`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in child processes by three_processes_exclude_each_other"]
+async fn process_worker() {
+    let Ok(url) = std::env::var("LOCK_WORKER_URL") else {
+        eprintln!("process_worker only runs as a child of three_processes_exclude_each_other");
+        return;
+    };
+    let tasks: usize = std::env::var("LOCK_WORKER_TASKS").unwrap().parse().unwrap();
+    let rounds: usize = std::env::var("LOCK_WORKER_ROUNDS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let client = LockClient::connect(&url).await.unwrap();
+    let redis = redis::Client::open(url.as_str()).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let client = client.clone();
+        let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = client
+                    .lock("processes:counter")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let seen: Option<usize> = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(seen.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let _: i64 = redis::cmd("INCR")
+                    .arg("acquisitions")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn acquisition_sets_owner_token_and_ttl_in_one_step() {
+    let fixture = Standalone::new();
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    for id in [a.id(), b.id()] {
+        assert_eq!(id.len(), 32, "a 128-bit id in hex: {id}");
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+    assert_ne!(a.id(), b.id());
+    let guard = a.lock("layout").acquire().await.unwrap();
+    let mut conn = fixture.server.conn();
+    let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
+        .arg(redis_key("layout"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        fields,
+        vec![(guard.owner().to_owned(), guard.fencing_token())]
+    );
+    assert!(guard.owner().starts_with(a.id()));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(redis_key("layout"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(ttl > 25_000 && ttl <= 30_000, "watchdog lease TTL {ttl}");
+    guard.release().await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(redis_key("layout"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(exists, 0);
+    // A sub-second lease is kept in milliseconds, not truncated to seconds.
+    let short = a
+        .lock("layout")
+        .lease(Duration::from_millis(250))
+        .acquire()
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(redis_key("layout"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 250, "sub-second lease TTL {ttl}");
+    short.release().await.unwrap();
+    // The fencing counter survives the lock.
+    let fence: u64 = redis::cmd("GET")
+        .arg("lock:{layout}:fence")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(fence, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_is_detected_as_lost() {
+    let fixture = Standalone::new();
+    let client = suite::client_with_lease(&fixture, Duration::from_millis(900)).await;
+    let guard = client.lock("flushed").acquire().await.unwrap();
+    let () = redis::cmd("FLUSHALL")
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() resolves after FLUSHALL");
+    assert!(started.elapsed() <= Duration::from_millis(300 + 500));
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_is_detected_as_lost_and_locking_resumes() {
+    let mut fixture = Standalone::new();
+    let client = suite::client_with_lease(&fixture, Duration::from_millis(900)).await;
+    let guard = client.lock("restarted").acquire().await.unwrap();
+    fixture.server.restart();
+    let restarted = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() resolves after a restart");
+    assert!(
+        restarted.elapsed() <= Duration::from_millis(300 + 1500),
+        "{:?}",
+        restarted.elapsed()
+    );
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    // Scripts were flushed by the restart: they are reloaded, no NOSCRIPT surfaces.
+    let again = client.lock("restarted").acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_reconnect_and_renewal_continues() {
+    let fixture = Standalone::new();
+    let lease = Duration::from_millis(600);
+    let holder = suite::client_with_lease(&fixture, lease).await;
+    let waiter = fixture.client().await;
+    let guard = holder.lock("killed").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("killed")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rounds = holder.stats().renewal_rounds;
+    let mut conn = fixture.server.conn();
+    // Kills the command connections and the wake-up subscription.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal"])
+        .query(&mut conn)
+        .unwrap();
+    let killed_pubsub: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        killed >= 2 && killed_pubsub >= 1,
+        "{killed} {killed_pubsub}"
+    );
+    tokio::time::sleep(lease * 3).await;
+    assert!(guard.is_held(), "the lease was lost after a reconnect");
+    assert!(holder.stats().renewal_rounds >= rounds + 3);
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, next) = waiting.await.unwrap();
+    assert!(
+        acquired - released <= Duration::from_secs(1),
+        "the waiter was not woken after its subscription was killed: {:?}",
+        acquired - released
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_survived() {
+    let fixture = Standalone::new();
+    let client = suite::client_with_lease(&fixture, Duration::from_millis(300)).await;
+    let guard = client.lock("flush:held").acquire().await.unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    // Renewals (pipelined EVALSHA) reload the script.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(guard.is_held());
+    let other = client.lock("flush:other").acquire().await.unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    other.release().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn keys_of_another_type_get_typed_errors_and_stay_untouched() {
+    let fixture = Standalone::new();
+    let client = fixture.client().await;
+    let mut conn = fixture.server.conn();
+    let () = redis::cmd("SET")
+        .arg(redis_key("typed"))
+        .arg("not a lock")
+        .query(&mut conn)
+        .unwrap();
+    match client.lock("typed").acquire().await {
+        Err(LockError::WrongType { key, redis_key }) => {
+            assert_eq!(key, "typed");
+            assert_eq!(redis_key, "lock:{typed}");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let value: String = redis::cmd("GET")
+        .arg(redis_key("typed"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(value, "not a lock");
+
+    let () = redis::cmd("HSET")
+        .arg("lock:{fenced}:fence")
+        .arg("a")
+        .arg("b")
+        .query(&mut conn)
+        .unwrap();
+    match client.lock("fenced").acquire().await {
+        Err(err @ LockError::WrongType { .. }) => {
+            assert!(err.to_string().contains("lock:{fenced}:fence"), "{err}");
+            assert!(err.to_string().contains("`fenced`"), "{err}");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(redis_key("fenced"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(exists, 0, "a failed acquisition left a lock behind");
+
+    // A held lock overwritten with another type is lost, not an error loop.
+    let lease_client = suite::client_with_lease(&fixture, Duration::from_millis(300)).await;
+    let guard = lease_client.lock("overwritten").acquire().await.unwrap();
+    let () = redis::cmd("SET")
+        .arg(redis_key("overwritten"))
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost");
+    assert!(guard.release().await.is_err());
+    let value: String = redis::cmd("GET")
+        .arg(redis_key("overwritten"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(value, "x");
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_within_the_connect_timeout() {
+    let port = free_port();
+    let started = Instant::now();
+    let result = LockClient::builder()
+        .connect_timeout(Duration::from_millis(800))
+        .connect(&format!("redis://127.0.0.1:{port}/"))
+        .await;
+    match result {
+        Err(err @ LockError::Connect { .. }) => {
+            assert!(err.to_string().contains(&port.to_string()), "{err}")
+        }
+        other => panic!("expected Connect, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_or_paused_server_fails_acquire_within_the_response_timeout() {
+    let mut fixture = Standalone::new();
+    let timeout = Duration::from_millis(500);
+    let client = fixture
+        .client_with(LockClient::builder().response_timeout(timeout))
+        .await;
+    fixture.server.pause();
+    let started = Instant::now();
+    match client
+        .lock("paused")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+    {
+        Err(err @ LockError::Backend { .. }) => {
+            assert_eq!(err.key(), Some("paused"));
+        }
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    assert!(started.elapsed() <= timeout * 4, "{:?}", started.elapsed());
+    fixture.server.resume();
+    // The timed-out request ran once the server resumed and granted the lock
+    // to nobody: the client releases that grant itself, long before its
+    // 30 s lease would.
+    let resumed = Instant::now();
+    let guard = client
+        .lock("paused")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        resumed.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        resumed.elapsed()
+    );
+    guard.release().await.unwrap();
+
+    fixture.server.kill();
+    let started = Instant::now();
+    match client.lock("dead").acquire().await {
+        Err(LockError::Backend { key, .. }) => assert_eq!(key, "dead"),
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    assert!(started.elapsed() <= timeout * 4, "{:?}", started.elapsed());
+    // Nothing is left locked once the server is back.
+    fixture.server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.lock("dead").acquire().await {
+            Ok(guard) => break guard.release().await.unwrap(),
+            Err(LockError::Backend { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_server_with_private_ca() {
+    let server = RedisServer::start_with(ServerOptions::new().tls());
+    assert!(server.url().starts_with("rediss://"));
+    let ca = server.ca_cert_pem().unwrap();
+    let client = LockClient::builder()
+        .tls_root_certificate(ca.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let other = LockClient::builder()
+        .tls_root_certificate(ca)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let guard = client.lock("tls").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("tls")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    // Without the CA the server's certificate is not trusted.
+    let untrusted = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&server.url())
+        .await;
+    assert!(
+        matches!(untrusted, Err(LockError::Connect { .. })),
+        "{untrusted:?}"
+    );
+}
+
+#[tokio::test]
+async fn acl_user_and_wrong_password() {
+    let server = RedisServer::start_with(ServerOptions::new().acl_user("locker", "s3cret"));
+    let client = LockClient::connect(&server.url_with_auth("locker", "s3cret"))
+        .await
+        .unwrap();
+    let guard = client.lock("acl").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    match LockClient::connect(&server.url_with_auth("locker", "wrong")).await {
+        Err(err @ LockError::Authentication { .. }) => {
+            assert!(!err.to_string().contains("wrong"), "password leaked: {err}")
+        }
+        other => panic!("expected Authentication, got {other:?}"),
+    }
+}

@@ -83,7 +83,9 @@ impl ClientInner {
             .or_else(|| self.runtime.clone())
         {
             Some(runtime) => drop(runtime.spawn(fut)),
-            None => tracing::warn!("no tokio runtime to release a lock in the background; its lease will expire"),
+            None => tracing::warn!(
+                "no tokio runtime to release a lock in the background; its lease will expire"
+            ),
         }
     }
 }
@@ -309,7 +311,7 @@ impl LockClientBuilder {
         };
         let backend = RedisBackend::connect(client, settings).await?;
         tracing::debug!(server = backend.server(), "lock client connected");
-        Ok(self.build(Backend::Redis(backend)))
+        Ok(self.build(Backend::Redis(Box::new(backend))))
     }
 
     /// A client on `store`; clients on one store see each other's locks.
@@ -332,12 +334,13 @@ impl LockClientBuilder {
             && (self.root_certificate.is_some() || self.client_identity.is_some())
         {
             let certificates = redis::TlsCertificates {
-                client_tls: self.client_identity.clone().map(|(client_cert, client_key)| {
-                    redis::ClientTlsConfig {
+                client_tls: self
+                    .client_identity
+                    .clone()
+                    .map(|(client_cert, client_key)| redis::ClientTlsConfig {
                         client_cert,
                         client_key,
-                    }
-                }),
+                    }),
                 root_cert: self.root_certificate.clone(),
             };
             redis::Client::build_with_tls(url, certificates).map_err(invalid)?

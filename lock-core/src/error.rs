@@ -117,7 +117,9 @@ impl LockError {
     pub fn is_backend(&self) -> bool {
         matches!(
             self,
-            LockError::Backend { .. } | LockError::Connect { .. } | LockError::Authentication { .. }
+            LockError::Backend { .. }
+                | LockError::Connect { .. }
+                | LockError::Authentication { .. }
         )
     }
 }

@@ -223,6 +223,7 @@ impl Request<'_> {
             key: self.key,
             scope: self.scope,
             armed: true,
+            uncertain: false,
         };
         let reply = self
             .inner
@@ -237,7 +238,10 @@ impl Request<'_> {
             }
             // The request may have been granted without us hearing of it:
             // `pending` releases it on drop.
-            Err(err) => return Err(err),
+            Err(err) => {
+                pending.uncertain = true;
+                return Err(err);
+            }
         };
         pending.armed = false;
         let lock = Arc::new(HeldLock::new(
@@ -264,6 +268,8 @@ struct PendingGrant<'a> {
     key: &'a LockKey,
     scope: &'a Arc<Scope>,
     armed: bool,
+    /// The request failed without an answer: it may still execute later.
+    uncertain: bool,
 }
 
 impl Drop for PendingGrant<'_> {
@@ -273,13 +279,34 @@ impl Drop for PendingGrant<'_> {
         }
         let inner = self.inner.clone();
         let key = self.key.clone();
-        let owner = self.scope.owner.clone();
+        let scope = self.scope.clone();
+        let uncertain = self.uncertain;
         self.inner.spawn(async move {
-            // Same connection, so this runs after the acquire it undoes.
-            match inner.backend.release(&key, &owner).await {
-                Ok(true) => tracing::debug!(key = %key.name, "released a grant whose acquire was cancelled"),
-                Ok(false) => {}
-                Err(err) => tracing::warn!(key = %key.name, error = %err, "could not release a cancelled grant; its lease will expire"),
+            // A cancelled future's request went out on the same connection,
+            // so one release after it suffices. A request that timed out may
+            // still sit unexecuted in a stalled server's buffer, or in a
+            // connection that was replaced: keep releasing (as the owner,
+            // harmless when it holds nothing) until that grant would have
+            // expired anyway.
+            let give_up = Instant::now() + if uncertain { inner.lease } else { Duration::ZERO };
+            let mut delay = Duration::from_millis(100);
+            loop {
+                if scope.holds(&key.name) {
+                    return;
+                }
+                match inner.backend.release(&key, &scope.owner).await {
+                    Ok(true) => {
+                        tracing::debug!(key = %key.name, "released a grant whose acquire was cancelled");
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(err) => tracing::debug!(key = %key.name, error = %err, "could not release a cancelled grant yet"),
+                }
+                if Instant::now() + delay > give_up {
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
             }
         });
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Renewal, RenewItem};
+use crate::backend::{RenewItem, Renewal};
 use crate::client::ClientInner;
 use crate::guard::{HeldLock, HoldState};
 

@@ -75,7 +75,10 @@ macro_rules! behaviour_suite {
 }
 
 fn assert_within(elapsed: Duration, max: Duration, what: &str) {
-    assert!(elapsed <= max, "{what} took {elapsed:?}, expected at most {max:?}");
+    assert!(
+        elapsed <= max,
+        "{what} took {elapsed:?}, expected at most {max:?}"
+    );
 }
 
 /// 8 tasks x 25 rounds of an unsafe read-modify-write under the lock, plus an
@@ -153,7 +156,11 @@ pub async fn release_after_expiry_does_not_delete_new_holder<F: Fixture>(fixture
     assert!(err.to_string().contains("suite:expiry"), "{err}");
     assert!(new.is_held());
     assert!(
-        c.lock("suite:expiry").try_acquire().await.unwrap().is_none(),
+        c.lock("suite:expiry")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
         "the stale release deleted the new holder's lock"
     );
     new.release().await.unwrap();
@@ -188,7 +195,11 @@ pub async fn another_owner_cannot_renew<F: Fixture>(fixture: &F) {
         elapsed >= Duration::from_millis(1100),
         "the fresh lock ended after {elapsed:?}, before its 1.2 s lease"
     );
-    assert_within(elapsed, Duration::from_secs(4), "the fresh lease running out");
+    assert_within(
+        elapsed,
+        Duration::from_secs(4),
+        "the fresh lease running out",
+    );
     next.release().await.unwrap();
     assert!(matches!(
         stale.release().await,
@@ -204,13 +215,22 @@ pub async fn reentrant_in_scope_needs_as_many_releases<F: Fixture>(fixture: &F) 
         .scope(async {
             let inner = a.lock("suite:reentrant").acquire().await.unwrap();
             assert_eq!(inner.hold_count(), 2);
-            assert_eq!(inner.fencing_token(), token, "reentrant holds share a token");
+            assert_eq!(
+                inner.fencing_token(),
+                token,
+                "reentrant holds share a token"
+            );
             let third = a.lock("suite:reentrant").acquire().await.unwrap();
             assert_eq!(third.hold_count(), 3);
             third.release().await.unwrap();
             inner.release().await.unwrap();
             // Still held by the outer guard.
-            assert!(b.lock("suite:reentrant").try_acquire().await.unwrap().is_none());
+            assert!(b
+                .lock("suite:reentrant")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none());
             // Another lock taken in the scope is owned by the same owner.
             let other = a.lock("suite:reentrant:other").acquire().await.unwrap();
             assert_eq!(other.owner(), outer.owner());
@@ -218,7 +238,12 @@ pub async fn reentrant_in_scope_needs_as_many_releases<F: Fixture>(fixture: &F) 
         })
         .await;
     assert_eq!(outer.hold_count(), 1);
-    assert!(b.lock("suite:reentrant").try_acquire().await.unwrap().is_none());
+    assert!(b
+        .lock("suite:reentrant")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
     outer.release().await.unwrap();
     let next = b.lock("suite:reentrant").acquire().await.unwrap();
     assert!(next.fencing_token() > token);
@@ -263,7 +288,12 @@ pub async fn watchdog_keeps_lock_past_lease<F: Fixture>(fixture: &F) {
     for _ in 0..6 {
         tokio::time::sleep(lease / 2).await; // 3x the lease in all
         assert!(guard.is_held());
-        assert!(b.lock("suite:watchdog").try_acquire().await.unwrap().is_none());
+        assert!(b
+            .lock("suite:watchdog")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
     }
     assert!(a.stats().renewal_rounds >= 3, "{:?}", a.stats());
     guard.release().await.unwrap();
@@ -312,7 +342,10 @@ pub async fn fixed_lease_is_not_renewed<F: Fixture>(fixture: &F) {
         guard.release().await,
         Err(LockError::LeaseLost { .. })
     ));
-    assert!(next.is_held(), "the expired holder's release touched the next lock");
+    assert!(
+        next.is_held(),
+        "the expired holder's release touched the next lock"
+    );
     next.release().await.unwrap();
 }
 
@@ -378,7 +411,11 @@ pub async fn crashed_holder_is_replaced_after_its_lease<F: Fixture>(fixture: &F)
         .unwrap();
     let after = taken.elapsed();
     assert!(after >= lease - Duration::from_millis(50), "{after:?}");
-    assert_within(after, lease + Duration::from_millis(1500), "replacing a crashed holder");
+    assert_within(
+        after,
+        lease + Duration::from_millis(1500),
+        "replacing a crashed holder",
+    );
     next.release().await.unwrap();
 }
 
@@ -397,7 +434,13 @@ pub async fn waiter_times_out_at_its_wait<F: Fixture>(fixture: &F) {
     let elapsed = started.elapsed();
     assert!(elapsed >= wait);
     assert_within(elapsed, wait + Duration::from_millis(800), "the wait");
-    assert!(b.lock("suite:timeout").wait(wait).try_acquire().await.unwrap().is_none());
+    assert!(b
+        .lock("suite:timeout")
+        .wait(wait)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
     guard.release().await.unwrap();
 }
 
@@ -457,7 +500,11 @@ pub async fn cancelled_waiter_leaves_no_trace<F: Fixture>(fixture: &F) {
         .acquire()
         .await
         .unwrap();
-    assert_within(released.elapsed(), Duration::from_secs(1), "the next acquisition");
+    assert_within(
+        released.elapsed(),
+        Duration::from_secs(1),
+        "the next acquisition",
+    );
     next.release().await.unwrap();
 }
 
@@ -472,7 +519,11 @@ pub async fn dropped_guard_is_released_in_background<F: Fixture>(fixture: &F) {
         .acquire()
         .await
         .unwrap();
-    assert_within(dropped.elapsed(), Duration::from_secs(2), "background release");
+    assert_within(
+        dropped.elapsed(),
+        Duration::from_secs(2),
+        "background release",
+    );
     next.release().await.unwrap();
     assert_eq!(a.stats().watched_locks, 0);
 }
@@ -495,7 +546,11 @@ pub async fn panicking_holder_releases<F: Fixture>(fixture: &F) {
         .acquire()
         .await
         .unwrap();
-    assert_within(panicked.elapsed(), Duration::from_secs(2), "release after a panic");
+    assert_within(
+        panicked.elapsed(),
+        Duration::from_secs(2),
+        "release after a panic",
+    );
     next.release().await.unwrap();
 }
 
@@ -522,10 +577,7 @@ pub async fn fencing_tokens_increase_and_survive_expiry<F: Fixture>(fixture: &F)
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = b.lock("suite:fence").acquire().await.unwrap();
     assert!(after.fencing_token() > last);
-    let reentered = after
-        .scope(b.lock("suite:fence").acquire())
-        .await
-        .unwrap();
+    let reentered = after.scope(b.lock("suite:fence").acquire()).await.unwrap();
     assert_eq!(reentered.fencing_token(), after.fencing_token());
     reentered.release().await.unwrap();
     after.release().await.unwrap();
@@ -556,7 +608,10 @@ pub async fn bad_input_gets_typed_errors<F: Fixture>(fixture: &F) {
     let zero_watchdog = LockClient::builder()
         .lease(Duration::ZERO)
         .memory(Default::default());
-    assert!(matches!(zero_watchdog, Err(LockError::InvalidConfig { .. })));
+    assert!(matches!(
+        zero_watchdog,
+        Err(LockError::InvalidConfig { .. })
+    ));
     // Nothing was left locked by the failures.
     let guard = a.lock("suite:zero-lease").acquire().await.unwrap();
     guard.release().await.unwrap();
@@ -580,7 +635,11 @@ pub async fn force_release_wakes_a_waiter<F: Fixture>(fixture: &F) {
     let forced = Instant::now();
     assert!(operator.force_release("suite:force").await.unwrap());
     let (acquired, guard) = waiter.await.unwrap().unwrap();
-    assert_within(acquired - forced, Duration::from_secs(1), "wake-up after force release");
+    assert_within(
+        acquired - forced,
+        Duration::from_secs(1),
+        "wake-up after force release",
+    );
     assert!(!operator.force_release("suite:nothing").await.unwrap());
     guard.release().await.unwrap();
     drop(abandoned);

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Attempt;
 use crate::key::LockKey;
-use crate::wake::{WakeHandle, Waiters};
+use crate::wake::{Waiters, WakeHandle};
 
 /// Lock state kept in this process, for tests and single-process programs.
 ///

@@ -41,7 +41,7 @@ pub(crate) type RenewItem = (LockKey, Arc<str>);
 
 #[derive(Debug)]
 pub(crate) enum Backend {
-    Redis(redis::RedisBackend),
+    Redis(Box<redis::RedisBackend>),
     Memory(MemoryStore),
 }
 

@@ -11,9 +11,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubS
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 use tokio::sync::mpsc;
 
-use super::{Attempt, Renewal, RenewItem};
+use super::{Attempt, RenewItem, Renewal};
 use crate::key::LockKey;
-use crate::wake::{WakeHandle, Waiters};
+use crate::wake::{Waiters, WakeHandle};
 use crate::{BackendError, LockError};
 
 /// Takes the lock when it is free (or already ours), bumping the fencing
@@ -154,8 +154,7 @@ impl RedisBackend {
             load.load_script(script).ignore();
         }
         let mut loading = conn.clone();
-        match tokio::time::timeout(settings.response_timeout, load.exec_async(&mut loading)).await
-        {
+        match tokio::time::timeout(settings.response_timeout, load.exec_async(&mut loading)).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => return Err(connect_error(&server, err)),
             Err(_) => {
@@ -194,6 +193,24 @@ impl RedisBackend {
         }
     }
 
+    /// Runs a script invocation; when the connection had dropped (killed,
+    /// server restarted), runs it once more on the connection the manager
+    /// re-established. Every lock script is safe to repeat: acquire is
+    /// idempotent for its owner, release and renewal compare the owner.
+    async fn run_script<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        let mut conn = self.conn.clone();
+        match self.bounded(invocation.invoke_async(&mut conn)).await {
+            Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
+                tracing::debug!(server = %self.server, error = %err, "connection dropped; retrying once");
+                self.bounded(invocation.invoke_async(&mut conn)).await
+            }
+            other => other,
+        }
+    }
+
     /// Maps a failure of a script on `key` to the error the caller sees.
     async fn script_error(&self, key: &LockKey, err: BackendError) -> LockError {
         if let BackendError::Redis(e) = &err {
@@ -226,14 +243,13 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.acquire.prepare_invoke();
         invocation
             .key(&*key.lock)
             .key(&*key.fence)
             .arg(owner)
             .arg(lease_millis(lease));
-        let reply: Result<(i64, i64), _> = self.bounded(invocation.invoke_async(&mut conn)).await;
+        let reply: Result<(i64, i64), _> = self.run_script(&invocation).await;
         match reply {
             Ok((1, token)) => Ok(Attempt::Acquired {
                 token: token as u64,
@@ -246,20 +262,18 @@ impl RedisBackend {
     }
 
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation.key(&*key.lock).key(&*key.channel).arg(owner);
-        match self.bounded(invocation.invoke_async::<i64>(&mut conn)).await {
+        match self.run_script::<i64>(&invocation).await {
             Ok(deleted) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
         }
     }
 
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.force_release.prepare_invoke();
         invocation.key(&*key.lock).key(&*key.channel);
-        match self.bounded(invocation.invoke_async::<i64>(&mut conn)).await {
+        match self.run_script::<i64>(&invocation).await {
             Ok(deleted) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
         }
@@ -286,7 +300,10 @@ impl RedisBackend {
                     Ok(replies) => replies,
                     Err(err) => return failed_all(items.len(), &err),
                 };
-            if replies.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
+            if replies
+                .iter()
+                .any(|r| matches!(r, Err(e) if is_noscript(e)))
+            {
                 if let Err(err) = self.bounded(self.scripts.renew.load_async(&mut conn)).await {
                     return failed_all(items.len(), &err);
                 }
@@ -340,9 +357,7 @@ fn is_noscript(err: &RedisError) -> bool {
 
 fn is_wrong_type(err: &RedisError) -> bool {
     let text = err.to_string();
-    err.code() == Some("WRONGTYPE")
-        || text.contains("WRONGTYPE")
-        || text.contains("not an integer")
+    err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") || text.contains("not an integer")
 }
 
 /// The task that owns the subscription connection: it subscribes to the
