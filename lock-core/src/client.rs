@@ -33,7 +33,7 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// them.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distributed_lock_doc::LockError> {
+/// # async fn demo() -> Result<(), lock_core::LockError> {
 /// use std::time::Duration;
 /// use lock_core::LockClient;
 ///
@@ -42,7 +42,6 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// // ... work on order 42, passing guard.fencing_token() to the store ...
 /// guard.release().await?;
 /// # Ok(()) }
-/// # mod distributed_lock_doc { pub use lock_core::LockError; }
 /// ```
 #[derive(Clone)]
 pub struct LockClient {

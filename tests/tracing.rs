@@ -1,0 +1,66 @@
+//! The lock's `tracing` events carry the lock name.
+
+use distributed_lock::{LockClient, MemoryStore};
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_events_are_traced_with_their_key() {
+    use std::time::Duration;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // Global, so that events of background tasks on any worker are seen
+    // (this file holds only this test).
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let store = MemoryStore::new();
+    let a = LockClient::builder()
+        .lease(Duration::from_millis(90))
+        .memory(store.clone())
+        .unwrap();
+    let b = LockClient::builder().memory(store).unwrap();
+    let guard = a.lock("traced:order").acquire().await.unwrap();
+    let waiter = b
+        .lock("traced:order")
+        .wait(Duration::from_millis(50))
+        .acquire()
+        .await;
+    assert!(waiter.is_err());
+    guard.release().await.unwrap();
+    let lost = a.lock("traced:lost").acquire().await.unwrap();
+    assert!(b.force_release("traced:lost").await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), lost.lost())
+        .await
+        .unwrap();
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    for event in [
+        "lock acquired",
+        "waiting for lock",
+        "lock released",
+        "lock lease lost",
+    ] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(event) && line.contains("key=traced:")),
+            "no `{event}` event with its key in:\n{log}"
+        );
+    }
+}
