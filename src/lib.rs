@@ -1,8 +1,45 @@
 //! Declarative distributed locks for async Rust on Redis.
 //!
-//! This facade re-exports the lock itself ([`lock_core`]); the
+//! This facade re-exports the lock itself (`lock-core`); the
 //! `#[distributed_lock]` attribute and the tower layer join it as they land.
-//! See the README for a quickstart and for what the locks guarantee.
+//! See the README for what the locks guarantee and how fencing tokens close
+//! the gap a lease lock leaves.
+//!
+//! ```
+//! use std::time::Duration;
+//! use distributed_lock::{LockClient, LockError};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! // `LockClient::connect("redis://127.0.0.1:6379/")` for Redis; the
+//! // in-memory backend has the same semantics within one process.
+//! let client = LockClient::memory();
+//!
+//! let guard = client
+//!     .lock("order:42")
+//!     .wait(Duration::from_secs(10))
+//!     .acquire()
+//!     .await?;
+//! let token = guard.fencing_token(); // pass it to the store you write to
+//!
+//! // Another owner (here: another task) does not get it meanwhile.
+//! let other = tokio::spawn({
+//!     let client = client.clone();
+//!     async move { client.lock("order:42").try_acquire().await }
+//! });
+//! assert!(other.await.unwrap()?.is_none());
+//!
+//! // Inside the guard's scope the lock is reentrant.
+//! guard
+//!     .scope(async {
+//!         let nested = client.lock("order:42").acquire().await?;
+//!         assert_eq!(nested.fencing_token(), token);
+//!         nested.release().await
+//!     })
+//!     .await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
