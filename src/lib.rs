@@ -44,3 +44,8 @@
 #![warn(missing_docs)]
 
 pub use lock_core::*;
+
+/// The README's code blocks, compiled as doc tests so they keep matching the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

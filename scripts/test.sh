@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs every test and doc test of the workspace.
+#
+# The Redis tests start their own redis-server processes on free loopback
+# ports (see test-support/); this script only makes sure redis-server and
+# redis-cli are installed, installing them with apt-get when they are missing.
+# It never starts a system Redis service.
+#
+# Usage: bash scripts/test.sh
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+ensure_redis() {
+    if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "redis-server/redis-cli not found: installing redis-server and redis-tools with apt-get" >&2
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: apt-get is not available; install redis-server and redis-cli (Redis >= 6) yourself" >&2
+        return 1
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo -n)
+        else
+            echo "error: not root and no sudo; run: apt-get update && apt-get install -y redis-server redis-tools" >&2
+            return 1
+        fi
+    fi
+    # Keep the package's maintainer scripts from starting a system Redis
+    # service: the tests start their own servers. (policy-rc.d is honoured by
+    # invoke-rc.d and deb-systemd-invoke.)
+    local policy=/usr/sbin/policy-rc.d added_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+        "${sudo[@]}" chmod 755 "$policy"
+        added_policy=1
+    fi
+    local status=0
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || status=$?
+    if [ "$status" -eq 0 ]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q redis-server redis-tools || status=$?
+    fi
+    if [ "$added_policy" -eq 1 ]; then
+        "${sudo[@]}" rm -f "$policy"
+    fi
+    return "$status"
+}
+
+ensure_redis
+echo "using $(redis-server --version)"
+
+# Unit, integration and example targets; then the doc tests, which
+# --all-targets leaves out.
+cargo test --workspace --all-targets
+cargo test --workspace --doc
