@@ -37,9 +37,14 @@ impl ClientInner {
         }
     }
 
-    /// Stops renewing `lock`.
-    pub(crate) fn watchdog_forget(&self, lock: &HeldLock) {
-        self.watchdog.lock().unwrap().locks.remove(&lock.id);
+    /// Stops renewing `lock`; returns whether it was being renewed.
+    pub(crate) fn watchdog_forget(&self, lock: &HeldLock) -> bool {
+        self.watchdog
+            .lock()
+            .unwrap()
+            .locks
+            .remove(&lock.id)
+            .is_some()
     }
 
     /// The locks to renew now; stops the driver (returns `None`) when there are none.
@@ -95,15 +100,17 @@ async fn renew_round(client: &ClientInner, locks: &[Arc<HeldLock>]) -> Duration 
     for (lock, outcome) in locks.iter().zip(outcomes) {
         match outcome {
             Renewal::Renewed => lock.renewed(sent, client.lease),
+            // A lock released while this round was in flight is gone
+            // because of its release, not lost: only tracked locks count.
             Renewal::Gone => {
-                client.watchdog_forget(lock);
-                lock.mark_lost("the lock was deleted, expired or taken over");
+                if client.watchdog_forget(lock) {
+                    lock.mark_lost("the lock was deleted, expired or taken over");
+                }
             }
             Renewal::Failed(err) => {
                 failed = true;
                 tracing::warn!(key = %lock.key.name, error = %err, "lock renewal failed; retrying");
-                if Instant::now() >= lock.valid_until() {
-                    client.watchdog_forget(lock);
+                if Instant::now() >= lock.valid_until() && client.watchdog_forget(lock) {
                     lock.mark_lost("the lease could not be renewed before it ran out");
                 }
             }

@@ -154,15 +154,10 @@ impl RedisBackend {
             load.load_script(script).ignore();
         }
         let mut loading = conn.clone();
-        match tokio::time::timeout(settings.response_timeout, load.exec_async(&mut loading)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => return Err(connect_error(&server, err)),
-            Err(_) => {
-                return Err(LockError::Connect {
-                    server,
-                    source: BackendError::Timeout(settings.response_timeout),
-                })
-            }
+        match bounded(settings.response_timeout, load.exec_async(&mut loading)).await {
+            Ok(()) => {}
+            Err(BackendError::Redis(err)) => return Err(connect_error(&server, err)),
+            Err(source) => return Err(LockError::Connect { server, source }),
         }
         let (waiters, changes) = Waiters::subscribed();
         Ok(RedisBackend {
@@ -185,12 +180,7 @@ impl RedisBackend {
         &self,
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, BackendError> {
-        let timeout = self.settings.response_timeout;
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(err.into()),
-            Err(_) => Err(BackendError::Timeout(timeout)),
-        }
+        bounded(self.settings.response_timeout, fut).await
     }
 
     /// Runs a script invocation; when the connection had dropped (killed,
@@ -504,10 +494,17 @@ impl Subscriber {
         &self,
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, BackendError> {
-        let timeout = self.settings.response_timeout;
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(BackendError::Timeout(timeout)),
-        }
+        bounded(self.settings.response_timeout, fut).await
+    }
+}
+
+/// Runs `fut`, failing with [`BackendError::Timeout`] after `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, BackendError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(BackendError::Timeout(timeout)),
     }
 }
