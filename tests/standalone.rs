@@ -501,3 +501,52 @@ async fn acl_user_and_wrong_password() {
         other => panic!("expected Authentication, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subscription_connection_serves_all_waiters_of_a_client() {
+    let fixture = Standalone::new();
+    let (holder, waiter) = (fixture.client().await, fixture.client().await);
+    let mut guards = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..10 {
+        let name = format!("shared-sub:{i}");
+        guards.push(holder.lock(name.clone()).acquire().await.unwrap());
+        let waiter = waiter.clone();
+        waiting.push(tokio::spawn(async move {
+            waiter
+                .lock(name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg(&["LIST"])
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    // Connections in subscriber mode carry the P flag.
+    let connections: Vec<&str> = list.lines().filter(|l| l.contains(" flags=P ")).collect();
+    assert_eq!(connections.len(), 1, "{list}");
+    assert!(connections[0].contains("sub=10"), "{list}");
+    let released = Instant::now();
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for task in waiting {
+        task.await.unwrap().release().await.unwrap();
+    }
+    assert!(
+        released.elapsed() <= Duration::from_secs(2),
+        "{:?}",
+        released.elapsed()
+    );
+    // The channels are unsubscribed once their waiters are gone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let list: String = redis::cmd("CLIENT")
+        .arg(&["LIST"])
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    assert!(list.lines().all(|l| l.contains(" sub=0 ")), "{list}");
+}
