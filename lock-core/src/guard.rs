@@ -92,17 +92,16 @@ impl HeldLock {
 
     /// Marks the lease lost (once) and tells every `lost()` waiter.
     pub(crate) fn mark_lost(&self, reason: &'static str) {
-        let changed = self.state.send_if_modified(|state| {
-            if *state == HoldState::Held {
-                *state = HoldState::Lost(reason);
-                true
-            } else {
-                false
+        self.state.send_if_modified(|state| {
+            if *state != HoldState::Held {
+                return false;
             }
-        });
-        if changed {
+            *state = HoldState::Lost(reason);
+            // Logged before `lost()` waiters are woken, so the event is in
+            // the log by the time they react.
             tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
-        }
+            true
+        });
     }
 
     fn lost_error(&self) -> Option<LockError> {
