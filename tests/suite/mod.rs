@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockClientBuilder, LockError};
+use distributed_lock::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::time::Instant;
 
 /// A backend under test: hands out independent clients on one store.
@@ -79,6 +79,25 @@ fn assert_within(elapsed: Duration, max: Duration, what: &str) {
         elapsed <= max,
         "{what} took {elapsed:?}, expected at most {max:?}"
     );
+}
+
+/// Acquires `name` for `client`, waiting as long as 20 s, and asserts that
+/// it came within `max` of `since` (a release, drop or panic).
+async fn acquire_promptly(
+    client: &LockClient,
+    name: &str,
+    since: Instant,
+    max: Duration,
+    what: &str,
+) -> LockGuard {
+    let guard = client
+        .lock(name)
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert_within(since.elapsed(), max, what);
+    guard
 }
 
 /// 8 tasks x 25 rounds of an unsafe read-modify-write under the lock, plus an
@@ -494,17 +513,14 @@ pub async fn cancelled_waiter_leaves_no_trace<F: Fixture>(fixture: &F) {
         .is_err());
     let released = Instant::now();
     guard.release().await.unwrap();
-    let next = c
-        .lock("suite:cancel-wait")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
-    assert_within(
-        released.elapsed(),
+    let next = acquire_promptly(
+        &c,
+        "suite:cancel-wait",
+        released,
         Duration::from_secs(1),
         "the next acquisition",
-    );
+    )
+    .await;
     next.release().await.unwrap();
 }
 
@@ -513,17 +529,14 @@ pub async fn dropped_guard_is_released_in_background<F: Fixture>(fixture: &F) {
     let guard = a.lock("suite:drop").acquire().await.unwrap(); // 30 s watchdog lease
     let dropped = Instant::now();
     drop(guard);
-    let next = b
-        .lock("suite:drop")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    assert_within(
-        dropped.elapsed(),
+    let next = acquire_promptly(
+        &b,
+        "suite:drop",
+        dropped,
         Duration::from_secs(2),
         "background release",
-    );
+    )
+    .await;
     next.release().await.unwrap();
     assert_eq!(a.stats().watched_locks, 0);
 }
@@ -540,17 +553,14 @@ pub async fn panicking_holder_releases<F: Fixture>(fixture: &F) {
     held_rx.await.unwrap();
     assert!(task.await.unwrap_err().is_panic());
     let panicked = Instant::now();
-    let next = b
-        .lock("suite:panic")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    assert_within(
-        panicked.elapsed(),
+    let next = acquire_promptly(
+        &b,
+        "suite:panic",
+        panicked,
         Duration::from_secs(2),
         "release after a panic",
-    );
+    )
+    .await;
     next.release().await.unwrap();
 }
 
