@@ -18,8 +18,10 @@ use distributed_lock::{LockClient, LockError};
 async fn main() -> Result<(), LockError> {
     let client = match std::env::var("REDIS_URL") {
         Ok(url) => {
-            println!("backend: Redis at {url}");
-            LockClient::connect(&url).await?
+            let client = LockClient::connect(&url).await?;
+            // The server only: the URL may carry a password.
+            println!("backend: Redis at {}", client.server());
+            client
         }
         Err(_) => {
             println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");

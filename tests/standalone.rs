@@ -550,3 +550,45 @@ async fn one_subscription_connection_serves_all_waiters_of_a_client() {
         .unwrap();
     assert!(list.lines().all(|l| l.contains(" sub=0 ")), "{list}");
 }
+
+/// The ACL rule the README gives is enough for every lock operation,
+/// wake-ups included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_acl_rule_is_sufficient() {
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish";
+    let mut options = ServerOptions::new().arg("--user").arg("minimal");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let url = server.url_with_auth("minimal", "pw");
+    let (a, b) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::builder()
+            .lease(Duration::from_millis(300))
+            .connect(&url)
+            .await
+            .unwrap(),
+    );
+    let guard = b.lock("acl:min").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // renewals ran
+    assert!(guard.is_held());
+    let waiter = tokio::spawn(async move {
+        a.lock("acl:min")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map(|guard| (Instant::now(), guard))
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, next) = waiter.await.unwrap().unwrap();
+    assert!(
+        acquired - released <= Duration::from_secs(1),
+        "not woken by pub/sub"
+    );
+    next.release().await.unwrap();
+    assert!(b.force_release("acl:min").await.is_ok());
+}
