@@ -247,15 +247,7 @@ async fn killed_connections_reconnect_and_renewal_continues() {
     let holder = suite::client_with_lease(&fixture, lease).await;
     let waiter = fixture.client().await;
     let guard = holder.lock("killed").acquire().await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock("killed")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        (Instant::now(), guard)
-    });
+    let waiting = suite::spawn_waiter(waiter, "killed");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rounds = holder.stats().renewal_rounds;
     let mut conn = fixture.server.conn();
@@ -574,17 +566,11 @@ async fn the_readme_acl_rule_is_sufficient() {
     let guard = b.lock("acl:min").acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await; // renewals ran
     assert!(guard.is_held());
-    let waiter = tokio::spawn(async move {
-        a.lock("acl:min")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .map(|guard| (Instant::now(), guard))
-    });
+    let waiter = suite::spawn_waiter(a, "acl:min");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
     guard.release().await.unwrap();
-    let (acquired, next) = waiter.await.unwrap().unwrap();
+    let (acquired, next) = waiter.await.unwrap();
     assert!(
         acquired - released <= Duration::from_secs(1),
         "not woken by pub/sub"

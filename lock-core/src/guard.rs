@@ -288,8 +288,8 @@ impl Drop for LockGuard {
         if self.done || !self.scope.drop_hold(&self.lock) {
             return;
         }
+        // `release_last` stops the renewals first.
         let lock = self.lock.clone();
-        lock.client.watchdog_forget(&lock);
         let client = lock.client.clone();
         client.spawn(lock.release_in_background());
     }

@@ -35,6 +35,32 @@ pub async fn client_with_lease<F: Fixture>(fixture: &F, lease: Duration) -> Lock
         .await
 }
 
+/// `N` new clients (each its own owner) on the fixture's store.
+pub async fn clients<F: Fixture, const N: usize>(fixture: &F) -> [LockClient; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(fixture.client().await);
+    }
+    clients.try_into().expect("N clients")
+}
+
+/// Spawns a waiter on `name` (wait 20 s) that reports when it got the lock.
+pub fn spawn_waiter(
+    client: LockClient,
+    name: &str,
+) -> tokio::task::JoinHandle<(Instant, LockGuard)> {
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let guard = client
+            .lock(name)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    })
+}
+
 /// Generates one `#[tokio::test]` per suite test, on the fixture `$make`.
 #[macro_export]
 macro_rules! behaviour_suite {
@@ -149,11 +175,7 @@ pub async fn busy_lock_is_busy_for_another_owner<F: Fixture>(fixture: &F) {
 }
 
 pub async fn release_after_expiry_does_not_delete_new_holder<F: Fixture>(fixture: &F) {
-    let (a, b, c) = (
-        fixture.client().await,
-        fixture.client().await,
-        fixture.client().await,
-    );
+    let [a, b, c] = clients(fixture).await;
     let old = a
         .lock("suite:expiry")
         .lease(Duration::from_millis(200))
@@ -498,11 +520,7 @@ pub async fn cancelled_acquire_never_leaves_lock_held<F: Fixture>(fixture: &F) {
 }
 
 pub async fn cancelled_waiter_leaves_no_trace<F: Fixture>(fixture: &F) {
-    let (a, b, c) = (
-        fixture.client().await,
-        fixture.client().await,
-        fixture.client().await,
-    );
+    let [a, b, c] = clients(fixture).await;
     let guard = a.lock("suite:cancel-wait").acquire().await.unwrap();
     let waiting = b
         .lock("suite:cancel-wait")
@@ -628,23 +646,13 @@ pub async fn bad_input_gets_typed_errors<F: Fixture>(fixture: &F) {
 }
 
 pub async fn force_release_wakes_a_waiter<F: Fixture>(fixture: &F) {
-    let (a, b, operator) = (
-        fixture.client().await,
-        fixture.client().await,
-        fixture.client().await,
-    );
+    let [a, b, operator] = clients(fixture).await;
     let abandoned = a.lock("suite:force").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        b.lock("suite:force")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .map(|guard| (Instant::now(), guard))
-    });
+    let waiter = spawn_waiter(b, "suite:force");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let forced = Instant::now();
     assert!(operator.force_release("suite:force").await.unwrap());
-    let (acquired, guard) = waiter.await.unwrap().unwrap();
+    let (acquired, guard) = waiter.await.unwrap();
     assert_within(
         acquired - forced,
         Duration::from_secs(1),
