@@ -1,9 +1,9 @@
 //! Declarative distributed locks for async Rust on Redis.
 //!
-//! This facade re-exports the lock itself (`lock-core`); the
-//! `#[distributed_lock]` attribute and the tower layer join it as they land.
-//! See the README for what the locks guarantee and how fencing tokens close
-//! the gap a lease lock leaves.
+//! This facade re-exports the lock itself (`lock-core`) and the
+//! [`#[distributed_lock]`](macro@distributed_lock) attribute. See the README
+//! for what the locks guarantee and how fencing tokens close the gap a lease
+//! lock leaves.
 //!
 //! ```
 //! use std::time::Duration;
@@ -44,6 +44,67 @@
 #![warn(missing_docs)]
 
 pub use lock_core::*;
+
+/// Runs an `async fn` under a distributed lock, Spring-style.
+///
+/// ```
+/// use distributed_lock::{distributed_lock, LockClient, LockError};
+///
+/// struct Orders {
+///     locks: LockClient,
+/// }
+///
+/// impl Orders {
+///     // Key from the arguments; wait up to 10 s for a busy order; the
+///     // lease is renewed by the watchdog while the body runs.
+///     #[distributed_lock(key = "order:{id}", wait = "10s", client = self.locks)]
+///     async fn pay(&self, id: u64) -> Result<u64, LockError> {
+///         // The lock's fencing token, for the store the payment is written to.
+///         let token = distributed_lock::current().unwrap().fencing_token();
+///         Ok(token)
+///     }
+/// }
+///
+/// // A job that runs on one replica at a time; the others skip it.
+/// #[distributed_lock(key = "job:nightly-report", on_busy = skip)]
+/// async fn nightly_report() {
+///     // ...
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let client = LockClient::memory();
+/// distributed_lock::set_global_client(client.clone()); // used by `nightly_report`
+/// let orders = Orders { locks: client };
+/// assert_eq!(orders.pay(42).await?, 1);
+/// nightly_report().await;
+/// # Ok(()) }
+/// ```
+///
+/// | option | meaning |
+/// |---|---|
+/// | `key = "order:{id}"` | lock name template: `{arg}`, `{arg.field}`, `{self.field}`, `{arg.method()}`, `<arg>`; `{{`, `}}`, `<<` for literal `{`, `}`, `<` |
+/// | `keys = ["a:{x}", "a:{y}"]` | several locks, all or nothing, acquired in sorted order (no deadlock with swapped arguments) |
+/// | `wait = "10s"` | wait for a busy lock (humantime, checked at compile time); `"0s"`/absent tries once; `"forever"` |
+/// | `lease = "30s"` | fixed lease, not renewed; absent: watchdog renews every lease/3 |
+/// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
+/// | `on_busy = skip` | a busy lock returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body |
+/// | `client = expr` | the `LockClient` (or `&LockClient`, `Arc<LockClient>`) to use; default: [`set_global_client`]'s |
+/// | `crate = "path"` | the path of this crate when renamed in `Cargo.toml` |
+/// | `abort_on_lost` | cancel the body and return `LockError::LeaseLost` when the lease is lost mid-body |
+///
+/// Inside the body, [`current`] gives the lock's key and fencing token;
+/// calls of annotated functions on the same key in one call chain are
+/// reentrant. The body runs in its own future that owns the arguments.
+///
+/// # Cancel safety
+/// Dropping the function's future releases the lock (in the background):
+/// during the wait nothing is held, during the body the guard is dropped,
+/// during the release the release completes on its own task.
+pub use lock_macros::distributed_lock;
+
+#[doc(hidden)]
+pub mod __private;
 
 /// The README's code blocks, compiled as doc tests so they keep matching the API.
 #[cfg(doctest)]

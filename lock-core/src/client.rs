@@ -12,7 +12,7 @@ use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
 use crate::backend::{Backend, MemoryStore};
 use crate::key::LockKey;
 use crate::watchdog::WatchdogState;
-use crate::{Lock, LockError};
+use crate::{Lock, LockError, MultiLock};
 
 /// The default lease of watchdog-mode locks (renewed every third of it).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -145,6 +145,16 @@ impl LockClient {
     /// A lock on `name` (e.g. `"order:42"`), to configure and acquire.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// Several locks to take together, all or nothing, in sorted order (so two
+    /// callers naming the same locks in another order cannot deadlock).
+    pub fn lock_all<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        MultiLock::new(self.clone(), names.into_iter().map(Into::into).collect())
     }
 
     /// Deletes the lock `name` whoever holds it and wakes a waiter: an

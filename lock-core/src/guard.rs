@@ -104,7 +104,7 @@ impl HeldLock {
         });
     }
 
-    fn lost_error(&self) -> Option<LockError> {
+    pub(crate) fn lost_error(&self) -> Option<LockError> {
         let reason = match self.state() {
             HoldState::Lost(reason) => reason,
             _ if Instant::now() >= self.valid_until() => "the lease ran out before release",
@@ -239,8 +239,48 @@ impl LockGuard {
     /// lock inside it are reentrant (counted in the client), and other locks
     /// taken inside it belong to the same owner. The `#[distributed_lock]`
     /// attribute wraps the function body in this.
+    ///
+    /// Inside, [`current`](crate::current) returns this lock.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        self.scope.clone().run(fut)
+        let scope = self.scope.clone();
+        let lock = self.lock.clone();
+        async move {
+            let frame = crate::current::enter([lock]);
+            scope.run(crate::current::run(frame, fut)).await
+        }
+    }
+
+    /// Runs `fut` in this guard's [`scope`](LockGuard::scope) unless the
+    /// lease is lost first: then `fut` is dropped (cancelled at its current
+    /// `.await`) and [`LockError::LeaseLost`] returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as far as the lock goes (the guard is untouched); `fut`
+    /// is dropped with it.
+    pub async fn scope_or_lost<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        tokio::select! {
+            biased;
+            output = self.scope(fut) => Ok(output),
+            () = self.lost() => Err(self.lost_reason()),
+        }
+    }
+
+    /// The error for a lost lease (also when called a little early).
+    pub(crate) fn lost_reason(&self) -> LockError {
+        self.lock
+            .lost_error()
+            .unwrap_or_else(|| LockError::LeaseLost {
+                key: self.key().to_owned(),
+                reason: "the lease ran out",
+            })
+    }
+
+    pub(crate) fn held(&self) -> &Arc<HeldLock> {
+        &self.lock
+    }
+
+    pub(crate) fn owner_scope(&self) -> &Arc<Scope> {
+        &self.scope
     }
 
     /// Releases the lock (for a reentrant hold: drops one hold; the lock is

@@ -38,10 +38,13 @@
 
 mod backend;
 mod client;
+mod current;
 mod error;
+mod global;
 mod guard;
 mod key;
 mod lock;
+mod multi;
 mod scope;
 mod wake;
 mod watchdog;
@@ -51,10 +54,13 @@ pub use client::{
     ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE,
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_WATCHDOG_LEASE,
 };
+pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError};
+pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use lock::Lock;
+pub use multi::{MultiLock, MultiLockGuard};
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;

@@ -1,0 +1,379 @@
+//! Code generation: wraps the function body in acquire / run in the lock's
+//! scope / release.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{
+    Block, Expr, FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
+    TypeParamBound,
+};
+
+use crate::attr::{Args, OnBusy, Wait};
+use crate::template::{Scope, Template};
+
+/// Expands `#[distributed_lock(attr)] item`. On an error in the arguments the
+/// original function is emitted next to the errors, so the rest of the crate
+/// (and the IDE) still sees it.
+pub(crate) fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let err = syn::Error::new(
+                Span::call_site(),
+                "#[distributed_lock] goes on an `async fn` (a free function or a method)",
+            );
+            let err = err.to_compile_error();
+            return quote! { #err #item };
+        }
+    };
+    match expand(attr, &func) {
+        Ok(tokens) => tokens,
+        Err(err) => {
+            let err = err.to_compile_error();
+            quote! { #err #func }
+        }
+    }
+}
+
+/// The async body to wrap: the function's own (`async fn`), or the
+/// `Box::pin(async move { .. })` that `#[async_trait]` turned it into.
+enum Shape<'a> {
+    AsyncFn,
+    AsyncTrait {
+        body: &'a syn::ExprAsync,
+        output: Type,
+    },
+}
+
+fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
+    let parsed = syn::parse::Parser::parse2(Args::parse, attr);
+    let shape = shape(func);
+    // Report argument and shape errors together.
+    let (args, shape) = match (parsed, shape) {
+        (Ok(args), Ok(shape)) => (args, shape),
+        (Err(mut a), Err(b)) => {
+            a.combine(b);
+            return Err(a);
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+
+    let krate = match &args.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::distributed_lock),
+    };
+    let (output, output_span): (Type, Span) = match &shape {
+        Shape::AsyncFn => match &func.sig.output {
+            ReturnType::Default => (syn::parse_quote!(()), func.sig.ident.span()),
+            ReturnType::Type(_, ty) => ((**ty).clone(), ty.span()),
+        },
+        Shape::AsyncTrait { output, .. } => (output.clone(), output.span()),
+    };
+    let returns_result = is_result(&output);
+
+    // Templates: placeholders must name arguments.
+    let mut names = Vec::new();
+    let mut has_self = false;
+    for input in &func.sig.inputs {
+        match input {
+            FnArg::Receiver(_) => has_self = true,
+            FnArg::Typed(typed) => bindings(&typed.pat, &mut names),
+        }
+    }
+    let fn_name = func.sig.ident.to_string();
+    let scope = Scope {
+        args: &names,
+        has_self,
+        fn_name: &fn_name,
+    };
+    let mut keys = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    for lit in &args.keys {
+        match Template::parse(lit, &scope) {
+            Ok(template) => {
+                let format = &template.format;
+                let exprs = &template.exprs;
+                keys.push(quote_spanned! {lit.span()=>
+                    ::std::format!(#format #(, #exprs)*)
+                });
+            }
+            Err(err) => match &mut errors {
+                Some(errors) => errors.combine(err),
+                None => errors = Some(err),
+            },
+        }
+    }
+    let mut check = |ok: bool, span: Span, msg: &str| {
+        if !ok {
+            let err = syn::Error::new(span, msg);
+            match &mut errors {
+                Some(errors) => errors.combine(err),
+                None => errors = Some(err),
+            }
+        }
+    };
+    if args.on_busy == OnBusy::Error {
+        check(
+            returns_result,
+            args.on_busy_span.unwrap_or(output_span),
+            "`on_busy = error` (the default) needs a function that returns `Result<T, E>` with `E: From<LockError>`; use `on_busy = skip` to return `Default::default()` instead when the lock is busy",
+        );
+    }
+    if let Some(span) = args.abort_on_lost {
+        check(
+            returns_result,
+            span,
+            "`abort_on_lost` needs a function that returns `Result<T, E>` with `E: From<LockError>`: the lost lease is returned as `LockError::LeaseLost`",
+        );
+    }
+    if let Some(errors) = errors {
+        return Err(errors);
+    }
+
+    let client = match &args.client {
+        Some(expr) => quote_spanned! {expr.span()=>
+            ::core::option::Option::Some(
+                ::core::borrow::Borrow::<#krate::LockClient>::borrow(&(#expr))
+            )
+        },
+        None => quote!(::core::option::Option::None),
+    };
+    let wait = match args.wait {
+        Wait::Once => quote!(#krate::__private::Wait::Once),
+        Wait::Forever => quote!(#krate::__private::Wait::Forever),
+        Wait::For(d) => {
+            let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+            quote!(#krate::__private::Wait::For(::core::time::Duration::new(#secs, #nanos)))
+        }
+    };
+    let lease = match args.lease {
+        None => quote!(::core::option::Option::None),
+        Some(d) => {
+            let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+            quote!(::core::option::Option::Some(::core::time::Duration::new(#secs, #nanos)))
+        }
+    };
+    // Conversions into the user's error type are spanned at the return
+    // type, so a missing `From<LockError>` is reported there.
+    let into_err = quote_spanned! {output_span=>
+        ::core::result::Result::Err(::core::convert::From::from(__lock_error))
+    };
+    let on_error = match (args.on_busy, returns_result) {
+        (OnBusy::Error, _) => quote!(return #into_err;),
+        (OnBusy::Skip, true) => quote! {
+            return match #krate::__private::skip(__lock_error, #fn_name) {
+                ::core::option::Option::None => ::core::result::Result::Ok(::core::default::Default::default()),
+                ::core::option::Option::Some(__lock_error) => #into_err,
+            };
+        },
+        (OnBusy::Skip, false) => {
+            let default = quote_spanned! {output_span=> ::core::default::Default::default() };
+            quote! {
+                #krate::__private::skip(__lock_error, #fn_name);
+                return #default;
+            }
+        }
+    };
+    let run = if args.abort_on_lost.is_some() {
+        quote! {
+            match __lock_guard.scope_or_lost(__lock_body).await {
+                ::core::result::Result::Ok(__lock_output) => __lock_output,
+                ::core::result::Result::Err(__lock_error) => return #into_err,
+            }
+        }
+    } else {
+        quote!(__lock_guard.scope(__lock_body).await)
+    };
+
+    let body = match &shape {
+        Shape::AsyncFn => {
+            let block = &func.block;
+            quote! { #block }
+        }
+        Shape::AsyncTrait { body, .. } => {
+            let block = &body.block;
+            quote! { #block }
+        }
+    };
+    // The "fake return": the body's value is checked against the declared
+    // return type, so type errors point at the user's code.
+    let output_ty = if contains_impl_trait(&output) {
+        quote!()
+    } else {
+        quote!(: #output)
+    };
+    let wrapped = quote! {
+        {
+            let __lock_acquired = #krate::__private::acquire(
+                #client,
+                ::std::vec![#(#keys),*],
+                #wait,
+                #lease,
+            )
+            .await;
+            let __lock_guard = match __lock_acquired {
+                ::core::result::Result::Ok(__lock_guard) => __lock_guard,
+                ::core::result::Result::Err(__lock_error) => { #on_error }
+            };
+            let __lock_body = async move {
+                let __lock_return #output_ty = #body;
+                #[allow(unreachable_code)]
+                __lock_return
+            };
+            let __lock_output = #run;
+            #krate::__private::release(__lock_guard, #fn_name).await;
+            __lock_output
+        }
+    };
+
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    let sig = &func.sig;
+    Ok(match &shape {
+        Shape::AsyncFn => quote! {
+            #(#attrs)* #vis #sig #wrapped
+        },
+        Shape::AsyncTrait { body, .. } => {
+            // Replace the `async move { .. }` inside `Box::pin(..)`.
+            let mut block: Block = (*func.block).clone();
+            let replaced: syn::ExprAsync = syn::parse_quote! { async move #wrapped };
+            replace_async(&mut block, body, replaced);
+            quote! { #(#attrs)* #vis #sig #block }
+        }
+    })
+}
+
+/// Which body to wrap; an error at `fn` when there is no async body.
+fn shape(func: &ItemFn) -> syn::Result<Shape<'_>> {
+    if func.sig.asyncness.is_some() {
+        return Ok(Shape::AsyncFn);
+    }
+    if let (Some(body), ReturnType::Type(_, ty)) = (async_trait_body(&func.block), &func.sig.output)
+    {
+        if let Some(output) = future_output(ty) {
+            return Ok(Shape::AsyncTrait { body, output });
+        }
+    }
+    Err(syn::Error::new(
+        func.sig.fn_token.span(),
+        "#[distributed_lock] needs an `async fn`: the lock is held across the awaits of its body",
+    ))
+}
+
+/// The `async move { .. }` of a body ending in `Box::pin(async move { .. })`,
+/// the shape `#[async_trait]` gives a method.
+fn async_trait_body(block: &Block) -> Option<&syn::ExprAsync> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
+        return None;
+    };
+    let Expr::Path(path) = &*call.func else {
+        return None;
+    };
+    let segments: Vec<String> = path
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    if !segments.ends_with(&["Box".to_owned(), "pin".to_owned()]) || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first() {
+        Some(Expr::Async(body)) => Some(body),
+        _ => None,
+    }
+}
+
+fn replace_async(block: &mut Block, old: &syn::ExprAsync, new: syn::ExprAsync) {
+    if let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() {
+        if let Some(arg @ Expr::Async(_)) = call.args.first_mut() {
+            if matches!(arg, Expr::Async(body) if body == old) {
+                *arg = Expr::Async(new);
+            }
+        }
+    }
+}
+
+/// `R` from `Pin<Box<dyn Future<Output = R> + ..>>`.
+fn future_output(ty: &Type) -> Option<Type> {
+    let Type::Path(pin) = ty else { return None };
+    let pin = pin.path.segments.last()?;
+    let boxed = single_type_arg(&pin.arguments)?;
+    let Type::Path(boxed) = boxed else {
+        return None;
+    };
+    let dyn_future = single_type_arg(&boxed.path.segments.last()?.arguments)?;
+    let Type::TraitObject(object) = dyn_future else {
+        return None;
+    };
+    object.bounds.iter().find_map(|bound| {
+        let TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let last = bound.path.segments.last()?;
+        if last.ident != "Future" {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(assoc.ty.clone()),
+            _ => None,
+        })
+    })
+}
+
+fn single_type_arg(args: &PathArguments) -> Option<&Type> {
+    let PathArguments::AngleBracketed(args) = args else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
+/// Whether the return type is a `Result` (or an alias named `...Result`,
+/// such as `io::Result` or `anyhow::Result`).
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident.to_string().ends_with("Result")),
+        Type::Group(group) => is_result(&group.elem),
+        Type::Paren(paren) => is_result(&paren.elem),
+        _ => false,
+    }
+}
+
+fn contains_impl_trait(ty: &Type) -> bool {
+    ty.to_token_stream()
+        .into_iter()
+        .any(|tree| matches!(&tree, proc_macro2::TokenTree::Ident(i) if i == "impl"))
+        || matches!(ty, Type::ImplTrait(_))
+}
+
+/// The variables a parameter pattern binds.
+fn bindings(pat: &Pat, out: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            out.push(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                bindings(sub, out);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Struct(st) => st.fields.iter().for_each(|f| bindings(&f.pat, out)),
+        Pat::Reference(reference) => bindings(&reference.pat, out),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Type(typed) => bindings(&typed.pat, out),
+        Pat::Paren(paren) => bindings(&paren.pat, out),
+        Pat::Or(or) => or.cases.iter().for_each(|p| bindings(p, out)),
+        _ => {}
+    }
+}

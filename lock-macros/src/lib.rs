@@ -1,0 +1,51 @@
+//! The `#[distributed_lock]` attribute of `distributed-lock`.
+//!
+//! Use it through the facade crate (`distributed_lock::distributed_lock`);
+//! the generated code names only paths under it. Parsing lives in `attr`
+//! and `template`, code generation in `expand`.
+#![deny(unsafe_code, unreachable_pub)]
+#![warn(missing_docs)]
+
+use proc_macro::TokenStream;
+
+mod attr;
+mod expand;
+mod template;
+
+/// Runs an `async fn` under a distributed lock.
+///
+/// ```text
+/// #[distributed_lock(key = "order:{id}", wait = "10s")]
+/// async fn pay(id: u64) -> Result<Receipt, AppError> { /* ... */ }
+/// ```
+///
+/// The key is built from the (borrowed) arguments before the body runs; the
+/// lock is acquired with the given wait, the body runs with the guard alive
+/// (the watchdog renewing its lease), and the lock is released when the body
+/// returns, returns early with `?`, panics, or its future is dropped.
+///
+/// Options:
+/// - `key = "order:{id}"`: the lock name, a template over the arguments:
+///   `{arg}`, `{arg.field}`, `{self.field}`, `{arg.method()}`, or `<arg>`.
+///   `{{`, `}}` and `<<` write a literal `{`, `}` and `<`.
+/// - `keys = ["account:{from}", "account:{to}"]`: several locks, acquired
+///   all or nothing in sorted order, so calls with swapped arguments never
+///   deadlock.
+/// - `wait = "10s"`: how long to wait for a busy lock (humantime, checked at
+///   compile time); `"0s"` or absent tries once; `"forever"` waits as long as
+///   it takes.
+/// - `lease = "30s"`: a fixed lease, not renewed; absent: watchdog mode.
+/// - `on_busy = error` (default): the function returns
+///   `Result<T, E>` with `E: From<LockError>` and a busy lock (or any lock
+///   error) is returned as `Err`. `on_busy = skip`: a busy lock returns
+///   `Default::default()` (`()`, `None`, ... or `Ok(Default::default())`
+///   for a `Result`) without running the body.
+/// - `client = expr`: the `LockClient` (or `&LockClient`, `Arc<LockClient>`)
+///   to lock with; default the one installed with `set_global_client`.
+/// - `crate = "path"`: where the `distributed_lock` crate is, when renamed.
+/// - `abort_on_lost`: cancel the body and return `LockError::LeaseLost` when
+///   the lease is lost while it runs.
+#[proc_macro_attribute]
+pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(attr.into(), item.into()).into()
+}
