@@ -124,6 +124,26 @@ impl LockError {
     }
 }
 
+/// For functions that return `std::io::Result` (such as a
+/// `#[distributed_lock]` fn doing file or socket work): the lock error is
+/// kept as the source, with a kind that says what happened.
+impl From<LockError> for std::io::Error {
+    fn from(err: LockError) -> Self {
+        use std::io::ErrorKind;
+        let kind = match &err {
+            LockError::Busy { .. } => ErrorKind::WouldBlock,
+            LockError::TimedOut { .. } => ErrorKind::TimedOut,
+            LockError::InvalidKey { .. } | LockError::InvalidConfig { .. } => {
+                ErrorKind::InvalidInput
+            }
+            LockError::Authentication { .. } => ErrorKind::PermissionDenied,
+            LockError::Connect { .. } => ErrorKind::ConnectionRefused,
+            _ => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, err)
+    }
+}
+
 /// A failure of the storage behind the lock.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

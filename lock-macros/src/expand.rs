@@ -177,13 +177,13 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let run = if args.abort_on_lost.is_some() {
         quote! {
-            match __lock_guard.scope_or_lost(__lock_body).await {
+            match #krate::MultiLockGuard::scope_or_lost(&__lock_guard, __lock_body).await {
                 ::core::result::Result::Ok(__lock_output) => __lock_output,
                 ::core::result::Result::Err(__lock_error) => return #into_err,
             }
         }
     } else {
-        quote!(__lock_guard.scope(__lock_body).await)
+        quote!(#krate::MultiLockGuard::scope(&__lock_guard, __lock_body).await)
     };
 
     let body = match &shape {
@@ -375,5 +375,82 @@ fn bindings(pat: &Pat, out: &mut Vec<String>) {
         Pat::Paren(paren) => bindings(&paren.pat, out),
         Pat::Or(or) => or.cases.iter().for_each(|p| bindings(p, out)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod snapshots {
+    //! Expansion snapshots: what users get, for reviewers to read. Set
+    //! `UPDATE_SNAPSHOTS=1` to rewrite them after an intended change.
+
+    use std::path::PathBuf;
+
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn check(name: &str, attr: TokenStream, item: TokenStream) {
+        let expanded = super::distributed_lock(attr.clone(), item.clone());
+        let file: syn::File = syn::parse2(expanded).expect("the expansion parses as Rust");
+        let text = format!(
+            "// #[distributed_lock({attr})]\n// {item}\n\n{}",
+            prettyplease::unparse(&file)
+        );
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("snapshots")
+            .join(format!("{name}.rs"));
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            expected == text,
+            "expansion of {name} changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff of {}:\n{text}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn pay_with_wait() {
+        check(
+            "pay",
+            quote!(key = "order:{id}", wait = "10s"),
+            quote! {
+                async fn pay(id: u64) -> Result<Receipt, AppError> {
+                    charge(id).await?;
+                    Ok(Receipt::new(id))
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn transfer_with_two_keys_and_abort_on_lost() {
+        check(
+            "transfer",
+            quote!(
+                keys = ["account:{from.id}", "account:<to>"],
+                lease = "5s",
+                abort_on_lost,
+                client = self.locks
+            ),
+            quote! {
+                pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
+                    self.ledger.move_funds(from.id, to).await
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn nightly_job_skips() {
+        check(
+            "nightly_job",
+            quote!(key = "job:nightly", on_busy = skip, crate = "locks"),
+            quote! {
+                async fn nightly() {
+                    build_report().await;
+                }
+            },
+        );
     }
 }

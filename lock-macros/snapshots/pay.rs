@@ -1,0 +1,36 @@
+// #[distributed_lock(key = "order:{id}" , wait = "10s")]
+// async fn pay (id : u64) -> Result < Receipt , AppError > { charge (id) . await ? ; Ok (Receipt :: new (id)) }
+
+async fn pay(id: u64) -> Result<Receipt, AppError> {
+    let __lock_acquired = ::distributed_lock::__private::acquire(
+            ::core::option::Option::None,
+            ::std::vec![::std::format!("order:{}", id)],
+            ::distributed_lock::__private::Wait::For(
+                ::core::time::Duration::new(10u64, 0u32),
+            ),
+            ::core::option::Option::None,
+        )
+        .await;
+    let __lock_guard = match __lock_acquired {
+        ::core::result::Result::Ok(__lock_guard) => __lock_guard,
+        ::core::result::Result::Err(__lock_error) => {
+            return ::core::result::Result::Err(
+                ::core::convert::From::from(__lock_error),
+            );
+        }
+    };
+    let __lock_body = async move {
+        let __lock_return: Result<Receipt, AppError> = {
+            charge(id).await?;
+            Ok(Receipt::new(id))
+        };
+        #[allow(unreachable_code)] __lock_return
+    };
+    let __lock_output = ::distributed_lock::MultiLockGuard::scope(
+            &__lock_guard,
+            __lock_body,
+        )
+        .await;
+    ::distributed_lock::__private::release(__lock_guard, "pay").await;
+    __lock_output
+}

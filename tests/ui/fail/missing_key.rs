@@ -1,0 +1,10 @@
+use distributed_lock::{distributed_lock, LockError};
+
+#[distributed_lock(wait = "10s")]
+async fn pay(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {
+    let _ = pay(1);
+}

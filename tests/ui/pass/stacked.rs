@@ -1,0 +1,40 @@
+//! `#[tracing::instrument]` above and below, and `#[async_trait]`.
+use distributed_lock::{distributed_lock, LockClient, LockError};
+
+#[tracing::instrument(skip(client))]
+#[distributed_lock(key = "order:{id}", client = client)]
+async fn above(client: &LockClient, id: u64) -> Result<u64, LockError> {
+    Ok(distributed_lock::current().unwrap().fencing_token())
+}
+
+#[distributed_lock(key = "order:{id}", client = client)]
+#[tracing::instrument(skip(client), err)]
+async fn below(client: &LockClient, id: u64) -> Result<u64, LockError> {
+    Ok(distributed_lock::current().unwrap().fencing_token())
+}
+
+#[async_trait::async_trait]
+trait Orders {
+    async fn cancel(&self, id: u64) -> Result<String, LockError>;
+}
+
+struct Service {
+    locks: LockClient,
+}
+
+#[async_trait::async_trait]
+impl Orders for Service {
+    #[distributed_lock(key = "order:{id}", wait = "5s", client = self.locks)]
+    async fn cancel(&self, id: u64) -> Result<String, LockError> {
+        Ok(distributed_lock::current().unwrap().key().to_owned())
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let client = LockClient::memory();
+    assert_eq!(above(&client, 1).await.unwrap(), 1);
+    assert_eq!(below(&client, 1).await.unwrap(), 2);
+    let service = Service { locks: client };
+    assert_eq!(service.cancel(1).await.unwrap(), "order:1");
+}
