@@ -14,9 +14,11 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
     let __lock_guard = match __lock_acquired {
         ::core::result::Result::Ok(__lock_guard) => __lock_guard,
         ::core::result::Result::Err(__lock_error) => {
-            return ::core::result::Result::Err(
+            #[allow(clippy::useless_conversion)]
+            let __lock_error = ::core::result::Result::Err(
                 ::core::convert::From::from(__lock_error),
             );
+            return __lock_error;
         }
     };
     let __lock_body = async move {

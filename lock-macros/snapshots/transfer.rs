@@ -18,9 +18,11 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
     let __lock_guard = match __lock_acquired {
         ::core::result::Result::Ok(__lock_guard) => __lock_guard,
         ::core::result::Result::Err(__lock_error) => {
-            return ::core::result::Result::Err(
+            #[allow(clippy::useless_conversion)]
+            let __lock_error = ::core::result::Result::Err(
                 ::core::convert::From::from(__lock_error),
             );
+            return __lock_error;
         }
     };
     let __lock_body = async move {
@@ -37,7 +39,11 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
     {
         ::core::result::Result::Ok(__lock_output) => __lock_output,
         ::core::result::Result::Err(__lock_error) => {
-            return ::core::result::Result::Err(::core::convert::From::from(__lock_error));
+            #[allow(clippy::useless_conversion)]
+            let __lock_error = ::core::result::Result::Err(
+                ::core::convert::From::from(__lock_error),
+            );
+            return __lock_error;
         }
     };
     ::distributed_lock::__private::release(__lock_guard, "transfer").await;

@@ -42,7 +42,7 @@ enum Shape<'a> {
     AsyncFn,
     AsyncTrait {
         body: &'a syn::ExprAsync,
-        output: Type,
+        output: Box<Type>,
     },
 }
 
@@ -68,7 +68,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             ReturnType::Default => (syn::parse_quote!(()), func.sig.ident.span()),
             ReturnType::Type(_, ty) => ((**ty).clone(), ty.span()),
         },
-        Shape::AsyncTrait { output, .. } => (output.clone(), output.span()),
+        Shape::AsyncTrait { output, .. } => ((**output).clone(), output.span()),
     };
     let returns_result = is_result(&output);
 
@@ -155,17 +155,25 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
     // Conversions into the user's error type are spanned at the return
-    // type, so a missing `From<LockError>` is reported there.
-    let into_err = quote_spanned! {output_span=>
-        ::core::result::Result::Err(::core::convert::From::from(__lock_error))
+    // type, so a missing `From<LockError>` is reported there. Where the
+    // error type is `LockError` itself the conversion is the identity, which
+    // clippy must not blame on the user.
+    let return_err = quote_spanned! {output_span=>
+        {
+            #[allow(clippy::useless_conversion)]
+            let __lock_error = ::core::result::Result::Err(::core::convert::From::from(__lock_error));
+            return __lock_error;
+        }
     };
     let on_error = match (args.on_busy, returns_result) {
-        (OnBusy::Error, _) => quote!(return #into_err;),
+        (OnBusy::Error, _) => return_err.clone(),
         (OnBusy::Skip, true) => quote! {
-            return match #krate::__private::skip(__lock_error, #fn_name) {
-                ::core::option::Option::None => ::core::result::Result::Ok(::core::default::Default::default()),
-                ::core::option::Option::Some(__lock_error) => #into_err,
-            };
+            match #krate::__private::skip(__lock_error, #fn_name) {
+                ::core::option::Option::None => {
+                    return ::core::result::Result::Ok(::core::default::Default::default());
+                }
+                ::core::option::Option::Some(__lock_error) => #return_err,
+            }
         },
         (OnBusy::Skip, false) => {
             let default = quote_spanned! {output_span=> ::core::default::Default::default() };
@@ -179,7 +187,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         quote! {
             match #krate::MultiLockGuard::scope_or_lost(&__lock_guard, __lock_body).await {
                 ::core::result::Result::Ok(__lock_output) => __lock_output,
-                ::core::result::Result::Err(__lock_error) => return #into_err,
+                ::core::result::Result::Err(__lock_error) => #return_err,
             }
         }
     } else {
@@ -252,7 +260,10 @@ fn shape(func: &ItemFn) -> syn::Result<Shape<'_>> {
     if let (Some(body), ReturnType::Type(_, ty)) = (async_trait_body(&func.block), &func.sig.output)
     {
         if let Some(output) = future_output(ty) {
-            return Ok(Shape::AsyncTrait { body, output });
+            return Ok(Shape::AsyncTrait {
+                body,
+                output: Box::new(output),
+            });
         }
     }
     Err(syn::Error::new(

@@ -103,7 +103,7 @@ fn placeholder(
     };
     match root(&expr) {
         Some(name) if name == "self" && scope.has_self => {}
-        Some(name) if scope.args.iter().any(|a| *a == name) => {}
+        Some(name) if scope.args.contains(&name) => {}
         Some(name) => {
             return Err(err(format!(
                 "placeholder `{shown}` names `{name}`, which is not an argument; {}",
