@@ -96,6 +96,10 @@ macro_rules! behaviour_suite {
             fencing_tokens_increase_and_survive_expiry,
             bad_input_gets_typed_errors,
             force_release_wakes_a_waiter,
+            multi_lock_is_sorted_and_all_or_nothing,
+            multi_lock_in_swapped_order_does_not_deadlock,
+            current_reports_the_locks_of_the_scope,
+            scope_or_lost_cancels_work_when_the_lease_is_lost,
         );
     };
 }
@@ -661,4 +665,156 @@ pub async fn force_release_wakes_a_waiter<F: Fixture>(fixture: &F) {
     assert!(!operator.force_release("suite:nothing").await.unwrap());
     guard.release().await.unwrap();
     drop(abandoned);
+}
+
+pub async fn multi_lock_is_sorted_and_all_or_nothing<F: Fixture>(fixture: &F) {
+    let [a, b] = clients::<F, 2>(fixture).await;
+    let guard = a
+        .lock_all([
+            "suite:multi:c",
+            "suite:multi:a",
+            "suite:multi:b",
+            "suite:multi:a",
+        ])
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        guard.keys().collect::<Vec<_>>(),
+        ["suite:multi:a", "suite:multi:b", "suite:multi:c"],
+        "sorted, duplicates once"
+    );
+    let owners: Vec<_> = guard
+        .guards()
+        .iter()
+        .map(|g| g.owner().to_owned())
+        .collect();
+    assert!(
+        owners.iter().all(|o| *o == owners[0]),
+        "one owner: {owners:?}"
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+
+    // b holds the middle one: a's multi-lock fails on it and keeps nothing.
+    let held = b.lock("suite:multi:b").acquire().await.unwrap();
+    match a
+        .lock_all(["suite:multi:a", "suite:multi:b", "suite:multi:c"])
+        .acquire()
+        .await
+    {
+        Err(LockError::Busy { key }) => assert_eq!(key, "suite:multi:b"),
+        other => panic!("expected Busy on suite:multi:b, got {other:?}"),
+    }
+    for name in ["suite:multi:a", "suite:multi:c"] {
+        let free = b.lock(name).try_acquire().await.unwrap();
+        assert!(
+            free.is_some(),
+            "{name} stayed locked after a failed multi-lock"
+        );
+        free.unwrap().release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    assert!(matches!(
+        a.lock_all(Vec::<String>::new()).acquire().await,
+        Err(LockError::InvalidKey { .. })
+    ));
+}
+
+pub async fn multi_lock_in_swapped_order_does_not_deadlock<F: Fixture>(fixture: &F) {
+    let [a, b] = clients::<F, 2>(fixture).await;
+    let inside = Arc::new(AtomicU64::new(0));
+    let run = |client: LockClient, names: [&'static str; 2]| {
+        let inside = inside.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = client
+                    .lock_all(names)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        })
+    };
+    let one = run(a, ["suite:swap:1", "suite:swap:2"]);
+    let two = run(b, ["suite:swap:2", "suite:swap:1"]);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        one.await.unwrap();
+        two.await.unwrap();
+    })
+    .await
+    .expect("deadlock: multi-locks in swapped order stalled");
+}
+
+pub async fn current_reports_the_locks_of_the_scope<F: Fixture>(fixture: &F) {
+    let a = fixture.client().await;
+    assert!(distributed_lock::current().is_none());
+    let outer = a.lock("suite:current:outer").acquire().await.unwrap();
+    let (token, keys) = outer
+        .scope(async {
+            let inner = a.lock("suite:current:inner").acquire().await.unwrap();
+            let seen = inner
+                .scope(async {
+                    let keys: Vec<String> = distributed_lock::current_all()
+                        .iter()
+                        .map(|l| l.key().to_owned())
+                        .collect();
+                    (distributed_lock::current().unwrap().fencing_token(), keys)
+                })
+                .await;
+            assert_eq!(seen.0, inner.fencing_token());
+            inner.release().await.unwrap();
+            seen
+        })
+        .await;
+    assert!(token >= 1);
+    assert_eq!(keys, ["suite:current:inner", "suite:current:outer"]);
+    // A spawned task does not inherit the chain.
+    let spawned = outer
+        .scope(async { tokio::spawn(async { distributed_lock::current().is_none() }).await })
+        .await
+        .unwrap();
+    assert!(spawned, "a spawned task saw its parent's lock");
+    outer.release().await.unwrap();
+}
+
+pub async fn scope_or_lost_cancels_work_when_the_lease_is_lost<F: Fixture>(fixture: &F) {
+    let a = client_with_lease(fixture, Duration::from_millis(900)).await;
+    let guard = a.lock("suite:abort").acquire().await.unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let work = {
+        let finished = finished.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            finished.store(true, Ordering::SeqCst);
+        }
+    };
+    let deleter = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fixture.delete_lock("suite:abort").await;
+        std::future::pending::<()>().await
+    };
+    let result = tokio::select! {
+        result = tokio::time::timeout(Duration::from_secs(5), guard.scope_or_lost(work)) => result,
+        () = deleter => unreachable!(),
+    };
+    match result.expect("work not cancelled within 5 s of the loss") {
+        Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "suite:abort"),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert!(!finished.load(Ordering::SeqCst));
+    // Work that finishes first returns its output.
+    let b = fixture.client().await;
+    let guard = b.lock("suite:abort").acquire().await.unwrap();
+    assert_eq!(guard.scope_or_lost(async { 7 }).await.unwrap(), 7);
+    guard.release().await.unwrap();
 }
