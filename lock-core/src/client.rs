@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use rand::RngCore;
 
+use crate::backend::cluster::ClusterBackend;
 use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
+use crate::backend::redlock::RedlockBackend;
+use crate::backend::sentinel::Sentinel;
 use crate::backend::{Backend, MemoryStore};
 use crate::key::LockKey;
 use crate::watchdog::WatchdogState;
@@ -128,6 +131,48 @@ impl LockClient {
         Self::builder().connect(url).await
     }
 
+    /// Connects to a Redis Cluster through any of its nodes (`urls` are seeds;
+    /// the topology is discovered and followed across MOVED/ASK and
+    /// failovers). Each lock lives on the master of its slot: its keys and
+    /// wake-up channel share a hash tag, and wake-ups use sharded pub/sub
+    /// (Redis 7 or newer).
+    pub async fn cluster<I>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Self::builder().connect_cluster(urls).await
+    }
+
+    /// Connects to the master that the sentinels at `sentinel_urls` report
+    /// for `master_name`, and follows it across failovers (the sentinels are
+    /// asked again after an error that may mean one; scripts are loaded on
+    /// the new master). The master is reached with the first sentinel URL's
+    /// credentials and TLS settings. See
+    /// [`LockClientBuilder::sync_replicas`] for `WAIT` after writes.
+    pub async fn sentinel<I>(sentinel_urls: I, master_name: &str) -> Result<Self, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Self::builder()
+            .connect_sentinel(sentinel_urls, master_name)
+            .await
+    }
+
+    /// Connects to independent masters for Redlock: a lock is held when a
+    /// majority (N/2 + 1) granted it within the lease minus the time spent
+    /// and the clock drift allowance; renewals need a majority too. Every
+    /// master must be reachable at connect time. See the README's "Choosing
+    /// a deployment" for what Redlock does and does not promise.
+    pub async fn redlock<I>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Self::builder().connect_redlock(urls).await
+    }
+
     /// A builder for the key prefix, default lease and timeouts.
     pub fn builder() -> LockClientBuilder {
         LockClientBuilder::default()
@@ -217,6 +262,8 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     root_certificate: Option<Vec<u8>>,
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    sync_replicas: Option<(u32, Duration)>,
+    node_timeout: Option<Duration>,
 }
 
 impl Default for LockClientBuilder {
@@ -228,6 +275,8 @@ impl Default for LockClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             root_certificate: None,
             client_identity: None,
+            sync_replicas: None,
+            node_timeout: None,
         }
     }
 }
@@ -241,6 +290,8 @@ impl fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("root_certificate", &self.root_certificate.is_some())
             .field("client_identity", &self.client_identity.is_some())
+            .field("sync_replicas", &self.sync_replicas)
+            .field("node_timeout", &self.node_timeout)
             .finish()
     }
 }
@@ -291,6 +342,37 @@ impl LockClientBuilder {
         self
     }
 
+    /// After every acquisition, renewal and release, wait (Redis `WAIT`) up
+    /// to `timeout` for `replicas` replicas to acknowledge the write, as
+    /// Redisson's `syncSlaves` does. An acquisition that fewer replicas
+    /// acknowledged is rolled back and fails with
+    /// [`BackendError::NotReplicated`](crate::BackendError::NotReplicated);
+    /// an unacknowledged renewal or release is logged. This narrows the
+    /// window in which a failover loses a lock; it does not close it (Redis
+    /// replication stays asynchronous). Off by default; for standalone and
+    /// Sentinel backends.
+    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Redlock: how long each master may take to answer one request
+    /// (default: 1% of the lease, at least 50 ms and at most the response
+    /// timeout). Keep it small against the lease: a slow or paused master
+    /// then costs at most this per acquisition.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    fn settings(&self) -> RedisSettings {
+        RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            sync_replicas: self.sync_replicas,
+        }
+    }
+
     fn validate(&self) -> Result<(), LockError> {
         let invalid = |reason: String| {
             Err(LockError::InvalidConfig {
@@ -304,7 +386,10 @@ impl LockClientBuilder {
                 self.lease
             ));
         }
-        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
+        if self.response_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.node_timeout.is_some_and(|t| t.is_zero())
+        {
             return invalid("timeouts must be greater than zero".into());
         }
         Ok(())
@@ -314,13 +399,127 @@ impl LockClientBuilder {
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.validate()?;
         let client = self.redis_client(url)?;
-        let settings = RedisSettings {
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
-        };
-        let backend = RedisBackend::connect(client, settings).await?;
+        let backend = RedisBackend::connect(client, self.settings()).await?;
         tracing::debug!(server = backend.server(), "lock client connected");
         Ok(self.build(Backend::Redis(Box::new(backend))))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (see
+    /// [`LockClient::cluster`]).
+    pub async fn connect_cluster<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.validate()?;
+        let urls = self.urls(urls)?;
+        for url in &urls {
+            self.redis_client(url)?; // checks each URL, installs TLS support
+        }
+        let seeds: Vec<String> = urls
+            .iter()
+            .map(|url| server_name(&redis::Client::open(url.as_str()).expect("checked")))
+            .collect();
+        let certificates = self.tls_certificates();
+        let make_builder: crate::backend::cluster::MakeBuilder = Arc::new(move || {
+            let builder = redis::cluster::ClusterClientBuilder::new(urls.clone());
+            match &certificates {
+                Some(certificates) => builder.certs(certificates.clone()),
+                None => builder,
+            }
+        });
+        let backend = ClusterBackend::connect(make_builder, seeds, self.settings()).await?;
+        tracing::debug!(server = backend.server(), "lock client connected");
+        Ok(self.build(Backend::Cluster(Box::new(backend))))
+    }
+
+    /// Connects to the master that the sentinels at `sentinel_urls` report
+    /// for `master_name` (see [`LockClient::sentinel`]).
+    pub async fn connect_sentinel<I>(
+        self,
+        sentinel_urls: I,
+        master_name: &str,
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.validate()?;
+        let sentinels = self
+            .urls(sentinel_urls)?
+            .iter()
+            .map(|url| self.redis_client(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sentinel = Sentinel::new(sentinels, master_name.to_owned());
+        let backend = RedisBackend::connect_sentinel(sentinel, self.settings()).await?;
+        tracing::debug!(server = backend.server(), "lock client connected");
+        Ok(self.build(Backend::Redis(Box::new(backend))))
+    }
+
+    /// Connects to independent masters for Redlock (see
+    /// [`LockClient::redlock`]).
+    pub async fn connect_redlock<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.validate()?;
+        let node_timeout = self.node_timeout.unwrap_or_else(|| {
+            (self.lease / 100)
+                .max(Duration::from_millis(50))
+                .min(self.response_timeout)
+        });
+        let settings = RedisSettings {
+            response_timeout: node_timeout,
+            ..self.settings()
+        };
+        let clients = self
+            .urls(urls)?
+            .iter()
+            .map(|url| self.redis_client(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = futures_util::future::join_all(
+            clients
+                .into_iter()
+                .map(|client| RedisBackend::connect(client, settings.clone())),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+        let backend = RedlockBackend::new(nodes, node_timeout);
+        tracing::debug!(server = backend.server(), "lock client connected");
+        Ok(self.build(Backend::Redlock(Box::new(backend))))
+    }
+
+    fn urls<I>(&self, urls: I) -> Result<Vec<String>, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        if urls.is_empty() {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "at least one server URL is needed".into(),
+            });
+        }
+        Ok(urls)
+    }
+
+    fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.root_certificate.is_none() && self.client_identity.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self
+                .client_identity
+                .clone()
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.root_certificate.clone(),
+        })
     }
 
     /// A client on `store`; clients on one store see each other's locks.
@@ -339,22 +538,11 @@ impl LockClientBuilder {
             // program may have installed one already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let client = if url.starts_with("rediss://")
-            && (self.root_certificate.is_some() || self.client_identity.is_some())
-        {
-            let certificates = redis::TlsCertificates {
-                client_tls: self
-                    .client_identity
-                    .clone()
-                    .map(|(client_cert, client_key)| redis::ClientTlsConfig {
-                        client_cert,
-                        client_key,
-                    }),
-                root_cert: self.root_certificate.clone(),
-            };
-            redis::Client::build_with_tls(url, certificates).map_err(invalid)?
-        } else {
-            redis::Client::open(url).map_err(invalid)?
+        let client = match self.tls_certificates() {
+            Some(certificates) if url.starts_with("rediss://") => {
+                redis::Client::build_with_tls(url, certificates).map_err(invalid)?
+            }
+            _ => redis::Client::open(url).map_err(invalid)?,
         };
         tracing::trace!(server = %server_name(&client), "lock client configured");
         Ok(client)

@@ -77,6 +77,19 @@ pub enum LockError {
         #[source]
         source: BackendError,
     },
+    /// Redlock: fewer than a majority of the masters granted the lock, and
+    /// not because another owner holds it (nodes down, slow, or failing).
+    #[error("no quorum for lock `{key}`: {granted} of {} masters granted it, {needed} needed ({})", answers.len(), NodeAnswer::list(answers))]
+    QuorumNotReached {
+        /// The lock name.
+        key: String,
+        /// How many masters granted the lock.
+        granted: usize,
+        /// How many grants a quorum needs (N/2 + 1).
+        needed: usize,
+        /// What each master answered.
+        answers: Vec<NodeAnswer>,
+    },
     /// Connecting to the server failed.
     #[error("cannot connect to {server}: {source}")]
     Connect {
@@ -107,7 +120,8 @@ impl LockError {
             | LockError::InvalidKey { key, .. }
             | LockError::InvalidConfig { key, .. }
             | LockError::WrongType { key, .. }
-            | LockError::Backend { key, .. } => Some(key),
+            | LockError::Backend { key, .. }
+            | LockError::QuorumNotReached { key, .. } => Some(key),
             LockError::Connect { .. } | LockError::Authentication { .. } => None,
         }
     }
@@ -118,6 +132,7 @@ impl LockError {
         matches!(
             self,
             LockError::Backend { .. }
+                | LockError::QuorumNotReached { .. }
                 | LockError::Connect { .. }
                 | LockError::Authentication { .. }
         )
@@ -144,6 +159,34 @@ impl From<LockError> for std::io::Error {
     }
 }
 
+/// What one Redlock master answered to an acquisition, as listed by
+/// [`LockError::QuorumNotReached`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeAnswer {
+    /// The master, as `host:port`.
+    pub server: String,
+    /// `granted`, `busy` (held by another owner), or the error.
+    pub answer: String,
+}
+
+impl NodeAnswer {
+    pub(crate) fn new(server: impl Into<String>, answer: impl Into<String>) -> Self {
+        NodeAnswer {
+            server: server.into(),
+            answer: answer.into(),
+        }
+    }
+
+    fn list(answers: &[NodeAnswer]) -> String {
+        answers
+            .iter()
+            .map(|a| format!("{}: {}", a.server, a.answer))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 /// A failure of the storage behind the lock.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -157,4 +200,13 @@ pub enum BackendError {
     /// The server answered something the lock scripts never return.
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// `sync_replicas`: fewer replicas than required acknowledged a write
+    /// within the timeout (`WAIT`).
+    #[error("{acknowledged} of {required} replicas acknowledged the write in time")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acknowledged: u64,
+        /// Replicas required.
+        required: u64,
+    },
 }

@@ -55,7 +55,7 @@ pub use client::{
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_WATCHDOG_LEASE,
 };
 pub use current::{current, current_all, CurrentLock};
-pub use error::{BackendError, LockError};
+pub use error::{BackendError, LockError, NodeAnswer};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;

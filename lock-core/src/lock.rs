@@ -144,17 +144,20 @@ impl Lock {
         };
 
         let started = Instant::now();
-        if let Ok(guard) = request.attempt().await? {
+        let first = request.attempt().await;
+        if let Ok(Ok(guard)) = first {
             return Ok(guard);
         }
-        let deadline = match self.wait {
-            Wait::No => {
+        let deadline = match (self.wait, first) {
+            (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => return Err(err),
+            (Wait::No, Err(err)) => return Err(err),
+            (Wait::No, Ok(_)) => {
                 return Err(LockError::Busy {
                     key: key.name.to_string(),
                 })
             }
-            Wait::For(wait) => Some(started + wait),
-            Wait::Forever => None,
+            (Wait::For(wait), _) => Some(started + wait),
+            (Wait::Forever, _) => None,
         };
         tracing::debug!(key = %key.name, wait = ?self.wait, "waiting for lock");
         // Register before the next attempt: a release between that attempt
@@ -166,9 +169,24 @@ impl Lock {
         loop {
             // The attempt after registering is the one that counts: a release
             // before it is seen by it, a release after it wakes us.
-            let ttl = match request.attempt().await? {
-                Ok(guard) => return Ok(guard),
-                Err(ttl) => ttl,
+            let ttl = match request.attempt().await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(ttl)) => ttl,
+                // Redlock without a majority of masters answering: retry
+                // after a random delay (so that competing clients do not
+                // collide again), until the deadline.
+                Err(err @ LockError::QuorumNotReached { .. }) => {
+                    let now = Instant::now();
+                    let left = deadline.map_or(Duration::MAX, |deadline| deadline - now);
+                    if left.is_zero() {
+                        return Err(err);
+                    }
+                    tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                    let jitter = Duration::from_millis(rand::random_range(20..200));
+                    tokio::time::sleep(jitter.min(left)).await;
+                    continue;
+                }
+                Err(err) => return Err(err),
             };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {

@@ -157,3 +157,41 @@ impl Drop for WakeHandle {
         self.waiters.unregister(&self.channel);
     }
 }
+
+/// The wake-up registrations of one waiting acquisition: one per node that
+/// may publish the release (one, except for Redlock).
+#[derive(Debug)]
+pub(crate) struct WaitSet {
+    handles: Vec<WakeHandle>,
+}
+
+impl WaitSet {
+    pub(crate) fn new(handles: Vec<WakeHandle>) -> Self {
+        WaitSet { handles }
+    }
+
+    /// Waits until at least one subscription is confirmed, at most `timeout`
+    /// (a release on any node wakes the waiter). Returns whether one was.
+    pub(crate) async fn ready(&mut self, timeout: Duration) -> bool {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut pending: FuturesUnordered<_> =
+            self.handles.iter_mut().map(|h| h.ready(timeout)).collect();
+        while let Some(ready) = pending.next().await {
+            if ready {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Resolves at the next wake-up on any node.
+    pub(crate) async fn notified(&self) {
+        match self.handles.as_slice() {
+            [one] => one.notified().await,
+            handles => {
+                let all = handles.iter().map(|h| Box::pin(h.notified()));
+                futures_util::future::select_all(all).await;
+            }
+        }
+    }
+}

@@ -1,17 +1,22 @@
-//! The storage behind the locks: one Redis node, or the in-memory store.
+//! The storage behind the locks: one Redis master (standalone or through
+//! Sentinel), a Redis Cluster, Redlock over independent masters, or the
+//! in-memory store.
 //!
-//! Both answer the same three operations (acquire, release, renew a batch)
-//! with the same semantics; everything above them (reentrancy, the watchdog,
-//! waiting) is shared.
+//! All answer the same operations (acquire, release, renew a batch) with the
+//! same semantics; everything above them (reentrancy, the watchdog, waiting)
+//! is shared.
 
+pub(crate) mod cluster;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
+pub(crate) mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::key::LockKey;
-use crate::wake::WakeHandle;
+use crate::wake::WaitSet;
 use crate::{BackendError, LockError};
 
 pub use memory::MemoryStore;
@@ -42,6 +47,8 @@ pub(crate) type RenewItem = (LockKey, Arc<str>);
 #[derive(Debug)]
 pub(crate) enum Backend {
     Redis(Box<redis::RedisBackend>),
+    Cluster(Box<cluster::ClusterBackend>),
+    Redlock(Box<redlock::RedlockBackend>),
     Memory(MemoryStore),
 }
 
@@ -54,6 +61,8 @@ impl Backend {
     ) -> Result<Attempt, LockError> {
         match self {
             Backend::Redis(redis) => redis.acquire(key, owner, lease).await,
+            Backend::Cluster(cluster) => cluster.acquire(key, owner, lease).await,
+            Backend::Redlock(redlock) => redlock.acquire(key, owner, lease).await,
             Backend::Memory(store) => Ok(store.acquire(key, owner, lease)),
         }
     }
@@ -61,6 +70,8 @@ impl Backend {
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         match self {
             Backend::Redis(redis) => redis.release(key, owner).await,
+            Backend::Cluster(cluster) => cluster.release(key, owner).await,
+            Backend::Redlock(redlock) => redlock.release(key, owner).await,
             Backend::Memory(store) => Ok(store.release(key, Some(owner))),
         }
     }
@@ -68,6 +79,8 @@ impl Backend {
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
         match self {
             Backend::Redis(redis) => redis.force_release(key).await,
+            Backend::Cluster(cluster) => cluster.force_release(key).await,
+            Backend::Redlock(redlock) => redlock.force_release(key).await,
             Backend::Memory(store) => Ok(store.release(key, None)),
         }
     }
@@ -76,6 +89,8 @@ impl Backend {
     pub(crate) async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
         match self {
             Backend::Redis(redis) => redis.renew(items, lease).await,
+            Backend::Cluster(cluster) => cluster.renew(items, lease).await,
+            Backend::Redlock(redlock) => redlock.renew(items, lease).await,
             Backend::Memory(store) => items
                 .iter()
                 .map(|(key, owner)| match store.renew(key, owner, lease) {
@@ -87,17 +102,21 @@ impl Backend {
     }
 
     /// Registers a waiter for the release of `key`.
-    pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {
-        match self {
-            Backend::Redis(redis) => redis.waiter(key),
-            Backend::Memory(store) => store.waiter(key),
-        }
+    pub(crate) fn waiter(&self, key: &LockKey) -> WaitSet {
+        WaitSet::new(match self {
+            Backend::Redis(redis) => vec![redis.waiter(key)],
+            Backend::Cluster(cluster) => vec![cluster.waiter(key)],
+            Backend::Redlock(redlock) => redlock.waiters(key),
+            Backend::Memory(store) => vec![store.waiter(key)],
+        })
     }
 
     /// The server, for messages: `host:port`, or `memory`.
     pub(crate) fn server(&self) -> &str {
         match self {
             Backend::Redis(redis) => redis.server(),
+            Backend::Cluster(cluster) => cluster.server(),
+            Backend::Redlock(redlock) => redlock.server(),
             Backend::Memory(_) => "memory",
         }
     }

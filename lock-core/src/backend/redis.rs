@@ -1,16 +1,18 @@
-//! One Redis node: the lock scripts, the multiplexed command connection and
-//! the subscription connection that wakes waiters.
+//! One Redis master (standalone, or found through Sentinel): the lock
+//! scripts, the multiplexed command connection and the subscription
+//! connection that wakes waiters.
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubStream};
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
-use tokio::sync::mpsc;
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
+use tokio::sync::{mpsc, Notify};
 
+use super::sentinel::Sentinel;
 use super::{Attempt, RenewItem, Renewal};
 use crate::key::LockKey;
 use crate::wake::{Waiters, WakeHandle};
@@ -63,12 +65,74 @@ redis.call('publish', KEYS[2], '1')
 return 1
 ";
 
+/// The lock scripts, loaded once per node.
 #[derive(Debug)]
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    renew: Script,
-    force_release: Script,
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) force_release: Script,
+    pub(crate) fence_floor: Script,
+}
+
+/// Raises the fencing counter to at least ARGV[1] (Redlock: keeps a
+/// majority of the masters' counters at or above the last token issued).
+const FENCE_FLOOR: &str = r"
+local current = tonumber(redis.call('get', KEYS[1]) or '0')
+if current < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1])
+end
+return 1
+";
+
+impl Scripts {
+    /// The scripts; `sharded` publishes wake-ups with `SPUBLISH` (cluster).
+    pub(crate) fn new(sharded: bool) -> Self {
+        let publish = |script: &str| {
+            if sharded {
+                Script::new(&script.replace("'publish'", "'spublish'"))
+            } else {
+                Script::new(script)
+            }
+        };
+        Scripts {
+            acquire: Script::new(ACQUIRE),
+            release: publish(RELEASE),
+            renew: Script::new(RENEW),
+            force_release: publish(FORCE_RELEASE),
+            fence_floor: Script::new(FENCE_FLOOR),
+        }
+    }
+
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.force_release,
+            &self.fence_floor,
+        ]
+    }
+
+    /// A pipeline that loads every script.
+    pub(crate) fn load_pipeline(&self) -> redis::Pipeline {
+        let mut load = redis::pipe();
+        for script in self.all() {
+            load.load_script(script).ignore();
+        }
+        load
+    }
+}
+
+/// `EVALSHA` of `script` with `keys`, as one command (so that it can join a
+/// pipeline); the caller appends the arguments.
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
 }
 
 /// Connection settings of a Redis backend.
@@ -76,13 +140,82 @@ struct Scripts {
 pub(crate) struct RedisSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// `WAIT` for this many replicas (with this timeout) after every write.
+    pub(crate) sync_replicas: Option<(u32, Duration)>,
 }
 
+/// The node commands go to: its client, connection and address.
 #[derive(Debug)]
-pub(crate) struct RedisBackend {
+struct Node {
     client: redis::Client,
     conn: ConnectionManager,
     server: String,
+}
+
+impl Node {
+    async fn connect(
+        client: redis::Client,
+        settings: &RedisSettings,
+        scripts: &Scripts,
+    ) -> Result<Self, LockError> {
+        let server = server_name(&client);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let connecting = ConnectionManager::new_with_config(client.clone(), config);
+        let conn = match tokio::time::timeout(settings.connect_timeout, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(connect_error(&server, err)),
+            Err(_) => {
+                return Err(LockError::Connect {
+                    server,
+                    source: BackendError::Timeout(settings.connect_timeout),
+                })
+            }
+        };
+        // Load the scripts up front, in one round trip, so that the first
+        // concurrent acquisitions do not each meet NOSCRIPT. (After a restart,
+        // a failover or SCRIPT FLUSH they are reloaded on demand.)
+        let mut loading = conn.clone();
+        let load = scripts.load_pipeline();
+        match bounded(settings.response_timeout, load.exec_async(&mut loading)).await {
+            Ok(()) => {}
+            Err(BackendError::Redis(err)) => return Err(connect_error(&server, err)),
+            Err(source) => return Err(LockError::Connect { server, source }),
+        }
+        Ok(Node {
+            client,
+            conn,
+            server,
+        })
+    }
+}
+
+/// The current node, swapped when Sentinel reports a new master.
+#[derive(Debug)]
+struct NodeCell {
+    node: RwLock<Arc<Node>>,
+    /// Told when the node changed, so the subscriber moves to it.
+    changed: Notify,
+}
+
+impl NodeCell {
+    fn get(&self) -> Arc<Node> {
+        self.node.read().unwrap().clone()
+    }
+}
+
+/// One Redis master: standalone, or found through Sentinel.
+#[derive(Debug)]
+pub(crate) struct RedisBackend {
+    cell: Arc<NodeCell>,
+    sentinel: Option<Sentinel>,
+    /// One re-resolution of the master at a time.
+    resolving: tokio::sync::Mutex<()>,
+    label: String,
     settings: RedisSettings,
     scripts: Scripts,
     waiters: Arc<Waiters>,
@@ -113,66 +246,66 @@ pub(crate) fn connect_error(server: &str, err: RedisError) -> LockError {
 }
 
 impl RedisBackend {
+    /// A standalone master.
     pub(crate) async fn connect(
         client: redis::Client,
         settings: RedisSettings,
     ) -> Result<Self, LockError> {
-        let server = server_name(&client);
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.connect_timeout))
-            .set_response_timeout(Some(settings.response_timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500));
-        let connecting = ConnectionManager::new_with_config(client.clone(), config);
-        let conn = match tokio::time::timeout(settings.connect_timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => return Err(connect_error(&server, err)),
-            Err(_) => {
-                return Err(LockError::Connect {
-                    server,
-                    source: BackendError::Timeout(settings.connect_timeout),
-                })
-            }
-        };
-        let scripts = Scripts {
-            acquire: Script::new(ACQUIRE),
-            release: Script::new(RELEASE),
-            renew: Script::new(RENEW),
-            force_release: Script::new(FORCE_RELEASE),
-        };
-        // Load the scripts up front, in one round trip, so that the first
-        // concurrent acquisitions do not each meet NOSCRIPT. (After a restart
-        // or SCRIPT FLUSH they are reloaded on demand.)
-        let mut load = redis::pipe();
-        for script in [
-            &scripts.acquire,
-            &scripts.release,
-            &scripts.renew,
-            &scripts.force_release,
-        ] {
-            load.load_script(script).ignore();
-        }
-        let mut loading = conn.clone();
-        match bounded(settings.response_timeout, load.exec_async(&mut loading)).await {
-            Ok(()) => {}
-            Err(BackendError::Redis(err)) => return Err(connect_error(&server, err)),
-            Err(source) => return Err(LockError::Connect { server, source }),
-        }
+        let scripts = Scripts::new(false);
+        let node = Node::connect(client, &settings, &scripts).await?;
+        let label = node.server.clone();
+        Ok(Self::with_node(node, None, label, settings, scripts))
+    }
+
+    /// The master that `sentinel` reports, followed across failovers.
+    pub(crate) async fn connect_sentinel(
+        sentinel: Sentinel,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let scripts = Scripts::new(false);
+        let client = sentinel.resolve(&settings).await?;
+        let node = Node::connect(client, &settings, &scripts).await?;
+        let label = sentinel.label();
+        Ok(Self::with_node(
+            node,
+            Some(sentinel),
+            label,
+            settings,
+            scripts,
+        ))
+    }
+
+    fn with_node(
+        node: Node,
+        sentinel: Option<Sentinel>,
+        label: String,
+        settings: RedisSettings,
+        scripts: Scripts,
+    ) -> Self {
         let (waiters, changes) = Waiters::subscribed();
-        Ok(RedisBackend {
-            client,
-            conn,
-            server,
+        RedisBackend {
+            cell: Arc::new(NodeCell {
+                node: RwLock::new(Arc::new(node)),
+                changed: Notify::new(),
+            }),
+            sentinel,
+            resolving: tokio::sync::Mutex::new(()),
+            label,
             settings,
             scripts,
             waiters,
             changes: Mutex::new(Some(changes)),
-        })
+        }
     }
 
+    /// What this backend talks to: `host:port`, or the Sentinel set.
     pub(crate) fn server(&self) -> &str {
-        &self.server
+        &self.label
+    }
+
+    /// The address of the node commands go to now.
+    pub(crate) fn node_server(&self) -> String {
+        self.cell.get().server.clone()
     }
 
     /// Runs `fut` within the response timeout.
@@ -183,46 +316,135 @@ impl RedisBackend {
         bounded(self.settings.response_timeout, fut).await
     }
 
-    /// Runs a script invocation; when the connection had dropped (killed,
-    /// server restarted), runs it once more on the connection the manager
-    /// re-established. Every lock script is safe to repeat: acquire is
-    /// idempotent for its owner, release and renewal compare the owner.
+    /// Asks Sentinel for the master after an error that may mean a failover,
+    /// and moves to it when it changed. Returns the node to retry on.
+    async fn follow_master(&self, failed: &Arc<Node>) -> Arc<Node> {
+        let Some(sentinel) = &self.sentinel else {
+            return failed.clone();
+        };
+        let _one = self.resolving.lock().await;
+        let current = self.cell.get();
+        if !Arc::ptr_eq(&current, failed) {
+            return current; // another caller moved already
+        }
+        let client = match sentinel.resolve(&self.settings).await {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::warn!(sentinels = %self.label, error = %err, "cannot resolve the master");
+                return current;
+            }
+        };
+        if server_name(&client) == current.server {
+            return current;
+        }
+        match Node::connect(client, &self.settings, &self.scripts).await {
+            Ok(node) => {
+                tracing::warn!(from = %current.server, to = %node.server, "lock backend follows the new master");
+                let node = Arc::new(node);
+                *self.cell.node.write().unwrap() = node.clone();
+                self.cell.changed.notify_waiters();
+                node
+            }
+            Err(err) => {
+                tracing::warn!(server = %err, "cannot connect to the new master");
+                current
+            }
+        }
+    }
+
+    /// Runs one `EVALSHA` (and `WAIT` in `sync_replicas` mode) on the
+    /// current node, loading the script on `NOSCRIPT`.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        node: &Node,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(T, Option<u64>), BackendError> {
+        let mut conn = node.conn.clone();
+        for _ in 0..2 {
+            let reply = match self.settings.sync_replicas {
+                None => self
+                    .bounded(cmd.query_async::<T>(&mut conn))
+                    .await
+                    .map(|value| (value, None)),
+                Some((replicas, timeout)) => {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(cmd.clone());
+                    pipe.cmd("WAIT")
+                        .arg(replicas)
+                        .arg(timeout.as_millis() as u64);
+                    let wait = bounded(
+                        self.settings.response_timeout + timeout,
+                        pipe.query_async::<(T, u64)>(&mut conn),
+                    );
+                    wait.await.map(|(value, acked)| (value, Some(acked)))
+                }
+            };
+            match reply {
+                Err(BackendError::Redis(err)) if is_noscript(&err) => {
+                    self.bounded(script.load_async(&mut conn)).await?;
+                }
+                other => return other,
+            }
+        }
+        Err(BackendError::Protocol("NOSCRIPT after SCRIPT LOAD".into()))
+    }
+
+    /// Runs a script; when the connection had dropped (killed, server
+    /// restarted) or the node stopped being the master (failover), runs it
+    /// once more on the node it reconnected or moved to. Every lock script is
+    /// safe to repeat: acquire is idempotent for its owner, release and
+    /// renewal compare the owner.
     async fn run_script<T: redis::FromRedisValue>(
         &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, BackendError> {
-        let mut conn = self.conn.clone();
-        match self.bounded(invocation.invoke_async(&mut conn)).await {
-            Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
-                tracing::debug!(server = %self.server, error = %err, "connection dropped; retrying once");
-                self.bounded(invocation.invoke_async(&mut conn)).await
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(T, Option<u64>, Arc<Node>), BackendError> {
+        let node = self.cell.get();
+        match self.eval(&node, script, cmd).await {
+            Err(err) if self.worth_retrying(&err) => {
+                tracing::debug!(server = %node.server, error = %err, "retrying once");
+                let node = self.follow_master(&node).await;
+                let (value, acked) = self.eval(&node, script, cmd).await?;
+                Ok((value, acked, node))
             }
-            other => other,
+            Err(err) => Err(err),
+            Ok((value, acked)) => Ok((value, acked, node)),
+        }
+    }
+
+    /// Errors after which the command may succeed on a reconnected (or, with
+    /// Sentinel, a newly elected) master.
+    fn worth_retrying(&self, err: &BackendError) -> bool {
+        match err {
+            BackendError::Redis(err) => {
+                err.is_connection_dropped()
+                    || (self.sentinel.is_some()
+                        && (err.is_io_error()
+                            || err.is_connection_refusal()
+                            || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))))
+            }
+            BackendError::Timeout(_) => self.sentinel.is_some(),
+            _ => false,
         }
     }
 
     /// Maps a failure of a script on `key` to the error the caller sees.
     async fn script_error(&self, key: &LockKey, err: BackendError) -> LockError {
+        let node = self.cell.get();
         if let BackendError::Redis(e) = &err {
             if is_wrong_type(e) {
                 // Find out which of the lock's keys is of the wrong kind.
-                let mut conn = self.conn.clone();
+                let mut conn = node.conn.clone();
                 let kind: Result<String, _> = self
                     .bounded(redis::cmd("TYPE").arg(&*key.lock).query_async(&mut conn))
                     .await;
-                let redis_key = match kind.as_deref() {
-                    Ok("hash" | "none") => key.fence.to_string(),
-                    _ => key.lock.to_string(),
-                };
-                return LockError::WrongType {
-                    key: key.name.to_string(),
-                    redis_key,
-                };
+                return wrong_type(key, kind.as_deref().ok());
             }
         }
         LockError::Backend {
             key: key.name.to_string(),
-            server: self.server.clone(),
+            server: node.server.clone(),
             source: err,
         }
     }
@@ -233,96 +455,147 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let mut invocation = self.scripts.acquire.prepare_invoke();
-        invocation
-            .key(&*key.lock)
-            .key(&*key.fence)
-            .arg(owner)
-            .arg(lease_millis(lease));
-        let reply: Result<(i64, i64), _> = self.run_script(&invocation).await;
-        match reply {
-            Ok((1, token)) => Ok(Attempt::Acquired {
-                token: token as u64,
-            }),
-            Ok((_, ttl)) => Ok(Attempt::Busy {
-                ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
-            }),
-            Err(err) => Err(self.script_error(key, err).await),
+        let script = &self.scripts.acquire;
+        let cmd = {
+            let mut cmd = evalsha(script, &[&key.lock, &key.fence]);
+            cmd.arg(owner).arg(lease_millis(lease));
+            cmd
+        };
+        let (reply, acked, node) = match self.run_script::<(i64, i64)>(script, &cmd).await {
+            Ok(reply) => reply,
+            Err(err) => return Err(self.script_error(key, err).await),
+        };
+        let attempt = parse_acquire(reply);
+        if let (Attempt::Acquired { .. }, Some((required, _)), Some(acked)) =
+            (attempt, self.settings.sync_replicas, acked)
+        {
+            if acked < u64::from(required) {
+                // Not on enough replicas to survive a failover: give it back.
+                let _ = self.release(key, owner).await;
+                return Err(LockError::Backend {
+                    key: key.name.to_string(),
+                    server: node.server.clone(),
+                    source: BackendError::NotReplicated {
+                        acknowledged: acked,
+                        required: u64::from(required),
+                    },
+                });
+            }
         }
+        Ok(attempt)
     }
 
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation.key(&*key.lock).key(&*key.channel).arg(owner);
-        match self.run_script::<i64>(&invocation).await {
-            Ok(deleted) => Ok(deleted == 1),
+        let script = &self.scripts.release;
+        let cmd = {
+            let mut cmd = evalsha(script, &[&key.lock, &key.channel]);
+            cmd.arg(owner);
+            cmd
+        };
+        match self.run_script::<i64>(script, &cmd).await {
+            Ok((deleted, acked, node)) => {
+                self.check_replicated(key, acked, &node);
+                Ok(deleted == 1)
+            }
             Err(err) => Err(self.script_error(key, err).await),
         }
     }
 
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        let mut invocation = self.scripts.force_release.prepare_invoke();
-        invocation.key(&*key.lock).key(&*key.channel);
-        match self.run_script::<i64>(&invocation).await {
-            Ok(deleted) => Ok(deleted == 1),
+        let script = &self.scripts.force_release;
+        let cmd = evalsha(script, &[&key.lock, &key.channel]);
+        match self.run_script::<i64>(script, &cmd).await {
+            Ok((deleted, acked, node)) => {
+                self.check_replicated(key, acked, &node);
+                Ok(deleted == 1)
+            }
             Err(err) => Err(self.script_error(key, err).await),
+        }
+    }
+
+    /// Raises the fencing counter of `key` to at least `token` (Redlock).
+    pub(crate) async fn fence_floor(&self, key: &LockKey, token: u64) -> Result<(), LockError> {
+        let script = &self.scripts.fence_floor;
+        let cmd = {
+            let mut cmd = evalsha(script, &[&key.fence]);
+            cmd.arg(token);
+            cmd
+        };
+        match self.run_script::<i64>(script, &cmd).await {
+            Ok(_) => Ok(()),
+            Err(err) => Err(self.script_error(key, err).await),
+        }
+    }
+
+    /// A write that reached fewer replicas than `sync_replicas` asks is
+    /// logged: a failover now could undo it.
+    fn check_replicated(&self, key: &LockKey, acked: Option<u64>, node: &Node) {
+        if let (Some((required, _)), Some(acked)) = (self.settings.sync_replicas, acked) {
+            if acked < u64::from(required) {
+                tracing::warn!(key = %key.name, server = %node.server, acked, required, "lock write not acknowledged by enough replicas");
+            }
         }
     }
 
     /// Renews all `items` in one pipelined round trip (two when the server
     /// lost its script cache and the script has to be loaded again).
     pub(crate) async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
+        let node = self.cell.get();
+        match self.renew_on(&node, items, lease).await {
+            Err(err) if self.worth_retrying(&err) => {
+                let node = self.follow_master(&node).await;
+                self.renew_on(&node, items, lease)
+                    .await
+                    .unwrap_or_else(|err| failed_all(items.len(), &err))
+            }
+            Err(err) => failed_all(items.len(), &err),
+            Ok(renewals) => renewals,
+        }
+    }
+
+    async fn renew_on(
+        &self,
+        node: &Node,
+        items: &[RenewItem],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, BackendError> {
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         let lease = lease_millis(lease);
         for (key, owner) in items {
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.renew.get_hash())
-                .arg(1)
-                .arg(&*key.lock)
-                .arg(&**owner)
-                .arg(lease);
+            pipe.add_command({
+                let mut cmd = evalsha(&self.scripts.renew, &[&key.lock]);
+                cmd.arg(&**owner).arg(lease);
+                cmd
+            });
         }
-        let mut conn = self.conn.clone();
-        for _ in 0..2 {
-            let replies: Vec<redis::RedisResult<i64>> =
-                match self.bounded(pipe.query_async(&mut conn)).await {
-                    Ok(replies) => replies,
-                    Err(err) => return failed_all(items.len(), &err),
-                };
-            if replies
-                .iter()
-                .any(|r| matches!(r, Err(e) if is_noscript(e)))
-            {
-                if let Err(err) = self.bounded(self.scripts.renew.load_async(&mut conn)).await {
-                    return failed_all(items.len(), &err);
-                }
-                continue;
-            }
-            return replies
-                .into_iter()
-                .map(|reply| match reply {
-                    Ok(1) => Renewal::Renewed,
-                    Ok(_) => Renewal::Gone,
-                    // The lock key was overwritten with another type: not ours.
-                    Err(e) if is_wrong_type(&e) => Renewal::Gone,
-                    Err(e) => Renewal::Failed(e.into()),
-                })
-                .collect();
+        if let Some((replicas, timeout)) = self.settings.sync_replicas {
+            pipe.cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64);
         }
-        let err = BackendError::Protocol("NOSCRIPT after SCRIPT LOAD".into());
-        failed_all(items.len(), &err)
+        let mut conn = node.conn.clone();
+        renew_pipeline(
+            &mut conn,
+            pipe,
+            &self.scripts.renew,
+            items.len(),
+            self.settings.response_timeout
+                + self
+                    .settings
+                    .sync_replicas
+                    .map_or(Duration::ZERO, |(_, t)| t),
+        )
+        .await
     }
 
     /// Registers a waiter on `key`'s channel, starting the subscriber on first use.
     pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {
         if let Some(changes) = self.changes.lock().unwrap().take() {
             let subscriber = Subscriber {
-                client: self.client.clone(),
+                cell: self.cell.clone(),
                 settings: self.settings.clone(),
                 waiters: Arc::downgrade(&self.waiters),
                 changes,
-                server: self.server.clone(),
             };
             tokio::spawn(subscriber.run());
         }
@@ -330,22 +603,84 @@ impl RedisBackend {
     }
 }
 
-fn failed_all(n: usize, err: &BackendError) -> Vec<Renewal> {
+/// Sends a pipeline of renewal `EVALSHA`s (maybe followed by `WAIT`), loads
+/// the script and resends once on `NOSCRIPT`, and reads one outcome per lock.
+pub(crate) async fn renew_pipeline<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    mut pipe: redis::Pipeline,
+    script: &Script,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<Renewal>, BackendError> {
+    pipe.ignore_errors();
+    for _ in 0..2 {
+        let replies: Vec<redis::RedisResult<redis::Value>> =
+            bounded(timeout, pipe.query_async(conn)).await?;
+        if replies
+            .iter()
+            .take(count)
+            .any(|r| matches!(r, Err(e) if is_noscript(e)))
+        {
+            bounded(timeout, script.load_async(conn)).await?;
+            continue;
+        }
+        return Ok(replies.into_iter().take(count).map(renewal).collect());
+    }
+    Err(BackendError::Protocol("NOSCRIPT after SCRIPT LOAD".into()))
+}
+
+/// The outcome of one renewal reply.
+pub(crate) fn renewal(reply: redis::RedisResult<redis::Value>) -> Renewal {
+    match reply {
+        Ok(redis::Value::Int(1)) => Renewal::Renewed,
+        Ok(redis::Value::Int(_)) => Renewal::Gone,
+        Ok(other) => Renewal::Failed(BackendError::Protocol(format!("{other:?}"))),
+        // The lock key was overwritten with another type: not ours.
+        Err(e) if is_wrong_type(&e) => Renewal::Gone,
+        Err(e) => Renewal::Failed(e.into()),
+    }
+}
+
+/// The acquire script's reply: `{1, token}` or `{0, pttl}`.
+pub(crate) fn parse_acquire(reply: (i64, i64)) -> Attempt {
+    match reply {
+        (1, token) => Attempt::Acquired {
+            token: token as u64,
+        },
+        (_, ttl) => Attempt::Busy {
+            ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+        },
+    }
+}
+
+/// `WrongType` for `key`, given the `TYPE` of its lock key.
+pub(crate) fn wrong_type(key: &LockKey, lock_type: Option<&str>) -> LockError {
+    let redis_key = match lock_type {
+        Some("hash" | "none") => key.fence.to_string(),
+        _ => key.lock.to_string(),
+    };
+    LockError::WrongType {
+        key: key.name.to_string(),
+        redis_key,
+    }
+}
+
+pub(crate) fn failed_all(n: usize, err: &BackendError) -> Vec<Renewal> {
     (0..n)
         .map(|_| Renewal::Failed(BackendError::Protocol(err.to_string())))
         .collect()
 }
 
-fn lease_millis(lease: Duration) -> u64 {
+pub(crate) fn lease_millis(lease: Duration) -> u64 {
     // Never truncate a sub-second lease to zero (or to whole seconds).
     lease.as_millis().clamp(1, u64::MAX as u128) as u64
 }
 
-fn is_noscript(err: &RedisError) -> bool {
+pub(crate) fn is_noscript(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
 }
 
-fn is_wrong_type(err: &RedisError) -> bool {
+pub(crate) fn is_wrong_type(err: &RedisError) -> bool {
     let text = err.to_string();
     err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") || text.contains("not an integer")
 }
@@ -355,11 +690,10 @@ fn is_wrong_type(err: &RedisError) -> bool {
 /// a waiter per release message, and reconnects (resubscribing and waking
 /// everyone, since messages may have been missed) when the connection drops.
 struct Subscriber {
-    client: redis::Client,
+    cell: Arc<NodeCell>,
     settings: RedisSettings,
     waiters: Weak<Waiters>,
     changes: mpsc::UnboundedReceiver<Arc<str>>,
-    server: String,
 }
 
 impl Subscriber {
@@ -380,7 +714,7 @@ impl Subscriber {
                         waiters.wake_all();
                     }
                     Err(err) => {
-                        tracing::warn!(server = %self.server, error = %err, "lock wake-up subscription failed; retrying");
+                        tracing::warn!(server = %self.cell.get().server, error = %err, "lock wake-up subscription failed; retrying");
                         drop(waiters);
                         tokio::select! {
                             _ = tokio::time::sleep(backoff) => {}
@@ -407,8 +741,15 @@ impl Subscriber {
                     }
                     let Some(waiters) = self.waiters.upgrade() else { return };
                     if let Err(err) = self.reconcile(sink, &waiters, &mut subscribed, changed).await {
-                        tracing::warn!(server = %self.server, error = %err, "lock wake-up subscription lost; reconnecting");
+                        tracing::warn!(server = %self.cell.get().server, error = %err, "lock wake-up subscription lost; reconnecting");
                         connection = None;
+                        waiters.set_all_unready();
+                    }
+                }
+                () = self.cell.changed.notified() => {
+                    // Sentinel moved us to a new master: subscribe there.
+                    connection = None;
+                    if let Some(waiters) = self.waiters.upgrade() {
                         waiters.set_all_unready();
                     }
                 }
@@ -419,7 +760,7 @@ impl Subscriber {
                         }
                     }
                     None => {
-                        tracing::debug!(server = %self.server, "lock wake-up connection closed; reconnecting");
+                        tracing::debug!(server = %self.cell.get().server, "lock wake-up connection closed; reconnecting");
                         connection = None;
                         if let Some(waiters) = self.waiters.upgrade() {
                             waiters.set_all_unready();
@@ -435,7 +776,8 @@ impl Subscriber {
         &self,
         waiters: &Waiters,
     ) -> Result<((PubSubSink, PubSubStream), HashSet<Arc<str>>), BackendError> {
-        let connecting = self.client.get_async_pubsub();
+        let client = self.cell.get().client.clone();
+        let connecting = client.get_async_pubsub();
         let pubsub = match tokio::time::timeout(self.settings.connect_timeout, connecting).await {
             Ok(result) => result?,
             Err(_) => return Err(BackendError::Timeout(self.settings.connect_timeout)),
@@ -499,7 +841,7 @@ impl Subscriber {
 }
 
 /// Runs `fut`, failing with [`BackendError::Timeout`] after `timeout`.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     fut: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, BackendError> {
