@@ -818,3 +818,152 @@ pub async fn scope_or_lost_cancels_work_when_the_lease_is_lost<F: Fixture>(fixtu
     assert_eq!(guard.scope_or_lost(async { 7 }).await.unwrap(), 7);
     guard.release().await.unwrap();
 }
+
+/// How a worker process reaches the lock backend under test: set in its
+/// environment by [`processes_exclude_each_other`], read by [`counter_worker`].
+pub const WORKER_BACKEND: &str = "LOCK_WORKER_BACKEND";
+const WORKER_URLS: &str = "LOCK_WORKER_URLS";
+const WORKER_MASTER: &str = "LOCK_WORKER_MASTER";
+const WORKER_COUNTER: &str = "LOCK_WORKER_COUNTER_URL";
+const WORKER_TASKS: usize = 8;
+const WORKER_ROUNDS: usize = 4;
+
+/// A lock backend named in a worker's environment.
+#[derive(Debug, Clone)]
+pub enum Topology {
+    Cluster(Vec<String>),
+    Sentinel(Vec<String>, String),
+    Redlock(Vec<String>),
+}
+
+impl Topology {
+    /// A client of this topology with `builder`'s settings.
+    pub async fn connect(&self, builder: LockClientBuilder) -> LockClient {
+        match self {
+            Topology::Cluster(urls) => builder.connect_cluster(urls).await,
+            Topology::Sentinel(urls, master) => builder.connect_sentinel(urls, master).await,
+            Topology::Redlock(urls) => builder.connect_redlock(urls).await,
+        }
+        .unwrap_or_else(|err| panic!("connecting to {self:?}: {err}"))
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let (kind, urls, master) = match self {
+            Topology::Cluster(urls) => ("cluster", urls, None),
+            Topology::Sentinel(urls, master) => ("sentinel", urls, Some(master.clone())),
+            Topology::Redlock(urls) => ("redlock", urls, None),
+        };
+        let mut env = vec![
+            (WORKER_BACKEND, kind.to_owned()),
+            (WORKER_URLS, urls.join(" ")),
+        ];
+        env.extend(master.map(|m| (WORKER_MASTER, m)));
+        env
+    }
+
+    fn from_env() -> Option<Self> {
+        let kind = std::env::var(WORKER_BACKEND).ok()?;
+        let urls: Vec<String> = std::env::var(WORKER_URLS)
+            .unwrap()
+            .split(' ')
+            .map(str::to_owned)
+            .collect();
+        Some(match kind.as_str() {
+            "cluster" => Topology::Cluster(urls),
+            "sentinel" => Topology::Sentinel(urls, std::env::var(WORKER_MASTER).unwrap()),
+            "redlock" => Topology::Redlock(urls),
+            other => panic!("unknown worker backend {other}"),
+        })
+    }
+}
+
+/// Runs `worker_test` (an `#[ignore]`d test of the current test binary that
+/// calls [`counter_worker`]) in 2 processes x 8 tasks x 4 rounds of a
+/// read-modify-write of a counter on `counter_url` under one lock of
+/// `topology`: the counter must equal the acquisitions.
+pub fn processes_exclude_each_other(topology: &Topology, counter_url: &str, worker_test: &str) {
+    const PROCESSES: usize = 2;
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", worker_test, "--ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .envs(topology.env())
+                .env(WORKER_COUNTER, counter_url)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "a worker process failed:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut conn = redis::Client::open(counter_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let counter: usize = redis::cmd("GET").arg("counter").query(&mut conn).unwrap();
+    let acquisitions: usize = redis::cmd("GET")
+        .arg("acquisitions")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(acquisitions, PROCESSES * WORKER_TASKS * WORKER_ROUNDS);
+    assert_eq!(
+        counter, acquisitions,
+        "lost updates: two holders overlapped"
+    );
+}
+
+/// The body of one worker process of [`processes_exclude_each_other`].
+pub async fn counter_worker() {
+    let Some(topology) = Topology::from_env() else {
+        eprintln!("this test only runs as a child of a processes_exclude_each_other test");
+        return;
+    };
+    let client = topology.connect(LockClient::builder()).await;
+    let counter = redis::Client::open(std::env::var(WORKER_COUNTER).unwrap()).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..WORKER_TASKS {
+        let client = client.clone();
+        let mut conn = counter.get_multiplexed_async_connection().await.unwrap();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..WORKER_ROUNDS {
+                let guard = client
+                    .lock("processes:counter")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let seen: Option<usize> = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(seen.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let _: i64 = redis::cmd("INCR")
+                    .arg("acquisitions")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}

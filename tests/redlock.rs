@@ -1,0 +1,258 @@
+//! Redlock over independent masters: the behavioural suite on 3 masters,
+//! and quorum, fault and fencing tests on 5.
+
+mod suite;
+
+use std::time::Duration;
+
+use distributed_lock::{LockClient, LockClientBuilder, LockError};
+use lock_test_support::RedisServer;
+use suite::{Fixture, Topology};
+use tokio::time::Instant;
+
+/// Clients on N masters of this test's own.
+struct Redlock {
+    servers: Vec<RedisServer>,
+}
+
+impl Redlock {
+    fn new(n: usize) -> Self {
+        Redlock {
+            servers: (0..n).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// Which masters hold lock `name`.
+    fn holders(&self, name: &str) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| s.is_running_quick())
+            .filter(|s| {
+                redis::cmd("EXISTS")
+                    .arg(format!("lock:{{{name}}}"))
+                    .query::<bool>(&mut s.conn())
+                    .unwrap()
+            })
+            .count()
+    }
+}
+
+trait Quick {
+    fn is_running_quick(&self) -> bool;
+}
+
+impl Quick for RedisServer {
+    fn is_running_quick(&self) -> bool {
+        let client = redis::Client::open(self.url()).unwrap();
+        client
+            .get_connection_with_timeout(Duration::from_millis(300))
+            .is_ok()
+    }
+}
+
+impl Fixture for Redlock {
+    async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
+        builder.connect_redlock(self.urls()).await.unwrap()
+    }
+
+    async fn delete_lock(&self, name: &str) {
+        let mut deleted = 0;
+        for server in &self.servers {
+            let n: i64 = redis::cmd("DEL")
+                .arg(format!("lock:{{{name}}}"))
+                .query(&mut server.conn())
+                .unwrap();
+            deleted += n;
+        }
+        assert!(
+            deleted as usize > self.servers.len() / 2,
+            "{name} was not held"
+        );
+    }
+}
+
+behaviour_suite!(Redlock::new(3));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_masters_down_of_five_still_acquire_renew_and_release() {
+    let mut fixture = Redlock::new(5);
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(600))
+        .connect_redlock(fixture.urls())
+        .await
+        .unwrap();
+    let rival = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    fixture.servers[0].kill();
+    fixture.servers[3].kill();
+    let guard = client.lock("rl:two-down").acquire().await.unwrap();
+    assert_eq!(fixture.holders("rl:two-down"), 3);
+    // Held past several leases: renewals reach the majority.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        guard.is_held(),
+        "renewal on 3 of 5 masters must keep the lock"
+    );
+    assert!(
+        rival
+            .lock("rl:two-down")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a rival got the lock held on the surviving majority"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(fixture.holders("rl:two-down"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_masters_down_of_five_is_quorum_not_reached_within_wait() {
+    let mut fixture = Redlock::new(5);
+    let client = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    for i in [0, 2, 4] {
+        fixture.servers[i].kill();
+    }
+    let started = Instant::now();
+    let err = client
+        .lock("rl:three-down")
+        .wait(Duration::from_millis(800))
+        .acquire()
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    match &err {
+        LockError::QuorumNotReached {
+            key,
+            granted,
+            needed,
+            answers,
+        } => {
+            assert_eq!(key, "rl:three-down");
+            assert_eq!((*granted, *needed), (2, 3));
+            assert_eq!(answers.len(), 5);
+            let failed = answers
+                .iter()
+                .filter(|a| a.answer.starts_with("error"))
+                .count();
+            assert_eq!(failed, 3, "{answers:?}");
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(err.is_backend());
+    assert!(
+        waited >= Duration::from_millis(700),
+        "gave up after {waited:?}, before the wait"
+    );
+    assert!(waited < Duration::from_secs(10), "took {waited:?}");
+    // The two grants of each failed attempt were given back.
+    assert_eq!(fixture.holders("rl:three-down"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_costs_at_most_the_node_timeout() {
+    let fixture = Redlock::new(5);
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_secs(20))
+        .node_timeout(Duration::from_millis(200))
+        .connect_redlock(fixture.urls())
+        .await
+        .unwrap();
+    fixture.servers[1].pause();
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let started = Instant::now();
+        let guard = client
+            .lock(format!("rl:paused:{i}"))
+            .acquire()
+            .await
+            .unwrap();
+        slowest = slowest.max(started.elapsed());
+        guard.release().await.unwrap();
+    }
+    fixture.servers[1].resume();
+    // Bounded by the 200 ms node timeout (plus a generous margin), not by
+    // the 20 s response timeout the paused master would otherwise cost.
+    assert!(
+        slowest < Duration::from_secs(3),
+        "an acquisition took {slowest:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_empty_master_does_not_let_a_second_holder_in() {
+    let mut fixture = Redlock::new(5);
+    let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let b = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let guard = a.lock("rl:restart").acquire().await.unwrap();
+    fixture.servers[0].restart(); // persistence is off: it comes back empty
+    fixture.servers[1].restart();
+    assert_eq!(fixture.holders("rl:restart"), 3);
+    assert!(
+        b.lock("rl:restart").try_acquire().await.unwrap().is_none(),
+        "two holders: the restarted masters granted a second owner"
+    );
+    // B's grants on the empty masters were given back.
+    assert_eq!(fixture.holders("rl:restart"), 3);
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let next = b.lock("rl:restart").try_acquire().await.unwrap();
+    assert!(next.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_across_holders_when_masters_disagree() {
+    let mut fixture = Redlock::new(5);
+    // Master 0's counter is far ahead of the others'.
+    let () = redis::cmd("SET")
+        .arg("lock:{rl:fence}:fence")
+        .arg(1000)
+        .query(&mut fixture.servers[0].conn())
+        .unwrap();
+    let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let first = a.lock("rl:fence").acquire().await.unwrap();
+    let t1 = first.fencing_token();
+    assert!(t1 > 1000, "the token is the highest of the quorum's: {t1}");
+    first.release().await.unwrap();
+    // Without master 0, a later holder must still get a higher token: the
+    // floor was written to a majority of the counters.
+    fixture.servers[0].kill();
+    let second = a.lock("rl:fence").acquire().await.unwrap();
+    assert!(
+        second.fencing_token() > t1,
+        "{} after {t1}",
+        second.fencing_token()
+    );
+    second.release().await.unwrap();
+}
+
+#[test]
+fn two_processes_exclude_each_other() {
+    let fixture = Redlock::new(3);
+    let counter = RedisServer::start();
+    suite::processes_exclude_each_other(
+        &Topology::Redlock(fixture.urls()),
+        &counter.url(),
+        "process_worker",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in child processes by two_processes_exclude_each_other"]
+async fn process_worker() {
+    suite::counter_worker().await;
+}
+
+/// A Redlock client with the defaults.
+trait ConnectForTest {
+    async fn connect_redlock_for_test(urls: &[String]) -> LockClient;
+}
+
+impl ConnectForTest for LockClient {
+    async fn connect_redlock_for_test(urls: &[String]) -> LockClient {
+        LockClient::redlock(urls).await.unwrap()
+    }
+}
