@@ -1,0 +1,197 @@
+//! Redis Cluster (3 masters + 1 replica each): the behavioural suite on a
+//! cluster shared by the suite's tests, and slot, sharded pub/sub and
+//! failover tests on clusters of their own.
+
+mod suite;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use distributed_lock::{LockClient, LockClientBuilder};
+use lock_test_support::{RedisCluster, RedisServer};
+use suite::{Fixture, Topology};
+use tokio::time::Instant;
+
+/// One cluster for all suite tests of this binary (they use distinct lock
+/// names); fault tests start their own.
+fn shared_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(3, 1))
+}
+
+fn redis_key(name: &str) -> String {
+    format!("lock:{{{name}}}")
+}
+
+/// A connection to the master that serves lock `name`.
+fn master_conn(cluster: &RedisCluster, name: &str) -> redis::Connection {
+    let master = cluster.master_of_slot(cluster.slot_of(&redis_key(name)));
+    cluster.node(master).conn()
+}
+
+struct Cluster(&'static RedisCluster);
+
+impl Fixture for Cluster {
+    async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
+        builder.connect_cluster(self.0.urls()).await.unwrap()
+    }
+
+    async fn delete_lock(&self, name: &str) {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(redis_key(name))
+            .query(&mut master_conn(self.0, name))
+            .unwrap();
+        assert_eq!(deleted, 1, "{name} was not held");
+    }
+}
+
+behaviour_suite!(Cluster(shared_cluster()));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_spread_over_every_master_and_share_one_slot_each() {
+    let cluster = shared_cluster();
+    let client = LockClient::cluster(cluster.urls()).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..30 {
+        guards.push(client.lock(format!("spread:{i}")).acquire().await.unwrap());
+    }
+    let mut per_master = std::collections::BTreeMap::new();
+    for i in 0..30 {
+        let name = format!("spread:{i}");
+        let key = redis_key(&name);
+        // The lock, its fencing counter and its channel hash to one slot.
+        let slot = cluster.slot_of(&key);
+        assert_eq!(cluster.slot_of(&format!("{key}:fence")), slot);
+        assert_eq!(cluster.slot_of(&format!("{key}:released")), slot);
+        let master = cluster.master_of_slot(slot);
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut cluster.node(master).conn())
+            .unwrap();
+        assert!(exists, "{key} is not on the master of its slot");
+        *per_master.entry(master).or_insert(0) += 1;
+    }
+    assert_eq!(per_master.len(), 3, "locks on {per_master:?}");
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_use_sharded_pub_sub_on_the_lock_shard() {
+    let cluster = shared_cluster();
+    let (a, b) = (
+        LockClient::cluster(cluster.urls()).await.unwrap(),
+        LockClient::cluster(cluster.urls()).await.unwrap(),
+    );
+    let name = "sharded:wake";
+    let guard = a.lock(name).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = b
+            .lock(name)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    // The waiter's subscription is a sharded one, on the lock's master.
+    let channel = format!("{}:released", redis_key(name));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(&channel)
+            .query(&mut master_conn(cluster, name))
+            .unwrap();
+        if subscribers == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no SSUBSCRIBE on {channel}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, next) = waiter.await.unwrap();
+    // Woken by the release (the holder's lease was 30 s).
+    assert!(got - released < Duration::from_secs(5), "woken after {:?}", got - released);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_failover_keeps_locks_consistent_and_new_acquisitions_succeed() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(10))
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        guards.push(client.lock(format!("failover:{i}")).acquire().await.unwrap());
+    }
+    // Let the replicas catch up, then kill the master of the first lock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let victim = cluster.master_of_slot(cluster.slot_of(&redis_key("failover:0")));
+    let promoted = cluster.kill_master_and_wait_for_failover(victim, Duration::from_secs(30));
+    // One lock of the promoted master vanishes: its guard must notice.
+    let on_promoted: Vec<usize> = (0..12)
+        .filter(|i| {
+            let key = redis_key(&format!("failover:{i}"));
+            cluster.master_of_slot(cluster.slot_of(&key)) == promoted
+        })
+        .collect();
+    assert!(!on_promoted.is_empty());
+    let vanished = on_promoted[0];
+    let _: i64 = redis::cmd("DEL")
+        .arg(redis_key(&format!("failover:{vanished}")))
+        .query(&mut cluster.node(promoted).conn())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), guards[vanished].lost())
+        .await
+        .expect("the guard of a vanished lock reports lost()");
+    // New acquisitions succeed, on every master including the promoted one.
+    let started = Instant::now();
+    for i in 0..12 {
+        let guard = client
+            .lock(format!("after-failover:{i}"))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // No guard claims a lock its master does not have.
+    tokio::time::sleep(Duration::from_secs(4)).await; // past a renewal period
+    for (i, guard) in guards.iter().enumerate() {
+        let key = redis_key(&format!("failover:{i}"));
+        let master = cluster.master_of_slot(cluster.slot_of(&key));
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut cluster.node(master).conn())
+            .unwrap();
+        assert!(
+            !guard.is_held() || exists,
+            "{key}: the guard says held but its master has no lock"
+        );
+    }
+    assert!(!guards[vanished].is_held());
+}
+
+#[test]
+fn two_processes_exclude_each_other() {
+    let cluster = shared_cluster();
+    let counter = RedisServer::start();
+    suite::processes_exclude_each_other(
+        &Topology::Cluster(cluster.urls()),
+        &counter.url(),
+        "process_worker",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in child processes by two_processes_exclude_each_other"]
+async fn process_worker() {
+    suite::counter_worker().await;
+}

@@ -1,0 +1,149 @@
+//! A Sentinel-managed master with a replica and 3 sentinels: the behavioural
+//! suite on a set shared by the suite's tests, and failover and
+//! `sync_replicas` tests on sets of their own.
+
+mod suite;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use distributed_lock::{BackendError, LockClient, LockClientBuilder, LockError};
+use lock_test_support::{RedisSentinels, RedisServer};
+use suite::{Fixture, Topology};
+use tokio::time::Instant;
+
+const MASTER: &str = "locks";
+
+fn shared_set() -> &'static RedisSentinels {
+    static SET: OnceLock<RedisSentinels> = OnceLock::new();
+    SET.get_or_init(|| RedisSentinels::start(MASTER))
+}
+
+fn redis_key(name: &str) -> String {
+    format!("lock:{{{name}}}")
+}
+
+struct Sentinel(&'static RedisSentinels);
+
+impl Fixture for Sentinel {
+    async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
+        builder
+            .connect_sentinel(self.0.sentinel_urls(), MASTER)
+            .await
+            .unwrap()
+    }
+
+    async fn delete_lock(&self, name: &str) {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(redis_key(name))
+            .query(&mut self.0.master().conn())
+            .unwrap();
+        assert_eq!(deleted, 1, "{name} was not held");
+    }
+}
+
+behaviour_suite!(Sentinel(shared_set()));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_resume_on_the_new_master_after_failover() {
+    let mut set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(15))
+        .response_timeout(Duration::from_millis(500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    assert!(client.server().contains(MASTER));
+    let held = client.lock("sentinel:held").acquire().await.unwrap();
+    let token = held.fencing_token();
+    tokio::time::sleep(Duration::from_millis(300)).await; // replicated
+    let old_port = set.master().port();
+    let killed = Instant::now();
+    set.kill_master_and_wait_for_failover(Duration::from_secs(60));
+    assert_ne!(set.master().port(), old_port);
+    // The first acquisitions after the failover find the new master.
+    let guard = client
+        .lock("sentinel:after")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await;
+    let guard = match guard {
+        Ok(guard) => guard,
+        // One attempt may still go to the dead master; the next resolves.
+        Err(err) if err.is_backend() => client
+            .lock("sentinel:after")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap(),
+        Err(err) => panic!("{err}"),
+    };
+    assert!(killed.elapsed() < Duration::from_secs(90));
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(redis_key("sentinel:after"))
+        .query(&mut set.master().conn())
+        .unwrap();
+    assert!(exists, "the lock is not on the new master");
+    guard.release().await.unwrap();
+    // The lock held across the failover was replicated: the watchdog goes
+    // on renewing it on the new master, and its token stays below new ones.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(held.is_held(), "the replicated lock was lost after the failover");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(redis_key("sentinel:held"))
+        .query(&mut set.master().conn())
+        .unwrap();
+    assert!(ttl > 9_000, "not renewed on the new master: PTTL {ttl}");
+    held.release().await.unwrap();
+    let next = client.lock("sentinel:held").acquire().await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_rolls_back_an_acquisition_no_replica_acknowledged() {
+    let set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .sync_replicas(1, Duration::from_millis(300))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    // With the replica up, WAIT is acknowledged.
+    let guard = client.lock("sync:ok").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    // With the replica paused, nothing acknowledges: the acquisition fails
+    // and leaves no lock behind.
+    set.replica().pause();
+    let result = client.lock("sync:paused").acquire().await;
+    set.replica().resume();
+    match result {
+        Err(LockError::Backend {
+            key,
+            source: BackendError::NotReplicated { acknowledged: 0, required: 1 },
+            ..
+        }) => assert_eq!(key, "sync:paused"),
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(redis_key("sync:paused"))
+        .query(&mut set.master().conn())
+        .unwrap();
+    assert!(!exists, "the unreplicated acquisition was not rolled back");
+}
+
+#[test]
+fn two_processes_exclude_each_other() {
+    let set = shared_set();
+    let counter = RedisServer::start();
+    suite::processes_exclude_each_other(
+        &Topology::Sentinel(set.sentinel_urls(), MASTER.to_owned()),
+        &counter.url(),
+        "process_worker",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in child processes by two_processes_exclude_each_other"]
+async fn process_worker() {
+    suite::counter_worker().await;
+}
