@@ -151,7 +151,8 @@ impl RedisCluster {
     }
 
     /// The indices of the nodes the cluster currently considers masters (flag `master`, not
-    /// flagged `fail`), ascending, as seen by the first running node that answers.
+    /// flagged `fail`), ascending, as seen by the first running node that answers
+    /// (preferring one that reports `cluster_state:ok`).
     ///
     /// Right after a master is killed, and until the cluster has flagged it as failed, it is
     /// still listed; [`RedisCluster::kill_master_and_wait_for_failover`] waits for that.
@@ -164,7 +165,8 @@ impl RedisCluster {
     }
 
     /// The indices of the nodes the cluster currently considers replicas (flag `slave`, not
-    /// flagged `fail`), ascending, as seen by the first running node that answers.
+    /// flagged `fail`), ascending, as seen by the first running node that answers
+    /// (preferring one that reports `cluster_state:ok`).
     ///
     /// # Panics
     ///
@@ -228,7 +230,8 @@ impl RedisCluster {
     }
 
     /// The index of the master that currently serves `slot`, as seen by the first running node
-    /// that answers `CLUSTER NODES` (masters flagged `fail` are ignored).
+    /// that answers `CLUSTER NODES`, preferring one that reports `cluster_state:ok` (masters
+    /// flagged `fail` are ignored).
     ///
     /// # Panics
     ///
@@ -505,21 +508,34 @@ impl RedisCluster {
             .map_err(|e| format!("cannot parse CLUSTER NODES of node {index}: {e}\n{text}"))
     }
 
-    /// `CLUSTER NODES` of the first running node that answers.
+    /// `CLUSTER NODES` of the first running node that reports `cluster_state:ok`, or else of
+    /// the first running node that answers (a node that has just been restarted may not have
+    /// caught up with the cluster yet, and then reports `cluster_state:fail`).
     fn node_view_any(&self) -> Result<Vec<NodeEntry>, String> {
+        let mut fallback = None;
         let mut last_error = String::from("no node is running");
         for (i, node) in self.nodes.iter().enumerate() {
             if !node.is_started() {
                 continue;
             }
+            let ok = match self.cluster_info(i) {
+                Ok(info) => info_field(&info, "cluster_state") == Some("ok"),
+                Err(e) => {
+                    last_error = e;
+                    continue;
+                }
+            };
             match self.node_view(i) {
-                Ok(view) => return Ok(view),
+                Ok(view) if ok => return Ok(view),
+                Ok(view) => {
+                    fallback.get_or_insert(view);
+                }
                 Err(e) => last_error = e,
             }
         }
-        Err(format!(
-            "no running node answered CLUSTER NODES (last error: {last_error})"
-        ))
+        fallback.ok_or_else(|| {
+            format!("no running node answered CLUSTER NODES (last error: {last_error})")
+        })
     }
 
     fn view(&self) -> Vec<NodeEntry> {

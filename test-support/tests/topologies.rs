@@ -165,6 +165,23 @@ fn cluster_kill_master_promotes_its_replica() {
     let mut cc = client.get_connection().unwrap();
     let value: String = cc.get(key).unwrap();
     assert_eq!(value, "after");
+
+    // The old master, restarted, keeps its nodes.conf and rejoins as a replica of the new one.
+    let started = Instant::now();
+    cluster.node_mut(owner).restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(cluster.replicas_of(promoted).contains(&owner)
+        && role(&mut cluster.node(owner).conn()) == "slave")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node {owner} did not rejoin as a replica of node {promoted}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.wait_ok(Duration::from_secs(5));
+    eprintln!("old master rejoined as replica in {:?}", started.elapsed());
+    assert_eq!(cluster.master_of_slot(slot), promoted);
 }
 
 #[test]
@@ -201,4 +218,21 @@ fn sentinels_report_the_master_and_fail_over_to_the_replica() {
     let () = conn.set("k", "after failover").unwrap();
     let value: String = conn.get("k").unwrap();
     assert_eq!(value, "after failover");
+
+    // A restarted sentinel keeps its rewritten configuration: same id, the new master.
+    let myid = |set: &RedisSentinels| -> String {
+        redis::cmd("SENTINEL")
+            .arg("myid")
+            .query(&mut set.sentinel(0).conn())
+            .unwrap()
+    };
+    let id = myid(&set);
+    set.sentinel_mut(0).restart();
+    assert_eq!(myid(&set), id);
+    let addr: (String, u16) = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg("locks")
+        .query(&mut set.sentinel(0).conn())
+        .unwrap();
+    assert_eq!(addr.1, old_replica);
 }
