@@ -20,6 +20,8 @@ pub struct ServerOptions {
     pub(crate) tls: bool,
     pub(crate) acl_users: Vec<(String, String)>,
     pub(crate) extra_args: Vec<String>,
+    pub(crate) cluster: bool,
+    pub(crate) sentinel: Option<String>,
 }
 
 impl ServerOptions {
@@ -49,6 +51,43 @@ impl ServerOptions {
     /// [`RedisServer::url_with_auth`](crate::RedisServer::url_with_auth).
     pub fn acl_user(mut self, user: &str, password: &str) -> Self {
         self.acl_users.push((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Runs the server as a Redis Cluster node, tuned for fast, deterministic failover in
+    /// tests.
+    ///
+    /// Adds `--cluster-enabled yes`, `--cluster-config-file <its dir>/nodes.conf`,
+    /// `--cluster-node-timeout 1000`, `--cluster-replica-validity-factor 0` (a replica may
+    /// always take over, however stale) and `--cluster-allow-reads-when-down no`. The port is
+    /// picked with [`free_cluster_port`](crate::free_cluster_port), so the cluster bus port
+    /// (port + 10000) is free as well. `nodes.conf` is kept across
+    /// [`RedisServer::restart`](crate::RedisServer::restart), so a restarted node rejoins its
+    /// cluster (with an empty data set).
+    ///
+    /// The node is not part of any cluster yet; [`RedisCluster`](crate::RedisCluster) forms
+    /// one out of such nodes. Later [`ServerOptions::arg`] calls can override these settings,
+    /// e.g. `.arg("--cluster-node-timeout").arg("2000")`.
+    pub fn cluster_node(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// Runs the server as a Redis Sentinel (`redis-server <dir>/sentinel.conf --sentinel`).
+    ///
+    /// `config` is the body of the sentinel configuration file, e.g.
+    /// `"sentinel monitor mymaster 127.0.0.1 12345 2\n"`; the harness writes
+    /// `port <port>` and `bind 127.0.0.1` in front of it into `sentinel.conf` in the server's
+    /// own temporary directory before the first launch. Sentinels rewrite that file (their id,
+    /// the known replicas and sentinels, the current master), and
+    /// [`RedisServer::restart`](crate::RedisServer::restart) keeps the rewritten file, so a
+    /// restarted sentinel keeps its identity and state.
+    ///
+    /// Sentinels answer `PING`, which is how the harness waits for them to be ready. Cannot be
+    /// combined with [`ServerOptions::tls`] or [`ServerOptions::cluster_node`] (the
+    /// constructors panic).
+    pub fn sentinel(mut self, config: impl Into<String>) -> Self {
+        self.sentinel = Some(config.into());
         self
     }
 

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 use crate::options::ServerOptions;
 use crate::spawn::spawn_tied_to_process;
 use crate::tls::{ensure_crypto_provider, TlsFiles};
-use crate::{free_port, redis_server_path};
+use crate::{free_cluster_port, free_port, redis_server_path};
 
 /// How long a freshly started server may take to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,6 +29,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Number of log lines [`RedisServer::log_tail`] returns.
 const LOG_TAIL_LINES: usize = 40;
+/// Name of a sentinel's configuration file inside its directory.
+const SENTINEL_CONFIG: &str = "sentinel.conf";
+/// Name of a cluster node's configuration file inside its directory.
+const CLUSTER_CONFIG: &str = "nodes.conf";
+/// `--cluster-node-timeout` of [`ServerOptions::cluster_node`] servers, in milliseconds.
+const CLUSTER_NODE_TIMEOUT_MS: &str = "1000";
 
 /// A real `redis-server` process on a loopback port, owned by a test.
 ///
@@ -74,16 +80,24 @@ impl RedisServer {
 
     /// Starts a server configured by `options` and waits until it answers `PING`.
     ///
-    /// A free port is picked with [`free_port`]; if the server cannot bind it (another process
-    /// took it in the meantime), another port is tried, up to 8 times.
+    /// A free port is picked with [`free_port`] (with [`free_cluster_port`] for
+    /// [`ServerOptions::cluster_node`]); if the server cannot bind it (another process took it
+    /// in the meantime), another port is tried, up to 8 times.
     ///
     /// # Panics
     ///
     /// Panics if `redis-server` is not on `PATH` (the message names the install command), if
     /// the process exits during startup, or if it does not answer within 10 s; the message
-    /// includes the tail of the server log.
+    /// includes the tail of the server log. Also panics if `options` combine
+    /// [`ServerOptions::sentinel`] with [`ServerOptions::tls`] or
+    /// [`ServerOptions::cluster_node`].
     pub fn start_with(options: ServerOptions) -> RedisServer {
         let binary = redis_server_path();
+        assert!(
+            options.sentinel.is_none() || !(options.tls || options.cluster),
+            "lock-test-support: ServerOptions::sentinel cannot be combined with tls() or \
+             cluster_node()"
+        );
         let dir = tempfile::Builder::new()
             .prefix("lock-test-redis-")
             .tempdir()
@@ -104,7 +118,12 @@ impl RedisServer {
         };
 
         for attempt in 1..=START_ATTEMPTS {
-            server.port = free_port();
+            server.port = if server.options.cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+            server.write_sentinel_config();
             match server.launch() {
                 Ok(()) => return server,
                 Err(failure) if failure.port_unavailable && attempt < START_ATTEMPTS => continue,
@@ -280,12 +299,33 @@ impl RedisServer {
         }
     }
 
+    /// Whether the process was started and not killed or found exited since (without
+    /// reaping it, unlike [`RedisServer::is_running`]).
+    pub(crate) fn is_started(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether the server runs as a sentinel ([`ServerOptions::sentinel`]).
+    pub fn is_sentinel(&self) -> bool {
+        self.options.sentinel.is_some()
+    }
+
+    /// Whether the server runs as a cluster node ([`ServerOptions::cluster_node`]).
+    pub fn is_cluster_node(&self) -> bool {
+        self.options.cluster
+    }
+
     /// The last 40 lines of the server log (its stdout and stderr, across restarts).
     pub fn log_tail(&self) -> String {
+        self.log_tail_lines(LOG_TAIL_LINES)
+    }
+
+    /// The last `count` lines of the server log.
+    pub(crate) fn log_tail_lines(&self, count: usize) -> String {
         let log = std::fs::read(&self.log_path).unwrap_or_default();
         let log = String::from_utf8_lossy(&log);
         let lines: Vec<&str> = log.lines().collect();
-        let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+        let start = lines.len().saturating_sub(count);
         let mut tail = lines[start..].join("\n");
         if !tail.is_empty() {
             tail.push('\n');
@@ -363,8 +403,25 @@ impl RedisServer {
         Ok(())
     }
 
+    /// Writes a sentinel's configuration file for the current port (sentinels only).
+    fn write_sentinel_config(&self) {
+        let Some(body) = &self.options.sentinel else {
+            return;
+        };
+        let path = self.dir.path().join(SENTINEL_CONFIG);
+        let contents = format!("port {}\nbind 127.0.0.1\n{body}\n", self.port);
+        std::fs::write(&path, contents)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+
     fn command(&self) -> Command {
         let mut command = Command::new(&self.binary);
+        if self.options.sentinel.is_some() {
+            // The configuration file must be the first argument.
+            command
+                .arg(self.dir.path().join(SENTINEL_CONFIG))
+                .arg("--sentinel");
+        }
         command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -388,6 +445,15 @@ impl RedisServer {
             None => {
                 command.args(["--port", &port]);
             }
+        }
+        if self.options.cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(self.dir.path().join(CLUSTER_CONFIG))
+                .args(["--cluster-node-timeout", CLUSTER_NODE_TIMEOUT_MS])
+                .args(["--cluster-replica-validity-factor", "0"])
+                .args(["--cluster-allow-reads-when-down", "no"]);
         }
         for (user, password) in &self.options.acl_users {
             command
@@ -476,10 +542,20 @@ impl RedisServer {
         let mut log = self.open_log();
         let _ = writeln!(
             log,
-            "=== lock-test-support: starting {} on port {}{} ===",
+            "=== lock-test-support: starting {} on port {}{}{}{} ===",
             self.binary.display(),
             self.port,
-            if self.tls.is_some() { " (TLS)" } else { "" }
+            if self.tls.is_some() { " (TLS)" } else { "" },
+            if self.options.cluster {
+                " (cluster node)"
+            } else {
+                ""
+            },
+            if self.options.sentinel.is_some() {
+                " (sentinel)"
+            } else {
+                ""
+            }
         );
         start
     }
@@ -499,10 +575,15 @@ impl RedisServer {
     }
 
     fn log_section(&self) -> String {
+        self.log_section_lines(LOG_TAIL_LINES)
+    }
+
+    /// The last `count` log lines, framed with the log's path, for panic messages.
+    pub(crate) fn log_section_lines(&self, count: usize) -> String {
         format!(
             "--- last lines of {} ---\n{}--- end of log ---",
             self.log_path.display(),
-            self.log_tail()
+            self.log_tail_lines(count)
         )
     }
 
