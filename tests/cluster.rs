@@ -114,7 +114,11 @@ async fn waiters_use_sharded_pub_sub_on_the_lock_shard() {
     guard.release().await.unwrap();
     let (got, next) = waiter.await.unwrap();
     // Woken by the release (the holder's lease was 30 s).
-    assert!(got - released < Duration::from_secs(5), "woken after {:?}", got - released);
+    assert!(
+        got - released < Duration::from_secs(5),
+        "woken after {:?}",
+        got - released
+    );
     next.release().await.unwrap();
 }
 
@@ -128,7 +132,13 @@ async fn master_failover_keeps_locks_consistent_and_new_acquisitions_succeed() {
         .unwrap();
     let mut guards = Vec::new();
     for i in 0..12 {
-        guards.push(client.lock(format!("failover:{i}")).acquire().await.unwrap());
+        guards.push(
+            client
+                .lock(format!("failover:{i}"))
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     // Let the replicas catch up, then kill the master of the first lock.
     tokio::time::sleep(Duration::from_millis(300)).await;

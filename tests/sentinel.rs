@@ -88,7 +88,10 @@ async fn acquisitions_resume_on_the_new_master_after_failover() {
     // The lock held across the failover was replicated: the watchdog goes
     // on renewing it on the new master, and its token stays below new ones.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(held.is_held(), "the replicated lock was lost after the failover");
+    assert!(
+        held.is_held(),
+        "the replicated lock was lost after the failover"
+    );
     let ttl: i64 = redis::cmd("PTTL")
         .arg(redis_key("sentinel:held"))
         .query(&mut set.master().conn())
@@ -119,7 +122,11 @@ async fn sync_replicas_rolls_back_an_acquisition_no_replica_acknowledged() {
     match result {
         Err(LockError::Backend {
             key,
-            source: BackendError::NotReplicated { acknowledged: 0, required: 1 },
+            source:
+                BackendError::NotReplicated {
+                    acknowledged: 0,
+                    required: 1,
+                },
             ..
         }) => assert_eq!(key, "sync:paused"),
         other => panic!("expected NotReplicated, got {other:?}"),
