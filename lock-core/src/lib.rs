@@ -25,8 +25,11 @@
 //! - **Cancel safety.** Dropping an acquire future never leaks the lock;
 //!   dropping a guard releases it in the background.
 //!
-//! The in-memory backend ([`LockClient::memory`]) has the same semantics
-//! within one process.
+//! Backends: one Redis node ([`LockClient::connect`]), a master found and
+//! followed through Sentinel ([`LockClient::sentinel`]), Redis Cluster
+//! ([`LockClient::cluster`]) and Redlock over independent masters
+//! ([`LockClient::redlock`]). The in-memory backend ([`LockClient::memory`])
+//! has the same semantics within one process.
 //!
 //! # Redis layout
 //! Lock `order:42` with the default prefix uses `lock:{order:42}` (the
