@@ -40,6 +40,7 @@ mod backend;
 mod client;
 mod error;
 mod guard;
+mod inspect;
 mod key;
 mod lock;
 mod scope;
@@ -53,6 +54,7 @@ pub use client::{
 };
 pub use error::{BackendError, LockError};
 pub use guard::LockGuard;
+pub use inspect::{LockHolder, LockInfo};
 pub use key::MAX_KEY_LEN;
 pub use lock::Lock;
 

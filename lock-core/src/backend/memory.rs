@@ -121,6 +121,32 @@ impl MemoryStore {
         }
     }
 
+    /// The unexpired holder of `key` (owner, token, remaining lease) and its
+    /// last fencing token.
+    pub(crate) fn inspect(&self, key: &LockKey) -> (Option<(String, u64, Duration)>, Option<u64>) {
+        let now = Instant::now();
+        let state = self.inner.state.lock().unwrap();
+        let holder = state.locks.get(&key.lock).filter(|e| e.expires_at > now);
+        let holder = holder.map(|e| (e.owner.to_string(), e.token, e.expires_at - now));
+        (holder, state.fences.get(&key.fence).copied())
+    }
+
+    /// Every unexpired lock: key, owner, token, remaining lease, last token.
+    pub(crate) fn held_locks(&self) -> Vec<(Arc<str>, String, u64, Duration, Option<u64>)> {
+        let now = Instant::now();
+        let state = self.inner.state.lock().unwrap();
+        let fence = |lock: &str| state.fences.get(&*format!("{lock}:fence")).copied();
+        state
+            .locks
+            .iter()
+            .filter(|(_, e)| e.expires_at > now)
+            .map(|(lock, e)| {
+                let ttl = e.expires_at - now;
+                (lock.clone(), e.owner.to_string(), e.token, ttl, fence(lock))
+            })
+            .collect()
+    }
+
     pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {
         self.inner.waiters.register(&key.channel)
     }

@@ -175,6 +175,15 @@ impl RedisBackend {
         &self.server
     }
 
+    /// The multiplexed command connection, for read-only inspection (`inspect.rs`).
+    pub(crate) fn command_connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
     /// Runs `fut` within the response timeout.
     async fn bounded<T>(
         &self,
