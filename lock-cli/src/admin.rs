@@ -1,6 +1,7 @@
 //! The operator's commands: `status`, `list` and `release --force`.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 use lock_core::LockInfo;
@@ -54,7 +55,7 @@ pub(crate) async fn status(connection: &ConnectionArgs, args: StatusArgs) -> Res
         .map_err(|err| Failure::from_lock(&err, &args.key, client.server(), exit::USAGE))?;
     let report = LockReport::new(info, client.server());
     if args.json {
-        println!("{}", to_json(&report)?);
+        print_out(&format!("{}\n", to_json(&report)?))?;
         return Ok(exit::SUCCESS);
     }
     let mut out = String::new();
@@ -79,7 +80,7 @@ pub(crate) async fn status(connection: &ConnectionArgs, args: StatusArgs) -> Res
         line("token", &number_text(report.fencing_token));
     }
     line("last token", &number_text(report.last_fencing_token));
-    print!("{out}");
+    print_out(&out)?;
     Ok(exit::SUCCESS)
 }
 
@@ -96,7 +97,7 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
         .map(|info| LockReport::new(info, client.server()))
         .collect();
     if args.json {
-        println!("{}", to_json(&reports)?);
+        print_out(&format!("{}\n", to_json(&reports)?))?;
         return Ok(exit::SUCCESS);
     }
     if reports.is_empty() {
@@ -124,7 +125,7 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
             report.owner.as_deref().unwrap_or("-"),
         );
     }
-    print!("{out}");
+    print_out(&out)?;
     Ok(exit::SUCCESS)
 }
 
@@ -148,17 +149,18 @@ pub(crate) async fn release(connection: &ConnectionArgs, args: ReleaseArgs) -> R
     // depend on it.
     let holder = client.inspect(&args.key).await.map_err(failure)?.holder;
     let released = client.force_release(&args.key).await.map_err(failure)?;
-    match (released, holder) {
-        (true, Some(holder)) => println!(
-            "released lock `{}` at {} (held by {}, fencing token {})",
+    let line = match (released, holder) {
+        (true, Some(holder)) => format!(
+            "released lock `{}` at {} (held by {}, fencing token {})\n",
             args.key,
             client.server(),
             holder.owner,
             holder.fencing_token
         ),
-        (true, None) => println!("released lock `{}` at {}", args.key, client.server()),
-        (false, _) => println!("lock `{}` at {} was not held", args.key, client.server()),
-    }
+        (true, None) => format!("released lock `{}` at {}\n", args.key, client.server()),
+        (false, _) => format!("lock `{}` at {} was not held\n", args.key, client.server()),
+    };
+    print_out(&line)?;
     Ok(exit::SUCCESS)
 }
 
@@ -171,6 +173,23 @@ fn ttl_text(ttl_ms: Option<u64>) -> String {
 
 fn number_text(number: Option<u64>) -> String {
     number.map_or_else(|| "none".into(), |n| n.to_string())
+}
+
+/// Writes `text` to stdout. A closed pipe (`lockctl list | head -1`) is not
+/// an error; other write errors are.
+fn print_out(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(err) => Err(Failure::new(
+            exit::SOFTWARE,
+            format!("cannot write to stdout: {err}"),
+        )),
+    }
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, Failure> {

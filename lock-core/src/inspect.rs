@@ -146,10 +146,10 @@ impl LockClient {
                 Ok(LockInfo {
                     name: key.name.to_string(),
                     key: key.lock.to_string(),
-                    holder: holder.map(|(owner, fencing_token, ttl)| LockHolder {
-                        owner,
-                        fencing_token,
-                        ttl: Some(ttl),
+                    holder: holder.map(|h| LockHolder {
+                        owner: h.owner,
+                        fencing_token: h.token,
+                        ttl: Some(h.ttl),
                         holds: 1,
                     }),
                     last_fencing_token,
@@ -259,14 +259,14 @@ impl LockClient {
             Backend::Memory(store) => store
                 .held_locks()
                 .into_iter()
-                .filter_map(|(lock, owner, fencing_token, ttl, last)| {
+                .filter_map(|(lock, h, last)| {
                     let name = name_of(prefix, &lock)?;
                     name.starts_with(name_prefix).then(|| LockInfo {
                         name: name.to_owned(),
                         holder: Some(LockHolder {
-                            owner,
-                            fencing_token,
-                            ttl: Some(ttl),
+                            owner: h.owner,
+                            fencing_token: h.token,
+                            ttl: Some(h.ttl),
                             holds: 1,
                         }),
                         key: lock.to_string(),

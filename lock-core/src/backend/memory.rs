@@ -49,6 +49,24 @@ struct Entry {
     expires_at: Instant,
 }
 
+impl Entry {
+    fn snapshot(&self, now: Instant) -> HolderSnapshot {
+        HolderSnapshot {
+            owner: self.owner.to_string(),
+            token: self.token,
+            ttl: self.expires_at - now,
+        }
+    }
+}
+
+/// A lock's holder as [`MemoryStore::inspect`] sees it.
+#[derive(Debug)]
+pub(crate) struct HolderSnapshot {
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) ttl: Duration,
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -121,18 +139,17 @@ impl MemoryStore {
         }
     }
 
-    /// The unexpired holder of `key` (owner, token, remaining lease) and its
-    /// last fencing token.
-    pub(crate) fn inspect(&self, key: &LockKey) -> (Option<(String, u64, Duration)>, Option<u64>) {
+    /// The unexpired holder of `key` and its last fencing token.
+    pub(crate) fn inspect(&self, key: &LockKey) -> (Option<HolderSnapshot>, Option<u64>) {
         let now = Instant::now();
         let state = self.inner.state.lock().unwrap();
         let holder = state.locks.get(&key.lock).filter(|e| e.expires_at > now);
-        let holder = holder.map(|e| (e.owner.to_string(), e.token, e.expires_at - now));
+        let holder = holder.map(|e| e.snapshot(now));
         (holder, state.fences.get(&key.fence).copied())
     }
 
-    /// Every unexpired lock: key, owner, token, remaining lease, last token.
-    pub(crate) fn held_locks(&self) -> Vec<(Arc<str>, String, u64, Duration, Option<u64>)> {
+    /// Every unexpired lock: its key, holder and last fencing token.
+    pub(crate) fn held_locks(&self) -> Vec<(Arc<str>, HolderSnapshot, Option<u64>)> {
         let now = Instant::now();
         let state = self.inner.state.lock().unwrap();
         let fence = |lock: &str| state.fences.get(&*format!("{lock}:fence")).copied();
@@ -140,10 +157,7 @@ impl MemoryStore {
             .locks
             .iter()
             .filter(|(_, e)| e.expires_at > now)
-            .map(|(lock, e)| {
-                let ttl = e.expires_at - now;
-                (lock.clone(), e.owner.to_string(), e.token, ttl, fence(lock))
-            })
+            .map(|(lock, e)| (lock.clone(), e.snapshot(now), fence(lock)))
             .collect()
     }
 
