@@ -111,7 +111,7 @@ pub(crate) struct ConnectionArgs {
     )]
     pub(crate) url: String,
 
-    /// Prefix of the Redis keys: lock NAME is stored as <PREFIX>{NAME}.
+    /// Prefix of the Redis keys: lock NAME is stored as PREFIX{NAME}.
     #[arg(
         long,
         global = true,
