@@ -310,7 +310,7 @@ fn lost_lease_terminates_the_command() {
         &server,
         dir.path(),
         "lost",
-        &["--lease", "900ms", "--kill-after", "20s"],
+        &["--lease", "2s", "--kill-after", "20s"],
         &format!(
             // (stderr off: the shell reports the `sleep` that SIGTERM ends)
             "exec 2>/dev/null; trap 'echo terminated >> \"{}\"; exit 0' TERM; \
@@ -318,7 +318,7 @@ fn lost_lease_terminates_the_command() {
             log.display()
         ),
     );
-    sleep(Duration::from_millis(1_000)); // renewals keep it alive past its lease
+    sleep(Duration::from_millis(2_500)); // renewals keep it alive past its lease
     assert!(exists(&server, "lock:{lost}"));
     let () = redis::cmd("DEL")
         .arg("lock:{lost}")
@@ -404,6 +404,26 @@ fn signals_are_forwarded_and_the_lock_released() {
     assert_eq!(code(&output), 7, "{}", stderr(&output));
     let output = finish(waiter, LONG);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
+
+/// lockctl killed outright (no chance to forward anything): the command
+/// gets SIGTERM from the kernel, and the lock expires after its lease.
+#[test]
+fn the_command_does_not_outlive_a_killed_lockctl() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (mut holder, pid) = start_holder(
+        &server,
+        dir.path(),
+        "orphan",
+        &["--lease", "1s"],
+        // Outlives the test's patience if the kernel does not end it.
+        "exec sleep 300",
+    );
+    signal(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    wait_until("the command to end", || !alive(pid));
+    wait_until("the lock to expire", || !exists(&server, "lock:{orphan}"));
 }
 
 /// A signal while waiting for the lock ends the wait: no command runs.
