@@ -107,6 +107,31 @@ impl ClusterBackend {
         &self.label
     }
 
+    /// The command connection, for read-only inspection (`inspect.rs`).
+    pub(crate) fn command_connection(&self) -> ClusterConnection {
+        self.conn.clone()
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
+    /// The masters serving slots, as `(host, port)`.
+    pub(crate) async fn masters(&self) -> Result<Vec<(String, u16)>, BackendError> {
+        let mut masters: Vec<(String, u16)> = self
+            .slot_masters()
+            .await?
+            .into_iter()
+            .filter_map(|(_, _, node)| {
+                let (host, port) = node.rsplit_once(':')?;
+                Some((host.to_owned(), port.parse().ok()?))
+            })
+            .collect();
+        masters.sort();
+        masters.dedup();
+        Ok(masters)
+    }
+
     /// Runs a script by `EVALSHA` (routed to the master of its keys' slot,
     /// following MOVED/ASK), loading it on `NOSCRIPT` (a promoted replica
     /// may not have it).

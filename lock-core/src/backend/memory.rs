@@ -49,6 +49,24 @@ struct Entry {
     expires_at: Instant,
 }
 
+impl Entry {
+    fn snapshot(&self, now: Instant) -> HolderSnapshot {
+        HolderSnapshot {
+            owner: self.owner.to_string(),
+            token: self.token,
+            ttl: self.expires_at - now,
+        }
+    }
+}
+
+/// A lock's holder as [`MemoryStore::inspect`] sees it.
+#[derive(Debug)]
+pub(crate) struct HolderSnapshot {
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) ttl: Duration,
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -119,6 +137,28 @@ impl MemoryStore {
             }
             _ => false,
         }
+    }
+
+    /// The unexpired holder of `key` and its last fencing token.
+    pub(crate) fn inspect(&self, key: &LockKey) -> (Option<HolderSnapshot>, Option<u64>) {
+        let now = Instant::now();
+        let state = self.inner.state.lock().unwrap();
+        let holder = state.locks.get(&key.lock).filter(|e| e.expires_at > now);
+        let holder = holder.map(|e| e.snapshot(now));
+        (holder, state.fences.get(&key.fence).copied())
+    }
+
+    /// Every unexpired lock: its key, holder and last fencing token.
+    pub(crate) fn held_locks(&self) -> Vec<(Arc<str>, HolderSnapshot, Option<u64>)> {
+        let now = Instant::now();
+        let state = self.inner.state.lock().unwrap();
+        let fence = |lock: &str| state.fences.get(&*format!("{lock}:fence")).copied();
+        state
+            .locks
+            .iter()
+            .filter(|(_, e)| e.expires_at > now)
+            .map(|(lock, e)| (lock.clone(), e.snapshot(now), fence(lock)))
+            .collect()
     }
 
     pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {

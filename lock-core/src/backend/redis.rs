@@ -308,6 +308,16 @@ impl RedisBackend {
         self.cell.get().server.clone()
     }
 
+    /// The current node's multiplexed command connection, for read-only
+    /// inspection (`inspect.rs`).
+    pub(crate) fn command_connection(&self) -> ConnectionManager {
+        self.cell.get().conn.clone()
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
     /// Runs `fut` within the response timeout.
     async fn bounded<T>(
         &self,

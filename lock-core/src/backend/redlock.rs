@@ -38,8 +38,13 @@ impl RedlockBackend {
         &self.label
     }
 
+    /// The masters.
+    pub(crate) fn nodes(&self) -> &[RedisBackend] {
+        &self.nodes
+    }
+
     /// A majority of the masters.
-    fn quorum(&self) -> usize {
+    pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
 

@@ -1,0 +1,316 @@
+//! The command line: commands, options, help texts and value parsers.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lock_core::MIN_WATCHDOG_LEASE;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0        success: the command exited 0, or the lock was busy with --on-busy skip
+  1-255    run: the command's own exit code; 128+N when a signal N ended it
+  64       usage error (bad option or value, release without --force)
+  65       a Redis key of the lock holds a value of another type
+  66       a TLS file cannot be read
+  69       Redis unreachable, credentials refused, or a Redis error
+  70       internal error
+  75       run: the lock is busy (--conflict-exit-code)
+  80       run: the lease was lost while the command ran (--lost-exit-code)
+  126/127  run: the command cannot be executed / was not found";
+
+const TOP_EXAMPLES: &str = "\
+Examples:
+  lockctl --url redis://127.0.0.1:6379/ run --key backup --wait 10s -- /usr/local/bin/backup.sh
+  REDIS_URL=rediss://ops:secret@redis.internal:6380/ lockctl status backup
+  lockctl list --prefix report: --json
+  lockctl release --force backup";
+
+const RUN_HELP: &str = "\
+Acquires lock KEY, runs COMMAND with LOCK_KEY and LOCK_FENCING_TOKEN in its environment, \
+renews the lease while it runs, releases the lock when it exits and exits with its code.
+
+The command runs in a process group of its own. SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to \
+lockctl are forwarded to that group; lockctl waits for the command, releases the lock and \
+exits with the command's code (128+N for a signal N). If lockctl itself is killed, the \
+command gets SIGTERM (Linux) and the lock expires after at most one lease.
+
+If the lease is lost while the command runs (the lock was deleted, taken over, or could \
+not be renewed in time), lockctl says so on stderr, sends SIGTERM to the command's group, \
+SIGKILL after --kill-after, and exits with --lost-exit-code (80).";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  # Run the nightly report on one host only; other hosts skip it (exit 0).
+  lockctl run --key report:nightly --on-busy skip -- /usr/local/bin/report --date today
+
+  # Wait up to 10 minutes for the lock; exit 75 if it stays busy.
+  lockctl run --key db:migrate --wait 10m -- ./migrate.sh
+
+  # Wait as long as it takes, with a 10 s lease (the lock frees 10 s after a crash).
+  lockctl run --key deploy --wait forever --lease 10s -- make deploy
+
+  # Pass the fencing token to the resource the lock protects.
+  lockctl run --key export -- sh -c 'export-data --fence \"$LOCK_FENCING_TOKEN\"'";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  lockctl status report:nightly
+  lockctl status report:nightly --json | jq .ttl_ms
+
+The backend records one holder per lock, not a hold count: nested (reentrant) holds are \
+counted inside the holder's process. `holds` is what the backend sees: 1 for a held lock, \
+0 for a free one. `last token` is the last fencing token issued for the lock; it survives \
+releases and expiry.";
+
+const LIST_EXAMPLES: &str = "\
+Examples:
+  lockctl list
+  lockctl list --prefix report:
+  lockctl --key-prefix billing:lock: list --json
+
+The locks are found with SCAN (never KEYS), so listing does not block Redis; a lock taken \
+or released during the walk may or may not be listed.";
+
+const RELEASE_EXAMPLES: &str = "\
+Examples:
+  lockctl release --force report:nightly
+
+This deletes the lock whoever holds it and wakes a waiter. A holder under lockctl run finds \
+out at its next renewal (a third of its lease), terminates its command and exits 80.";
+
+/// Run a command under a distributed lock on Redis (a distributed flock), and
+/// inspect or force-release locks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockctl",
+    version,
+    arg_required_else_help = true,
+    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}")
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) connection: ConnectionArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the locks live. Shared by every command.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection")]
+pub(crate) struct ConnectionArgs {
+    /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:password@host/ for ACL.
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379/",
+        value_name = "URL"
+    )]
+    pub(crate) url: String,
+
+    /// Prefix of the Redis keys: lock NAME is stored as PREFIX{NAME}.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_KEY_PREFIX",
+        hide_env_values = true,
+        default_value = lock_core::DEFAULT_PREFIX,
+        value_name = "PREFIX"
+    )]
+    pub(crate) key_prefix: String,
+
+    /// PEM file of the CA that signed a rediss:// server's certificate (default: system roots).
+    #[arg(long, global = true, value_name = "PEM_FILE")]
+    pub(crate) tls_ca_cert: Option<PathBuf>,
+
+    /// PEM file of a client certificate for mutual TLS (with --tls-key).
+    #[arg(long, global = true, value_name = "PEM_FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// PEM file of the key of --tls-cert.
+    #[arg(long, global = true, value_name = "PEM_FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// How long connecting may take.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = parse_positive)]
+    pub(crate) connect_timeout: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lock (a distributed flock).
+    #[command(long_about = RUN_HELP, after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}"))]
+    Run(RunArgs),
+    /// Show who holds a lock, its remaining lease and its fencing tokens.
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status(StatusArgs),
+    /// List the locks held (found with SCAN, never KEYS).
+    #[command(after_help = LIST_EXAMPLES)]
+    List(ListArgs),
+    /// Delete a lock whoever holds it, waking a waiter (operator override; needs --force).
+    #[command(after_help = RELEASE_EXAMPLES)]
+    Release(ReleaseArgs),
+}
+
+/// Options of `lockctl run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock name, e.g. report:nightly.
+    #[arg(short, long, value_name = "KEY")]
+    pub(crate) key: String,
+
+    /// How long to wait for a busy lock: 0s tries once, `forever` waits as long as it takes.
+    #[arg(short, long, value_name = "DURATION", default_value = "0s", value_parser = parse_wait)]
+    pub(crate) wait: Wait,
+
+    /// The lease, renewed every third of it while the command runs. If lockctl dies,
+    /// the lock frees after at most this.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_lease)]
+    pub(crate) lease: Duration,
+
+    /// What to do when the lock stays busy: fail (exit --conflict-exit-code) or skip (exit 0).
+    #[arg(long, value_enum, default_value_t = OnBusy::Fail)]
+    pub(crate) on_busy: OnBusy,
+
+    /// Exit code when the lock stays busy (with --on-busy fail).
+    #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
+    pub(crate) conflict_exit_code: u8,
+
+    /// Exit code when the lease is lost while the command runs.
+    #[arg(long, value_name = "CODE", default_value_t = crate::exit::LEASE_LOST)]
+    pub(crate) lost_exit_code: u8,
+
+    /// After a lost lease, how long the command gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_after: Duration,
+
+    /// The command to run and its arguments (after `--`).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Options of `lockctl status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lock name.
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lockctl list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// List only locks whose name starts with this.
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub(crate) prefix: String,
+
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lockctl release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lock name.
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+
+    /// Confirm: delete the lock whoever holds it.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// What `run` does when the lock stays busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnBusy {
+    /// Exit with --conflict-exit-code, with a message on stderr.
+    Fail,
+    /// Exit 0 without running the command, silently.
+    Skip,
+}
+
+/// How long `run` waits for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Up to this long (zero: try once).
+    For(Duration),
+    /// As long as it takes.
+    Forever,
+}
+
+/// A humantime duration: `10s`, `500ms`, `1m 30s`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|err| format!("`{text}` is not a duration ({err}); write e.g. 10s, 500ms or 2m"))
+}
+
+fn parse_positive(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err("must be greater than zero".into()),
+        d => Ok(d),
+    }
+}
+
+fn parse_wait(text: &str) -> Result<Wait, String> {
+    if text.trim().eq_ignore_ascii_case("forever") {
+        return Ok(Wait::Forever);
+    }
+    parse_duration(text).map(Wait::For)
+}
+
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = parse_duration(text)?;
+    if lease < MIN_WATCHDOG_LEASE {
+        return Err(format!(
+            "a lease must be at least {}",
+            humantime::format_duration(MIN_WATCHDOG_LEASE)
+        ));
+    }
+    Ok(lease)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("10s"), Ok(Wait::For(Duration::from_secs(10))));
+        assert_eq!(parse_wait("0s"), Ok(Wait::For(Duration::ZERO)));
+        assert!(parse_wait("10x").unwrap_err().contains("10x"));
+        assert_eq!(parse_lease("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_lease("1ms").is_err());
+        assert!(parse_positive("0s").is_err());
+    }
+
+    #[test]
+    fn the_connect_timeout_default_is_lock_cores() {
+        let cli = Cli::try_parse_from(["lockctl", "status", "k"]).unwrap();
+        assert_eq!(
+            cli.connection.connect_timeout,
+            lock_core::DEFAULT_CONNECT_TIMEOUT
+        );
+    }
+}

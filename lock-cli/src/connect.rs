@@ -1,0 +1,83 @@
+//! Connection set-up: the one place that turns the connection options into a
+//! [`LockClient`].
+
+use std::time::Duration;
+
+use lock_core::{LockClient, LockClientBuilder};
+
+use crate::cli::ConnectionArgs;
+use crate::exit::{self, Failure};
+
+/// Connects to the backend that `args` names, for work on `subject` (a lock
+/// name, or a pattern for `list`), with `lease` as the watchdog lease when
+/// given.
+///
+/// Every backend option is read here, so a new backend (its flags in
+/// [`ConnectionArgs`]) is added in this one function.
+pub(crate) async fn connect(
+    args: &ConnectionArgs,
+    subject: &str,
+    lease: Option<Duration>,
+) -> Result<LockClient, Failure> {
+    let mut builder = LockClient::builder()
+        .key_prefix(args.key_prefix.clone())
+        .connect_timeout(args.connect_timeout);
+    if let Some(lease) = lease {
+        builder = builder.lease(lease);
+    }
+    builder = tls(builder, args)?;
+    builder
+        .connect(&args.url)
+        .await
+        .map_err(|err| Failure::from_lock(&err, subject, &server_of(&args.url), exit::USAGE))
+}
+
+fn tls(
+    mut builder: LockClientBuilder,
+    args: &ConnectionArgs,
+) -> Result<LockClientBuilder, Failure> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|err| {
+            Failure::new(
+                exit::NO_INPUT,
+                format!("cannot read TLS file {}: {err}", path.display()),
+            )
+        })
+    };
+    if let Some(ca) = &args.tls_ca_cert {
+        builder = builder.tls_root_certificate(read(ca)?);
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        builder = builder.tls_client_certificate(read(cert)?, read(key)?);
+    }
+    Ok(builder)
+}
+
+/// `host:port` of a Redis URL for messages, never with its credentials; the
+/// URL's scheme and host when it cannot be parsed.
+pub(crate) fn server_of(url: &str) -> String {
+    match lock_core::redis::Client::open(url) {
+        Ok(client) => client.get_connection_info().addr().to_string(),
+        Err(_) => {
+            let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+            let host = rest.split('/').next().unwrap_or(rest);
+            let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+            format!("`{host}`")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_are_named_without_credentials() {
+        assert_eq!(
+            server_of("redis://user:secret@127.0.0.1:7000/0"),
+            "127.0.0.1:7000"
+        );
+        let bad = server_of("redis://user:secret@host:notaport/");
+        assert!(!bad.contains("secret"), "{bad}");
+    }
+}

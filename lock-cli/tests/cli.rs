@@ -1,0 +1,755 @@
+//! `lockctl` as operators and shell jobs use it: real `lockctl` processes,
+//! real commands under them, a real `redis-server` per test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use lock_test_support::{free_port, RedisServer, ServerOptions};
+
+/// Generous: the machine running the tests may be busy.
+const LONG: Duration = Duration::from_secs(60);
+
+/// `lockctl --url <server>` with a clean environment for the lock settings.
+fn lockctl(server: &RedisServer) -> Command {
+    let mut cmd = bare_lockctl();
+    cmd.arg("--url").arg(server.url());
+    cmd
+}
+
+fn bare_lockctl() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.env_remove("REDIS_URL")
+        .env_remove("LOCK_KEY_PREFIX")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `cmd` to completion (at most [`LONG`]).
+fn complete(cmd: &mut Command) -> Output {
+    finish(cmd.spawn().expect("lockctl starts"), LONG)
+}
+
+/// Waits for `child` for at most `limit` (killing it and failing after), and
+/// collects its output.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "lockctl did not finish within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or_else(|| {
+        panic!(
+            "lockctl was killed: {:?}; stderr: {}",
+            output.status,
+            stderr(output)
+        )
+    })
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// lockctl's stderr is exactly one `lockctl: ...` line, without panics or backtraces.
+fn one_error_line(output: &Output) -> String {
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line: {text:?}");
+    assert!(lines[0].starts_with("lockctl: "), "{text}");
+    assert!(
+        !text.contains("panicked") && !text.contains("backtrace"),
+        "{text}"
+    );
+    lines[0].to_owned()
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut server.conn())
+        .unwrap()
+        == 1
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LONG;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `lockctl run --key <key> ...` holding `key` with a command that
+/// records its pid in `<dir>/<key>.pid` and then runs `script`; returns once
+/// the command is running.
+fn start_holder(
+    server: &RedisServer,
+    dir: &Path,
+    key: &str,
+    options: &[&str],
+    script: &str,
+) -> (Child, u32) {
+    let pid_file = dir.join(format!("{}.pid", key.replace(':', "_")));
+    let child = lockctl(server)
+        .args(["run", "--key", key])
+        .args(options)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "echo $$ > '{}.tmp' && mv '{0}.tmp' '{0}'; {script}",
+            pid_file.display()
+        ))
+        .spawn()
+        .unwrap();
+    wait_until("the command to start", || pid_file.exists());
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+fn signal(pid: u32, signo: i32) {
+    let sent = unsafe_kill(pid, signo);
+    assert_eq!(sent, 0, "kill({pid}, {signo}) failed");
+}
+
+#[allow(unsafe_code)]
+fn unsafe_kill(pid: u32, signo: i32) -> i32 {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(pid as libc::pid_t, signo) }
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("lockctl-test-")
+        .tempdir()
+        .unwrap()
+}
+
+fn read(path: &PathBuf) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert_eq!(code(output), 0, "{}", stderr(output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(output)))
+}
+
+/// 8 concurrent `lockctl run` processes append start/end lines to one file:
+/// the pairs never interleave and their fencing tokens increase.
+#[test]
+fn eight_concurrent_runs_never_interleave() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let file = dir.path().join("journal");
+    const RUNS: usize = 8;
+    let children: Vec<Child> = (0..RUNS)
+        .map(|i| {
+            let mut cmd = bare_lockctl();
+            // Half find the server through REDIS_URL, half through --url.
+            if i % 2 == 0 {
+                cmd.env("REDIS_URL", server.url());
+            } else {
+                cmd.arg("--url").arg(server.url());
+            }
+            cmd.args(["run", "--key", "journal", "--wait", "120s", "--"])
+                .args(["sh", "-c"])
+                .arg(
+                    "echo \"start $LOCK_FENCING_TOKEN $LOCK_KEY\" >> \"$JOURNAL\"; sleep 0.1; \
+                     echo \"end $LOCK_FENCING_TOKEN $LOCK_KEY\" >> \"$JOURNAL\"",
+                )
+                .env("JOURNAL", &file)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = finish(child, Duration::from_secs(120));
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    let journal = read(&file);
+    let lines: Vec<&str> = journal.lines().collect();
+    assert_eq!(lines.len(), 2 * RUNS, "{journal}");
+    let mut last_token = 0;
+    for pair in lines.chunks(2) {
+        let start: Vec<&str> = pair[0].split(' ').collect();
+        let end: Vec<&str> = pair[1].split(' ').collect();
+        assert_eq!(
+            (start[0], end[0]),
+            ("start", "end"),
+            "interleaved:\n{journal}"
+        );
+        assert_eq!(start[1], end[1], "interleaved:\n{journal}");
+        assert_eq!((start[2], end[2]), ("journal", "journal"));
+        let token: u64 = start[1].parse().unwrap();
+        assert!(token > last_token, "tokens not increasing:\n{journal}");
+        last_token = token;
+    }
+    assert!(!exists(&server, "lock:{journal}"), "left held");
+}
+
+#[test]
+fn exit_codes_for_success_child_failure_and_signals() {
+    let server = RedisServer::start();
+    let run = |script: &str| {
+        complete(
+            lockctl(&server)
+                .args(["run", "--key", "codes", "--", "sh", "-c"])
+                .arg(script),
+        )
+    };
+    let ok = run("echo \"$LOCK_KEY $LOCK_FENCING_TOKEN\"");
+    assert_eq!(code(&ok), 0, "{}", stderr(&ok));
+    assert_eq!(stdout(&ok), "codes 1\n");
+    assert_eq!(stderr(&ok), "");
+    let failed = run("exit 3");
+    assert_eq!(code(&failed), 3);
+    assert_eq!(stderr(&failed), "");
+    let killed = run("kill -KILL $$");
+    assert_eq!(code(&killed), 128 + libc::SIGKILL);
+    // Each run released the lock.
+    assert!(!exists(&server, "lock:{codes}"));
+    let fence: u64 = redis::cmd("GET")
+        .arg("lock:{codes}:fence")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(fence, 3);
+
+    let missing =
+        complete(lockctl(&server).args(["run", "--key", "codes", "--", "/nonexistent/cmd"]));
+    assert_eq!(code(&missing), 127);
+    let line = one_error_line(&missing);
+    assert!(
+        line.contains("/nonexistent/cmd") && line.contains("`codes`"),
+        "{line}"
+    );
+    assert!(!exists(&server, "lock:{codes}"));
+}
+
+#[test]
+fn exit_codes_for_busy_and_skip() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (mut holder, _) = start_holder(&server, dir.path(), "busy", &[], "sleep 60");
+    let marker = dir.path().join("ran");
+    let attempt = |options: &[&str]| {
+        complete(
+            lockctl(&server)
+                .args(["run", "--key", "busy"])
+                .args(options)
+                .args(["--", "touch"])
+                .arg(&marker),
+        )
+    };
+
+    let busy = attempt(&[]);
+    assert_eq!(code(&busy), 75);
+    let line = one_error_line(&busy);
+    assert!(line.contains("`busy`"), "{line}");
+    assert!(
+        line.contains(&format!("127.0.0.1:{}", server.port())),
+        "{line}"
+    );
+
+    assert_eq!(code(&attempt(&["--conflict-exit-code", "9"])), 9);
+
+    let started = Instant::now();
+    let timed_out = attempt(&["--wait", "400ms"]);
+    assert_eq!(code(&timed_out), 75);
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(one_error_line(&timed_out).contains("timed out"));
+
+    let skipped = attempt(&["--on-busy", "skip"]);
+    assert_eq!(code(&skipped), 0);
+    assert_eq!(stderr(&skipped), "", "skip is silent");
+    assert!(!marker.exists(), "a busy run ran its command");
+
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+/// Deleting the lock under a running command: lockctl notices at the next
+/// renewal, terminates the command and exits 80.
+#[test]
+fn lost_lease_terminates_the_command() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let log = dir.path().join("log");
+    let (holder, pid) = start_holder(
+        &server,
+        dir.path(),
+        "lost",
+        &["--lease", "2s", "--kill-after", "20s"],
+        &format!(
+            // (stderr off: the shell reports the `sleep` that SIGTERM ends)
+            "exec 2>/dev/null; trap 'echo terminated >> \"{}\"; exit 0' TERM; \
+             while :; do sleep 0.05; done",
+            log.display()
+        ),
+    );
+    sleep(Duration::from_millis(2_500)); // renewals keep it alive past its lease
+    assert!(exists(&server, "lock:{lost}"));
+    let () = redis::cmd("DEL")
+        .arg("lock:{lost}")
+        .query(&mut server.conn())
+        .unwrap();
+    let output = finish(holder, LONG);
+    assert_eq!(code(&output), 80, "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(
+        line.contains("lost the lease") && line.contains("`lost`"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("127.0.0.1:{}", server.port())),
+        "{line}"
+    );
+    assert_eq!(read(&log), "terminated\n");
+    assert!(!alive(pid), "the command still runs");
+}
+
+/// A command that ignores SIGTERM is killed after --kill-after.
+#[test]
+fn lost_lease_kills_a_command_that_ignores_sigterm() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (holder, pid) = start_holder(
+        &server,
+        dir.path(),
+        "stubborn",
+        &[
+            "--lease",
+            "900ms",
+            "--kill-after",
+            "500ms",
+            "--lost-exit-code",
+            "90",
+        ],
+        "trap '' TERM; while :; do sleep 0.05; done",
+    );
+    let () = redis::cmd("DEL")
+        .arg("lock:{stubborn}")
+        .query(&mut server.conn())
+        .unwrap();
+    let deleted = Instant::now();
+    let output = finish(holder, LONG);
+    assert_eq!(code(&output), 90, "{}", stderr(&output));
+    assert!(deleted.elapsed() >= Duration::from_millis(500));
+    assert!(!alive(pid), "the command survived SIGKILL");
+}
+
+/// SIGTERM, SIGINT and SIGHUP sent to lockctl reach the command, and the
+/// lock is released when it exits.
+#[test]
+fn signals_are_forwarded_and_the_lock_released() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    for signo in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let (holder, pid) = start_holder(&server, dir.path(), "signal", &[], "exec sleep 60");
+        signal(holder.id(), signo);
+        let output = finish(holder, LONG);
+        assert_eq!(code(&output), 128 + signo, "{}", stderr(&output));
+        assert!(!alive(pid));
+        assert!(!exists(&server, "lock:{signal}"), "not released");
+        std::fs::remove_file(dir.path().join("signal.pid")).unwrap();
+    }
+
+    // A command that handles the signal exits with its own code; a waiter
+    // gets the lock once it is released.
+    let (holder, _) = start_holder(
+        &server,
+        dir.path(),
+        "signal",
+        &[],
+        "trap 'exit 7' TERM; while :; do sleep 0.05; done",
+    );
+    let waiter = lockctl(&server)
+        .args(["run", "--key", "signal", "--wait", "60s", "--", "true"])
+        .spawn()
+        .unwrap();
+    sleep(Duration::from_millis(300));
+    signal(holder.id(), libc::SIGTERM);
+    let output = finish(holder, LONG);
+    assert_eq!(code(&output), 7, "{}", stderr(&output));
+    let output = finish(waiter, LONG);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
+
+/// lockctl killed outright (no chance to forward anything): the command
+/// gets SIGTERM from the kernel, and the lock expires after its lease.
+#[test]
+fn the_command_does_not_outlive_a_killed_lockctl() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (mut holder, pid) = start_holder(
+        &server,
+        dir.path(),
+        "orphan",
+        &["--lease", "1s"],
+        // Outlives the test's patience if the kernel does not end it.
+        "exec sleep 300",
+    );
+    signal(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    wait_until("the command to end", || !alive(pid));
+    wait_until("the lock to expire", || !exists(&server, "lock:{orphan}"));
+}
+
+/// A signal while waiting for the lock ends the wait: no command runs.
+#[test]
+fn a_signal_while_waiting_ends_the_wait() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (mut holder, _) = start_holder(&server, dir.path(), "queue", &[], "sleep 60");
+    let marker = dir.path().join("ran");
+    let waiter = lockctl(&server)
+        .args(["run", "--key", "queue", "--wait", "forever", "--", "touch"])
+        .arg(&marker)
+        .spawn()
+        .unwrap();
+    sleep(Duration::from_millis(500));
+    signal(waiter.id(), libc::SIGTERM);
+    let output = finish(waiter, LONG);
+    assert_eq!(code(&output), 128 + libc::SIGTERM);
+    assert!(one_error_line(&output).contains("interrupted by SIGTERM"));
+    assert!(!marker.exists());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn status_and_list_show_what_is_held() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let token_of = |key: &str| -> u64 {
+        read(&dir.path().join(format!("{key}.token")))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mut holders = Vec::new();
+    for key in ["report:a", "report:b", "other:c"] {
+        let script = format!(
+            "echo $LOCK_FENCING_TOKEN > '{}/{key}.token'; sleep 60",
+            dir.path().display()
+        );
+        holders.push(start_holder(&server, dir.path(), key, &[], &script).0);
+    }
+
+    let status = json(&complete(
+        lockctl(&server).args(["status", "report:a", "--json"]),
+    ));
+    assert_eq!(status["name"], "report:a");
+    assert_eq!(status["key"], "lock:{report:a}");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["holds"], 1);
+    assert_eq!(status["fencing_token"], token_of("report:a"));
+    assert_eq!(status["last_fencing_token"], token_of("report:a"));
+    let owner = status["owner"].as_str().unwrap();
+    let client_id = status["client_id"].as_str().unwrap();
+    assert!(owner.starts_with(&format!("{client_id}:")), "{owner}");
+    let ttl = status["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+    assert_eq!(status["server"], format!("127.0.0.1:{}", server.port()));
+
+    let text = complete(lockctl(&server).args(["status", "report:a"]));
+    assert_eq!(code(&text), 0);
+    let text = stdout(&text);
+    assert!(text.contains("held") && text.contains(owner), "{text}");
+
+    let names = |value: serde_json::Value| -> Vec<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|lock| lock["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = json(&complete(lockctl(&server).args(["list", "--json"])));
+    assert_eq!(names(all.clone()), ["other:c", "report:a", "report:b"]);
+    assert_eq!(all[1]["owner"], owner);
+    let reports = json(&complete(
+        lockctl(&server).args(["list", "--prefix", "report:", "--json"]),
+    ));
+    assert_eq!(names(reports), ["report:a", "report:b"]);
+    let table = complete(lockctl(&server).arg("list"));
+    let table = stdout(&table);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.contains("report:b"), "{table}");
+
+    // Another key prefix sees none of them.
+    let elsewhere = json(&complete(lockctl(&server).args([
+        "--key-prefix",
+        "jobs:",
+        "list",
+        "--json",
+    ])));
+    assert_eq!(names(elsewhere), Vec::<String>::new());
+
+    for mut holder in holders {
+        signal(holder.id(), libc::SIGTERM);
+        holder.wait().unwrap();
+    }
+    let free = json(&complete(
+        lockctl(&server).args(["status", "report:a", "--json"]),
+    ));
+    assert_eq!(free["held"], false);
+    assert_eq!(free["holds"], 0);
+    assert_eq!(free["owner"], serde_json::Value::Null);
+    assert_eq!(free["last_fencing_token"], token_of("report:a"));
+    let empty = complete(lockctl(&server).arg("list"));
+    assert_eq!(code(&empty), 0);
+    assert_eq!(stdout(&empty), "");
+}
+
+#[test]
+fn key_prefix_option_and_environment() {
+    let server = RedisServer::start();
+    let ran = complete(
+        lockctl(&server)
+            .args([
+                "--key-prefix",
+                "jobs:",
+                "run",
+                "--key",
+                "k",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg("redis-cli -p \"$PORT\" exists 'jobs:{k}'")
+            .env("PORT", server.port().to_string()),
+    );
+    assert_eq!(code(&ran), 0, "{}", stderr(&ran));
+    assert_eq!(stdout(&ran).trim(), "1");
+    let ran = complete(
+        lockctl(&server)
+            .args(["run", "--key", "k", "--", "sh", "-c"])
+            .arg("redis-cli -p \"$PORT\" exists 'env:{k}'")
+            .env("PORT", server.port().to_string())
+            .env("LOCK_KEY_PREFIX", "env:"),
+    );
+    assert_eq!(code(&ran), 0, "{}", stderr(&ran));
+    assert_eq!(stdout(&ran).trim(), "1");
+}
+
+/// `release --force` deletes a held lock and wakes a waiter at once; without
+/// --force it refuses. The old holder's run notices and exits 80.
+#[test]
+fn release_force_lets_a_waiter_in() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let (holder, holder_pid) = start_holder(&server, dir.path(), "stuck", &[], "sleep 60");
+    let marker = dir.path().join("waiter-ran");
+    let waiter = lockctl(&server)
+        .args(["run", "--key", "stuck", "--wait", "60s", "--", "touch"])
+        .arg(&marker)
+        .spawn()
+        .unwrap();
+    sleep(Duration::from_millis(500));
+
+    let refused = complete(lockctl(&server).args(["release", "stuck"]));
+    assert_eq!(code(&refused), 64);
+    assert!(one_error_line(&refused).contains("--force"));
+    assert!(exists(&server, "lock:{stuck}"));
+
+    let released_at = Instant::now();
+    let released = complete(lockctl(&server).args(["release", "--force", "stuck"]));
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert!(
+        stdout(&released).contains("released lock `stuck`"),
+        "{}",
+        stdout(&released)
+    );
+    let output = finish(waiter, LONG);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(marker.exists());
+    // Woken by the release, not by the holder's 30 s lease running out.
+    assert!(
+        released_at.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        released_at.elapsed()
+    );
+
+    // The old holder finds out at its next renewal (10 s with the default lease).
+    let output = finish(holder, LONG);
+    assert_eq!(code(&output), 80, "{}", stderr(&output));
+    assert!(!alive(holder_pid));
+
+    let again = output_of_release(&server);
+    assert!(again.contains("was not held"), "{again}");
+}
+
+fn output_of_release(server: &RedisServer) -> String {
+    stdout(&complete(
+        lockctl(server).args(["release", "--force", "stuck"]),
+    ))
+}
+
+#[test]
+fn bad_input_is_one_line_and_no_panic() {
+    let server = RedisServer::start();
+    let usage = |args: &[&str]| {
+        let output = complete(lockctl(&server).args(args));
+        assert_eq!(code(&output), 64, "{args:?}: {}", stderr(&output));
+        one_error_line(&output)
+    };
+    assert!(usage(&["run", "--key", "k", "--wait", "10x", "--", "true"]).contains("10x"));
+    assert!(usage(&["run", "--key", "k", "--lease", "1ms", "--", "true"]).contains("lease"));
+    assert!(usage(&["run", "--key", "k"]).contains("COMMAND"));
+    assert!(usage(&["run", "--", "true"]).contains("--key"));
+    assert!(usage(&["run", "--key", "", "--", "true"]).contains("invalid lock name"));
+    assert!(usage(&["status", &"x".repeat(2000)]).contains("invalid lock name"));
+    assert!(usage(&["frobnicate"]).contains("frobnicate"));
+    let bad_url = complete(bare_lockctl().args(["--url", "not a url", "status", "k"]));
+    assert_eq!(code(&bad_url), 64);
+    assert!(one_error_line(&bad_url).contains("`k`"));
+
+    // An unreachable server: named, with the lock, exit 69.
+    let port = free_port();
+    for args in [
+        vec!["run", "--key", "k", "--", "true"],
+        vec!["status", "k"],
+        vec!["release", "--force", "k"],
+    ] {
+        let output = complete(
+            bare_lockctl()
+                .arg("--url")
+                .arg(format!("redis://127.0.0.1:{port}/"))
+                .args(&args),
+        );
+        assert_eq!(code(&output), 69, "{args:?}");
+        let line = one_error_line(&output);
+        assert!(line.contains("`k`"), "{line}");
+        assert!(line.contains(&format!("127.0.0.1:{port}")), "{line}");
+    }
+    let output = complete(
+        bare_lockctl()
+            .arg("--url")
+            .arg(format!("redis://127.0.0.1:{port}/"))
+            .arg("list"),
+    );
+    assert_eq!(code(&output), 69);
+    assert!(one_error_line(&output).contains(&format!("127.0.0.1:{port}")));
+
+    // A missing TLS file.
+    let output =
+        complete(lockctl(&server).args(["--tls-ca-cert", "/nonexistent.pem", "status", "k"]));
+    assert_eq!(code(&output), 66);
+    assert!(one_error_line(&output).contains("/nonexistent.pem"));
+
+    // A key of another type.
+    let () = redis::cmd("SET")
+        .arg("lock:{text}")
+        .arg("x")
+        .query(&mut server.conn())
+        .unwrap();
+    let output = complete(lockctl(&server).args(["status", "text"]));
+    assert_eq!(code(&output), 65);
+    assert!(one_error_line(&output).contains("`text`"));
+    let output = complete(lockctl(&server).args(["run", "--key", "text", "--", "true"]));
+    assert_eq!(code(&output), 65);
+    one_error_line(&output);
+}
+
+#[test]
+fn wrong_password_is_one_line_without_the_password() {
+    let server = RedisServer::start_with(ServerOptions::new().acl_user("ops", "right"));
+    let output = complete(
+        bare_lockctl()
+            .arg("--url")
+            .arg(server.url_with_auth("ops", "wrong-secret"))
+            .args(["status", "k"]),
+    );
+    assert_eq!(code(&output), 69);
+    let line = one_error_line(&output);
+    assert!(!line.contains("wrong-secret"), "{line}");
+    assert!(line.contains("`k`"), "{line}");
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    for command in [&[][..], &["run"], &["status"], &["list"], &["release"]] {
+        let output = complete(bare_lockctl().args(command).arg("--help"));
+        assert_eq!(code(&output), 0, "{command:?}");
+        let help = stdout(&output);
+        assert!(help.contains("Examples:"), "{command:?}: {help}");
+        assert!(help.contains("lockctl"), "{command:?}: {help}");
+    }
+    let run = stdout(&complete(bare_lockctl().args(["run", "--help"])));
+    for needle in [
+        "Exit codes:",
+        "75",
+        "80",
+        "--conflict-exit-code",
+        "LOCK_FENCING_TOKEN",
+    ] {
+        assert!(run.contains(needle), "{needle}: {run}");
+    }
+    let bare = complete(&mut bare_lockctl());
+    assert_eq!(code(&bare), 64);
+}
+
+/// The README's ACL rule for lockctl is enough for every command.
+#[test]
+fn the_readme_acl_rule_is_enough_for_lockctl() {
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish \
+                +scan +type +hgetall +get";
+    let mut options = ServerOptions::new().arg("--user").arg("ops");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let url = server.url_with_auth("ops", "pw");
+    let with_acl = |args: &[&str]| {
+        let output = complete(bare_lockctl().arg("--url").arg(&url).args(args));
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+        stdout(&output)
+    };
+    let listed = with_acl(&[
+        "run",
+        "--key",
+        "acl",
+        "--",
+        env!("CARGO_BIN_EXE_lockctl"),
+        "--url",
+        &url,
+        "list",
+    ]);
+    assert!(listed.contains("acl"), "{listed}");
+    assert!(with_acl(&["status", "acl"]).contains("free"));
+    assert!(with_acl(&["release", "--force", "acl"]).contains("not held"));
+}
