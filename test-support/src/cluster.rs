@@ -26,6 +26,12 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(30);
 /// changes; whether a node is a master or a replica is read from the cluster itself
 /// (`CLUSTER NODES`), so it follows failovers. Dropping the cluster kills every node.
 ///
+/// The short node timeout makes failovers fast, but a node starved of CPU for more than a
+/// second (a heavily loaded machine) may be flagged as failing and replaced by its replica.
+/// Tests that must not see spontaneous failovers can raise it through
+/// [`RedisCluster::start_with`], e.g.
+/// `ServerOptions::new().arg("--cluster-node-timeout").arg("3000")`.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use lock_test_support::RedisCluster;

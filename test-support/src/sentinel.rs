@@ -23,6 +23,10 @@ const STABLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// promoted former replica and [`RedisSentinels::replica`] the killed former master. Dropping
 /// the set kills every process.
 ///
+/// With `down-after-milliseconds 1000`, a master starved of CPU for more than a second may
+/// be failed over spontaneously; and a sentinel whose own timer stalls for more than two
+/// seconds enters TILT mode and takes no action for 30 s. Both need a very loaded machine.
+///
 /// Sentinels rewrite their configuration file (in their own temporary directory) and keep it
 /// across [`RedisServer::restart`]. The data servers keep their command line across restarts,
 /// so a restarted former replica starts as a replica of the old master's port again (the

@@ -2,7 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use lock_test_support::{key_slot, RedisCluster, RedisMasters, RedisSentinels, CLUSTER_SLOTS};
+use lock_test_support::{
+    free_cluster_port, key_slot, RedisCluster, RedisMasters, RedisSentinels, RedisServer,
+    ServerOptions, CLUSTER_SLOTS,
+};
 use redis::Commands;
 
 const CLUSTER_FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -17,6 +20,23 @@ fn role(conn: &mut redis::Connection) -> String {
         },
         other => panic!("unexpected ROLE reply: {other:?}"),
     }
+}
+
+#[test]
+fn cluster_ports_have_a_free_bus_port() {
+    let port = free_cluster_port();
+    assert_ne!(port, 6379);
+    let bus = port.checked_add(10000).expect("the bus port fits in u16");
+    std::net::TcpListener::bind(("127.0.0.1", port)).expect("the client port is free");
+    std::net::TcpListener::bind(("127.0.0.1", bus)).expect("the bus port is free");
+}
+
+#[test]
+#[should_panic(
+    expected = "ServerOptions::sentinel cannot be combined with tls() or cluster_node()"
+)]
+fn sentinel_options_cannot_be_combined_with_cluster_node() {
+    RedisServer::start_with(ServerOptions::new().sentinel("").cluster_node());
 }
 
 #[test]
