@@ -205,3 +205,26 @@ fn two_processes_exclude_each_other() {
 async fn process_worker() {
     suite::counter_worker().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_see_locks_on_every_master() {
+    let cluster = shared_cluster();
+    let client = LockClient::cluster(cluster.urls()).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        guards.push(client.lock(format!("listed:{i}")).acquire().await.unwrap());
+    }
+    let listed = client.list("listed:").await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+    let mut expected: Vec<String> = (0..12).map(|i| format!("listed:{i}")).collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    let info = client.inspect("listed:3").await.unwrap();
+    let holder = info.holder.expect("held");
+    assert_eq!(holder.owner, guards[3].owner());
+    assert_eq!(holder.fencing_token, guards[3].fencing_token());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert!(client.list("listed:").await.unwrap().is_empty());
+}

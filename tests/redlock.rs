@@ -256,3 +256,26 @@ impl ConnectForTest for LockClient {
         LockClient::redlock(urls).await.unwrap()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_report_the_majority_holder() {
+    let mut fixture = Redlock::new(3);
+    let client = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let guard = client.lock("rl:listed").acquire().await.unwrap();
+    fixture.servers[0].kill(); // a minority down: still answered
+    let info = client.inspect("rl:listed").await.unwrap();
+    let holder = info.holder.expect("held on a majority");
+    assert_eq!(holder.owner, guard.owner());
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+    assert_eq!(info.last_fencing_token, Some(guard.fencing_token()));
+    let listed = client.list("rl:").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "rl:listed");
+    // Held on one master only (not a majority): not held.
+    let () = redis::cmd("DEL")
+        .arg("lock:{rl:listed}")
+        .query(&mut fixture.servers[1].conn())
+        .unwrap();
+    assert!(client.inspect("rl:listed").await.unwrap().holder.is_none());
+    assert!(client.list("rl:").await.unwrap().is_empty());
+}
