@@ -137,6 +137,46 @@ pub(crate) struct ConnectionArgs {
     /// How long connecting may take.
     #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = parse_positive)]
     pub(crate) connect_timeout: Duration,
+
+    /// Redis Cluster: seed node URLs (repeat the flag or separate with commas); replaces --url.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_CLUSTER",
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ',',
+        conflicts_with_all = ["sentinel", "redlock"]
+    )]
+    pub(crate) cluster: Vec<String>,
+
+    /// Sentinel: sentinel URLs (repeat or comma-separate), with --master; replaces --url.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_SENTINEL",
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ',',
+        requires = "master",
+        conflicts_with = "redlock"
+    )]
+    pub(crate) sentinel: Vec<String>,
+
+    /// Sentinel: the name the sentinels monitor the master under.
+    #[arg(long, global = true, env = "LOCK_SENTINEL_MASTER", value_name = "NAME")]
+    pub(crate) master: Option<String>,
+
+    /// Redlock: URLs of the independent masters (repeat or comma-separate); replaces --url.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_REDLOCK",
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub(crate) redlock: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -26,10 +26,32 @@ pub(crate) async fn connect(
         builder = builder.lease(lease);
     }
     builder = tls(builder, args)?;
-    builder
-        .connect(&args.url)
-        .await
-        .map_err(|err| Failure::from_lock(&err, subject, &server_of(&args.url), exit::USAGE))
+    let servers = |urls: &[String]| {
+        urls.iter()
+            .map(|u| server_of(u))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (connected, server) = if !args.cluster.is_empty() {
+        (
+            builder.connect_cluster(&args.cluster).await,
+            format!("cluster {}", servers(&args.cluster)),
+        )
+    } else if !args.sentinel.is_empty() {
+        let master = args.master.as_deref().unwrap_or_default();
+        (
+            builder.connect_sentinel(&args.sentinel, master).await,
+            format!("{master} via sentinels {}", servers(&args.sentinel)),
+        )
+    } else if !args.redlock.is_empty() {
+        (
+            builder.connect_redlock(&args.redlock).await,
+            format!("redlock {}", servers(&args.redlock)),
+        )
+    } else {
+        (builder.connect(&args.url).await, server_of(&args.url))
+    };
+    connected.map_err(|err| Failure::from_lock(&err, subject, &server, exit::USAGE))
 }
 
 fn tls(

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use lock_test_support::{free_port, RedisServer, ServerOptions};
+use lock_test_support::{free_port, RedisCluster, RedisMasters, RedisServer, ServerOptions};
 
 /// Generous: the machine running the tests may be busy.
 const LONG: Duration = Duration::from_secs(60);
@@ -22,6 +22,10 @@ fn bare_lockctl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     cmd.env_remove("REDIS_URL")
         .env_remove("LOCK_KEY_PREFIX")
+        .env_remove("LOCK_CLUSTER")
+        .env_remove("LOCK_SENTINEL")
+        .env_remove("LOCK_SENTINEL_MASTER")
+        .env_remove("LOCK_REDLOCK")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -752,4 +756,55 @@ fn the_readme_acl_rule_is_enough_for_lockctl() {
     assert!(listed.contains("acl"), "{listed}");
     assert!(with_acl(&["status", "acl"]).contains("free"));
     assert!(with_acl(&["release", "--force", "acl"]).contains("not held"));
+}
+
+#[test]
+fn runs_on_redlock_and_cluster_backends() {
+    // Redlock over 3 masters: the job runs under a lock held on a majority.
+    let masters = RedisMasters::start(3);
+    let urls = masters.urls().join(",");
+    let out = complete(
+        bare_lockctl()
+            .args(["--redlock", &urls, "run", "--key", "job:rl", "--"])
+            .args(["sh", "-c", "echo token=$LOCK_FENCING_TOKEN"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("token="), "{}", stdout(&out));
+    for server in masters.servers() {
+        assert!(!exists(server, "lock:{job:rl}"), "left locked on a master");
+    }
+    // Busy when a majority is held by someone else.
+    let holder = start_holder_with(bare_lockctl().args(["--redlock", &urls]), "job:rl");
+    let busy =
+        complete(bare_lockctl().args(["--redlock", &urls, "run", "--key", "job:rl", "--", "true"]));
+    assert_eq!(code(&busy), 75, "{}", stderr(&busy));
+    stop_holder(holder);
+
+    // A cluster, through one seed node: status sees the holder.
+    let cluster = RedisCluster::start(3, 0);
+    let seed = cluster.urls()[0].clone();
+    let holder = start_holder_with(bare_lockctl().args(["--cluster", &seed]), "job:cl");
+    let status = complete(bare_lockctl().args(["--cluster", &seed, "status", "job:cl", "--json"]));
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    assert_eq!(json(&status)["held"], true, "{}", stdout(&status));
+    stop_holder(holder);
+}
+
+/// Starts `cmd run --key name -- sleep 60` and waits until it holds the lock
+/// (its command has started).
+fn start_holder_with(cmd: &mut Command, name: &str) -> (Child, tempfile::TempDir) {
+    let dir = temp_dir();
+    let marker = dir.path().join("started");
+    let child = cmd
+        .args(["run", "--key", name, "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 60", marker.display()))
+        .spawn()
+        .unwrap();
+    wait_until("the holder started its command", || marker.exists());
+    (child, dir)
+}
+
+fn stop_holder((mut child, _dir): (Child, tempfile::TempDir)) {
+    signal(child.id(), libc::SIGTERM);
+    let _ = child.wait();
 }
