@@ -1,7 +1,8 @@
 //! Declarative distributed locks for async Rust on Redis.
 //!
-//! This facade re-exports the lock itself (`lock-core`); the
-//! `#[distributed_lock]` attribute and the tower layer join it as they land.
+//! This facade re-exports the lock itself (`lock-core`) and, with the
+//! `tower` feature (on by default), the tower `LockLayer` for axum, tonic and
+//! plain tower services as [`distributed_lock::tower`](crate::tower).
 //! See the README for what the locks guarantee and how fencing tokens close
 //! the gap a lease lock leaves.
 //!
@@ -44,6 +45,12 @@
 #![warn(missing_docs)]
 
 pub use lock_core::*;
+
+/// Per-request locks for tower services (axum, tonic): the `lock-tower`
+/// crate, with [`LockLayer`](tower::LockLayer) and its key extractors. Needs
+/// the `tower` feature (on by default).
+#[cfg(feature = "tower")]
+pub use lock_tower as tower;
 
 /// The README's code blocks, compiled as doc tests so they keep matching the API.
 #[cfg(doctest)]
