@@ -91,7 +91,7 @@ where
     /// A request that calls the service once `acquire` gives the guard. With
     /// `hand_over` the guard comes out with the response; otherwise the lock
     /// is released before the response is.
-    pub(crate) fn locked(acquire: Acquire, pending: Pending<S, R>, hand_over: bool) -> Self {
+    pub(crate) fn after(acquire: Acquire, pending: Pending<S, R>, hand_over: bool) -> Self {
         Locked {
             future: None,
             guard: None,

@@ -76,7 +76,7 @@ impl<S, K, P> LockService<S, K, P> {
         let hand_over = responder
             .as_ref()
             .is_some_and(|responder| responder.hold_until_body_end);
-        Locked::locked(
+        Locked::after(
             acquire,
             Pending {
                 service,
