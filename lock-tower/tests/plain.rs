@@ -125,7 +125,12 @@ async fn lock_is_free_when_the_result_arrives() {
             .unwrap_err();
         assert!(matches!(error, LockError::InvalidConfig { .. }));
     }
-    assert!(client.lock("account:99").try_acquire().await.unwrap().is_some());
+    assert!(client
+        .lock("account:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
 }
 
 /// Dropping the response future mid-job (a timeout above, a cancelled
@@ -151,7 +156,12 @@ async fn dropped_job_releases_its_lock() {
     timeout(Duration::from_secs(5), entered.notified())
         .await
         .unwrap();
-    assert!(client.lock("account:8").try_acquire().await.unwrap().is_none());
+    assert!(client
+        .lock("account:8")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
     job.abort();
     let aborted = Instant::now();
     let guard = client
