@@ -54,17 +54,29 @@ impl Reply {
 
 /// Opens an HTTP/1 connection to `addr` and sends one request on it.
 async fn open(addr: SocketAddr, method: &str, path: &str) -> http::Response<hyper::body::Incoming> {
+    open_with(addr, method, path, &[]).await
+}
+
+/// As [`open`], with extra request headers.
+async fn open_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> http::Response<hyper::body::Incoming> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .unwrap();
+        .header("host", addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::<Bytes>::new()).unwrap();
     sender.send_request(request).await.unwrap()
 }
 
@@ -715,4 +727,65 @@ async fn http_app_process() {
         // Do not wait for the blocked stdin reader at runtime shutdown.
         std::process::exit(0);
     }
+}
+
+/// With a fixed `lease`, the lock is not renewed: a handler that outlives
+/// it no longer excludes the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_lease_is_not_renewed() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let entered = Arc::new(Notify::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (entered, calls) = (entered.clone(), calls.clone());
+        move || async move {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                entered.notify_one();
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            "paid"
+        }
+    };
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(handler))
+        .layer(pay_layer(&client).lease(Duration::from_millis(300)));
+    let addr = serve(app).await;
+
+    let slow = tokio::spawn(send(addr, "POST", "/orders/1/pay"));
+    timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let next = send(addr, "POST", "/orders/1/pay").await;
+    assert_eq!(
+        next.status,
+        StatusCode::OK,
+        "the expired lease was taken over"
+    );
+    // The slow handler's release finds the lock gone; its answer still goes out.
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+}
+
+/// A key the lock refuses (here: empty) answers 400, naming the problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_lock_name_answers_400() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let by_header = |req: &Request| {
+        req.headers()
+            .get("x-batch")
+            .map(|v| v.to_str().unwrap_or_default().to_owned())
+    };
+    let app = Router::new()
+        .route("/batch", post(|| async { "done" }))
+        .layer(LockLayer::new(client, by_header));
+    let addr = serve(app).await;
+    let response = open_with(addr, "POST", "/batch", &[("x-batch", "")]).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("invalid lock name"),
+        "{body:?}"
+    );
 }

@@ -37,8 +37,9 @@ impl fmt::Debug for Http {
     }
 }
 
-impl Default for Http {
-    fn default() -> Self {
+impl Http {
+    /// The defaults: 409 with `Retry-After: 1`, 503, the token extension on.
+    pub(crate) fn new() -> Self {
         Http(Arc::new(Responder {
             reject: Reject::Http(HttpRejection {
                 busy_status: StatusCode::CONFLICT,

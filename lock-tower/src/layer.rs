@@ -101,7 +101,7 @@ impl<K> LockLayer<K, Http> {
                 extractor,
                 wait: Wait::For(Duration::ZERO),
                 lease: None,
-                protocol: Http::default(),
+                protocol: Http::new(),
             },
         }
     }
