@@ -1,9 +1,11 @@
 //! Declarative distributed locks for async Rust on Redis.
 //!
-//! This facade re-exports the lock itself (`lock-core`) and the
-//! [`#[distributed_lock]`](macro@distributed_lock) attribute. See the README
-//! for what the locks guarantee and how fencing tokens close the gap a lease
-//! lock leaves.
+//! This facade re-exports the lock itself (`lock-core`), the
+//! [`#[distributed_lock]`](macro@distributed_lock) attribute and, with the
+//! `tower` feature (on by default), the tower `LockLayer` for axum, tonic and
+//! plain tower services as [`distributed_lock::tower`](crate::tower). See
+//! the README for what the locks guarantee and how fencing tokens close the
+//! gap a lease lock leaves.
 //!
 //! ```
 //! use std::time::Duration;
@@ -105,6 +107,12 @@ pub use lock_macros::distributed_lock;
 
 #[doc(hidden)]
 pub mod __private;
+
+/// Per-request locks for tower services (axum, tonic): the `lock-tower`
+/// crate, with [`LockLayer`](tower::LockLayer) and its key extractors. Needs
+/// the `tower` feature (on by default).
+#[cfg(feature = "tower")]
+pub use lock_tower as tower;
 
 /// The README's code blocks, compiled as doc tests so they keep matching the API.
 #[cfg(doctest)]

@@ -283,6 +283,14 @@ impl LockGuard {
         &self.scope
     }
 
+    /// Runs the closure `f` inside this guard's ownership scope, as
+    /// [`scope`](LockGuard::scope) does for a future. For hand-written
+    /// futures that poll an inner future and cannot wrap it: call this
+    /// around each poll.
+    pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.scope.clone().run_sync(f)
+    }
+
     /// Releases the lock (for a reentrant hold: drops one hold; the lock is
     /// released with the last).
     ///

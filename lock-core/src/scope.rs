@@ -51,6 +51,11 @@ impl Scope {
         SCOPE.scope(self, fut).await
     }
 
+    /// Runs `f` inside this scope.
+    pub(crate) fn run_sync<T>(self: Arc<Self>, f: impl FnOnce() -> T) -> T {
+        SCOPE.sync_scope(self, f)
+    }
+
     /// Adds a hold to the lock named `name` when this scope holds it.
     pub(crate) fn reenter(&self, name: &str) -> Option<Arc<HeldLock>> {
         let held = self.held.lock().unwrap();

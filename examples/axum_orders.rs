@@ -1,0 +1,250 @@
+//! An axum order service: `POST /orders/{id}/pay` runs under the lock
+//! `order:{id}`, taken by the tower `LockLayer`; the domain function
+//! `charge`, annotated with `#[distributed_lock]`, takes the same lock
+//! itself and re-enters it.
+//!
+//! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
+//! otherwise the in-memory backend, and says which.
+//!
+//! ```sh
+//! cargo run --example axum_orders             # serves on 127.0.0.1:3000 (ADDR to change)
+//! cargo run --example axum_orders -- --demo   # fires concurrent payments at itself, then exits
+//! ```
+//!
+//! While it serves, try two payments of one order at once:
+//!
+//! ```sh
+//! curl -i -X POST localhost:3000/orders/1/pay & curl -i -X POST localhost:3000/orders/1/pay
+//! ```
+//!
+//! One gets `200` with an `x-fencing-token` header, the other
+//! `409 Conflict` with `Retry-After: 1`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, Method, StatusCode};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use distributed_lock::tower::{FencingToken, LockLayer, PathTemplate};
+use distributed_lock::{distributed_lock, LockClient, LockError};
+use tokio::net::TcpListener;
+
+// ---------------------------------------------------------------------------
+// The domain: charging an order, under its lock, against a fenced ledger.
+// ---------------------------------------------------------------------------
+
+/// What the ledger remembers of an order.
+#[derive(Clone, Debug, Default)]
+struct Order {
+    paid_cents: u64,
+    /// The highest fencing token that wrote this order.
+    fence: u64,
+}
+
+/// A stand-in for the database: it rejects writes carrying a fencing token
+/// lower than the highest it has accepted for the order.
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<HashMap<u64, Order>>>);
+
+#[derive(Debug)]
+enum PayError {
+    Lock(LockError),
+    AlreadyPaid,
+    StaleToken,
+}
+
+impl From<LockError> for PayError {
+    fn from(error: LockError) -> Self {
+        PayError::Lock(error)
+    }
+}
+
+/// Charges order `id` once, under the order's lock: `#[distributed_lock]`
+/// takes `order:{id}` itself, so `charge` is safe to call from anywhere;
+/// called from the HTTP handler, it re-enters the lock the layer already
+/// holds for the request (same call chain, same owner, no round trip).
+#[distributed_lock(key = "order:{id}", wait = "5s", client = client)]
+async fn charge(
+    client: &LockClient,
+    ledger: &Ledger,
+    id: u64,
+    cents: u64,
+) -> Result<u64, PayError> {
+    let token = distributed_lock::current()
+        .expect("inside the lock")
+        .fencing_token();
+    if ledger
+        .0
+        .lock()
+        .unwrap()
+        .get(&id)
+        .is_some_and(|o| o.paid_cents > 0)
+    {
+        return Err(PayError::AlreadyPaid);
+    }
+    // The payment provider is slow.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut orders = ledger.0.lock().unwrap();
+    let order = orders.entry(id).or_default();
+    if token < order.fence {
+        return Err(PayError::StaleToken);
+    }
+    order.fence = token;
+    order.paid_cents = cents;
+    Ok(token)
+}
+
+// ---------------------------------------------------------------------------
+// The HTTP service.
+// ---------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct App {
+    client: LockClient,
+    ledger: Ledger,
+}
+
+async fn pay(
+    State(app): State<App>,
+    Path(id): Path<u64>,
+    Extension(lock): Extension<FencingToken>,
+) -> (StatusCode, String) {
+    match charge(&app.client, &app.ledger, id, 4200).await {
+        Ok(token) => (
+            StatusCode::OK,
+            format!("paid order {id} under {} (token {token})\n", lock.key),
+        ),
+        Err(PayError::AlreadyPaid) => (StatusCode::OK, format!("order {id} was already paid\n")),
+        Err(PayError::StaleToken) => (StatusCode::CONFLICT, "stale fencing token\n".into()),
+        Err(PayError::Lock(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
+    }
+}
+
+async fn show(State(app): State<App>, Path(id): Path<u64>) -> String {
+    let order = app
+        .ledger
+        .0
+        .lock()
+        .unwrap()
+        .get(&id)
+        .cloned()
+        .unwrap_or_default();
+    format!(
+        "order {id}: paid {} cents, last written under token {}\n",
+        order.paid_cents, order.fence
+    )
+}
+
+fn router(client: LockClient) -> Router {
+    // Only the payment is locked; reading an order is not.
+    let locks = LockLayer::new(
+        client.clone(),
+        PathTemplate::new("/orders/{id}/pay", "order:{id}").method(Method::POST),
+    )
+    .fencing_token_header(HeaderName::from_static("x-fencing-token"));
+    Router::new()
+        .route("/orders/{id}/pay", post(pay))
+        .route("/orders/{id}", get(show))
+        .with_state(App {
+            client,
+            ledger: Ledger::default(),
+        })
+        .layer(locks)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let client = match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let client = LockClient::connect(&url).await?;
+            println!("backend: Redis at {}", client.server());
+            client
+        }
+        Err(_) => {
+            println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");
+            LockClient::memory()
+        }
+    };
+    let demo = std::env::args().any(|arg| arg == "--demo");
+    let addr = if demo {
+        "127.0.0.1:0".to_owned()
+    } else {
+        std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
+    };
+    let listener = TcpListener::bind(&addr).await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move { axum::serve(listener, router(client)).await });
+    if !demo {
+        println!("listening on http://{addr}");
+        println!("try: curl -i -X POST http://{addr}/orders/1/pay");
+        return Ok(server.await??);
+    }
+
+    // Three payments of order 1 at once, and one of order 2.
+    let calls: Vec<_> = [
+        "/orders/1/pay",
+        "/orders/1/pay",
+        "/orders/1/pay",
+        "/orders/2/pay",
+    ]
+    .into_iter()
+    .map(|path| tokio::spawn(http::post(addr, path)))
+    .collect();
+    for call in calls {
+        let (path, status, retry_after, body) = call.await??;
+        println!("POST {path} -> {status} (retry-after: {retry_after}) {body}");
+    }
+    let (_, _, _, order) = http::get(addr, "/orders/1").await?;
+    println!("GET /orders/1 -> {order}");
+    server.abort();
+    Ok(())
+}
+
+/// A minimal HTTP/1 client for the demo.
+mod http {
+    use std::net::SocketAddr;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
+    use tokio::net::TcpStream;
+
+    type Reply = (String, u16, String, String);
+
+    async fn send(addr: SocketAddr, method: &str, path: &str) -> Result<Reply, hyper::Error> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .expect("the demo server is up");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .expect("a valid request");
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_owned();
+        let body = response.into_body().collect().await?.to_bytes();
+        let body = String::from_utf8_lossy(&body).trim_end().to_owned();
+        Ok((path.to_owned(), status, retry_after, body))
+    }
+
+    pub(super) async fn post(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
+        send(addr, "POST", path).await
+    }
+
+    pub(super) async fn get(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
+        send(addr, "GET", path).await
+    }
+}

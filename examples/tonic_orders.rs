@@ -1,0 +1,154 @@
+//! A gRPC order service on tonic: calls of `orders.v1.Orders/Pay` run under
+//! the lock `order:{x-order-id}`, taken by the tower `LockLayer` in
+//! `Server::builder().layer(..)`. A busy order answers `ABORTED`, an
+//! unreachable lock backend `UNAVAILABLE`. The service definition is in the
+//! `orders-proto` crate next to this file, built without `protoc`.
+//!
+//! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
+//! otherwise the in-memory backend, and says which.
+//!
+//! ```sh
+//! cargo run --example tonic_orders             # serves on 127.0.0.1:50051 (ADDR to change)
+//! cargo run --example tonic_orders -- --demo   # calls itself concurrently, then exits
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distributed_lock::tower::{FencingToken, GrpcKey, LockLayer};
+use distributed_lock::LockClient;
+use http::HeaderName;
+use orders_proto::{
+    Orders, OrdersClient, OrdersServer, PayReply, PayRequest, StatusReply, StatusRequest,
+    PAY_METHOD,
+};
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+use tonic::{Request, Response, Status};
+
+/// The orders, by id: the amount paid, in cents.
+#[derive(Clone, Default)]
+struct OrderService {
+    paid: Arc<Mutex<HashMap<u64, u64>>>,
+}
+
+#[tonic::async_trait]
+impl Orders for OrderService {
+    async fn pay(&self, request: Request<PayRequest>) -> Result<Response<PayReply>, Status> {
+        // Put there by the layer: the lock of this call and its fencing token.
+        let lock = request
+            .extensions()
+            .get::<FencingToken>()
+            .cloned()
+            .ok_or_else(|| Status::failed_precondition("send the order id as x-order-id"))?;
+        let PayRequest {
+            order_id,
+            amount_cents,
+        } = request.into_inner();
+        if lock.key != format!("order:{order_id}") {
+            return Err(Status::invalid_argument(
+                "x-order-id does not match order_id",
+            ));
+        }
+        if self.paid.lock().unwrap().contains_key(&order_id) {
+            return Err(Status::already_exists(format!("order {order_id} is paid")));
+        }
+        // The payment provider is slow.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.paid.lock().unwrap().insert(order_id, amount_cents);
+        Ok(Response::new(PayReply {
+            order_id,
+            fencing_token: lock.token,
+        }))
+    }
+
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusReply>, Status> {
+        let order_id = request.into_inner().order_id;
+        Ok(Response::new(StatusReply {
+            order_id,
+            paid: self.paid.lock().unwrap().contains_key(&order_id),
+        }))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let client = match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let client = LockClient::connect(&url).await?;
+            println!("backend: Redis at {}", client.server());
+            client
+        }
+        Err(_) => {
+            println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");
+            LockClient::memory()
+        }
+    };
+    let demo = std::env::args().any(|arg| arg == "--demo");
+    let addr = if demo {
+        "127.0.0.1:0".to_owned()
+    } else {
+        std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:50051".to_owned())
+    };
+    let listener = TcpListener::bind(&addr).await?;
+    let addr = listener.local_addr()?;
+
+    // Only Pay is locked, on the order id the client sends as metadata.
+    let locks = LockLayer::new(
+        client,
+        GrpcKey::new(PAY_METHOD, "x-order-id").prefix("order:"),
+    )
+    .grpc()
+    .fencing_token_header(HeaderName::from_static("x-fencing-token"));
+    let server = tokio::spawn(
+        Server::builder()
+            .layer(locks)
+            .add_service(OrdersServer::new(OrderService::default()))
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    if !demo {
+        println!("serving orders.v1.Orders on {addr}; Pay calls must carry x-order-id metadata");
+        return Ok(server.await??);
+    }
+
+    let orders = OrdersClient::connect(format!("http://{addr}")).await?;
+    // Three payments of order 1 at once, and one of order 2.
+    let calls: Vec<_> = [1, 1, 1, 2]
+        .into_iter()
+        .map(|order_id| {
+            let mut orders = orders.clone();
+            tokio::spawn(async move {
+                let mut request = Request::new(PayRequest {
+                    order_id,
+                    amount_cents: 4200,
+                });
+                request.metadata_mut().insert("x-order-id", order_id.into());
+                (order_id, orders.pay(request).await)
+            })
+        })
+        .collect();
+    for call in calls {
+        match call.await? {
+            (id, Ok(reply)) => println!(
+                "Pay order {id} -> OK, fencing token {}",
+                reply.get_ref().fencing_token
+            ),
+            (id, Err(status)) => {
+                println!(
+                    "Pay order {id} -> {:?}: {}",
+                    status.code(),
+                    status.message()
+                )
+            }
+        }
+    }
+    let status = orders.clone().status(StatusRequest { order_id: 1 }).await?;
+    println!("Status order 1 -> paid: {}", status.get_ref().paid);
+    server.abort();
+    Ok(())
+}

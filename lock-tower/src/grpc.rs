@@ -1,0 +1,126 @@
+//! The gRPC flavour ([`Grpc`]): lock failures become gRPC statuses
+//! (`ABORTED`, `UNAVAILABLE`), sent as trailers-only responses.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Response};
+use lock_core::LockError;
+
+use crate::body::ResponseBody;
+use crate::http::{message, Failure, Reject, Responder};
+
+/// The gRPC flavour of [`LockLayer`](crate::LockLayer), made by
+/// [`LockLayer::grpc`](crate::LockLayer::grpc), for tonic's
+/// `Server::builder().layer(..)`.
+///
+/// When the lock is not taken the layer answers with a gRPC status whose
+/// message names the lock:
+///
+/// | lock error | status |
+/// |---|---|
+/// | busy after the wait (`Busy`, `TimedOut`) | `ABORTED` (10) |
+/// | backend unreachable (`Backend`, `Connect`, ...) | `UNAVAILABLE` (14) |
+/// | invalid lock name from the extractor (`InvalidKey`) | `INVALID_ARGUMENT` (3) |
+/// | anything else | `INTERNAL` (13) |
+///
+/// `ABORTED` is what gRPC prescribes for concurrency conflicts that the
+/// client should retry at a higher level (re-read, then retry).
+#[derive(Clone)]
+pub struct Grpc(pub(crate) Arc<Responder>);
+
+impl fmt::Debug for Grpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Grpc {
+    pub(crate) fn from_http(http: &crate::Http) -> Self {
+        let mut responder = (*http.0).clone();
+        responder.reject = Reject::Grpc;
+        Grpc(Arc::new(responder))
+    }
+}
+
+/// gRPC status codes the layer answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    InvalidArgument = 3,
+    Aborted = 10,
+    Internal = 13,
+    Unavailable = 14,
+}
+
+impl From<Failure> for Code {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Busy => Code::Aborted,
+            Failure::Unavailable => Code::Unavailable,
+            Failure::BadKey => Code::InvalidArgument,
+            Failure::Internal => Code::Internal,
+        }
+    }
+}
+
+/// A trailers-only gRPC response: HTTP 200 whose headers carry the status,
+/// and an empty body.
+pub(crate) fn status_response<B>(
+    key: &str,
+    error: &LockError,
+    failure: Failure,
+) -> Response<ResponseBody<B>> {
+    let code = Code::from(failure);
+    let mut response = Response::new(ResponseBody::rejection(Bytes::new()));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(code as u16));
+    let encoded = percent_encode(&message(key, error, failure));
+    if let Ok(value) = HeaderValue::from_str(&encoded) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// Percent-encodes a `grpc-message` as the gRPC spec asks: every byte
+/// outside printable ASCII, and `%` itself.
+fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &byte in message.as_bytes() {
+        if (0x20..0x7f).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_message_is_percent_encoded() {
+        assert_eq!(percent_encode("lock `a:1` is busy"), "lock `a:1` is busy");
+        assert_eq!(percent_encode("100%\n"), "100%25%0A");
+        assert_eq!(percent_encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn busy_is_aborted_in_trailers_only_response() {
+        let error = LockError::Busy {
+            key: "order:1".into(),
+        };
+        let response: Response<ResponseBody<()>> =
+            status_response("order:1", &error, Failure::of(&error));
+        assert_eq!(response.status(), http::StatusCode::OK);
+        let headers = response.headers();
+        assert_eq!(headers["content-type"], "application/grpc");
+        assert_eq!(headers["grpc-status"], "10");
+        let message = headers["grpc-message"].to_str().unwrap();
+        assert!(message.contains("order:1"), "{message}");
+    }
+}

@@ -1,0 +1,85 @@
+//! A tower [`Layer`](tower_layer::Layer) that runs each request under a
+//! distributed lock: per-request mutual exclusion for axum, tonic and plain
+//! tower services, across every process that shares the lock backend.
+//!
+//! - [`LockLayer`] names the lock of each request with a [`KeyExtractor`]: a
+//!   closure, or a built-in [`PathTemplate`] (`/orders/{id}/pay` ->
+//!   `order:{id}`), [`HeaderKey`] or [`GrpcKey`]. `None` lets a request
+//!   through unlocked.
+//! - The lock options are lock-core's: [`wait`](LockLayer::wait) (default:
+//!   try once) and a fixed [`lease`](LockLayer::lease) (default: watchdog,
+//!   renewed while the handler runs).
+//! - The guard lives in the [`ResponseFuture`] (or, with
+//!   [`hold_until_body_end`](LockLayer::hold_until_body_end), in the
+//!   [`ResponseBody`]), and the handler runs in its ownership scope: a
+//!   domain function that takes the same lock re-enters it.
+//! - A request that does not get its lock gets an answer from its flavour:
+//!   [`Http`] (409 with `Retry-After`, 503; never an error, so axum can
+//!   serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`] (the
+//!   [`LockError`](lock_core::LockError) as the service's error).
+//! - Handlers read the lock and its fencing token from the
+//!   [`FencingToken`] request extension; the token can also go out in a
+//!   response header.
+//!
+//! # Cancel safety
+//! A client that disconnects drops the response future: an acquisition in
+//! progress is abandoned without leaking a grant, and a held lock is
+//! released in the background within a round trip, not after its lease.
+//!
+//! # Example
+//! A plain tower service on the in-memory backend (see the repository's
+//! `examples/` for axum and tonic):
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::{LockClient, LockError};
+//! use lock_tower::LockLayer;
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! struct Job { account: u32 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let client = LockClient::memory();
+//! let layer = LockLayer::new(client.clone(), |job: &Job| Some(format!("account:{}", job.account)))
+//!     .plain()
+//!     .wait(Duration::from_secs(5));
+//! let mut service = layer.layer(service_fn(|job: Job| async move {
+//!     Ok::<_, LockError>(format!("settled account {}", job.account))
+//! }));
+//!
+//! let done = service.ready().await?.call(Job { account: 7 }).await?;
+//! assert_eq!(done, "settled account 7");
+//!
+//! // While someone else holds the lock, a job that may not wait fails with Busy.
+//! let held = client.lock("account:7").acquire().await?; // free: released before the answer
+//! let mut impatient = LockLayer::new(client.clone(), |job: &Job| Some(format!("account:{}", job.account)))
+//!     .plain()
+//!     .layer(service_fn(|_: Job| async { Ok::<_, LockError>(()) }));
+//! let busy = impatient.ready().await?.call(Job { account: 7 }).await;
+//! assert!(matches!(busy, Err(LockError::Busy { .. })));
+//! held.release().await?;
+//! # Ok(()) }
+//! ```
+#![deny(unreachable_pub, unsafe_code)]
+#![warn(missing_docs)]
+
+mod body;
+mod extract;
+mod future;
+mod grpc;
+mod http;
+mod layer;
+mod plain;
+mod service;
+mod token;
+
+pub use body::ResponseBody;
+pub use extract::{GrpcKey, HeaderKey, KeyExtractor, Or, PathTemplate};
+pub use future::{PlainResponseFuture, ResponseFuture};
+pub use grpc::Grpc;
+pub use http::Http;
+pub use layer::LockLayer;
+pub use plain::Plain;
+pub use service::LockService;
+pub use token::FencingToken;

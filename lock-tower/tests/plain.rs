@@ -1,0 +1,204 @@
+//! The plain tower flavour on the in-memory backend: `LockError` as the
+//! service error, waiting, pass-through, and cancel safety.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tower::LockLayer;
+use tokio::sync::Notify;
+use tokio::time::{timeout, Instant};
+use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+
+#[derive(Clone, Debug)]
+struct Job {
+    account: Option<u32>,
+}
+
+fn by_account(job: &Job) -> Option<String> {
+    job.account.map(|account| format!("account:{account}"))
+}
+
+/// Counts the calls inside the service at once and remembers the most.
+#[derive(Default)]
+struct Overlap {
+    inside: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_jobs_run_one_at_a_time() {
+    let client = LockClient::memory();
+    let overlap = Arc::new(Overlap::default());
+    let service = LockLayer::new(client, by_account)
+        .plain()
+        .wait(Duration::from_secs(10))
+        .layer(service_fn({
+            let overlap = overlap.clone();
+            move |_: Job| {
+                let overlap = overlap.clone();
+                async move {
+                    let now = overlap.inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    overlap.max.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    overlap.inside.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, LockError>(())
+                }
+            }
+        }));
+    let jobs: Vec<_> = (0..16)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(service.oneshot(Job { account: Some(1) }))
+        })
+        .collect();
+    for job in jobs {
+        job.await.unwrap().unwrap();
+    }
+    assert_eq!(overlap.max.load(Ordering::SeqCst), 1);
+}
+
+/// The lock error reaches a `BoxError` service as itself, downcastable.
+#[tokio::test]
+async fn busy_is_the_service_error() {
+    let client = LockClient::memory();
+    let held = client.lock("account:3").acquire().await.unwrap();
+    let service = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .layer(service_fn(|_: Job| async { Ok::<_, BoxError>("ran") }));
+    let error = service
+        .clone()
+        .oneshot(Job { account: Some(3) })
+        .await
+        .unwrap_err();
+    let error = error.downcast::<LockError>().unwrap();
+    assert!(matches!(*error, LockError::Busy { ref key } if key == "account:3"));
+
+    // With a wait that runs out: TimedOut.
+    let waiting = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .wait(Duration::from_millis(50))
+        .layer(service_fn(|_: Job| async { Ok::<_, LockError>("ran") }));
+    let error = waiting.oneshot(Job { account: Some(3) }).await.unwrap_err();
+    assert!(matches!(error, LockError::TimedOut { .. }), "{error:?}");
+
+    // A job with no key runs while the lock is held.
+    let unlocked = service.oneshot(Job { account: None }).await.unwrap();
+    assert_eq!(unlocked, "ran");
+    held.release().await.unwrap();
+}
+
+/// The lock is released before the result is handed on: back-to-back jobs
+/// that may not wait never find the previous one's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_is_free_when_the_result_arrives() {
+    let client = LockClient::memory();
+    let mut service = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .layer(service_fn(|job: Job| async move {
+            if job.account == Some(99) {
+                return Err(LockError::InvalidConfig {
+                    key: "account:99".into(),
+                    reason: "the job failed".into(),
+                });
+            }
+            Ok(())
+        }));
+    for _ in 0..50 {
+        service
+            .ready()
+            .await
+            .unwrap()
+            .call(Job { account: Some(5) })
+            .await
+            .unwrap();
+    }
+    // A failing job releases before its error is handed on, too.
+    for _ in 0..5 {
+        let error = service
+            .ready()
+            .await
+            .unwrap()
+            .call(Job { account: Some(99) })
+            .await
+            .unwrap_err();
+        assert!(matches!(error, LockError::InvalidConfig { .. }));
+    }
+    assert!(client
+        .lock("account:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// Dropping the response future mid-job (a timeout above, a cancelled
+/// caller) frees the lock at once, not after the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_job_releases_its_lock() {
+    let client = LockClient::memory();
+    let entered = Arc::new(Notify::new());
+    let service = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .layer(service_fn({
+            let entered = entered.clone();
+            move |_: Job| {
+                let entered = entered.clone();
+                async move {
+                    entered.notify_one();
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok::<_, LockError>(())
+                }
+            }
+        }));
+    let job = tokio::spawn(service.oneshot(Job { account: Some(8) }));
+    timeout(Duration::from_secs(5), entered.notified())
+        .await
+        .unwrap();
+    assert!(client
+        .lock("account:8")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    job.abort();
+    let aborted = Instant::now();
+    let guard = client
+        .lock("account:8")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        aborted.elapsed() < Duration::from_secs(2),
+        "released after {:?}",
+        aborted.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
+/// A waiting request whose future is dropped leaves no trace: the lock is
+/// not taken for it once the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiting_job_never_takes_the_lock() {
+    let client = LockClient::memory();
+    let held = client.lock("account:4").acquire().await.unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let service = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .wait(Duration::from_secs(30))
+        .layer(service_fn({
+            let ran = ran.clone();
+            move |_: Job| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, LockError>(()) }
+            }
+        }));
+    let waiting = service.oneshot(Job { account: Some(4) });
+    assert!(timeout(Duration::from_millis(100), waiting).await.is_err());
+    held.release().await.unwrap();
+    let again = client.lock("account:4").acquire().await.unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the dropped job never ran");
+    again.release().await.unwrap();
+}

@@ -1,0 +1,227 @@
+//! The tower `LockLayer` in a real tonic server (`Server::builder().layer`),
+//! called by a real tonic client over loopback, against a real `redis-server`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distributed_lock::tower::{FencingToken, GrpcKey, LockLayer};
+use distributed_lock::LockClient;
+use http::HeaderName;
+use lock_test_support::RedisServer;
+use orders_proto::{
+    Orders, OrdersClient, OrdersServer, PayReply, PayRequest, StatusReply, StatusRequest,
+    PAY_METHOD,
+};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::timeout;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic::{Code, Request, Response, Status};
+
+/// The order service under test: `Pay` records overlaps, and the first call
+/// can be made to wait for a signal.
+#[derive(Default)]
+struct OrderService {
+    inside: AtomicUsize,
+    max_inside: AtomicUsize,
+    calls: AtomicUsize,
+    first_entered: Notify,
+    release_first: Notify,
+    block_first: bool,
+}
+
+/// The tonic service: a handle on the shared [`OrderService`].
+struct OrderHandle(Arc<OrderService>);
+
+#[tonic::async_trait]
+impl Orders for OrderHandle {
+    async fn pay(&self, request: Request<PayRequest>) -> Result<Response<PayReply>, Status> {
+        let token = request
+            .extensions()
+            .get::<FencingToken>()
+            .cloned()
+            .ok_or_else(|| Status::internal("no fencing token"))?;
+        let order_id = request.into_inner().order_id;
+        assert_eq!(token.key, format!("order:{order_id}"));
+        let this = &self.0;
+        let now = this.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        this.max_inside.fetch_max(now, Ordering::SeqCst);
+        if this.calls.fetch_add(1, Ordering::SeqCst) == 0 && this.block_first {
+            this.first_entered.notify_one();
+            this.release_first.notified().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        this.inside.fetch_sub(1, Ordering::SeqCst);
+        Ok(Response::new(PayReply {
+            order_id,
+            fencing_token: token.token,
+        }))
+    }
+
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusReply>, Status> {
+        Ok(Response::new(StatusReply {
+            order_id: request.into_inner().order_id,
+            paid: self.0.calls.load(Ordering::SeqCst) > 0,
+        }))
+    }
+}
+
+fn pay_layer(client: &LockClient) -> LockLayer<GrpcKey, distributed_lock::tower::Grpc> {
+    LockLayer::new(
+        client.clone(),
+        GrpcKey::new(PAY_METHOD, "x-order-id").prefix("order:"),
+    )
+    .grpc()
+    .fencing_token_header(HeaderName::from_static("x-fencing-token"))
+}
+
+/// Serves `service` behind `layer` on a free loopback port.
+async fn serve(
+    service: Arc<OrderService>,
+    layer: LockLayer<GrpcKey, distributed_lock::tower::Grpc>,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(layer)
+            .add_service(OrdersServer::new(OrderHandle(service)))
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    addr
+}
+
+async fn connect(addr: SocketAddr) -> OrdersClient<Channel> {
+    OrdersClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+/// Pays `order_id`, sending it in the metadata the layer locks on.
+async fn pay(
+    client: &mut OrdersClient<Channel>,
+    order_id: u64,
+) -> Result<Response<PayReply>, Status> {
+    let mut request = Request::new(PayRequest {
+        order_id,
+        amount_cents: 100,
+    });
+    request
+        .metadata_mut()
+        .insert("x-order-id", order_id.to_string().parse().unwrap());
+    request.set_timeout(Duration::from_secs(30));
+    client.pay(request).await
+}
+
+/// While one `Pay` of order 1 runs, another gets `ABORTED` naming the lock;
+/// a `Pay` of another order and an unlocked `Status` go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_call_is_aborted() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let service = Arc::new(OrderService {
+        block_first: true,
+        ..OrderService::default()
+    });
+    let addr = serve(service.clone(), pay_layer(&client)).await;
+    let mut grpc = connect(addr).await;
+
+    let first = tokio::spawn({
+        let mut grpc = grpc.clone();
+        async move { pay(&mut grpc, 1).await }
+    });
+    timeout(Duration::from_secs(10), service.first_entered.notified())
+        .await
+        .unwrap();
+
+    let busy = pay(&mut grpc, 1).await.unwrap_err();
+    assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
+    assert!(busy.message().contains("order:1"), "{busy:?}");
+
+    let other = pay(&mut grpc, 2).await.unwrap();
+    assert_eq!(other.get_ref().order_id, 2);
+    let status = grpc.status(StatusRequest { order_id: 1 }).await.unwrap();
+    assert_eq!(status.get_ref().order_id, 1);
+
+    service.release_first.notify_one();
+    let first = first.await.unwrap().unwrap();
+    let header: u64 = first
+        .metadata()
+        .get("x-fencing-token")
+        .expect("the token in the response metadata")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        header,
+        first.get_ref().fencing_token,
+        "metadata = extension"
+    );
+    // Released before the reply went out.
+    assert!(pay(&mut grpc, 1).await.is_ok());
+}
+
+/// With a wait, concurrent calls on one order all succeed, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_calls_run_one_at_a_time() {
+    const CALLS: usize = 12;
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let service = Arc::new(OrderService::default());
+    let addr = serve(
+        service.clone(),
+        pay_layer(&client).wait(Duration::from_secs(10)),
+    )
+    .await;
+    let grpc = connect(addr).await;
+
+    let calls: Vec<_> = (0..CALLS)
+        .map(|_| {
+            let mut grpc = grpc.clone();
+            tokio::spawn(async move { pay(&mut grpc, 3).await })
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for call in calls {
+        tokens.push(call.await.unwrap().unwrap().get_ref().fencing_token);
+    }
+    assert_eq!(
+        service.max_inside.load(Ordering::SeqCst),
+        1,
+        "calls overlapped"
+    );
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), CALLS);
+}
+
+/// Redis is down: `UNAVAILABLE`, naming the lock; unlocked calls still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_is_unavailable() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let service = Arc::new(OrderService::default());
+    let addr = serve(service, pay_layer(&client)).await;
+    let mut grpc = connect(addr).await;
+    assert!(pay(&mut grpc, 1).await.is_ok());
+
+    server.kill();
+    let down = pay(&mut grpc, 1).await.unwrap_err();
+    assert_eq!(down.code(), Code::Unavailable, "{down:?}");
+    assert!(down.message().contains("order:1"), "{down:?}");
+    assert!(grpc.status(StatusRequest { order_id: 1 }).await.is_ok());
+}
