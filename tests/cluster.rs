@@ -197,6 +197,7 @@ fn two_processes_exclude_each_other() {
         &Topology::Cluster(cluster.urls()),
         &counter.url(),
         "process_worker",
+        2,
     );
 }
 

@@ -2,7 +2,8 @@
 //! across tasks and processes, reentrancy, release on every exit path,
 //! `on_busy = skip`, `abort_on_lost`, multi-key ordering and `current()`.
 
-use std::process::{Command, Stdio};
+mod suite;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +23,7 @@ async fn redis_conn(server: &RedisServer) -> MultiplexedConnection {
 
 /// A read-modify-write of a Redis counter that loses updates unless calls
 /// are mutually excluded.
-#[distributed_lock(key = "counter:{name}", wait = "60s", client = client)]
-async fn bump(
-    client: &LockClient,
-    conn: &mut MultiplexedConnection,
-    name: &str,
-) -> Result<(), LockError> {
+async fn read_modify_write(conn: &mut MultiplexedConnection, name: &str) {
     let seen: Option<usize> = redis::cmd("GET").arg(name).query_async(conn).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2)).await;
     let () = redis::cmd("SET")
@@ -36,6 +32,15 @@ async fn bump(
         .query_async(conn)
         .await
         .unwrap();
+}
+
+#[distributed_lock(key = "counter:{name}", wait = "60s", client = client)]
+async fn bump(
+    client: &LockClient,
+    conn: &mut MultiplexedConnection,
+    name: &str,
+) -> Result<(), LockError> {
+    read_modify_write(conn, name).await;
     Ok(())
 }
 
@@ -96,14 +101,7 @@ async fn bump_with_global_client(
     conn: &mut MultiplexedConnection,
     name: &str,
 ) -> Result<(), LockError> {
-    let seen: Option<usize> = redis::cmd("GET").arg(name).query_async(conn).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2)).await;
-    let () = redis::cmd("SET")
-        .arg(name)
-        .arg(seen.unwrap_or(0) + 1)
-        .query_async(conn)
-        .await
-        .unwrap();
+    read_modify_write(conn, name).await;
     Ok(())
 }
 
@@ -111,47 +109,28 @@ async fn bump_with_global_client(
 fn two_processes_exclude_each_other() {
     let server = RedisServer::start();
     const PROCESSES: usize = 2;
-    const TASKS: usize = 8;
-    const ROUNDS: usize = 5;
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "macro_process_worker",
-                    "--ignored",
-                    "--nocapture",
-                ])
-                .args(["--test-threads", "1"])
-                .env("LOCK_WORKER_URL", server.url())
-                .env("LOCK_WORKER_TASKS", TASKS.to_string())
-                .env("LOCK_WORKER_ROUNDS", ROUNDS.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "a worker process failed:\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    suite::run_worker_processes(
+        "macro_process_worker",
+        PROCESSES,
+        &[
+            ("LOCK_WORKER_URL", server.url()),
+            ("LOCK_WORKER_TASKS", WORKER_TASKS.to_string()),
+            ("LOCK_WORKER_ROUNDS", WORKER_ROUNDS.to_string()),
+        ],
+    );
     let value: usize = redis::cmd("GET")
         .arg("processes")
         .query(&mut server.conn())
         .unwrap();
     assert_eq!(
         value,
-        PROCESSES * TASKS * ROUNDS,
+        PROCESSES * WORKER_TASKS * WORKER_ROUNDS,
         "lost updates: two processes ran the fn at once"
     );
 }
+
+const WORKER_TASKS: usize = 8;
+const WORKER_ROUNDS: usize = 5;
 
 /// One worker process of `two_processes_exclude_each_other`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

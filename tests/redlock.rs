@@ -237,6 +237,7 @@ fn two_processes_exclude_each_other() {
         &Topology::Redlock(fixture.urls()),
         &counter.url(),
         "process_worker",
+        2,
     );
 }
 

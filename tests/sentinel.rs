@@ -146,6 +146,7 @@ fn two_processes_exclude_each_other() {
         &Topology::Sentinel(set.sentinel_urls(), MASTER.to_owned()),
         &counter.url(),
         "process_worker",
+        2,
     );
 }
 

@@ -36,7 +36,6 @@ impl Fixture for Standalone {
 
 behaviour_suite!(Standalone::new());
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use distributed_lock::LockError;
@@ -52,43 +51,11 @@ fn redis_key(name: &str) -> String {
 #[test]
 fn three_processes_exclude_each_other() {
     let server = RedisServer::start();
-    const PROCESSES: usize = 3;
-    const TASKS: usize = 8;
-    const ROUNDS: usize = 5;
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            Command::new(&exe)
-                .args(["--exact", "process_worker", "--ignored", "--nocapture"])
-                .args(["--test-threads", "1"])
-                .env("LOCK_WORKER_URL", server.url())
-                .env("LOCK_WORKER_TASKS", TASKS.to_string())
-                .env("LOCK_WORKER_ROUNDS", ROUNDS.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "a worker process failed:\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let mut conn = server.conn();
-    let counter: usize = redis::cmd("GET").arg("counter").query(&mut conn).unwrap();
-    let acquisitions: usize = redis::cmd("GET")
-        .arg("acquisitions")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(acquisitions, PROCESSES * TASKS * ROUNDS);
-    assert_eq!(
-        counter, acquisitions,
-        "lost updates: two holders overlapped"
+    suite::processes_exclude_each_other(
+        &suite::Topology::Standalone(server.url()),
+        &server.url(),
+        "process_worker",
+        3,
     );
 }
 
@@ -96,53 +63,7 @@ fn three_processes_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run in child processes by three_processes_exclude_each_other"]
 async fn process_worker() {
-    let Ok(url) = std::env::var("LOCK_WORKER_URL") else {
-        eprintln!("process_worker only runs as a child of three_processes_exclude_each_other");
-        return;
-    };
-    let tasks: usize = std::env::var("LOCK_WORKER_TASKS").unwrap().parse().unwrap();
-    let rounds: usize = std::env::var("LOCK_WORKER_ROUNDS")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let client = LockClient::connect(&url).await.unwrap();
-    let redis = redis::Client::open(url.as_str()).unwrap();
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
-        let client = client.clone();
-        let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-        handles.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let guard = client
-                    .lock("processes:counter")
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let seen: Option<usize> = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(seen.unwrap_or(0) + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                let _: i64 = redis::cmd("INCR")
-                    .arg("acquisitions")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for handle in handles {
-        handle.await.unwrap();
-    }
+    suite::counter_worker().await;
 }
 
 #[tokio::test]

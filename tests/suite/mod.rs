@@ -831,6 +831,7 @@ const WORKER_ROUNDS: usize = 4;
 /// A lock backend named in a worker's environment.
 #[derive(Debug, Clone)]
 pub enum Topology {
+    Standalone(String),
     Cluster(Vec<String>),
     Sentinel(Vec<String>, String),
     Redlock(Vec<String>),
@@ -840,6 +841,7 @@ impl Topology {
     /// A client of this topology with `builder`'s settings.
     pub async fn connect(&self, builder: LockClientBuilder) -> LockClient {
         match self {
+            Topology::Standalone(url) => builder.connect(url).await,
             Topology::Cluster(urls) => builder.connect_cluster(urls).await,
             Topology::Sentinel(urls, master) => builder.connect_sentinel(urls, master).await,
             Topology::Redlock(urls) => builder.connect_redlock(urls).await,
@@ -848,7 +850,12 @@ impl Topology {
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
+        let standalone;
         let (kind, urls, master) = match self {
+            Topology::Standalone(url) => {
+                standalone = vec![url.clone()];
+                ("standalone", &standalone, None)
+            }
             Topology::Cluster(urls) => ("cluster", urls, None),
             Topology::Sentinel(urls, master) => ("sentinel", urls, Some(master.clone())),
             Topology::Redlock(urls) => ("redlock", urls, None),
@@ -869,6 +876,7 @@ impl Topology {
             .map(str::to_owned)
             .collect();
         Some(match kind.as_str() {
+            "standalone" => Topology::Standalone(urls[0].clone()),
             "cluster" => Topology::Cluster(urls),
             "sentinel" => Topology::Sentinel(urls, std::env::var(WORKER_MASTER).unwrap()),
             "redlock" => Topology::Redlock(urls),
@@ -877,20 +885,16 @@ impl Topology {
     }
 }
 
-/// Runs `worker_test` (an `#[ignore]`d test of the current test binary that
-/// calls [`counter_worker`]) in 2 processes x 8 tasks x 4 rounds of a
-/// read-modify-write of a counter on `counter_url` under one lock of
-/// `topology`: the counter must equal the acquisitions.
-pub fn processes_exclude_each_other(topology: &Topology, counter_url: &str, worker_test: &str) {
-    const PROCESSES: usize = 2;
+/// Runs `worker_test` (an `#[ignore]`d test of the current test binary) in
+/// `processes` child processes with `env`, and asserts that each succeeded.
+pub fn run_worker_processes(worker_test: &str, processes: usize, env: &[(&str, String)]) {
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
+    let children: Vec<_> = (0..processes)
         .map(|_| {
             std::process::Command::new(&exe)
                 .args(["--exact", worker_test, "--ignored", "--nocapture"])
                 .args(["--test-threads", "1"])
-                .envs(topology.env())
-                .env(WORKER_COUNTER, counter_url)
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -906,6 +910,21 @@ pub fn processes_exclude_each_other(topology: &Topology, counter_url: &str, work
             String::from_utf8_lossy(&output.stderr)
         );
     }
+}
+
+/// Runs `worker_test` (an `#[ignore]`d test of the current test binary that
+/// calls [`counter_worker`]) in `processes` processes x 8 tasks x 4 rounds
+/// of a read-modify-write of a counter on `counter_url` under one lock of
+/// `topology`: the counter must equal the acquisitions.
+pub fn processes_exclude_each_other(
+    topology: &Topology,
+    counter_url: &str,
+    worker_test: &str,
+    processes: usize,
+) {
+    let mut env = topology.env();
+    env.push((WORKER_COUNTER, counter_url.to_owned()));
+    run_worker_processes(worker_test, processes, &env);
     let mut conn = redis::Client::open(counter_url)
         .unwrap()
         .get_connection()
@@ -915,7 +934,7 @@ pub fn processes_exclude_each_other(topology: &Topology, counter_url: &str, work
         .arg("acquisitions")
         .query(&mut conn)
         .unwrap();
-    assert_eq!(acquisitions, PROCESSES * WORKER_TASKS * WORKER_ROUNDS);
+    assert_eq!(acquisitions, processes * WORKER_TASKS * WORKER_ROUNDS);
     assert_eq!(
         counter, acquisitions,
         "lost updates: two holders overlapped"
