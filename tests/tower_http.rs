@@ -490,6 +490,10 @@ async fn handler_reenters_the_request_lock() {
     let client = redis_client(&server).await;
     let domain = client.clone();
     let handler = move |Path(id): Path<u64>, Extension(token): Extension<FencingToken>| async move {
+        // The request's lock is the current one in the handler.
+        let current = distributed_lock::current().expect("the handler runs under the lock");
+        assert_eq!(current.key(), format!("order:{id}"));
+        assert_eq!(current.fencing_token(), token.token);
         let guard = domain
             .lock(format!("order:{id}"))
             .acquire()

@@ -38,6 +38,14 @@ pub(crate) async fn run<F: std::future::Future>(frame: Option<Arc<Frame>>, fut: 
     }
 }
 
+/// Runs `f` with `frame` as the current lock chain.
+pub(crate) fn run_sync<T>(frame: Option<Arc<Frame>>, f: impl FnOnce() -> T) -> T {
+    match frame {
+        Some(frame) => CURRENT.sync_scope(frame, f),
+        None => f(),
+    }
+}
+
 /// A lock the current call chain runs under, as seen from inside it.
 ///
 /// Obtained from [`current`] or [`current_all`]; it reads the hold that the

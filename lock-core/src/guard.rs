@@ -284,11 +284,15 @@ impl LockGuard {
     }
 
     /// Runs the closure `f` inside this guard's ownership scope, as
-    /// [`scope`](LockGuard::scope) does for a future. For hand-written
-    /// futures that poll an inner future and cannot wrap it: call this
-    /// around each poll.
+    /// [`scope`](LockGuard::scope) does for a future (so
+    /// [`current`](crate::current) returns this lock in it). For
+    /// hand-written futures that poll an inner future and cannot wrap it:
+    /// call this around each poll.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.scope.clone().run_sync(f)
+        let frame = crate::current::enter([self.lock.clone()]);
+        self.scope
+            .clone()
+            .run_sync(|| crate::current::run_sync(frame, f))
     }
 
     /// Releases the lock (for a reentrant hold: drops one hold; the lock is
