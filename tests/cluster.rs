@@ -229,3 +229,50 @@ async fn inspect_and_list_see_locks_on_every_master() {
     }
     assert!(client.list("listed:").await.unwrap().is_empty());
 }
+
+#[distributed_lock::distributed_lock(keys = ["account:{from}", "account:{to}"], wait = "20s", client = client)]
+async fn transfer(
+    client: &LockClient,
+    from: u32,
+    to: u32,
+) -> Result<Vec<u64>, distributed_lock::LockError> {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    Ok(distributed_lock::current_all()
+        .iter()
+        .map(|lock| lock.fencing_token())
+        .collect())
+}
+
+/// The attribute (two keys on different masters, swapped between callers)
+/// runs unchanged on a cluster: no deadlock, and every call holds both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_with_keys_on_two_masters_works_on_the_cluster() {
+    let cluster = shared_cluster();
+    // Two accounts whose locks live on different masters.
+    let (a, b) = (0..100)
+        .flat_map(|a| (0..100).map(move |b| (a, b)))
+        .find(|(a, b)| {
+            let master = |n: u32| {
+                cluster.master_of_slot(cluster.slot_of(&redis_key(&format!("account:{n}"))))
+            };
+            a != b && master(*a) != master(*b)
+        })
+        .unwrap();
+    let mut tasks = Vec::new();
+    for (from, to) in [(a, b), (b, a), (a, b), (b, a)] {
+        let client = LockClient::cluster(cluster.urls()).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let tokens = transfer(&client, from, to).await.unwrap();
+                assert_eq!(tokens.len(), 2);
+            }
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await
+    .expect("transfers in swapped order stalled");
+}
