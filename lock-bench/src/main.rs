@@ -163,9 +163,9 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     if wants(&args, "W1") {
         let (cycles, warmup) = (args.cycles, args.warmup);
         let figures = each(&args, &admin, "W1", async |c| match c {
-            Which::Ours => workloads::w1(&ours, cycles, warmup).await,
-            Which::Rslock => workloads::w1(&rslock, cycles, warmup).await,
-            Which::Floor => workloads::w1(&floor, cycles, warmup).await,
+            Which::Ours => workloads::w1(&ours, &admin, cycles, warmup).await,
+            Which::Rslock => workloads::w1(&rslock, &admin, cycles, warmup).await,
+            Which::Floor => workloads::w1(&floor, &admin, cycles, warmup).await,
         })
         .await?;
         results.push(WorkloadResult {
@@ -182,9 +182,9 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         let tasks = args.w2_tasks;
         let duration = Duration::from_secs_f64(args.w2_secs);
         let figures = each(&args, &admin, "W2", async |c| match c {
-            Which::Ours => workloads::w2(&ours, tasks, duration).await,
-            Which::Rslock => workloads::w2(&rslock, tasks, duration).await,
-            Which::Floor => workloads::w2(&floor, tasks, duration).await,
+            Which::Ours => workloads::w2(&ours, &admin, tasks, duration).await,
+            Which::Rslock => workloads::w2(&rslock, &admin, tasks, duration).await,
+            Which::Floor => workloads::w2(&floor, &admin, tasks, duration).await,
         })
         .await?;
         results.push(WorkloadResult {

@@ -82,6 +82,21 @@ impl Admin {
         Ok(self.command_calls().await?.values().sum())
     }
 
+    /// CPU time the Redis server has used (user + system, all threads), from `INFO cpu`.
+    pub(crate) async fn server_cpu(&self) -> Result<Duration> {
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
+        let mut seconds = 0.0;
+        for line in info.lines() {
+            if let Some((name, value)) = line.split_once(':') {
+                if name == "used_cpu_sys" || name == "used_cpu_user" {
+                    seconds += value.trim().parse::<f64>().unwrap_or(0.0);
+                }
+            }
+        }
+        Ok(Duration::from_secs_f64(seconds))
+    }
+
     /// The p50 of `n` sequential PINGs.
     pub(crate) async fn ping_rtt(&self, n: usize) -> Result<Duration> {
         let mut conn = self.conn.clone();
@@ -158,9 +173,32 @@ impl Admin {
     }
 }
 
+/// CPU used by this process and by the Redis server over a measurement.
+struct CpuMeter {
+    client: Duration,
+    server: Duration,
+}
+
+impl CpuMeter {
+    async fn start(admin: &Admin) -> Result<Self> {
+        Ok(CpuMeter {
+            server: admin.server_cpu().await?,
+            client: process_cpu_time(),
+        })
+    }
+
+    /// (client, server) CPU time since `start`.
+    async fn stop(self, admin: &Admin) -> Result<(Duration, Duration)> {
+        let client = process_cpu_time().saturating_sub(self.client);
+        let server = admin.server_cpu().await?.saturating_sub(self.server);
+        Ok((client, server))
+    }
+}
+
 /// W1: one client, sequential acquire + release of one key.
 pub(crate) async fn w1<C: Contender>(
     contender: &C,
+    admin: &Admin,
     cycles: usize,
     warmup: usize,
 ) -> Result<Vec<Metric>> {
@@ -170,6 +208,7 @@ pub(crate) async fn w1<C: Contender>(
         contender.release(guard).await?;
     }
     let mut times = Vec::with_capacity(cycles);
+    let cpu = CpuMeter::start(admin).await?;
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
@@ -178,17 +217,22 @@ pub(crate) async fn w1<C: Contender>(
         times.push(t.elapsed());
     }
     let elapsed = started.elapsed();
+    let (client_cpu, server_cpu) = cpu.stop(admin).await?;
     times.sort();
+    let n = cycles as f64;
     Ok(vec![
-        Metric::higher("cycles/s", "1/s", cycles as f64 / elapsed.as_secs_f64()),
+        Metric::higher("cycles/s", "1/s", n / elapsed.as_secs_f64()),
         Metric::lower("cycle p50", "us", micros(percentile(&times, 0.5))),
         Metric::lower("cycle p99", "us", micros(percentile(&times, 0.99))),
+        Metric::lower("client CPU / cycle", "us", micros(client_cpu) / n),
+        Metric::lower("Redis CPU / cycle", "us", micros(server_cpu) / n),
     ])
 }
 
 /// W2: `tasks` tasks, each on its own key, acquire + release for `duration`.
 pub(crate) async fn w2<C: Contender>(
     contender: &C,
+    admin: &Admin,
     tasks: usize,
     duration: Duration,
 ) -> Result<Vec<Metric>> {
@@ -197,6 +241,7 @@ pub(crate) async fn w2<C: Contender>(
         let guard = contender.try_acquire(&format!("bench:w2:{i}")).await?;
         contender.release(guard).await?;
     }
+    let cpu = CpuMeter::start(admin).await?;
     let started = Instant::now();
     let deadline = started + duration;
     let mut handles = Vec::with_capacity(tasks);
@@ -219,15 +264,15 @@ pub(crate) async fn w2<C: Contender>(
         times.extend(handle.await??);
     }
     let elapsed = started.elapsed();
+    let (client_cpu, server_cpu) = cpu.stop(admin).await?;
     times.sort();
+    let n = times.len() as f64;
     Ok(vec![
-        Metric::higher(
-            "cycles/s",
-            "1/s",
-            times.len() as f64 / elapsed.as_secs_f64(),
-        ),
+        Metric::higher("cycles/s", "1/s", n / elapsed.as_secs_f64()),
         Metric::lower("cycle p50", "us", micros(percentile(&times, 0.5))),
         Metric::lower("cycle p99", "us", micros(percentile(&times, 0.99))),
+        Metric::lower("client CPU / cycle", "us", micros(client_cpu) / n),
+        Metric::lower("Redis CPU / cycle", "us", micros(server_cpu) / n),
     ])
 }
 
