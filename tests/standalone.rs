@@ -548,7 +548,7 @@ async fn one_subscription_connection_serves_all_waiters_of_a_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish";
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish";
     let mut options = ServerOptions::new().arg("--user").arg("minimal");
     for part in rule.split_whitespace() {
         options = options.arg(part);

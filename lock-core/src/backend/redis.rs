@@ -19,28 +19,32 @@ use crate::{BackendError, LockError};
 /// Takes the lock when it is free (or already ours), bumping the fencing
 /// counter on a first acquisition. The hash field is the owner, its value the
 /// fencing token. Replies `{1, token}` or `{0, pttl}`.
+///
+/// `PTTL` comes first: it tells a free lock (-2) from a held one and gives
+/// the busy reply its TTL, so a free lock costs 4 calls and a busy one 2.
 const ACQUIRE: &str = r"
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], ARGV[1], token)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, token}
+end
 local token = redis.call('hget', KEYS[1], ARGV[1])
 if token then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, tonumber(token)}
 end
-local ttl = redis.call('pttl', KEYS[1])
-if ttl ~= -2 then
-  return {0, ttl}
-end
-token = redis.call('incr', KEYS[2])
-redis.call('hset', KEYS[1], ARGV[1], token)
-redis.call('pexpire', KEYS[1], ARGV[2])
-return {1, token}
+return {0, ttl}
 ";
 
-/// Deletes the lock only when ARGV[1] owns it, then wakes a waiter.
+/// Deletes the lock only when ARGV[1] owns it, then wakes a waiter. The
+/// hash has one field, its owner: `HDEL` of that field checks the owner and
+/// deletes the key in one call.
 const RELEASE: &str = r"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '1')
 return 1
 ";
