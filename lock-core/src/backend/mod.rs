@@ -94,6 +94,24 @@ impl Backend {
         }
     }
 
+    /// Registers a waiter for the release of `key` when that costs nothing:
+    /// other waiters of this client already follow its channel.
+    pub(crate) fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WakeHandle> {
+        match self {
+            Backend::Redis(redis) => redis.waiter_if_subscribed(key),
+            Backend::Memory(store) => Some(store.waiter(key)),
+        }
+    }
+
+    /// Tells this client's waiters of `key` that a release of theirs is on
+    /// its way (`true`) or deleted nothing after all (`false`).
+    pub(crate) fn expect_wake(&self, key: &LockKey, expected: bool) {
+        match self {
+            Backend::Redis(redis) => redis.expect_wake(key, expected),
+            Backend::Memory(_) => {}
+        }
+    }
+
     /// The server, for messages: `host:port`, or `memory`.
     pub(crate) fn server(&self) -> &str {
         match self {

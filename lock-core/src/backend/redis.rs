@@ -332,6 +332,16 @@ impl RedisBackend {
         }
         self.waiters.register(&key.channel)
     }
+
+    /// See [`Backend::expect_wake`](super::Backend::expect_wake).
+    pub(crate) fn expect_wake(&self, key: &LockKey, expected: bool) {
+        self.waiters.expect_wake(&key.channel, expected);
+    }
+
+    /// Registers a waiter on `key`'s channel when it is already subscribed.
+    pub(crate) fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WakeHandle> {
+        self.waiters.register_if_ready(&key.channel)
+    }
 }
 
 fn failed_all(n: usize, err: &BackendError) -> Vec<Renewal> {
