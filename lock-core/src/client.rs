@@ -3,13 +3,15 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rand::RngCore;
 
 use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
 use crate::backend::{Backend, MemoryStore};
+use crate::guard::HeldLock;
 use crate::key::LockKey;
 use crate::watchdog::WatchdogState;
 use crate::{Lock, LockError, MultiLock};
@@ -59,6 +61,9 @@ pub(crate) struct ClientInner {
     pub(crate) next_scope: AtomicU64,
     next_lock: AtomicU64,
     pub(crate) watchdog: Mutex<WatchdogState>,
+    /// The locks some scope of this client holds, by lock name: a waiter of
+    /// this client knows such a lock is busy without asking the server.
+    holders: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
     pub(crate) stats: Stats,
 }
 
@@ -70,6 +75,32 @@ pub(crate) struct Stats {
 impl ClientInner {
     pub(crate) fn next_lock_id(&self) -> u64 {
         self.next_lock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records `lock` as held by a scope of this client.
+    pub(crate) fn holder_insert(&self, lock: &Arc<HeldLock>) {
+        self.holders
+            .lock()
+            .unwrap()
+            .insert(lock.key.name.clone(), Arc::downgrade(lock));
+    }
+
+    /// Forgets `lock` as a holder (before its release is sent, so a waiter
+    /// woken by that release asks the server).
+    pub(crate) fn holder_remove(&self, lock: &HeldLock) {
+        let mut holders = self.holders.lock().unwrap();
+        if let Some(entry) = holders.get(&lock.key.name) {
+            if std::ptr::eq(entry.as_ptr(), lock) {
+                holders.remove(&lock.key.name);
+            }
+        }
+    }
+
+    /// The lock named `name` when a scope of this client holds it (lease
+    /// still running on the local clock) under another owner than `owner`.
+    pub(crate) fn held_elsewhere(&self, name: &str, owner: &str) -> Option<Arc<HeldLock>> {
+        let holder = self.holders.lock().unwrap().get(name)?.upgrade()?;
+        (&*holder.owner != owner && holder.is_held()).then_some(holder)
     }
 
     /// Spawns background work on the current runtime, or the client's.
@@ -375,6 +406,7 @@ impl LockClientBuilder {
                 next_scope: AtomicU64::new(1),
                 next_lock: AtomicU64::new(1),
                 watchdog: Mutex::default(),
+                holders: Mutex::default(),
                 stats: Stats::default(),
             }),
         }

@@ -119,8 +119,15 @@ impl HeldLock {
     /// Releases the lock in the backend after its last hold was dropped.
     pub(crate) async fn release_last(&self) -> Result<(), LockError> {
         self.client.watchdog_forget(self);
+        // Waiters of this client wait for this release's wake-up instead of
+        // racing to the server when the holder is forgotten.
+        self.client.backend.expect_wake(&self.key, true);
+        self.client.holder_remove(self);
         let lost = self.lost_error();
         let result = self.client.backend.release(&self.key, &self.owner).await;
+        if !matches!(result, Ok(true)) {
+            self.client.backend.expect_wake(&self.key, false);
+        }
         self.state.send_replace(HoldState::Released);
         match result {
             Ok(true) => {
