@@ -89,9 +89,9 @@ struct Args {
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
-    /// Print the SLOWLOG after each contended workload (to stderr).
+    /// Print INFO commandstats and the SLOWLOG after each workload (to stderr).
     #[arg(long)]
-    slowlog: bool,
+    server_stats: bool,
     /// Do not pin Redis and the client to CPUs.
     #[arg(long)]
     no_pin: bool,
@@ -323,7 +323,11 @@ where
             eprintln!("# {id}: {} ...", CONTENDERS[i]);
         }
         figures[i] = workload(which).await?;
-        if args.slowlog {
+        if args.server_stats {
+            let mut calls: Vec<_> = admin.command_calls().await?.into_iter().collect();
+            calls.sort_by(|a, b| b.1.cmp(&a.1));
+            let calls: Vec<String> = calls.iter().map(|(name, n)| format!("{name}={n}")).collect();
+            eprintln!("#   commandstats {id} {}: {}", CONTENDERS[i], calls.join(" "));
             for entry in admin.slowlog(5).await? {
                 eprintln!("#   slowlog {id} {}: {entry}", CONTENDERS[i]);
             }
