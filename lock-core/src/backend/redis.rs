@@ -38,17 +38,6 @@ end
 return {0, ttl}
 ";
 
-/// Deletes the lock only when ARGV[1] owns it, then wakes a waiter. The
-/// hash has one field, its owner: `HDEL` of that field checks the owner and
-/// deletes the key in one call.
-const RELEASE: &str = r"
-if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('publish', KEYS[2], '1')
-return 1
-";
-
 /// Extends the lease only when ARGV[1] owns the lock.
 const RENEW: &str = r"
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
@@ -70,7 +59,6 @@ return 1
 #[derive(Debug)]
 struct Scripts {
     acquire: Script,
-    release: Script,
     renew: Script,
     force_release: Script,
 }
@@ -141,7 +129,6 @@ impl RedisBackend {
         };
         let scripts = Scripts {
             acquire: Script::new(ACQUIRE),
-            release: Script::new(RELEASE),
             renew: Script::new(RENEW),
             force_release: Script::new(FORCE_RELEASE),
         };
@@ -151,7 +138,6 @@ impl RedisBackend {
         let mut load = redis::pipe();
         for script in [
             &scripts.acquire,
-            &scripts.release,
             &scripts.renew,
             &scripts.force_release,
         ] {
@@ -255,11 +241,32 @@ impl RedisBackend {
         }
     }
 
+    /// Deletes the lock when `owner` holds it and wakes a waiter, in one
+    /// pipelined round trip without a script: the hash's only field is its
+    /// owner, so `HDEL` of that field checks the owner and deletes the key in
+    /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
+    /// after a release that deleted nothing only costs a waiter one attempt.
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation.key(&*key.lock).key(&*key.channel).arg(owner);
-        match self.run_script::<i64>(&invocation).await {
-            Ok(deleted) => Ok(deleted == 1),
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL")
+            .arg(&*key.lock)
+            .arg(owner)
+            .cmd("PUBLISH")
+            .arg(&*key.channel)
+            .arg("1")
+            .ignore();
+        let mut conn = self.conn.clone();
+        let reply: Result<(i64,), BackendError> =
+            match self.bounded(pipe.query_async(&mut conn)).await {
+                // Repeating is safe: HDEL of a field that is gone deletes nothing.
+                Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
+                    tracing::debug!(server = %self.server, error = %err, "connection dropped; retrying once");
+                    self.bounded(pipe.query_async(&mut conn)).await
+                }
+                other => other,
+            };
+        match reply {
+            Ok((deleted,)) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
         }
     }
