@@ -86,6 +86,9 @@ struct Args {
     /// W6: waiters per key.
     #[arg(long, default_value_t = 10)]
     w6_per_key: usize,
+    /// W6: microseconds between the holder's releases of successive keys.
+    #[arg(long, default_value_t = 1000)]
+    w6_pace_us: u64,
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
@@ -257,11 +260,12 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
 
     if wants(&args, "W6") {
         let (keys, per_key) = (args.w6_keys, args.w6_per_key);
+        let pace = Duration::from_micros(args.w6_pace_us);
         let settle = Duration::from_secs(2);
         let figures = each(&args, &admin, "W6", async |c| match c {
-            Which::Ours => workloads::w6::<Ours>(&url, &admin, keys, per_key, settle).await,
-            Which::Rslock => workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle).await,
-            Which::Floor => workloads::w6_floor(&url, keys, per_key).await,
+            Which::Ours => workloads::w6::<Ours>(&url, &admin, keys, per_key, settle, pace).await,
+            Which::Rslock => workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle, pace).await,
+            Which::Floor => workloads::w6_floor(&url, keys, per_key, pace).await,
         })
         .await?;
         results.push(WorkloadResult {
@@ -269,7 +273,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             title: "many waiters".into(),
             figures,
             notes: vec![format!(
-                "{} waiters ({per_key} per key) on {keys} keys in one process (one client), the keys held by another client and then released all at once; each waiter acquires, then releases at once; wake-up = previous holder's release sent -> this waiter's acquire returned. Floor: PUBLISH sent -> message received on one subscription connection, the same chains",
+                "{} waiters ({per_key} per key) on {keys} keys in one process (one client), the keys held by another client, which releases one key every {pace:?}; each waiter acquires, then releases at once (a chain of {per_key} hand-offs per key); wake-up = previous holder's release sent -> this waiter's acquire returned. Floor: PUBLISH sent -> message received on one subscription connection, the same chains at the same pace",
                 keys * per_key
             )],
         });

@@ -482,6 +482,7 @@ pub(crate) async fn w6<C: Contender>(
     keys: usize,
     per_key: usize,
     settle: Duration,
+    pace: Duration,
 ) -> Result<Vec<Metric>> {
     let holder = C::connect(url, LEASE).await?;
     let waiter = C::connect(url, LEASE).await?;
@@ -519,11 +520,14 @@ pub(crate) async fn w6<C: Contender>(
         bail!("a W6 waiter got a lock that was held");
     }
     let subscriptions = admin.subscription_connections().await?;
+    // The holder releases one key per `pace`: each release starts a chain
+    // of `per_key` hand-offs while the other waiters keep waiting.
     let started = Instant::now();
     let releases = held.into_iter().enumerate().map(|(k, guard)| {
         let holder = holder.clone();
         let last_release = last_release.clone();
         async move {
+            tokio::time::sleep_until(started + pace * k as u32).await;
             *last_release[k].lock().unwrap() = Instant::now();
             holder.release(guard).await
         }
@@ -553,7 +557,12 @@ pub(crate) async fn w6<C: Contender>(
 /// connection on `keys` channels; `keys` chains of `per_key` messages, each
 /// published when the previous one of its channel arrived; the figure is
 /// PUBLISH sent -> message received.
-pub(crate) async fn w6_floor(url: &str, keys: usize, per_key: usize) -> Result<Vec<Metric>> {
+pub(crate) async fn w6_floor(
+    url: &str,
+    keys: usize,
+    per_key: usize,
+    pace: Duration,
+) -> Result<Vec<Metric>> {
     let client = redis::Client::open(url)?;
     let mut publisher = client.get_multiplexed_async_connection().await?;
     let mut pubsub = client.get_async_pubsub().await?;
@@ -569,12 +578,24 @@ pub(crate) async fn w6_floor(url: &str, keys: usize, per_key: usize) -> Result<V
     let mut count = vec![0usize; keys];
     let mut wakes = Vec::with_capacity(keys * per_key);
     let started = Instant::now();
-    for (k, channel) in channels.iter().enumerate() {
-        sent[k] = Instant::now();
-        publish(&mut publisher, channel).await?;
-    }
+    let mut next_chain = 0;
     while wakes.len() < keys * per_key {
-        let Some(message) = stream.next().await else {
+        // Start one chain per `pace`, as the holder releases one key per pace.
+        let message = if next_chain < keys {
+            let due = started + pace * next_chain as u32;
+            tokio::select! {
+                message = stream.next() => message,
+                _ = tokio::time::sleep_until(due) => {
+                    sent[next_chain] = Instant::now();
+                    publish(&mut publisher, &channels[next_chain]).await?;
+                    next_chain += 1;
+                    continue;
+                }
+            }
+        } else {
+            stream.next().await
+        };
+        let Some(message) = message else {
             bail!("floor W6: subscription closed");
         };
         let received = Instant::now();
