@@ -194,13 +194,13 @@ impl Lock {
             let ttl = if let Some(holder) = inner.held_elsewhere(&key.name, &scope.owner) {
                 // A wake-up taken here found the lock held again: its
                 // holder's release will wake the next waiter.
-                waiter.attempted();
+                waiter.attempted(true);
                 Some(holder.valid_until().saturating_duration_since(Instant::now()))
             } else if let Some(until) = waiter.hand_off_elsewhere() {
                 Some(until.saturating_duration_since(Instant::now()))
             } else {
                 let attempt = request.attempt().await;
-                waiter.attempted();
+                waiter.attempted(matches!(attempt, Ok(Ok(_))));
                 match attempt? {
                     Ok(guard) => return Ok(guard),
                     Err(ttl) => ttl,

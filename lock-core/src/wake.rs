@@ -29,18 +29,53 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Wake {
     notify: Notify,
-    /// Set by a wake-up, until the woken waiter has made its attempt.
-    hand_off_until: Mutex<Option<Instant>>,
+    hand_off: Mutex<HandOff>,
+}
+
+#[derive(Debug, Default)]
+struct HandOff {
+    /// Until when other waiters hold back: a release is on its way or a
+    /// woken waiter is taking the lock.
+    until: Option<Instant>,
+    /// A waiter was woken and has not reported its attempt.
+    woken: bool,
+    /// A release message that came while a woken waiter was taking the lock:
+    /// delivered if that waiter fails, dropped if it gets the lock.
+    held_message: bool,
 }
 
 impl Wake {
-    fn wake_one(&self) {
-        *self.hand_off_until.lock().unwrap() = Some(Instant::now() + HAND_OFF_GRACE);
+    /// Wakes one waiter, which then takes the lock while the others hold back.
+    fn wake(&self, hand_off: &mut HandOff) {
+        hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+        hand_off.woken = true;
         self.notify.notify_one();
     }
 
-    fn hand_off_done(&self) {
-        *self.hand_off_until.lock().unwrap() = None;
+    /// A release message: wakes a waiter, unless one woken earlier (by this
+    /// client's own release) is still taking the lock.
+    fn message(&self) {
+        let mut hand_off = self.hand_off.lock().unwrap();
+        if hand_off.woken && hand_off.until.is_some_and(|until| Instant::now() < until) {
+            hand_off.held_message = true;
+        } else {
+            self.wake(&mut hand_off);
+        }
+    }
+
+    /// The woken waiter made its attempt (`acquired`: and got the lock, or
+    /// found it held by this client) or left (`None`).
+    fn done(&self, acquired: Option<bool>) {
+        let mut hand_off = self.hand_off.lock().unwrap();
+        let held = std::mem::take(&mut hand_off.held_message);
+        *hand_off = HandOff::default();
+        match acquired {
+            Some(true) => {}
+            // The lock may be free: let another waiter try.
+            Some(false) if held => self.wake(&mut hand_off),
+            Some(false) => {}
+            None => self.wake(&mut hand_off),
+        }
     }
 }
 
@@ -119,31 +154,50 @@ impl Waiters {
         }
     }
 
-    /// Wakes one waiter of `channel`, if this process has any.
+    /// A release message for `channel`: wakes one waiter of this process,
+    /// if it has any (see [`Wake::message`]).
     pub(crate) fn wake_one(&self, channel: &str) {
         if let Some(entry) = self.map.lock().unwrap().get(channel) {
-            entry.wake.wake_one();
+            entry.wake.message();
         }
     }
 
     /// A release of `channel` by this process is on its way (`true`): hold
     /// this process's waiters back until its wake-up has been taken and the
     /// woken waiter has made its attempt. `false`: that release deleted
-    /// nothing, so no wake-up comes.
+    /// nothing after all.
     pub(crate) fn expect_wake(&self, channel: &str, expected: bool) {
-        if let Some(entry) = self.map.lock().unwrap().get(channel) {
-            if expected {
-                *entry.wake.hand_off_until.lock().unwrap() = Some(Instant::now() + HAND_OFF_GRACE);
-            } else {
-                entry.wake.hand_off_done();
+        let Some(entry) = self.map.lock().unwrap().get(channel).map(|e| e.wake.clone()) else {
+            return;
+        };
+        let mut hand_off = entry.hand_off.lock().unwrap();
+        if expected {
+            hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+        } else if !hand_off.woken {
+            let held = std::mem::take(&mut hand_off.held_message);
+            hand_off.until = None;
+            if held {
+                entry.wake(&mut hand_off);
             }
+        }
+    }
+
+    /// This process's own release of `channel` is queued on the command
+    /// connection: wakes one waiter now, so that its attempt follows the
+    /// release on the same connection and the lock changes hands in one round
+    /// trip. The release's message, when it comes, is held until that waiter
+    /// has made its attempt (dropped if it got the lock).
+    pub(crate) fn wake_local(&self, channel: &str) {
+        if let Some(entry) = self.map.lock().unwrap().get(channel) {
+            let mut hand_off = entry.wake.hand_off.lock().unwrap();
+            entry.wake.wake(&mut hand_off);
         }
     }
 
     /// Wakes every waiter (after a reconnect, when messages may have been lost).
     pub(crate) fn wake_all(&self) {
         for entry in self.map.lock().unwrap().values() {
-            entry.wake.hand_off_done();
+            *entry.wake.hand_off.lock().unwrap() = HandOff::default();
             entry.wake.notify.notify_waiters();
         }
     }
@@ -218,14 +272,15 @@ impl WakeHandle {
         if self.woken {
             return None;
         }
-        let until = (*self.wake.hand_off_until.lock().unwrap())?;
+        let until = self.wake.hand_off.lock().unwrap().until?;
         (Instant::now() < until).then_some(until)
     }
 
-    /// Reports that this waiter made its attempt (whatever its answer).
-    pub(crate) fn attempted(&mut self) {
+    /// Reports that this waiter made its attempt: `acquired` when it got the
+    /// lock (or found it held by this client, whose release will wake again).
+    pub(crate) fn attempted(&mut self, acquired: bool) {
         if std::mem::take(&mut self.woken) {
-            self.wake.hand_off_done();
+            self.wake.done(Some(acquired));
         }
     }
 }
@@ -235,8 +290,7 @@ impl Drop for WakeHandle {
         if self.woken {
             // Woken but gone before its attempt (cancelled, or it failed):
             // pass the wake-up on so that the release is not lost.
-            self.wake.hand_off_done();
-            self.wake.notify.notify_one();
+            self.wake.done(None);
         }
         self.waiters.unregister(&self.channel);
     }
@@ -260,8 +314,50 @@ mod tests {
         first.notified().await;
         assert_eq!(first.hand_off_elsewhere(), None, "the woken waiter attempts");
         assert!(second.hand_off_elsewhere().is_some(), "the others hold back");
-        first.attempted();
+        first.attempted(true);
         assert_eq!(second.hand_off_elsewhere(), None);
+    }
+
+    #[tokio::test]
+    async fn a_message_during_a_local_hand_off_is_held_until_its_attempt() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let mut second = waiters.register(&channel());
+        // This process's release is queued: one waiter is woken early.
+        waiters.wake_local(&channel());
+        first.notified().await;
+        // Its release's message arrives before that waiter's answer: held.
+        waiters.wake_one(&channel());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), second.notified())
+                .await
+                .is_err(),
+            "nobody else races the woken waiter"
+        );
+        // The woken waiter lost (its attempt overtook the release): the held
+        // message wakes the next one.
+        first.attempted(false);
+        tokio::time::timeout(Duration::from_secs(1), second.notified())
+            .await
+            .expect("the held message was delivered");
+        second.attempted(true);
+    }
+
+    #[tokio::test]
+    async fn a_held_message_is_dropped_when_the_woken_waiter_got_the_lock() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let mut second = waiters.register(&channel());
+        waiters.wake_local(&channel());
+        first.notified().await;
+        waiters.wake_one(&channel());
+        first.attempted(true);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), second.notified())
+                .await
+                .is_err(),
+            "no attempt against a lock this process just took"
+        );
     }
 
     #[tokio::test]
@@ -282,7 +378,6 @@ mod tests {
         waiters.wake_one(&channel());
         first.notified().await;
         drop(first); // cancelled between its wake-up and its attempt
-        assert_eq!(second.hand_off_elsewhere(), None);
         tokio::time::timeout(Duration::from_secs(1), second.notified())
             .await
             .expect("the wake-up was passed on");

@@ -112,6 +112,16 @@ impl Backend {
         }
     }
 
+    /// This client's release of `key` is queued on the connection: wakes one
+    /// of this client's waiters now, so its attempt follows the release.
+    pub(crate) fn wake_local(&self, key: &LockKey) {
+        match self {
+            Backend::Redis(redis) => redis.wake_local(key),
+            // The store's release wakes a waiter synchronously.
+            Backend::Memory(_) => {}
+        }
+    }
+
     /// The server, for messages: `host:port`, or `memory`.
     pub(crate) fn server(&self) -> &str {
         match self {

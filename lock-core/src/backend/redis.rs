@@ -345,6 +345,11 @@ impl RedisBackend {
         self.waiters.expect_wake(&key.channel, expected);
     }
 
+    /// See [`Backend::wake_local`](super::Backend::wake_local).
+    pub(crate) fn wake_local(&self, key: &LockKey) {
+        self.waiters.wake_local(&key.channel);
+    }
+
     /// Registers a waiter on `key`'s channel when it is already subscribed.
     pub(crate) fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WakeHandle> {
         self.waiters.register_if_ready(&key.channel)
