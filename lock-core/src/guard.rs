@@ -132,7 +132,21 @@ impl HeldLock {
         self.client.backend.expect_wake(&self.key, true);
         self.client.holder_remove(self);
         let lost = self.lost_error();
-        let result = self.client.backend.release(&self.key, &self.owner).await;
+        let mut release = std::pin::pin!(self.client.backend.release(&self.key, &self.owner));
+        let mut first_poll = true;
+        let result = std::future::poll_fn(|cx| {
+            let poll = release.as_mut().poll(cx);
+            if std::mem::take(&mut first_poll) && poll.is_pending() {
+                // The release is queued on the multiplexed connection: a
+                // waiter of this client woken now queues its attempt behind
+                // it, so the lock changes hands in one round trip instead of
+                // release, message, attempt. (Should the attempt overtake the
+                // release after all, it is only a failed attempt.)
+                self.client.backend.wake_local(&self.key);
+            }
+            poll
+        })
+        .await;
         if !matches!(result, Ok(true)) {
             self.client.backend.expect_wake(&self.key, false);
         }
