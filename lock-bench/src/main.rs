@@ -145,13 +145,21 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     let admin = Admin::connect(&url).await?;
     admin.flush().await?;
     let rtt = admin.ping_rtt(2000).await?;
+    let idle_rtt = admin.idle_ping_rtt(300, Duration::from_millis(1)).await?;
     let ours = Ours::connect(&url, LEASE).await?;
     let rslock = Rslock::connect(&url, LEASE).await?;
     let floor = Floor::connect(&url, LEASE).await?;
     let mut results = Vec::new();
     let mut header = vec![
-        format!("PING round trip p50: {:.1} us", rtt.as_secs_f64() * 1e6),
-        format!("{}; client runtime: {workers} worker thread(s)", target.pinning),
+        format!(
+            "PING round trip p50: {:.1} us back to back, {:.1} us after 1 ms idle",
+            rtt.as_secs_f64() * 1e6,
+            idle_rtt.as_secs_f64() * 1e6
+        ),
+        format!(
+            "{}; client runtime: {workers} worker thread(s)",
+            target.pinning
+        ),
         format!("online CPUs: {}", machine::online_cpus()),
     ];
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
@@ -212,9 +220,11 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             continue;
         }
         let figures = each(&args, &admin, id, async |c| match c {
-            Which::Ours => workloads::w3(&ours, &admin, contention, rtt, counter).await,
-            Which::Rslock => workloads::w3(&rslock, &admin, contention, rtt, counter).await,
-            Which::Floor => workloads::w3(&floor, &admin, contention, rtt, counter).await,
+            Which::Ours => workloads::w3(&ours, &admin, contention, rtt, idle_rtt, counter).await,
+            Which::Rslock => {
+                workloads::w3(&rslock, &admin, contention, rtt, idle_rtt, counter).await
+            }
+            Which::Floor => workloads::w3(&floor, &admin, contention, rtt, idle_rtt, counter).await,
         })
         .await?;
         let mut notes = vec![format!(
@@ -222,9 +232,11 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             contention.workers, contention.hold, contention.work, contention.acquisitions
         )];
         if counter {
-            notes.push("the hold is GET counter, sleep, SET counter+1 on a separate connection".into());
+            notes.push(
+                "the hold is GET counter, sleep, SET counter+1 on a separate connection".into(),
+            );
         } else {
-            notes.push("hand-off: previous holder's release sent -> next holder's acquire returned, counted when the owner changes; ceiling = 1 / (measured hold + PING RTT)".into());
+            notes.push("hand-off: previous holder's release sent -> next holder's acquire returned, counted when the owner changes; ceiling = 1 / (measured hold + PING RTT); idle-PING RTT = a PING sent after 1 ms without traffic, the round trip a request pays here when both cores have gone idle".into());
         }
         notes.push("rslock at its defaults: retry count 3, retry delay random 0-200 ms, `acquire` loops on `lock`; floor: SET NX PX retried as soon as the busy answer is back".into());
         results.push(WorkloadResult {
@@ -264,7 +276,9 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         let settle = Duration::from_secs(2);
         let figures = each(&args, &admin, "W6", async |c| match c {
             Which::Ours => workloads::w6::<Ours>(&url, &admin, keys, per_key, settle, pace).await,
-            Which::Rslock => workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle, pace).await,
+            Which::Rslock => {
+                workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle, pace).await
+            }
             Which::Floor => workloads::w6_floor(&url, keys, per_key, pace).await,
         })
         .await?;
@@ -329,9 +343,16 @@ where
         figures[i] = workload(which).await?;
         if args.server_stats {
             let mut calls: Vec<_> = admin.command_calls().await?.into_iter().collect();
-            calls.sort_by(|a, b| b.1.cmp(&a.1));
-            let calls: Vec<String> = calls.iter().map(|(name, n)| format!("{name}={n}")).collect();
-            eprintln!("#   commandstats {id} {}: {}", CONTENDERS[i], calls.join(" "));
+            calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+            let calls: Vec<String> = calls
+                .iter()
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect();
+            eprintln!(
+                "#   commandstats {id} {}: {}",
+                CONTENDERS[i],
+                calls.join(" ")
+            );
             for entry in admin.slowlog(5).await? {
                 eprintln!("#   slowlog {id} {}: {entry}", CONTENDERS[i]);
             }

@@ -110,6 +110,22 @@ impl Admin {
         Ok(percentile(&times, 0.5))
     }
 
+    /// The p50 of `n` PINGs each sent after `idle` without traffic: the round
+    /// trip a request pays when both cores have gone idle in between (as in
+    /// W3, where everyone sleeps 1 ms between requests).
+    pub(crate) async fn idle_ping_rtt(&self, n: usize, idle: Duration) -> Result<Duration> {
+        let mut conn = self.conn.clone();
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            tokio::time::sleep(idle).await;
+            let started = Instant::now();
+            let () = redis::cmd("PING").query_async(&mut conn).await?;
+            times.push(started.elapsed());
+        }
+        times.sort();
+        Ok(percentile(&times, 0.5))
+    }
+
     /// Connections that hold at least one (shard) channel subscription.
     pub(crate) async fn subscription_connections(&self) -> Result<usize> {
         let mut conn = self.conn.clone();
@@ -302,6 +318,7 @@ pub(crate) async fn w3<C: Contender>(
     admin: &Admin,
     settings: Contention,
     rtt: Duration,
+    idle_rtt: Duration,
     counter: bool,
 ) -> Result<Vec<Metric>> {
     let key = if counter { "bench:w4" } else { "bench:w3" };
@@ -324,11 +341,7 @@ pub(crate) async fn w3<C: Contender>(
                 let acquired = Instant::now();
                 if let Some((previous, released)) = *record.last_release.lock().unwrap() {
                     if previous != worker {
-                        record
-                            .hand_offs
-                            .lock()
-                            .unwrap()
-                            .push(acquired - released);
+                        record.hand_offs.lock().unwrap().push(acquired - released);
                     }
                 }
                 if counter {
@@ -397,6 +410,11 @@ pub(crate) async fn w3<C: Contender>(
             "RTT",
             percentile(&hand_offs, 0.5).as_secs_f64() / rtt.as_secs_f64(),
         ),
+        Metric::lower(
+            "hand-off p50 in idle-PING RTTs",
+            "RTT",
+            percentile(&hand_offs, 0.5).as_secs_f64() / idle_rtt.as_secs_f64(),
+        ),
         Metric::higher("owner changes", "count", hand_offs.len() as f64),
         Metric::lower("Redis commands / acquisition", "cmds", commands as f64 / n),
         Metric::info("measured hold", "us", micros(hold)),
@@ -436,7 +454,9 @@ pub(crate) async fn w5<C: Contender>(
     while !guards.is_empty() {
         let chunk: Vec<C::Guard> = guards.drain(..guards.len().min(500)).collect();
         let releases = futures_util::future::join_all(
-            chunk.into_iter().map(|guard| contender.release_owned(guard)),
+            chunk
+                .into_iter()
+                .map(|guard| contender.release_owned(guard)),
         )
         .await;
         for released in releases {
@@ -444,7 +464,11 @@ pub(crate) async fn w5<C: Contender>(
         }
     }
     Ok(vec![
-        Metric::lower("renewal round trips / period", "count", round_trips as f64 / p),
+        Metric::lower(
+            "renewal round trips / period",
+            "count",
+            round_trips as f64 / p,
+        ),
         Metric::lower("client CPU / period", "ms", millis(cpu) / p),
         Metric::lower("Redis commands / period", "cmds", commands as f64 / p),
         Metric::lower("heap / held lock", "bytes", heap_per_lock),
@@ -566,7 +590,9 @@ pub(crate) async fn w6_floor(
     let client = redis::Client::open(url)?;
     let mut publisher = client.get_multiplexed_async_connection().await?;
     let mut pubsub = client.get_async_pubsub().await?;
-    let channels: Vec<String> = (0..keys).map(|k| format!("bench:w6:{k}:released")).collect();
+    let channels: Vec<String> = (0..keys)
+        .map(|k| format!("bench:w6:{k}:released"))
+        .collect();
     pubsub.subscribe(&channels).await?;
     let (_sink, mut stream) = pubsub.split();
     let index: HashMap<String, usize> = channels
