@@ -56,6 +56,9 @@ struct Args {
     /// W1: warm-up cycles.
     #[arg(long, default_value_t = 300)]
     warmup: usize,
+    /// W1: interleaved rounds the cycles are split into.
+    #[arg(long, default_value_t = 6)]
+    w1_rounds: usize,
     /// W2: tasks, each on its own key.
     #[arg(long, default_value_t = 64)]
     w2_tasks: usize,
@@ -172,19 +175,53 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     }
 
     if wants(&args, "W1") {
-        let (cycles, warmup) = (args.cycles, args.warmup);
-        let figures = each(&args, &admin, "W1", async |c| match c {
-            Which::Ours => workloads::w1(&ours, &admin, cycles, warmup).await,
-            Which::Rslock => workloads::w1(&rslock, &admin, cycles, warmup).await,
-            Which::Floor => workloads::w1(&floor, &admin, cycles, warmup).await,
-        })
-        .await?;
+        let (cycles, warmup, rounds) = (args.cycles, args.warmup, args.w1_rounds.max(1));
+        let per_round = cycles.div_ceil(rounds);
+        let mut samples: [workloads::W1Sample; 3] = Default::default();
+        admin.flush().await?;
+        for round in 0..rounds {
+            // Interleaved: every contender runs once per round.
+            for (i, name) in ["ours", "rslock", "floor"].into_iter().enumerate() {
+                if !runs(&args, name) {
+                    continue;
+                }
+                if !args.json && round == 0 {
+                    eprintln!("# W1: {} ...", CONTENDERS[i]);
+                }
+                let warm = if round == 0 { warmup } else { warmup / 10 };
+                let sample = &mut samples[i];
+                match i {
+                    0 => workloads::w1(&ours, &admin, per_round, warm, sample).await?,
+                    1 => workloads::w1(&rslock, &admin, per_round, warm, sample).await?,
+                    _ => workloads::w1(&floor, &admin, per_round, warm, sample).await?,
+                }
+            }
+        }
+        let [a, b, c] = samples;
+        let figures = [
+            if runs(&args, "ours") {
+                a.metrics()
+            } else {
+                Vec::new()
+            },
+            if runs(&args, "rslock") {
+                b.metrics()
+            } else {
+                Vec::new()
+            },
+            if runs(&args, "floor") {
+                c.metrics()
+            } else {
+                Vec::new()
+            },
+        ];
         results.push(WorkloadResult {
             id: "W1",
             title: "uncontended latency".into(),
             figures,
             notes: vec![format!(
-                "one client, sequential acquire + release of one key, {cycles} cycles after {warmup} warm-up"
+                "one client, sequential acquire + release of one key, {} cycles per contender after {warmup} warm-up, in {rounds} interleaved rounds (ours, rslock, floor, ours, ...)",
+                per_round * rounds
             )],
         });
     }

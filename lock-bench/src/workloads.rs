@@ -211,38 +211,56 @@ impl CpuMeter {
     }
 }
 
-/// W1: one client, sequential acquire + release of one key.
+/// W1 measurements of one contender, accumulated over interleaved rounds
+/// (so that drift on the machine hits every contender alike).
+#[derive(Debug, Default)]
+pub(crate) struct W1Sample {
+    times: Vec<Duration>,
+    elapsed: Duration,
+    client_cpu: Duration,
+    server_cpu: Duration,
+}
+
+impl W1Sample {
+    pub(crate) fn metrics(mut self) -> Vec<Metric> {
+        self.times.sort();
+        let n = self.times.len().max(1) as f64;
+        vec![
+            Metric::higher("cycles/s", "1/s", n / self.elapsed.as_secs_f64()),
+            Metric::lower("cycle p50", "us", micros(percentile(&self.times, 0.5))),
+            Metric::lower("cycle p99", "us", micros(percentile(&self.times, 0.99))),
+            Metric::lower("client CPU / cycle", "us", micros(self.client_cpu) / n),
+            Metric::lower("Redis CPU / cycle", "us", micros(self.server_cpu) / n),
+        ]
+    }
+}
+
+/// W1, one round: one client, sequential acquire + release of one key.
 pub(crate) async fn w1<C: Contender>(
     contender: &C,
     admin: &Admin,
     cycles: usize,
     warmup: usize,
-) -> Result<Vec<Metric>> {
+    sample: &mut W1Sample,
+) -> Result<()> {
     let key = "bench:w1";
     for _ in 0..warmup {
         let guard = contender.try_acquire(key).await?;
         contender.release(guard).await?;
     }
-    let mut times = Vec::with_capacity(cycles);
     let cpu = CpuMeter::start(admin).await?;
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
         let guard = contender.try_acquire(key).await?;
         contender.release(guard).await?;
-        times.push(t.elapsed());
+        sample.times.push(t.elapsed());
     }
-    let elapsed = started.elapsed();
+    sample.elapsed += started.elapsed();
     let (client_cpu, server_cpu) = cpu.stop(admin).await?;
-    times.sort();
-    let n = cycles as f64;
-    Ok(vec![
-        Metric::higher("cycles/s", "1/s", n / elapsed.as_secs_f64()),
-        Metric::lower("cycle p50", "us", micros(percentile(&times, 0.5))),
-        Metric::lower("cycle p99", "us", micros(percentile(&times, 0.99))),
-        Metric::lower("client CPU / cycle", "us", micros(client_cpu) / n),
-        Metric::lower("Redis CPU / cycle", "us", micros(server_cpu) / n),
-    ])
+    sample.client_cpu += client_cpu;
+    sample.server_cpu += server_cpu;
+    Ok(())
 }
 
 /// W2: `tasks` tasks, each on its own key, acquire + release for `duration`.
