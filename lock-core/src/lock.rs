@@ -195,7 +195,11 @@ impl Lock {
                 // A wake-up taken here found the lock held again: its
                 // holder's release will wake the next waiter.
                 waiter.attempted(true);
-                Some(holder.valid_until().saturating_duration_since(Instant::now()))
+                Some(
+                    holder
+                        .valid_until()
+                        .saturating_duration_since(Instant::now()),
+                )
             } else if let Some(until) = waiter.hand_off_elsewhere() {
                 Some(until.saturating_duration_since(Instant::now()))
             } else {

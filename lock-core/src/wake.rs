@@ -167,7 +167,13 @@ impl Waiters {
     /// woken waiter has made its attempt. `false`: that release deleted
     /// nothing after all.
     pub(crate) fn expect_wake(&self, channel: &str, expected: bool) {
-        let Some(entry) = self.map.lock().unwrap().get(channel).map(|e| e.wake.clone()) else {
+        let Some(entry) = self
+            .map
+            .lock()
+            .unwrap()
+            .get(channel)
+            .map(|e| e.wake.clone())
+        else {
             return;
         };
         let mut hand_off = entry.hand_off.lock().unwrap();
@@ -312,8 +318,15 @@ mod tests {
         assert_eq!(second.hand_off_elsewhere(), None);
         waiters.wake_one(&channel());
         first.notified().await;
-        assert_eq!(first.hand_off_elsewhere(), None, "the woken waiter attempts");
-        assert!(second.hand_off_elsewhere().is_some(), "the others hold back");
+        assert_eq!(
+            first.hand_off_elsewhere(),
+            None,
+            "the woken waiter attempts"
+        );
+        assert!(
+            second.hand_off_elsewhere().is_some(),
+            "the others hold back"
+        );
         first.attempted(true);
         assert_eq!(second.hand_off_elsewhere(), None);
     }

@@ -485,7 +485,11 @@ pub async fn waiters_of_the_holders_client_are_woken_in_turn<F: Fixture>(fixture
     assert_eq!(holds.len(), 4, "every waiter got the lock");
     holds.sort_by_key(|&(acquired, _, _)| acquired);
     for (acquired, released, token) in holds {
-        assert_within(acquired - previous.0, Duration::from_secs(1), "local hand-off");
+        assert_within(
+            acquired - previous.0,
+            Duration::from_secs(1),
+            "local hand-off",
+        );
         assert!(token > previous.1, "fencing tokens grow");
         previous = (released, token);
     }

@@ -136,11 +136,7 @@ impl RedisBackend {
         // concurrent acquisitions do not each meet NOSCRIPT. (After a restart
         // or SCRIPT FLUSH they are reloaded on demand.)
         let mut load = redis::pipe();
-        for script in [
-            &scripts.acquire,
-            &scripts.renew,
-            &scripts.force_release,
-        ] {
+        for script in [&scripts.acquire, &scripts.renew, &scripts.force_release] {
             load.load_script(script).ignore();
         }
         let mut loading = conn.clone();
@@ -256,15 +252,17 @@ impl RedisBackend {
             .arg("1")
             .ignore();
         let mut conn = self.conn.clone();
-        let reply: Result<(i64,), BackendError> =
-            match self.bounded(pipe.query_async(&mut conn)).await {
-                // Repeating is safe: HDEL of a field that is gone deletes nothing.
-                Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
-                    tracing::debug!(server = %self.server, error = %err, "connection dropped; retrying once");
-                    self.bounded(pipe.query_async(&mut conn)).await
-                }
-                other => other,
-            };
+        let reply: Result<(i64,), BackendError> = match self
+            .bounded(pipe.query_async(&mut conn))
+            .await
+        {
+            // Repeating is safe: HDEL of a field that is gone deletes nothing.
+            Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
+                tracing::debug!(server = %self.server, error = %err, "connection dropped; retrying once");
+                self.bounded(pipe.query_async(&mut conn)).await
+            }
+            other => other,
+        };
         match reply {
             Ok((deleted,)) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
