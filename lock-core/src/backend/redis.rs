@@ -112,7 +112,10 @@ impl RedisBackend {
         let server = server_name(&client);
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
-            .set_response_timeout(Some(settings.response_timeout))
+            // Every call on this connection is bounded by `bounded` (which
+            // also covers waiting for a reconnect): a per-request timer of
+            // the connection itself would be a second timer per command.
+            .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
