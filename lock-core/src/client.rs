@@ -1,5 +1,6 @@
 //! [`LockClient`]: the connection to the lock backend, shared by every lock.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -89,9 +90,10 @@ impl ClientInner {
     /// woken by that release asks the server).
     pub(crate) fn holder_remove(&self, lock: &HeldLock) {
         let mut holders = self.holders.lock().unwrap();
-        if let Some(entry) = holders.get(&lock.key.name) {
-            if std::ptr::eq(entry.as_ptr(), lock) {
-                holders.remove(&lock.key.name);
+        // One lookup (this runs on every release).
+        if let Entry::Occupied(entry) = holders.entry(lock.key.name.clone()) {
+            if std::ptr::eq(entry.get().as_ptr(), lock) {
+                entry.remove();
             }
         }
     }
