@@ -236,7 +236,7 @@ async fn redis_inspect_reports_keys_of_another_type() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_operator_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
                 +scan +type +hgetall +get";
     let mut options = ServerOptions::new().arg("--user").arg("operator");
     for part in rule.split_whitespace() {

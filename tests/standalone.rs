@@ -469,7 +469,7 @@ async fn one_subscription_connection_serves_all_waiters_of_a_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish";
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish";
     let mut options = ServerOptions::new().arg("--user").arg("minimal");
     for part in rule.split_whitespace() {
         options = options.arg(part);
@@ -498,4 +498,63 @@ async fn the_readme_acl_rule_is_sufficient() {
     );
     next.release().await.unwrap();
     assert!(b.force_release("acl:min").await.is_ok());
+}
+
+/// `INFO commandstats` calls of `command` since the last `CONFIG RESETSTAT`.
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix(&format!("cmdstat_{command}:calls="))?;
+            rest.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Tasks of one client contending for one lock: a waiter does not ask the
+/// server while another task of its client holds the lock, and a newcomer
+/// does not race the waiter its holder's release woke. Each acquisition then
+/// costs one acquire and one release script, not a poll per waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_within_a_client_costs_one_attempt_per_acquisition() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    const TASKS: u64 = 4;
+    const ROUNDS: u64 = 10;
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = client
+                    .lock("cost:local")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let acquisitions = TASKS * ROUNDS;
+    let scripts = command_calls(&server, "evalsha");
+    // One acquire and one release each, plus at most one busy attempt per
+    // task when it first met the lock (before its channel was subscribed).
+    assert!(
+        scripts <= 2 * acquisitions + TASKS,
+        "{scripts} scripts for {acquisitions} acquisitions"
+    );
+    assert_eq!(command_calls(&server, "incr"), acquisitions);
 }

@@ -730,7 +730,7 @@ fn every_command_has_help_with_examples() {
 #[test]
 fn the_readme_acl_rule_is_enough_for_lockctl() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +del +publish \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
                 +scan +type +hgetall +get";
     let mut options = ServerOptions::new().arg("--user").arg("ops");
     for part in rule.split_whitespace() {

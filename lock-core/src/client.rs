@@ -1,9 +1,11 @@
 //! [`LockClient`]: the connection to the lock backend, shared by every lock.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rand::RngCore;
@@ -13,6 +15,7 @@ use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::sentinel::Sentinel;
 use crate::backend::{Backend, MemoryStore};
+use crate::guard::HeldLock;
 use crate::key::LockKey;
 use crate::watchdog::WatchdogState;
 use crate::{Lock, LockError, MultiLock};
@@ -62,6 +65,9 @@ pub(crate) struct ClientInner {
     pub(crate) next_scope: AtomicU64,
     next_lock: AtomicU64,
     pub(crate) watchdog: Mutex<WatchdogState>,
+    /// The locks some scope of this client holds, by lock name: a waiter of
+    /// this client knows such a lock is busy without asking the server.
+    holders: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
     pub(crate) stats: Stats,
 }
 
@@ -73,6 +79,33 @@ pub(crate) struct Stats {
 impl ClientInner {
     pub(crate) fn next_lock_id(&self) -> u64 {
         self.next_lock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records `lock` as held by a scope of this client.
+    pub(crate) fn holder_insert(&self, lock: &Arc<HeldLock>) {
+        self.holders
+            .lock()
+            .unwrap()
+            .insert(lock.key.name.clone(), Arc::downgrade(lock));
+    }
+
+    /// Forgets `lock` as a holder (before its release is sent, so a waiter
+    /// woken by that release asks the server).
+    pub(crate) fn holder_remove(&self, lock: &HeldLock) {
+        let mut holders = self.holders.lock().unwrap();
+        // One lookup (this runs on every release).
+        if let Entry::Occupied(entry) = holders.entry(lock.key.name.clone()) {
+            if std::ptr::eq(entry.get().as_ptr(), lock) {
+                entry.remove();
+            }
+        }
+    }
+
+    /// The lock named `name` when a scope of this client holds it (lease
+    /// still running on the local clock) under another owner than `owner`.
+    pub(crate) fn held_elsewhere(&self, name: &str, owner: &str) -> Option<Arc<HeldLock>> {
+        let holder = self.holders.lock().unwrap().get(name)?.upgrade()?;
+        (&*holder.owner != owner && holder.is_held()).then_some(holder)
     }
 
     /// Spawns background work on the current runtime, or the client's.
@@ -563,6 +596,7 @@ impl LockClientBuilder {
                 next_scope: AtomicU64::new(1),
                 next_lock: AtomicU64::new(1),
                 watchdog: Mutex::default(),
+                holders: Mutex::default(),
                 stats: Stats::default(),
             }),
         }

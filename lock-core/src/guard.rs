@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
@@ -35,7 +35,11 @@ pub(crate) struct HeldLock {
     pub(crate) client: Arc<ClientInner>,
     /// Guards alive on this lock; changed only under the scope's mutex.
     pub(crate) holds: AtomicUsize,
-    state: watch::Sender<HoldState>,
+    state: Mutex<HoldState>,
+    /// Woken when the state turns to `Lost` (a `watch` channel costs an
+    /// allocation of eight `Notify`s per lock, and a release only needs
+    /// the state to change, not to wake anyone).
+    lost: Notify,
     /// Until when the lease is known to run, on the local clock: the moment
     /// the last successful acquire or renewal was *sent*, plus the lease,
     /// minus a drift allowance.
@@ -64,13 +68,14 @@ impl HeldLock {
             watchdog,
             client,
             holds: AtomicUsize::new(1),
-            state: watch::Sender::new(HoldState::Held),
+            state: Mutex::new(HoldState::Held),
+            lost: Notify::new(),
             valid_until: Mutex::new(valid_until),
         }
     }
 
     pub(crate) fn state(&self) -> HoldState {
-        *self.state.borrow()
+        *self.state.lock().unwrap()
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -92,16 +97,17 @@ impl HeldLock {
 
     /// Marks the lease lost (once) and tells every `lost()` waiter.
     pub(crate) fn mark_lost(&self, reason: &'static str) {
-        self.state.send_if_modified(|state| {
+        {
+            let mut state = self.state.lock().unwrap();
             if *state != HoldState::Held {
-                return false;
+                return;
             }
             *state = HoldState::Lost(reason);
-            // Logged before `lost()` waiters are woken, so the event is in
-            // the log by the time they react.
-            tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
-            true
-        });
+        }
+        // Logged before `lost()` waiters are woken, so the event is in the
+        // log by the time they react.
+        tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
+        self.lost.notify_waiters();
     }
 
     pub(crate) fn lost_error(&self) -> Option<LockError> {
@@ -117,14 +123,41 @@ impl HeldLock {
     }
 
     /// Releases the lock in the backend after its last hold was dropped.
-    pub(crate) async fn release_last(&self) -> Result<(), LockError> {
+    /// `resent`: an earlier release of it may have gone through already, so
+    /// finding it gone is expected, not worth a warning.
+    pub(crate) async fn release_last(&self, resent: bool) -> Result<(), LockError> {
         self.client.watchdog_forget(self);
+        // Waiters of this client wait for this release's wake-up instead of
+        // racing to the server when the holder is forgotten.
+        self.client.backend.expect_wake(&self.key, true);
+        self.client.holder_remove(self);
         let lost = self.lost_error();
-        let result = self.client.backend.release(&self.key, &self.owner).await;
-        self.state.send_replace(HoldState::Released);
+        let mut release = std::pin::pin!(self.client.backend.release(&self.key, &self.owner));
+        let mut first_poll = true;
+        let result = std::future::poll_fn(|cx| {
+            let poll = release.as_mut().poll(cx);
+            if std::mem::take(&mut first_poll) && poll.is_pending() {
+                // The release is queued on the multiplexed connection: a
+                // waiter of this client woken now queues its attempt behind
+                // it, so the lock changes hands in one round trip instead of
+                // release, message, attempt. (Should the attempt overtake the
+                // release after all, it is only a failed attempt.)
+                self.client.backend.wake_local(&self.key);
+            }
+            poll
+        })
+        .await;
+        if !matches!(result, Ok(true)) {
+            self.client.backend.expect_wake(&self.key, false);
+        }
+        *self.state.lock().unwrap() = HoldState::Released;
         match result {
             Ok(true) => {
                 tracing::debug!(key = %self.key.name, token = self.token, "lock released");
+                lost.map_or(Ok(()), Err)
+            }
+            Ok(false) if resent => {
+                tracing::debug!(key = %self.key.name, token = self.token, "lock already released");
                 lost.map_or(Ok(()), Err)
             }
             Ok(false) => {
@@ -139,10 +172,10 @@ impl HeldLock {
 
     /// Releases in the background, retrying transient errors until the lease
     /// would have run out anyway.
-    pub(crate) async fn release_in_background(self: Arc<Self>) {
+    pub(crate) async fn release_in_background(self: Arc<Self>, resent: bool) {
         let mut delay = Duration::from_millis(50);
         loop {
-            match self.release_last().await {
+            match self.release_last(resent).await {
                 Err(err @ LockError::Backend { .. }) => {
                     if Instant::now() + delay >= self.valid_until() {
                         tracing::warn!(key = %self.key.name, error = %err, "giving up releasing lock; its lease will expire");
@@ -223,10 +256,19 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: it only observes the guard.
     pub async fn lost(&self) {
-        let mut state = self.lock.state.subscribe();
-        let lost = state.wait_for(|s| matches!(s, HoldState::Lost(_)));
+        let lost = async {
+            loop {
+                // Created before the check: a `notify_waiters` after it
+                // still completes this future.
+                let notified = self.lock.lost.notified();
+                if matches!(self.lock.state(), HoldState::Lost(_)) {
+                    return;
+                }
+                notified.await;
+            }
+        };
         if self.lock.watchdog {
-            let _ = lost.await;
+            lost.await;
         } else {
             tokio::select! {
                 _ = lost => {}
@@ -313,24 +355,28 @@ impl LockGuard {
         if !self.scope.drop_hold(&lock) {
             return lock.lost_error().map_or(Ok(()), Err);
         }
-        // Run the release on its own task so dropping this future cannot
-        // stop it half way.
-        let task = tokio::spawn({
-            let lock = lock.clone();
-            async move {
-                let result = lock.release_last().await;
-                if matches!(result, Err(LockError::Backend { .. })) {
-                    tokio::spawn(lock.release_in_background());
-                }
-                result
-            }
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(join) => Err(LockError::InvalidConfig {
-                key: lock.key.name.to_string(),
-                reason: format!("release task failed: {join}"),
-            }),
+        // Dropping this future half way finishes the release in the
+        // background (no task per release on the normal path).
+        let mut unfinished = UnfinishedRelease(Some(lock.clone()));
+        let result = lock.release_last(false).await;
+        unfinished.0 = None;
+        if matches!(result, Err(LockError::Backend { .. })) {
+            // The request may have been executed without an answer.
+            lock.client.spawn(lock.clone().release_in_background(true));
+        }
+        result
+    }
+}
+
+/// A release whose future was dropped before its answer: sent again in the
+/// background (harmless when the first one went through).
+struct UnfinishedRelease(Option<Arc<HeldLock>>);
+
+impl Drop for UnfinishedRelease {
+    fn drop(&mut self) {
+        if let Some(lock) = self.0.take() {
+            let client = lock.client.clone();
+            client.spawn(lock.release_in_background(true));
         }
     }
 }
@@ -343,7 +389,7 @@ impl Drop for LockGuard {
         // `release_last` stops the renewals first.
         let lock = self.lock.clone();
         let client = lock.client.clone();
-        client.spawn(lock.release_in_background());
+        client.spawn(lock.release_in_background(false));
     }
 }
 

@@ -35,12 +35,23 @@ impl LockKey {
                 reason: "a lock name must be at most 1024 bytes",
             });
         }
-        let lock = format!("{prefix}{{{name}}}");
+        // One buffer for the three names (this runs on every acquisition).
+        let mut buf = String::with_capacity(prefix.len() + name.len() + 2 + ":released".len());
+        buf.push_str(prefix);
+        buf.push('{');
+        buf.push_str(name);
+        buf.push('}');
+        let lock: Arc<str> = Arc::from(buf.as_str());
+        let base = buf.len();
+        buf.push_str(":fence");
+        let fence: Arc<str> = Arc::from(buf.as_str());
+        buf.truncate(base);
+        buf.push_str(":released");
         Ok(LockKey {
             name: name.into(),
-            fence: format!("{lock}:fence").into(),
-            channel: format!("{lock}:released").into(),
-            lock: lock.into(),
+            lock,
+            fence,
+            channel: buf.into(),
         })
     }
 }

@@ -144,10 +144,28 @@ impl Lock {
         };
 
         let started = Instant::now();
-        let first = request.attempt().await;
-        if let Ok(Ok(guard)) = first {
-            return Ok(guard);
-        }
+        let waits = self.wait != Wait::No;
+        // When other waiters of this client already follow the lock's
+        // channel, registering is free: do it first, and the first attempt is
+        // already covered by a wake-up.
+        let waiter = if waits {
+            inner.backend.waiter_if_subscribed(&key)
+        } else {
+            None
+        };
+        // A lock that another scope of this client holds is busy: a waiter
+        // need not ask the server until that holder releases it (its release
+        // wakes us) or its lease runs out on the local clock.
+        let held_here = waits && inner.held_elsewhere(&key.name, &scope.owner).is_some();
+        let first = if waiter.is_none() && !held_here {
+            match request.attempt().await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(_)) => Ok(()),
+                Err(err) => Err(err),
+            }
+        } else {
+            Ok(())
+        };
         let deadline = match (self.wait, first) {
             (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => return Err(err),
             (Wait::No, Err(err)) => return Err(err),
@@ -162,31 +180,56 @@ impl Lock {
         tracing::debug!(key = %key.name, wait = ?self.wait, "waiting for lock");
         // Register before the next attempt: a release between that attempt
         // and the wait below still wakes us.
-        let mut waiter = inner.backend.waiter(&key);
-        if !waiter.ready(inner.response_timeout).await {
-            tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
-        }
+        let mut waiter = match waiter {
+            Some(waiter) => waiter,
+            None => {
+                let mut waiter = inner.backend.waiter(&key);
+                if !waiter.ready(inner.response_timeout).await {
+                    tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+                }
+                waiter
+            }
+        };
         loop {
             // The attempt after registering is the one that counts: a release
-            // before it is seen by it, a release after it wakes us.
-            let ttl = match request.attempt().await {
-                Ok(Ok(guard)) => return Ok(guard),
-                Ok(Err(ttl)) => ttl,
-                // Redlock without a majority of masters answering: retry
-                // after a random delay (so that competing clients do not
-                // collide again), until the deadline.
-                Err(err @ LockError::QuorumNotReached { .. }) => {
-                    let now = Instant::now();
-                    let left = deadline.map_or(Duration::MAX, |deadline| deadline - now);
-                    if left.is_zero() {
-                        return Err(err);
+            // before it is seen by it, a release after it wakes us. Without
+            // asking the server, the lock is busy while another scope of this
+            // client holds it (a holder is forgotten before its release is
+            // sent, so its wake-up finds it gone) or while a waiter of this
+            // client woken by its release is taking it.
+            let ttl = if let Some(holder) = inner.held_elsewhere(&key.name, &scope.owner) {
+                // A wake-up taken here found the lock held again: its
+                // holder's release will wake the next waiter.
+                waiter.attempted(true);
+                Some(
+                    holder
+                        .valid_until()
+                        .saturating_duration_since(Instant::now()),
+                )
+            } else if let Some(until) = waiter.hand_off_elsewhere() {
+                Some(until.saturating_duration_since(Instant::now()))
+            } else {
+                let attempt = request.attempt().await;
+                waiter.attempted(matches!(attempt, Ok(Ok(_))));
+                match attempt {
+                    Ok(Ok(guard)) => return Ok(guard),
+                    Ok(Err(ttl)) => ttl,
+                    // Redlock without a majority of masters answering: retry
+                    // after a random delay (so that competing clients do not
+                    // collide again), until the deadline.
+                    Err(err @ LockError::QuorumNotReached { .. }) => {
+                        let now = Instant::now();
+                        let left = deadline.map_or(Duration::MAX, |deadline| deadline - now);
+                        if left.is_zero() {
+                            return Err(err);
+                        }
+                        tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                        let jitter = Duration::from_millis(rand::random_range(20..200));
+                        tokio::time::sleep(jitter.min(left)).await;
+                        continue;
                     }
-                    tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
-                    let jitter = Duration::from_millis(rand::random_range(20..200));
-                    tokio::time::sleep(jitter.min(left)).await;
-                    continue;
+                    Err(err) => return Err(err),
                 }
-                Err(err) => return Err(err),
             };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
@@ -270,7 +313,11 @@ impl Request<'_> {
             self.watchdog,
             sent + self.lease - drift(self.lease).min(self.lease),
         ));
-        let lock = self.scope.insert(lock);
+        let held = self.scope.insert(lock.clone());
+        if Arc::ptr_eq(&held, &lock) {
+            self.inner.holder_insert(&lock);
+        }
+        let lock = held;
         if self.watchdog && lock.holds.load(std::sync::atomic::Ordering::Acquire) == 1 {
             self.inner.watchdog_track(&lock);
         }

@@ -8,7 +8,9 @@
 //! Anything outside the scope (a spawned task, a sibling future) is another
 //! owner and waits like everyone else.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -31,9 +33,14 @@ pub(crate) struct Scope {
 impl Scope {
     pub(crate) fn new(client: &ClientInner) -> Arc<Self> {
         let n = client.next_scope.fetch_add(1, Ordering::Relaxed);
+        // Sized up front: this runs on every outermost acquisition.
+        let mut owner = String::with_capacity(client.id.len() + 21);
+        owner.push_str(&client.id);
+        owner.push(':');
+        let _ = write!(owner, "{n}");
         Arc::new(Scope {
             client_id: client.id.clone(),
-            owner: format!("{}:{n}", client.id).into(),
+            owner: Arc::from(owner.as_str()),
             held: Mutex::default(),
         })
     }
@@ -97,9 +104,9 @@ impl Scope {
         let before = lock.holds.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0);
         if before == 1 {
-            if let Some(entry) = held.get(&lock.key.name) {
-                if std::ptr::eq(entry.as_ptr(), lock) {
-                    held.remove(&lock.key.name);
+            if let Entry::Occupied(entry) = held.entry(lock.key.name.clone()) {
+                if std::ptr::eq(entry.get().as_ptr(), lock) {
+                    entry.remove();
                 }
             }
             true

@@ -12,12 +12,71 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+/// How long a wake-up holds other waiters back at most: a woken waiter that
+/// neither attempts nor leaves within it (a stalled task) stops blocking.
+const HAND_OFF_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct Entry {
     refs: usize,
-    notify: Arc<Notify>,
+    wake: Arc<Wake>,
     ready: watch::Sender<bool>,
+}
+
+/// The wake-up state of one channel, shared by its waiters.
+#[derive(Debug, Default)]
+struct Wake {
+    notify: Notify,
+    hand_off: Mutex<HandOff>,
+}
+
+#[derive(Debug, Default)]
+struct HandOff {
+    /// Until when other waiters hold back: a release is on its way or a
+    /// woken waiter is taking the lock.
+    until: Option<Instant>,
+    /// A waiter was woken and has not reported its attempt.
+    woken: bool,
+    /// A release message that came while a woken waiter was taking the lock:
+    /// delivered if that waiter fails, dropped if it gets the lock.
+    held_message: bool,
+}
+
+impl Wake {
+    /// Wakes one waiter, which then takes the lock while the others hold back.
+    fn wake(&self, hand_off: &mut HandOff) {
+        hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+        hand_off.woken = true;
+        self.notify.notify_one();
+    }
+
+    /// A release message: wakes a waiter, unless one woken earlier (by this
+    /// client's own release) is still taking the lock.
+    fn message(&self) {
+        let mut hand_off = self.hand_off.lock().unwrap();
+        if hand_off.woken && hand_off.until.is_some_and(|until| Instant::now() < until) {
+            hand_off.held_message = true;
+        } else {
+            self.wake(&mut hand_off);
+        }
+    }
+
+    /// The woken waiter made its attempt (`acquired`: and got the lock, or
+    /// found it held by this client) or left (`None`).
+    fn done(&self, acquired: Option<bool>) {
+        let mut hand_off = self.hand_off.lock().unwrap();
+        let held = std::mem::take(&mut hand_off.held_message);
+        *hand_off = HandOff::default();
+        match acquired {
+            Some(true) => {}
+            // The lock may be free: let another waiter try.
+            Some(false) if held => self.wake(&mut hand_off),
+            Some(false) => {}
+            None => self.wake(&mut hand_off),
+        }
+    }
 }
 
 /// The waiters of one client (Redis) or one in-memory store.
@@ -50,22 +109,30 @@ impl Waiters {
         let mut map = self.map.lock().unwrap();
         let entry = map.entry(channel.clone()).or_insert_with(|| Entry {
             refs: 0,
-            notify: Arc::new(Notify::new()),
+            wake: Arc::default(),
             ready: watch::Sender::new(self.changes.is_none()),
         });
         entry.refs += 1;
         let first = entry.refs == 1;
-        let handle = WakeHandle {
-            waiters: self.clone(),
-            channel: channel.clone(),
-            notify: entry.notify.clone(),
-            ready: entry.ready.subscribe(),
-        };
+        let handle = WakeHandle::new(self, channel, entry);
         drop(map);
         if first {
             self.changed(channel);
         }
         handle
+    }
+
+    /// Registers one waiter on `channel` only when the channel already has
+    /// waiters and its subscription is confirmed, so that registering costs
+    /// nothing and the caller's next attempt is covered by a wake-up.
+    pub(crate) fn register_if_ready(self: &Arc<Self>, channel: &Arc<str>) -> Option<WakeHandle> {
+        let mut map = self.map.lock().unwrap();
+        let entry = map.get_mut(channel)?;
+        if !*entry.ready.borrow() {
+            return None;
+        }
+        entry.refs += 1;
+        Some(WakeHandle::new(self, channel, entry))
     }
 
     fn unregister(&self, channel: &Arc<str>) {
@@ -87,17 +154,57 @@ impl Waiters {
         }
     }
 
-    /// Wakes one waiter of `channel`, if this process has any.
+    /// A release message for `channel`: wakes one waiter of this process,
+    /// if it has any (see [`Wake::message`]).
     pub(crate) fn wake_one(&self, channel: &str) {
         if let Some(entry) = self.map.lock().unwrap().get(channel) {
-            entry.notify.notify_one();
+            entry.wake.message();
+        }
+    }
+
+    /// A release of `channel` by this process is on its way (`true`): hold
+    /// this process's waiters back until its wake-up has been taken and the
+    /// woken waiter has made its attempt. `false`: that release deleted
+    /// nothing after all.
+    pub(crate) fn expect_wake(&self, channel: &str, expected: bool) {
+        let Some(entry) = self
+            .map
+            .lock()
+            .unwrap()
+            .get(channel)
+            .map(|e| e.wake.clone())
+        else {
+            return;
+        };
+        let mut hand_off = entry.hand_off.lock().unwrap();
+        if expected {
+            hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+        } else if !hand_off.woken {
+            let held = std::mem::take(&mut hand_off.held_message);
+            hand_off.until = None;
+            if held {
+                entry.wake(&mut hand_off);
+            }
+        }
+    }
+
+    /// This process's own release of `channel` is queued on the command
+    /// connection: wakes one waiter now, so that its attempt follows the
+    /// release on the same connection and the lock changes hands in one round
+    /// trip. The release's message, when it comes, is held until that waiter
+    /// has made its attempt (dropped if it got the lock).
+    pub(crate) fn wake_local(&self, channel: &str) {
+        if let Some(entry) = self.map.lock().unwrap().get(channel) {
+            let mut hand_off = entry.wake.hand_off.lock().unwrap();
+            entry.wake.wake(&mut hand_off);
         }
     }
 
     /// Wakes every waiter (after a reconnect, when messages may have been lost).
     pub(crate) fn wake_all(&self) {
         for entry in self.map.lock().unwrap().values() {
-            entry.notify.notify_waiters();
+            *entry.wake.hand_off.lock().unwrap() = HandOff::default();
+            entry.wake.notify.notify_waiters();
         }
     }
 
@@ -131,11 +238,23 @@ impl Waiters {
 pub(crate) struct WakeHandle {
     waiters: Arc<Waiters>,
     channel: Arc<str>,
-    notify: Arc<Notify>,
+    wake: Arc<Wake>,
     ready: watch::Receiver<bool>,
+    /// This waiter took a wake-up and has not made its attempt yet.
+    woken: bool,
 }
 
 impl WakeHandle {
+    fn new(waiters: &Arc<Waiters>, channel: &Arc<str>, entry: &Entry) -> Self {
+        WakeHandle {
+            waiters: waiters.clone(),
+            channel: channel.clone(),
+            wake: entry.wake.clone(),
+            ready: entry.ready.subscribe(),
+            woken: false,
+        }
+    }
+
     /// Waits until the server confirmed the subscription, at most `timeout`.
     /// Returns whether it did; a waiter that goes on without confirmation
     /// only risks latency (its wait is bounded by the holder's TTL).
@@ -146,14 +265,39 @@ impl WakeHandle {
         )
     }
 
-    /// Resolves at the next wake-up of this channel.
-    pub(crate) async fn notified(&self) {
-        self.notify.notified().await
+    /// Resolves at the next wake-up of this channel. The caller then makes
+    /// its attempt and reports it with [`attempted`](WakeHandle::attempted).
+    pub(crate) async fn notified(&mut self) {
+        self.wake.notify.notified().await;
+        self.woken = true;
+    }
+
+    /// Until when another waiter of this process, just woken, is taking the
+    /// lock: this one should not race it to the server meanwhile.
+    pub(crate) fn hand_off_elsewhere(&self) -> Option<Instant> {
+        if self.woken {
+            return None;
+        }
+        let until = self.wake.hand_off.lock().unwrap().until?;
+        (Instant::now() < until).then_some(until)
+    }
+
+    /// Reports that this waiter made its attempt: `acquired` when it got the
+    /// lock (or found it held by this client, whose release will wake again).
+    pub(crate) fn attempted(&mut self, acquired: bool) {
+        if std::mem::take(&mut self.woken) {
+            self.wake.done(Some(acquired));
+        }
     }
 }
 
 impl Drop for WakeHandle {
     fn drop(&mut self) {
+        if self.woken {
+            // Woken but gone before its attempt (cancelled, or it failed):
+            // pass the wake-up on so that the release is not lost.
+            self.wake.done(None);
+        }
         self.waiters.unregister(&self.channel);
     }
 }
@@ -184,14 +328,125 @@ impl WaitSet {
         false
     }
 
-    /// Resolves at the next wake-up on any node.
-    pub(crate) async fn notified(&self) {
-        match self.handles.as_slice() {
+    /// Resolves at the next wake-up on any node; the caller then reports its
+    /// attempt with [`attempted`](WaitSet::attempted).
+    pub(crate) async fn notified(&mut self) {
+        match self.handles.as_mut_slice() {
             [one] => one.notified().await,
             handles => {
-                let all = handles.iter().map(|h| Box::pin(h.notified()));
+                let all = handles.iter_mut().map(|h| Box::pin(h.notified()));
                 futures_util::future::select_all(all).await;
             }
         }
+    }
+
+    /// See [`WakeHandle::hand_off_elsewhere`].
+    pub(crate) fn hand_off_elsewhere(&self) -> Option<Instant> {
+        self.handles
+            .iter()
+            .filter_map(WakeHandle::hand_off_elsewhere)
+            .max()
+    }
+
+    /// See [`WakeHandle::attempted`].
+    pub(crate) fn attempted(&mut self, acquired: bool) {
+        for handle in &mut self.handles {
+            handle.attempted(acquired);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel() -> Arc<str> {
+        "lock:{t}:released".into()
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_holds_other_waiters_back_until_its_attempt() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let second = waiters.register(&channel());
+        assert_eq!(second.hand_off_elsewhere(), None);
+        waiters.wake_one(&channel());
+        first.notified().await;
+        assert_eq!(
+            first.hand_off_elsewhere(),
+            None,
+            "the woken waiter attempts"
+        );
+        assert!(
+            second.hand_off_elsewhere().is_some(),
+            "the others hold back"
+        );
+        first.attempted(true);
+        assert_eq!(second.hand_off_elsewhere(), None);
+    }
+
+    #[tokio::test]
+    async fn a_message_during_a_local_hand_off_is_held_until_its_attempt() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let mut second = waiters.register(&channel());
+        // This process's release is queued: one waiter is woken early.
+        waiters.wake_local(&channel());
+        first.notified().await;
+        // Its release's message arrives before that waiter's answer: held.
+        waiters.wake_one(&channel());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), second.notified())
+                .await
+                .is_err(),
+            "nobody else races the woken waiter"
+        );
+        // The woken waiter lost (its attempt overtook the release): the held
+        // message wakes the next one.
+        first.attempted(false);
+        tokio::time::timeout(Duration::from_secs(1), second.notified())
+            .await
+            .expect("the held message was delivered");
+        second.attempted(true);
+    }
+
+    #[tokio::test]
+    async fn a_held_message_is_dropped_when_the_woken_waiter_got_the_lock() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let mut second = waiters.register(&channel());
+        waiters.wake_local(&channel());
+        first.notified().await;
+        waiters.wake_one(&channel());
+        first.attempted(true);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), second.notified())
+                .await
+                .is_err(),
+            "no attempt against a lock this process just took"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_release_on_its_way_holds_waiters_back_until_it_deleted_nothing() {
+        let waiters = Waiters::local();
+        let waiter = waiters.register(&channel());
+        waiters.expect_wake(&channel(), true);
+        assert!(waiter.hand_off_elsewhere().is_some());
+        waiters.expect_wake(&channel(), false);
+        assert_eq!(waiter.hand_off_elsewhere(), None);
+    }
+
+    #[tokio::test]
+    async fn a_woken_waiter_that_leaves_before_its_attempt_passes_the_wake_up_on() {
+        let waiters = Waiters::local();
+        let mut first = waiters.register(&channel());
+        let mut second = waiters.register(&channel());
+        waiters.wake_one(&channel());
+        first.notified().await;
+        drop(first); // cancelled between its wake-up and its attempt
+        tokio::time::timeout(Duration::from_secs(1), second.notified())
+            .await
+            .expect("the wake-up was passed on");
     }
 }

@@ -86,6 +86,7 @@ macro_rules! behaviour_suite {
             fixed_lease_is_not_renewed,
             deleted_lock_is_lost_within_a_period,
             waiter_is_woken_by_release,
+            waiters_of_the_holders_client_are_woken_in_turn,
             crashed_holder_is_replaced_after_its_lease,
             waiter_times_out_at_its_wait,
             wait_forever_gets_the_lock,
@@ -440,6 +441,58 @@ pub async fn waiter_is_woken_by_release<F: Fixture>(fixture: &F) {
     // Woken by the release, not by the 30 s lease (or any polling interval).
     assert_within(acquired - released, Duration::from_secs(1), "hand-off");
     waiter.release().await.unwrap();
+}
+
+/// Waiters in other tasks of the holder's own client skip the server while
+/// it holds the lock and wait for its release: each release must still wake
+/// one of them within a round trip, not after the 30 s lease.
+pub async fn waiters_of_the_holders_client_are_woken_in_turn<F: Fixture>(fixture: &F) {
+    let client = fixture.client().await;
+    let guard = client
+        .lock("suite:local-wake")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..4 {
+        let client = client.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock("suite:local-wake")
+                .lease(Duration::from_secs(30))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap();
+            let acquired = Instant::now();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let released = Instant::now();
+            let token = guard.fencing_token();
+            guard.release().await.unwrap();
+            tx.send((acquired, released, token)).unwrap();
+        });
+    }
+    drop(tx);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut previous = (Instant::now(), guard.fencing_token());
+    guard.release().await.unwrap();
+    let mut holds = Vec::new();
+    while let Some(hold) = rx.recv().await {
+        holds.push(hold);
+    }
+    assert_eq!(holds.len(), 4, "every waiter got the lock");
+    holds.sort_by_key(|&(acquired, _, _)| acquired);
+    for (acquired, released, token) in holds {
+        assert_within(
+            acquired - previous.0,
+            Duration::from_secs(1),
+            "local hand-off",
+        );
+        assert!(token > previous.1, "fencing tokens grow");
+        previous = (released, token);
+    }
 }
 
 pub async fn crashed_holder_is_replaced_after_its_lease<F: Fixture>(fixture: &F) {

@@ -73,12 +73,7 @@ impl ClusterBackend {
         let scripts = Scripts::new(true);
         // SCRIPT LOAD is routed to every node.
         let mut loading = conn.clone();
-        for script in [
-            &scripts.acquire,
-            &scripts.release,
-            &scripts.renew,
-            &scripts.force_release,
-        ] {
+        for script in scripts.all() {
             if let Err(err) =
                 bounded(settings.response_timeout, script.load_async(&mut loading)).await
             {
@@ -105,6 +100,11 @@ impl ClusterBackend {
 
     pub(crate) fn server(&self) -> &str {
         &self.label
+    }
+
+    /// This backend's local waiters (for hand-off bookkeeping).
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 
     /// The command connection, for read-only inspection (`inspect.rs`).
@@ -199,15 +199,33 @@ impl ClusterBackend {
         }
     }
 
+    /// `HDEL` of the owner's field (the hash's only one: an atomic
+    /// compare-and-delete) and `SPUBLISH` of the wake-up, pipelined to the
+    /// lock's master (both keys share its slot).
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let script = &self.scripts.release;
-        let cmd = {
-            let mut cmd = evalsha(script, &[&key.lock, &key.channel]);
-            cmd.arg(owner);
-            cmd
-        };
-        match self.run_script::<i64>(script, &cmd).await {
-            Ok(deleted) => Ok(deleted == 1),
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL")
+            .arg(&*key.lock)
+            .arg(owner)
+            .cmd("SPUBLISH")
+            .arg(&*key.channel)
+            .arg("1")
+            .ignore();
+        let mut conn = self.conn.clone();
+        let mut reply = Err(BackendError::Protocol("not sent".into()));
+        for _ in 0..2 {
+            reply = bounded(
+                self.settings.response_timeout,
+                pipe.query_async::<(i64,)>(&mut conn),
+            )
+            .await;
+            match &reply {
+                Err(BackendError::Redis(err)) if err.is_connection_dropped() => continue,
+                _ => break,
+            }
+        }
+        match reply {
+            Ok((deleted,)) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
         }
     }

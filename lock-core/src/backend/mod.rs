@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::key::LockKey;
-use crate::wake::WaitSet;
+use crate::wake::{WaitSet, Waiters};
 use crate::{BackendError, LockError};
 
 pub use memory::MemoryStore;
@@ -109,6 +109,51 @@ impl Backend {
             Backend::Redlock(redlock) => redlock.waiters(key),
             Backend::Memory(store) => vec![store.waiter(key)],
         })
+    }
+
+    /// Registers a waiter for the release of `key` when that costs nothing:
+    /// other waiters of this client already follow its channel.
+    pub(crate) fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
+        let handle = match self {
+            Backend::Redis(redis) => redis.waiters().register_if_ready(&key.channel),
+            Backend::Cluster(cluster) => cluster.waiters().register_if_ready(&key.channel),
+            // One confirmed subscription of N does not cover the first
+            // attempt: Redlock registers the usual way.
+            Backend::Redlock(_) => None,
+            Backend::Memory(store) => Some(store.waiter(key)),
+        };
+        handle.map(|handle| WaitSet::new(vec![handle]))
+    }
+
+    /// The local waiter registries this backend wakes from.
+    fn local_waiters(&self) -> Vec<&Arc<Waiters>> {
+        match self {
+            Backend::Redis(redis) => vec![redis.waiters()],
+            Backend::Cluster(cluster) => vec![cluster.waiters()],
+            Backend::Redlock(redlock) => redlock.nodes().iter().map(|n| n.waiters()).collect(),
+            // The store's release wakes a waiter synchronously.
+            Backend::Memory(_) => Vec::new(),
+        }
+    }
+
+    /// Tells this client's waiters of `key` that a release of theirs is on
+    /// its way (`true`) or deleted nothing after all (`false`).
+    pub(crate) fn expect_wake(&self, key: &LockKey, expected: bool) {
+        for waiters in self.local_waiters() {
+            waiters.expect_wake(&key.channel, expected);
+        }
+    }
+
+    /// This client's release of `key` is queued on the connection: wakes one
+    /// of this client's waiters now, so its attempt follows the release.
+    pub(crate) fn wake_local(&self, key: &LockKey) {
+        match self {
+            Backend::Redis(redis) => redis.waiters().wake_local(&key.channel),
+            Backend::Cluster(cluster) => cluster.waiters().wake_local(&key.channel),
+            // A Redlock release goes to N connections: no single queue to
+            // follow it on. The release messages wake the waiters.
+            Backend::Redlock(_) | Backend::Memory(_) => {}
+        }
     }
 
     /// The server, for messages: `host:port`, or `memory`.

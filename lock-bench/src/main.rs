@@ -1,0 +1,399 @@
+//! `lock-bench`: distributed-lock side by side with `rslock` and the raw
+//! Redis floor (`SET NX PX` + a compare-and-delete `EVALSHA`), in one run,
+//! against one Redis.
+//!
+//! ```text
+//! cargo run --release -p lock-bench -- [--url redis://host:port/] [--only W1,W3] [--json]
+//! ```
+//!
+//! Without `--url` it starts its own `redis-server` (no persistence) on a free
+//! loopback port. On a machine with two or more CPUs it pins that server to
+//! CPU 0 and itself (every thread) to CPU 1 with `taskset -a -c -p`, so that
+//! single-client latencies are stable; without `taskset` it warns and runs
+//! unpinned. The client runtime then has one worker thread per CPU it may run
+//! on (one, when pinned).
+//!
+//! The workloads (see BENCHMARKS.md for what each measures):
+//! W1 uncontended latency, W2 uncontended throughput, W3 contended hand-off,
+//! W4 safety (W3 with a read-modify-write counter), W5 many held locks,
+//! W6 many waiters. Each figure is printed with its ratio to the floor and to
+//! rslock measured in the same run, as a table and as JSON lines.
+#![deny(unreachable_pub)]
+
+mod contenders;
+mod machine;
+mod report;
+mod workloads;
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+
+use contenders::{Contender, Floor, Ours, Rslock, LEASE};
+use report::{Metric, WorkloadResult, CONTENDERS};
+use workloads::{Admin, Contention};
+
+#[global_allocator]
+static ALLOC: machine::CountingAlloc = machine::CountingAlloc;
+
+/// Benchmark distributed-lock against rslock and the raw Redis floor.
+#[derive(Debug, Parser)]
+#[command(name = "lock-bench", version)]
+struct Args {
+    /// Redis to use; default: start a redis-server on a free loopback port.
+    #[arg(long)]
+    url: Option<String>,
+    /// Workloads to run, comma separated (W1..W6).
+    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6")]
+    only: Vec<String>,
+    /// Contenders to run, comma separated (ours, rslock, floor).
+    #[arg(long, value_delimiter = ',', default_value = "ours,rslock,floor")]
+    contenders: Vec<String>,
+    /// W1: measured cycles.
+    #[arg(long, default_value_t = 3000)]
+    cycles: usize,
+    /// W1: warm-up cycles.
+    #[arg(long, default_value_t = 300)]
+    warmup: usize,
+    /// W1: interleaved rounds the cycles are split into.
+    #[arg(long, default_value_t = 6)]
+    w1_rounds: usize,
+    /// W2: tasks, each on its own key.
+    #[arg(long, default_value_t = 64)]
+    w2_tasks: usize,
+    /// W2: seconds per contender.
+    #[arg(long, default_value_t = 5.0)]
+    w2_secs: f64,
+    /// W3/W4: workers on the one key.
+    #[arg(long, default_value_t = 16)]
+    w3_workers: usize,
+    /// W3/W4: acquisitions in all.
+    #[arg(long, default_value_t = 400)]
+    w3_acquisitions: usize,
+    /// W3/W4: milliseconds the lock is held.
+    #[arg(long, default_value_t = 1.0)]
+    w3_hold_ms: f64,
+    /// W3/W4: milliseconds of work outside the lock.
+    #[arg(long, default_value_t = 1.0)]
+    w3_work_ms: f64,
+    /// W5: locks held at once.
+    #[arg(long, default_value_t = 10_000)]
+    w5_locks: usize,
+    /// W5: renewal period in milliseconds (the lease is three periods).
+    #[arg(long, default_value_t = 1000)]
+    w5_period_ms: u64,
+    /// W6: keys.
+    #[arg(long, default_value_t = 1000)]
+    w6_keys: usize,
+    /// W6: waiters per key.
+    #[arg(long, default_value_t = 10)]
+    w6_per_key: usize,
+    /// W6: microseconds between the holder's releases of successive keys.
+    #[arg(long, default_value_t = 1000)]
+    w6_pace_us: u64,
+    /// Print only the JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Print INFO commandstats and the SLOWLOG after each workload (to stderr).
+    #[arg(long)]
+    server_stats: bool,
+    /// Do not pin Redis and the client to CPUs.
+    #[arg(long)]
+    no_pin: bool,
+    /// CPU for the redis-server this run starts.
+    #[arg(long, default_value_t = 0)]
+    redis_cpu: usize,
+    /// CPU for this process.
+    #[arg(long, default_value_t = 1)]
+    client_cpu: usize,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    for workload in &args.only {
+        if !["W1", "W2", "W3", "W4", "W5", "W6"].contains(&workload.to_uppercase().as_str()) {
+            bail!("unknown workload {workload:?}: expected W1..W6");
+        }
+    }
+    for contender in &args.contenders {
+        if !["ours", "rslock", "floor"].contains(&contender.as_str()) {
+            bail!("unknown contender {contender:?}: expected ours, rslock or floor");
+        }
+    }
+    let target = machine::Target::start(
+        args.url.clone(),
+        !args.no_pin,
+        args.redis_cpu,
+        args.client_cpu,
+    );
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args, target, workers))
+}
+
+fn wants(args: &Args, workload: &str) -> bool {
+    args.only.iter().any(|w| w.eq_ignore_ascii_case(workload))
+}
+
+fn runs(args: &Args, contender: &str) -> bool {
+    args.contenders.iter().any(|c| c == contender)
+}
+
+async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> {
+    let url = target.url.clone();
+    let admin = Admin::connect(&url).await?;
+    admin.flush().await?;
+    let rtt = admin.ping_rtt(2000).await?;
+    let idle_rtt = admin.idle_ping_rtt(300, Duration::from_millis(1)).await?;
+    let ours = Ours::connect(&url, LEASE).await?;
+    let rslock = Rslock::connect(&url, LEASE).await?;
+    let floor = Floor::connect(&url, LEASE).await?;
+    let mut results = Vec::new();
+    let mut header = vec![
+        format!(
+            "PING round trip p50: {:.1} us back to back, {:.1} us after 1 ms idle",
+            rtt.as_secs_f64() * 1e6,
+            idle_rtt.as_secs_f64() * 1e6
+        ),
+        format!(
+            "{}; client runtime: {workers} worker thread(s)",
+            target.pinning
+        ),
+        format!("online CPUs: {}", machine::online_cpus()),
+    ];
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        header.push(format!("load average at start: {}", load.trim()));
+    }
+    if !args.json {
+        for line in &header {
+            eprintln!("# {line}");
+        }
+    }
+
+    if wants(&args, "W1") {
+        let (cycles, warmup, rounds) = (args.cycles, args.warmup, args.w1_rounds.max(1));
+        let per_round = cycles.div_ceil(rounds);
+        let mut samples: [workloads::W1Sample; 3] = Default::default();
+        admin.flush().await?;
+        for round in 0..rounds {
+            // Interleaved: every contender runs once per round.
+            for (i, name) in ["ours", "rslock", "floor"].into_iter().enumerate() {
+                if !runs(&args, name) {
+                    continue;
+                }
+                if !args.json && round == 0 {
+                    eprintln!("# W1: {} ...", CONTENDERS[i]);
+                }
+                let warm = if round == 0 { warmup } else { warmup / 10 };
+                let sample = &mut samples[i];
+                match i {
+                    0 => workloads::w1(&ours, &admin, per_round, warm, sample).await?,
+                    1 => workloads::w1(&rslock, &admin, per_round, warm, sample).await?,
+                    _ => workloads::w1(&floor, &admin, per_round, warm, sample).await?,
+                }
+            }
+        }
+        let [a, b, c] = samples;
+        let figures = [
+            if runs(&args, "ours") {
+                a.metrics()
+            } else {
+                Vec::new()
+            },
+            if runs(&args, "rslock") {
+                b.metrics()
+            } else {
+                Vec::new()
+            },
+            if runs(&args, "floor") {
+                c.metrics()
+            } else {
+                Vec::new()
+            },
+        ];
+        results.push(WorkloadResult {
+            id: "W1",
+            title: "uncontended latency".into(),
+            figures,
+            notes: vec![format!(
+                "one client, sequential acquire + release of one key, {} cycles per contender after {warmup} warm-up, in {rounds} interleaved rounds (ours, rslock, floor, ours, ...)",
+                per_round * rounds
+            )],
+        });
+    }
+
+    if wants(&args, "W2") {
+        let tasks = args.w2_tasks;
+        let duration = Duration::from_secs_f64(args.w2_secs);
+        let figures = each(&args, &admin, "W2", async |c| match c {
+            Which::Ours => workloads::w2(&ours, &admin, tasks, duration).await,
+            Which::Rslock => workloads::w2(&rslock, &admin, tasks, duration).await,
+            Which::Floor => workloads::w2(&floor, &admin, tasks, duration).await,
+        })
+        .await?;
+        results.push(WorkloadResult {
+            id: "W2",
+            title: "uncontended throughput".into(),
+            figures,
+            notes: vec![format!(
+                "{tasks} tasks on one client, each on its own key, acquire + release for {duration:?}"
+            )],
+        });
+    }
+
+    let contention = Contention {
+        workers: args.w3_workers,
+        acquisitions: args.w3_acquisitions,
+        hold: Duration::from_secs_f64(args.w3_hold_ms / 1e3),
+        work: Duration::from_secs_f64(args.w3_work_ms / 1e3),
+        wait: Duration::from_secs(30),
+    };
+    for (id, counter) in [("W3", false), ("W4", true)] {
+        if !wants(&args, id) {
+            continue;
+        }
+        let figures = each(&args, &admin, id, async |c| match c {
+            Which::Ours => workloads::w3(&ours, &admin, contention, rtt, idle_rtt, counter).await,
+            Which::Rslock => {
+                workloads::w3(&rslock, &admin, contention, rtt, idle_rtt, counter).await
+            }
+            Which::Floor => workloads::w3(&floor, &admin, contention, rtt, idle_rtt, counter).await,
+        })
+        .await?;
+        let mut notes = vec![format!(
+            "{} workers on one key, one shared client per contender; loop: acquire (wait up to 30 s), hold {:?}, release, {:?} of work; {} acquisitions",
+            contention.workers, contention.hold, contention.work, contention.acquisitions
+        )];
+        if counter {
+            notes.push(
+                "the hold is GET counter, sleep, SET counter+1 on a separate connection".into(),
+            );
+        } else {
+            notes.push("hand-off: previous holder's release sent -> next holder's acquire returned, counted when the owner changes; ceiling = 1 / (measured hold + PING RTT); idle-PING RTT = a PING sent after 1 ms without traffic, the round trip a request pays here when both cores have gone idle".into());
+        }
+        notes.push("rslock at its defaults: retry count 3, retry delay random 0-200 ms, `acquire` loops on `lock`; floor: SET NX PX retried as soon as the busy answer is back".into());
+        results.push(WorkloadResult {
+            id,
+            title: if counter {
+                "safety (read-modify-write counter under the lock)".into()
+            } else {
+                "contended hand-off".into()
+            },
+            figures,
+            notes,
+        });
+    }
+
+    if wants(&args, "W5") {
+        let (locks, period) = (args.w5_locks, Duration::from_millis(args.w5_period_ms));
+        let figures = each(&args, &admin, "W5", async |c| match c {
+            Which::Ours => workloads::w5::<Ours>(&url, &admin, locks, period, 3).await,
+            Which::Rslock => workloads::w5::<Rslock>(&url, &admin, locks, period, 3).await,
+            Which::Floor => workloads::w5::<Floor>(&url, &admin, locks, period, 3).await,
+        })
+        .await?;
+        results.push(WorkloadResult {
+            id: "W5",
+            title: "many held locks".into(),
+            figures,
+            notes: vec![format!(
+                "one client holds {locks} locks for 3 renewal periods of {period:?} (lease {:?}); ours: watchdog (one pipelined batch per period); rslock: `extend` per lock per period (it has no watchdog); floor: one pipeline of compare-and-pexpire per period",
+                period * 3
+            )],
+        });
+    }
+
+    if wants(&args, "W6") {
+        let (keys, per_key) = (args.w6_keys, args.w6_per_key);
+        let pace = Duration::from_micros(args.w6_pace_us);
+        let settle = Duration::from_secs(2);
+        let figures = each(&args, &admin, "W6", async |c| match c {
+            Which::Ours => workloads::w6::<Ours>(&url, &admin, keys, per_key, settle, pace).await,
+            Which::Rslock => {
+                workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle, pace).await
+            }
+            Which::Floor => workloads::w6_floor(&url, keys, per_key, pace).await,
+        })
+        .await?;
+        results.push(WorkloadResult {
+            id: "W6",
+            title: "many waiters".into(),
+            figures,
+            notes: vec![format!(
+                "{} waiters ({per_key} per key) on {keys} keys in one process (one client), the keys held by another client, which releases one key every {pace:?}; each waiter acquires, then releases at once (a chain of {per_key} hand-offs per key); wake-up = previous holder's release sent -> this waiter's acquire returned. Floor: PUBLISH sent -> message received on one subscription connection, the same chains at the same pace",
+                keys * per_key
+            )],
+        });
+    }
+
+    if args.json {
+        for line in report::json_lines(&results) {
+            println!("{line}");
+        }
+    } else {
+        println!("{}", report::table(&results));
+        print!("{}", report::notes(&results));
+        for line in &header {
+            println!("- {line}");
+        }
+        println!();
+        for line in report::json_lines(&results) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    Ours,
+    Rslock,
+    Floor,
+}
+
+/// Runs `workload` for every contender asked for, on a flushed Redis each.
+async fn each<F>(args: &Args, admin: &Admin, id: &str, workload: F) -> Result<[Vec<Metric>; 3]>
+where
+    F: AsyncFn(Which) -> Result<Vec<Metric>>,
+{
+    let mut figures: [Vec<Metric>; 3] = Default::default();
+    for (i, (which, name)) in [
+        (Which::Ours, "ours"),
+        (Which::Rslock, "rslock"),
+        (Which::Floor, "floor"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if !runs(args, name) {
+            continue;
+        }
+        admin.flush().await?;
+        admin.reset_stats().await?;
+        if !args.json {
+            eprintln!("# {id}: {} ...", CONTENDERS[i]);
+        }
+        figures[i] = workload(which).await?;
+        if args.server_stats {
+            let mut calls: Vec<_> = admin.command_calls().await?.into_iter().collect();
+            calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+            let calls: Vec<String> = calls
+                .iter()
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect();
+            eprintln!(
+                "#   commandstats {id} {}: {}",
+                CONTENDERS[i],
+                calls.join(" ")
+            );
+            for entry in admin.slowlog(5).await? {
+                eprintln!("#   slowlog {id} {}: {entry}", CONTENDERS[i]);
+            }
+        }
+    }
+    Ok(figures)
+}

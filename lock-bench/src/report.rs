@@ -1,0 +1,193 @@
+//! Figures, percentiles, the table and the JSON lines.
+
+use std::time::Duration;
+
+/// Which direction is better for a figure (for the reader; ratios are plain
+/// value / reference either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Better {
+    Higher,
+    Lower,
+    /// A count or check, not a speed.
+    Info,
+}
+
+/// One figure of one workload for one contender.
+#[derive(Debug, Clone)]
+pub(crate) struct Metric {
+    pub(crate) name: &'static str,
+    pub(crate) unit: &'static str,
+    pub(crate) value: f64,
+    pub(crate) better: Better,
+}
+
+impl Metric {
+    pub(crate) fn higher(name: &'static str, unit: &'static str, value: f64) -> Self {
+        Metric {
+            name,
+            unit,
+            value,
+            better: Better::Higher,
+        }
+    }
+
+    pub(crate) fn lower(name: &'static str, unit: &'static str, value: f64) -> Self {
+        Metric {
+            name,
+            unit,
+            value,
+            better: Better::Lower,
+        }
+    }
+
+    pub(crate) fn info(name: &'static str, unit: &'static str, value: f64) -> Self {
+        Metric {
+            name,
+            unit,
+            value,
+            better: Better::Info,
+        }
+    }
+}
+
+/// The contenders, in table order.
+pub(crate) const CONTENDERS: [&str; 3] = ["distributed-lock", "rslock", "floor"];
+
+/// The figures of one workload: one list per contender (in [`CONTENDERS`] order).
+#[derive(Debug, Clone)]
+pub(crate) struct WorkloadResult {
+    pub(crate) id: &'static str,
+    pub(crate) title: String,
+    pub(crate) figures: [Vec<Metric>; 3],
+    /// Notes printed under the workload (settings, references).
+    pub(crate) notes: Vec<String>,
+}
+
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub(crate) fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+pub(crate) fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn find<'a>(figures: &'a [Metric], name: &str) -> Option<&'a Metric> {
+    figures.iter().find(|m| m.name == name)
+}
+
+fn ratio(value: f64, reference: Option<&Metric>) -> Option<f64> {
+    let reference = reference?.value;
+    (reference != 0.0 && value.is_finite()).then(|| value / reference)
+}
+
+fn fmt_value(value: f64) -> String {
+    if !value.is_finite() {
+        "-".into()
+    } else if value.abs() >= 1000.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn fmt_ratio(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+}
+
+/// The table: per workload, one row per figure, with ours / floor and
+/// ours / rslock.
+pub(crate) fn table(results: &[WorkloadResult]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "| {:<4} | {:<52} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
+        "", "figure", CONTENDERS[0], CONTENDERS[1], CONTENDERS[2], "x floor", "x rslock"
+    ));
+    out.push_str(&format!(
+        "|{}|{}|{}|{}|{}|{}|{}|\n",
+        "-".repeat(6),
+        "-".repeat(54),
+        "-".repeat(18),
+        "-".repeat(12),
+        "-".repeat(12),
+        "-".repeat(10),
+        "-".repeat(11)
+    ));
+    for result in results {
+        for metric in &result.figures[0] {
+            let rs = find(&result.figures[1], metric.name);
+            let fl = find(&result.figures[2], metric.name);
+            let arrow = match metric.better {
+                Better::Higher => " (higher better)",
+                Better::Lower => " (lower better)",
+                Better::Info => "",
+            };
+            let label = format!("{} [{}]{}", metric.name, metric.unit, arrow);
+            out.push_str(&format!(
+                "| {:<4} | {:<52} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
+                result.id,
+                label,
+                fmt_value(metric.value),
+                rs.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
+                fl.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
+                fmt_ratio(ratio(metric.value, fl)),
+                fmt_ratio(ratio(metric.value, rs)),
+            ));
+        }
+    }
+    out
+}
+
+/// The notes of every workload, one bullet each.
+pub(crate) fn notes(results: &[WorkloadResult]) -> String {
+    let mut out = String::new();
+    for result in results {
+        out.push_str(&format!("- {} {}\n", result.id, result.title));
+        for note in &result.notes {
+            out.push_str(&format!("  - {note}\n"));
+        }
+    }
+    out
+}
+
+/// One JSON object per workload, figure and contender, with the ratios of
+/// that figure to the floor and to rslock measured in the same run.
+pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for result in results {
+        for (i, contender) in CONTENDERS.iter().enumerate() {
+            for metric in &result.figures[i] {
+                let rs = find(&result.figures[1], metric.name);
+                let fl = find(&result.figures[2], metric.name);
+                let line = serde_json::json!({
+                    "workload": result.id,
+                    "contender": contender,
+                    "figure": metric.name,
+                    "unit": metric.unit,
+                    "value": finite(metric.value),
+                    "better": match metric.better {
+                        Better::Higher => "higher",
+                        Better::Lower => "lower",
+                        Better::Info => "info",
+                    },
+                    "x_floor": ratio(metric.value, fl).and_then(finite),
+                    "x_rslock": ratio(metric.value, rs).and_then(finite),
+                });
+                lines.push(line.to_string());
+            }
+        }
+    }
+    lines
+}
+
+fn finite(value: f64) -> Option<f64> {
+    value.is_finite().then_some(value)
+}
