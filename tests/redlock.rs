@@ -280,3 +280,66 @@ async fn inspect_and_list_report_the_majority_holder() {
     assert!(client.inspect("rl:listed").await.unwrap().holder.is_none());
     assert!(client.list("rl:").await.unwrap().is_empty());
 }
+
+/// Sum of `calls` of `INFO commandstats` for `commands` on `server`.
+fn command_calls(server: &RedisServer, commands: &[&str]) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            commands.contains(&name).then_some(())?;
+            rest.strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Waiters of a lock held on a bare majority take grants on the other
+/// masters and give them back; giving them back must not wake the other
+/// waiters, or they wake each other in a loop of failing attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolled_back_grants_do_not_wake_waiters_into_a_storm() {
+    let fixture = Redlock::new(5);
+    let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let guard = holder.lock("rl:storm").acquire().await.unwrap();
+    // Held on masters 0-2 only: a waiter is granted masters 3 and 4.
+    for i in [3, 4] {
+        let _: i64 = redis::cmd("DEL")
+            .arg("lock:{rl:storm}")
+            .query(&mut fixture.servers[i].conn())
+            .unwrap();
+    }
+    let before = command_calls(&fixture.servers[3], &["evalsha", "hdel"]);
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let client = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+        waiters.push(tokio::spawn(async move {
+            client
+                .lock("rl:storm")
+                .wait(Duration::from_millis(1500))
+                .acquire()
+                .await
+        }));
+    }
+    for waiter in waiters {
+        assert!(matches!(
+            waiter.await.unwrap(),
+            Err(LockError::TimedOut { .. })
+        ));
+    }
+    let calls = command_calls(&fixture.servers[3], &["evalsha", "hdel"]) - before;
+    // A few attempts per waiter (first, after subscribing, at the deadline),
+    // each an acquire and a rollback: not hundreds.
+    assert!(
+        calls < 60,
+        "{calls} acquire/rollback calls on one master in 1.5 s"
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}

@@ -340,12 +340,14 @@ impl WaitSet {
         }
     }
 
-    /// See [`WakeHandle::hand_off_elsewhere`].
+    /// See [`WakeHandle::hand_off_elsewhere`]. Only for one channel: a
+    /// Redlock waiter, woken by any of N masters, just attempts (the quorum
+    /// decides), and a hand-off on one master must not hold it back.
     pub(crate) fn hand_off_elsewhere(&self) -> Option<Instant> {
-        self.handles
-            .iter()
-            .filter_map(WakeHandle::hand_off_elsewhere)
-            .max()
+        match self.handles.as_slice() {
+            [one] => one.hand_off_elsewhere(),
+            _ => None,
+        }
     }
 
     /// See [`WakeHandle::attempted`].

@@ -130,9 +130,9 @@ impl Backend {
         match self {
             Backend::Redis(redis) => vec![redis.waiters()],
             Backend::Cluster(cluster) => vec![cluster.waiters()],
-            Backend::Redlock(redlock) => redlock.nodes().iter().map(|n| n.waiters()).collect(),
-            // The store's release wakes a waiter synchronously.
-            Backend::Memory(_) => Vec::new(),
+            // Redlock waiters follow N channels and simply attempt when any
+            // wakes them; the store's release wakes a waiter synchronously.
+            Backend::Redlock(_) | Backend::Memory(_) => Vec::new(),
         }
     }
 

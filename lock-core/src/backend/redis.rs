@@ -555,6 +555,26 @@ impl RedisBackend {
         }
     }
 
+    /// Takes back a grant without waking anyone (`HDEL` only): Redlock's
+    /// rollback of a grant on a minority of masters. The lock was never held,
+    /// so a wake-up would only send other waiters into failing attempts (and
+    /// their rollbacks into waking them again).
+    pub(crate) async fn rollback(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL").arg(&*key.lock).arg(owner);
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        match bounded(
+            self.settings.response_timeout,
+            pipe.query_async::<(i64,)>(&mut conn),
+        )
+        .await
+        {
+            Ok((deleted,)) => Ok(deleted == 1),
+            Err(err) => Err(self.script_error(key, err).await),
+        }
+    }
+
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
         let script = &self.scripts.force_release;
         let cmd = evalsha(script, &[&key.lock, &key.channel]);

@@ -149,8 +149,10 @@ impl RedlockBackend {
         })
     }
 
+    /// Takes back a failed attempt's grants on every master, quietly (see
+    /// [`RedisBackend::rollback`]).
     async fn release_everywhere(&self, key: &LockKey, owner: &str) {
-        let _ = self.on_all(|node| node.release(key, owner)).await;
+        let _ = self.on_all(|node| node.rollback(key, owner)).await;
     }
 
     /// Releases on every master. Released when a majority had the lock;
