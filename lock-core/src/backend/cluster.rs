@@ -14,8 +14,8 @@ use redis::{Cmd, PushInfo, PushKind, Script, Value};
 use tokio::sync::mpsc;
 
 use super::redis::{
-    bounded, evalsha, failed_all, is_noscript, is_wrong_type, lease_millis, parse_acquire,
-    wrong_type, RedisSettings, Scripts,
+    bounded, command_error, failed_all, is_noscript, lease_millis, parse_acquire, RedisSettings,
+    Scripts,
 };
 use super::{Attempt, RenewItem, Renewal};
 use crate::key::LockKey;
@@ -36,7 +36,14 @@ pub(crate) struct ClusterBackend {
     scripts: Scripts,
     waiters: Arc<Waiters>,
     changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<str>>>>,
+    /// The masters of the slot ranges, as last read with `CLUSTER SLOTS`;
+    /// read again after a renewal round in which a lock failed (its slot may
+    /// have moved).
+    slot_map: Mutex<Option<Arc<SlotMap>>>,
 }
+
+/// Slot ranges and the `host:port` of their masters.
+type SlotMap = Vec<(u16, u16, String)>;
 
 impl std::fmt::Debug for ClusterBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,6 +102,7 @@ impl ClusterBackend {
             scripts,
             waiters,
             changes: Mutex::new(Some(changes)),
+            slot_map: Mutex::new(None),
         })
     }
 
@@ -163,22 +171,15 @@ impl ClusterBackend {
     }
 
     async fn script_error(&self, key: &LockKey, err: BackendError) -> LockError {
-        if let BackendError::Redis(e) = &err {
-            if is_wrong_type(e) {
-                let mut conn = self.conn.clone();
-                let kind: Result<String, _> = bounded(
-                    self.settings.response_timeout,
-                    redis::cmd("TYPE").arg(&*key.lock).query_async(&mut conn),
-                )
-                .await;
-                return wrong_type(key, kind.as_deref().ok());
-            }
-        }
-        LockError::Backend {
-            key: key.name.to_string(),
-            server: self.label.clone(),
-            source: err,
-        }
+        let mut conn = self.conn.clone();
+        command_error(
+            &mut conn,
+            self.settings.response_timeout,
+            key,
+            &self.label,
+            err,
+        )
+        .await
     }
 
     pub(crate) async fn acquire(
@@ -187,13 +188,11 @@ impl ClusterBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let script = &self.scripts.acquire;
-        let cmd = {
-            let mut cmd = evalsha(script, &[&key.lock, &key.fence]);
-            cmd.arg(owner).arg(lease_millis(lease));
-            cmd
-        };
-        match self.run_script::<(i64, i64)>(script, &cmd).await {
+        let cmd = self.scripts.acquire_cmd(key, owner, lease);
+        match self
+            .run_script::<(i64, i64)>(&self.scripts.acquire, &cmd)
+            .await
+        {
             Ok(reply) => Ok(parse_acquire(reply)),
             Err(err) => Err(self.script_error(key, err).await),
         }
@@ -203,14 +202,7 @@ impl ClusterBackend {
     /// compare-and-delete) and `SPUBLISH` of the wake-up, pipelined to the
     /// lock's master (both keys share its slot).
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HDEL")
-            .arg(&*key.lock)
-            .arg(owner)
-            .cmd("SPUBLISH")
-            .arg(&*key.channel)
-            .arg("1")
-            .ignore();
+        let pipe = self.scripts.release_pipeline(key, owner);
         let mut conn = self.conn.clone();
         let mut reply = Err(BackendError::Protocol("not sent".into()));
         for _ in 0..2 {
@@ -231,9 +223,11 @@ impl ClusterBackend {
     }
 
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        let script = &self.scripts.force_release;
-        let cmd = evalsha(script, &[&key.lock, &key.channel]);
-        match self.run_script::<i64>(script, &cmd).await {
+        let cmd = self.scripts.force_release_cmd(key);
+        match self
+            .run_script::<i64>(&self.scripts.force_release, &cmd)
+            .await
+        {
             Ok(deleted) => Ok(deleted == 1),
             Err(err) => Err(self.script_error(key, err).await),
         }
@@ -280,9 +274,17 @@ impl ClusterBackend {
     /// slot map; a lock whose slot moved meanwhile fails this round and is
     /// retried on the next, after the map is read again).
     pub(crate) async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
-        let masters = match self.slot_masters().await {
-            Ok(masters) => masters,
-            Err(err) => return failed_all(items.len(), &err),
+        let cached = self.slot_map.lock().unwrap().clone();
+        let masters = match cached {
+            Some(masters) => masters,
+            None => match self.slot_masters().await {
+                Ok(masters) => {
+                    let masters = Arc::new(masters);
+                    *self.slot_map.lock().unwrap() = Some(masters.clone());
+                    masters
+                }
+                Err(err) => return failed_all(items.len(), &err),
+            },
         };
         let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, (key, _)) in items.iter().enumerate() {
@@ -304,12 +306,18 @@ impl ClusterBackend {
                 renewals[i] = Some(outcome);
             }
         }
-        renewals
+        let renewals: Vec<Renewal> = renewals
             .into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| Renewal::Failed(BackendError::Protocol("no reply".into())))
             })
-            .collect()
+            .collect();
+        if renewals.iter().any(|r| matches!(r, Renewal::Failed(_))) {
+            // A slot may have moved (failover, resharding): read the map
+            // again before the retry.
+            *self.slot_map.lock().unwrap() = None;
+        }
+        renewals
     }
 
     async fn renew_group(
@@ -322,11 +330,7 @@ impl ClusterBackend {
         pipe.ignore_errors();
         for &i in indices {
             let (key, owner) = &items[i];
-            pipe.add_command({
-                let mut cmd = evalsha(&self.scripts.renew, &[&key.lock]);
-                cmd.arg(&**owner).arg(lease);
-                cmd
-            });
+            pipe.add_command(self.scripts.renew_cmd(key, owner, lease));
         }
         let first = &items[indices[0]].0;
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(

@@ -107,6 +107,41 @@ impl Scripts {
         ]
     }
 
+    /// `EVALSHA` of the acquire script for `owner` with `lease`.
+    pub(crate) fn acquire_cmd(&self, key: &LockKey, owner: &str, lease: Duration) -> Cmd {
+        let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence]);
+        cmd.arg(owner).arg(lease_millis(lease));
+        cmd
+    }
+
+    /// `EVALSHA` of the renew script for `owner` with `lease` (in ms).
+    pub(crate) fn renew_cmd(&self, key: &LockKey, owner: &str, lease_ms: u64) -> Cmd {
+        let mut cmd = evalsha(&self.renew, &[&key.lock]);
+        cmd.arg(owner).arg(lease_ms);
+        cmd
+    }
+
+    /// `EVALSHA` of the force-release script.
+    pub(crate) fn force_release_cmd(&self, key: &LockKey) -> Cmd {
+        evalsha(&self.force_release, &[&key.lock, &key.channel])
+    }
+
+    /// The release: `HDEL` of the owner's field (the hash's only one, so an
+    /// atomic compare-and-delete) and the wake-up (`PUBLISH`/`SPUBLISH`,
+    /// reply ignored), pipelined. Its one reply is how many fields `HDEL`
+    /// deleted.
+    pub(crate) fn release_pipeline(&self, key: &LockKey, owner: &str) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL")
+            .arg(&*key.lock)
+            .arg(owner)
+            .cmd(self.publish)
+            .arg(&*key.channel)
+            .arg("1")
+            .ignore();
+        pipe
+    }
+
     /// A pipeline that loads every script.
     pub(crate) fn load_pipeline(&self) -> redis::Pipeline {
         let mut load = redis::pipe();
@@ -476,24 +511,18 @@ impl RedisBackend {
         }
     }
 
-    /// Maps a failure of a script on `key` to the error the caller sees.
+    /// Maps a failure of a command on `key` to the error the caller sees.
     async fn script_error(&self, key: &LockKey, err: BackendError) -> LockError {
         let node = self.cell.get();
-        if let BackendError::Redis(e) = &err {
-            if is_wrong_type(e) {
-                // Find out which of the lock's keys is of the wrong kind.
-                let mut conn = node.conn.clone();
-                let kind: Result<String, _> = self
-                    .bounded(redis::cmd("TYPE").arg(&*key.lock).query_async(&mut conn))
-                    .await;
-                return wrong_type(key, kind.as_deref().ok());
-            }
-        }
-        LockError::Backend {
-            key: key.name.to_string(),
-            server: node.server.clone(),
-            source: err,
-        }
+        let mut conn = node.conn.clone();
+        command_error(
+            &mut conn,
+            self.settings.response_timeout,
+            key,
+            &node.server,
+            err,
+        )
+        .await
     }
 
     pub(crate) async fn acquire(
@@ -502,13 +531,11 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let script = &self.scripts.acquire;
-        let cmd = {
-            let mut cmd = evalsha(script, &[&key.lock, &key.fence]);
-            cmd.arg(owner).arg(lease_millis(lease));
-            cmd
-        };
-        let (reply, acked, node) = match self.run_script::<(i64, i64)>(script, &cmd).await {
+        let cmd = self.scripts.acquire_cmd(key, owner, lease);
+        let (reply, acked, node) = match self
+            .run_script::<(i64, i64)>(&self.scripts.acquire, &cmd)
+            .await
+        {
             Ok(reply) => reply,
             Err(err) => return Err(self.script_error(key, err).await),
         };
@@ -538,14 +565,7 @@ impl RedisBackend {
     /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
     /// after a release that deleted nothing only costs a waiter one attempt.
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HDEL")
-            .arg(&*key.lock)
-            .arg(owner)
-            .cmd(self.scripts.publish)
-            .arg(&*key.channel)
-            .arg("1")
-            .ignore();
+        let pipe = self.scripts.release_pipeline(key, owner);
         match self.run_pipeline(&pipe).await {
             Ok((deleted, acked, node)) => {
                 self.check_replicated(key, acked, &node);
@@ -576,9 +596,11 @@ impl RedisBackend {
     }
 
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        let script = &self.scripts.force_release;
-        let cmd = evalsha(script, &[&key.lock, &key.channel]);
-        match self.run_script::<i64>(script, &cmd).await {
+        let cmd = self.scripts.force_release_cmd(key);
+        match self
+            .run_script::<i64>(&self.scripts.force_release, &cmd)
+            .await
+        {
             Ok((deleted, acked, node)) => {
                 self.check_replicated(key, acked, &node);
                 Ok(deleted == 1)
@@ -636,11 +658,7 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         let lease = lease_millis(lease);
         for (key, owner) in items {
-            pipe.add_command({
-                let mut cmd = evalsha(&self.scripts.renew, &[&key.lock]);
-                cmd.arg(&**owner).arg(lease);
-                cmd
-            });
+            pipe.add_command(self.scripts.renew_cmd(key, owner, lease));
         }
         if let Some((replicas, timeout)) = self.settings.sync_replicas {
             pipe.cmd("WAIT")
@@ -729,6 +747,31 @@ pub(crate) fn parse_acquire(reply: (i64, i64)) -> Attempt {
         (_, ttl) => Attempt::Busy {
             ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
         },
+    }
+}
+
+/// Maps a failure of a command on `key` (answered by `server` through
+/// `conn`) to the error the caller sees: `WrongType` naming the key of the
+/// wrong type (found with `TYPE`), else `Backend`.
+pub(crate) async fn command_error<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    timeout: Duration,
+    key: &LockKey,
+    server: &str,
+    err: BackendError,
+) -> LockError {
+    if matches!(&err, BackendError::Redis(e) if is_wrong_type(e)) {
+        let kind: Result<String, _> = bounded(
+            timeout,
+            redis::cmd("TYPE").arg(&*key.lock).query_async(conn),
+        )
+        .await;
+        return wrong_type(key, kind.as_deref().ok());
+    }
+    LockError::Backend {
+        key: key.name.to_string(),
+        server: server.to_owned(),
+        source: err,
     }
 }
 
