@@ -115,32 +115,31 @@ fn prepare_http<B>(responder: &Responder, request: &mut Request<B>, guard: &Lock
     responder.prepare(request, guard);
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, Http>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-    K: KeyExtractor<Request<ReqBody>>,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, Request<ReqBody>>;
+/// The flavours that answer a request they cannot lock with a response
+/// (HTTP statuses, gRPC statuses) built by their [`Responder`].
+pub(crate) trait Answers {
+    fn responder(&self) -> &Arc<Responder>;
+}
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    /// Starts the request; the lock is taken when the returned future is
-    /// polled.
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let responder = self.config.protocol.0.clone();
-        let locked = self.start(request, prepare_http, Some(responder.clone()));
-        ResponseFuture::new(locked, responder)
+impl Answers for Http {
+    fn responder(&self) -> &Arc<Responder> {
+        &self.0
     }
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, Grpc>
+impl Answers for Grpc {
+    fn responder(&self) -> &Arc<Responder> {
+        &self.0
+    }
+}
+
+/// The HTTP ([`Http`]) and gRPC ([`Grpc`]) flavours: infallible towards the
+/// client, a request that cannot be locked is answered with a response.
+impl<S, K, P, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, P>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     K: KeyExtractor<Request<ReqBody>>,
+    P: Answers,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -150,9 +149,10 @@ where
         self.inner.poll_ready(cx)
     }
 
-    /// Starts the call; the lock is taken when the returned future is polled.
+    /// Starts the request (HTTP) or call (gRPC); the lock is taken when the
+    /// returned future is polled.
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let responder = self.config.protocol.0.clone();
+        let responder = self.config.protocol.responder().clone();
         let locked = self.start(request, prepare_http, Some(responder.clone()));
         ResponseFuture::new(locked, responder)
     }
