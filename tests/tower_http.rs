@@ -269,18 +269,7 @@ async fn handler_slower_than_the_lease_keeps_its_lock() {
         .connect(&server.url())
         .await
         .unwrap();
-    let entered = Arc::new(Notify::new());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (entered, calls) = (entered.clone(), calls.clone());
-        move || async move {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                entered.notify_one();
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-            }
-            "paid"
-        }
-    };
+    let (handler, entered, calls) = slow_first_call(Duration::from_millis(1500));
     let app = Router::new()
         .route("/orders/{id}/pay", post(handler))
         .layer(pay_layer(&client));
@@ -739,18 +728,7 @@ async fn http_app_process() {
 async fn fixed_lease_is_not_renewed() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let entered = Arc::new(Notify::new());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (entered, calls) = (entered.clone(), calls.clone());
-        move || async move {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                entered.notify_one();
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-            }
-            "paid"
-        }
-    };
+    let (handler, entered, _calls) = slow_first_call(Duration::from_millis(1500));
     let app = Router::new()
         .route("/orders/{id}/pay", post(handler))
         .layer(pay_layer(&client).lease(Duration::from_millis(300)));
@@ -792,4 +770,32 @@ async fn invalid_lock_name_answers_400() {
         String::from_utf8_lossy(&body).contains("invalid lock name"),
         "{body:?}"
     );
+}
+
+/// A handler whose first call tells `entered` and then takes `slow`; later
+/// calls answer at once. `calls` counts the calls.
+#[allow(clippy::type_complexity)]
+fn slow_first_call(
+    slow: Duration,
+) -> (
+    impl Fn() -> futures::future::BoxFuture<'static, &'static str> + Clone + Send + Sync + 'static,
+    Arc<Notify>,
+    Arc<AtomicUsize>,
+) {
+    let entered = Arc::new(Notify::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (entered, calls) = (entered.clone(), calls.clone());
+        move || -> futures::future::BoxFuture<'static, &'static str> {
+            let (entered, calls) = (entered.clone(), calls.clone());
+            Box::pin(async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    entered.notify_one();
+                    tokio::time::sleep(slow).await;
+                }
+                "paid"
+            })
+        }
+    };
+    (handler, entered, calls)
 }
