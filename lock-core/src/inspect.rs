@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
+use crate::backend::redis::{bounded, is_wrong_type};
 use crate::backend::Backend;
 use crate::key::LockKey;
 use crate::{BackendError, LockClient, LockError};
@@ -552,20 +553,6 @@ fn from_reply<T: redis::FromRedisValue>(
     reply: redis::RedisResult<Value>,
 ) -> Result<T, BackendError> {
     redis::from_redis_value(reply?).map_err(|e| redis::RedisError::from(e).into())
-}
-
-fn is_wrong_type(err: &redis::RedisError) -> bool {
-    err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE")
-}
-
-async fn bounded<T>(
-    timeout: Duration,
-    fut: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, BackendError> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(result) => Ok(result?),
-        Err(_) => Err(BackendError::Timeout(timeout)),
-    }
 }
 
 #[cfg(test)]
