@@ -61,7 +61,8 @@ async fn locks_spread_over_every_master_and_share_one_slot_each() {
         let key = redis_key(&name);
         // The lock, its fencing counter and its channel hash to one slot.
         let slot = cluster.slot_of(&key);
-        assert_eq!(cluster.slot_of(&format!("{key}:fence")), slot);
+        let fence_key = client.inspect(&name).await.unwrap().fence_key;
+        assert_eq!(cluster.slot_of(&fence_key), slot);
         assert_eq!(cluster.slot_of(&format!("{key}:released")), slot);
         let master = cluster.master_of_slot(slot);
         let exists: bool = redis::cmd("EXISTS")

@@ -206,13 +206,14 @@ async fn a_restarted_empty_master_does_not_let_a_second_holder_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_grow_across_holders_when_masters_disagree() {
     let mut fixture = Redlock::new(5);
+    let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     // Master 0's counter is far ahead of the others'.
+    let fence_key = a.inspect("rl:fence").await.unwrap().fence_key;
     let () = redis::cmd("SET")
-        .arg("lock:{rl:fence}:fence")
+        .arg(fence_key)
         .arg(1000)
         .query(&mut fixture.servers[0].conn())
         .unwrap();
-    let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     let first = a.lock("rl:fence").acquire().await.unwrap();
     let t1 = first.fencing_token();
     assert!(t1 > 1000, "the token is the highest of the quorum's: {t1}");

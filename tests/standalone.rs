@@ -110,9 +110,19 @@ async fn acquisition_sets_owner_token_and_ttl_in_one_step() {
         .unwrap();
     assert!(ttl > 0 && ttl <= 250, "sub-second lease TTL {ttl}");
     short.release().await.unwrap();
-    // The fencing counter survives the lock.
+    // The fencing counter, one per cluster slot and in the lock's slot,
+    // survives the lock.
+    let counters: Vec<String> = redis::cmd("KEYS")
+        .arg("lock:fence:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    assert_eq!(
+        lock_test_support::key_slot(counters[0].as_bytes()),
+        lock_test_support::key_slot(redis_key("layout").as_bytes())
+    );
     let fence: u64 = redis::cmd("GET")
-        .arg("lock:{layout}:fence")
+        .arg(&counters[0])
         .query(&mut conn)
         .unwrap();
     assert_eq!(fence, 2);
@@ -243,15 +253,31 @@ async fn keys_of_another_type_get_typed_errors_and_stay_untouched() {
         .unwrap();
     assert_eq!(value, "not a lock");
 
+    // The fencing counter of the lock's slot, overwritten with a hash.
+    client
+        .lock("fenced")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let counters: Vec<String> = redis::cmd("KEYS")
+        .arg("lock:fence:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    let counter = &counters[0];
+    let () = redis::cmd("DEL").arg(counter).query(&mut conn).unwrap();
     let () = redis::cmd("HSET")
-        .arg("lock:{fenced}:fence")
+        .arg(counter)
         .arg("a")
         .arg("b")
         .query(&mut conn)
         .unwrap();
     match client.lock("fenced").acquire().await {
         Err(err @ LockError::WrongType { .. }) => {
-            assert!(err.to_string().contains("lock:{fenced}:fence"), "{err}");
+            assert!(err.to_string().contains(counter.as_str()), "{err}");
             assert!(err.to_string().contains("`fenced`"), "{err}");
         }
         other => panic!("expected WrongType, got {other:?}"),

@@ -244,8 +244,14 @@ fn exit_codes_for_success_child_failure_and_signals() {
     assert_eq!(code(&killed), 128 + libc::SIGKILL);
     // Each run released the lock.
     assert!(!exists(&server, "lock:{codes}"));
+    // Its fencing counter (the only one on this server) issued three tokens.
+    let counters: Vec<String> = redis::cmd("KEYS")
+        .arg("lock:fence:*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
     let fence: u64 = redis::cmd("GET")
-        .arg("lock:{codes}:fence")
+        .arg(&counters[0])
         .query(&mut server.conn())
         .unwrap();
     assert_eq!(fence, 3);

@@ -1,35 +1,28 @@
 //! [`LockClient`]: the connection to the lock backend, shared by every lock.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngCore;
 
-use crate::backend::cluster::ClusterBackend;
-use crate::backend::redis::{server_name, RedisBackend, RedisSettings};
+use crate::backend::cluster::{ClusterBackend, MakeBuilder};
+use crate::backend::redis::{server_name, RedisSettings};
 use crate::backend::redlock::RedlockBackend;
-use crate::backend::sentinel::Sentinel;
+use crate::backend::standalone::sentinel::Sentinel;
+use crate::backend::standalone::RedisBackend;
 use crate::backend::{Backend, MemoryStore};
-use crate::guard::HeldLock;
-use crate::key::LockKey;
-use crate::watchdog::WatchdogState;
-use crate::{Lock, LockError, MultiLock};
+use crate::core::ClientCore;
+use crate::lease::{self, DEFAULT_LEASE};
+use crate::name;
+use crate::{Lock, LockError, LockInfo, MultiLock};
 
-/// The default lease of watchdog-mode locks (renewed every third of it).
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The default time allowed for one Redis command to answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The default time allowed for connecting.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default prefix of the Redis keys of locks.
 pub const DEFAULT_PREFIX: &str = "lock:";
-/// The shortest watchdog lease accepted.
-pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 
 /// A handle on a lock backend: one Redis server or an in-memory store.
 ///
@@ -51,94 +44,12 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) id: Arc<str>,
-    pub(crate) prefix: String,
-    /// The lease of watchdog-mode locks.
-    pub(crate) lease: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) backend: Backend,
-    pub(crate) runtime: Option<tokio::runtime::Handle>,
-    pub(crate) next_scope: AtomicU64,
-    next_lock: AtomicU64,
-    pub(crate) watchdog: Mutex<WatchdogState>,
-    /// The locks some scope of this client holds, by lock name: a waiter of
-    /// this client knows such a lock is busy without asking the server.
-    holders: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
-    pub(crate) stats: Stats,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    pub(crate) renewal_rounds: AtomicU64,
-}
-
-impl ClientInner {
-    pub(crate) fn next_lock_id(&self) -> u64 {
-        self.next_lock.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Records `lock` as held by a scope of this client.
-    pub(crate) fn holder_insert(&self, lock: &Arc<HeldLock>) {
-        self.holders
-            .lock()
-            .unwrap()
-            .insert(lock.key.name.clone(), Arc::downgrade(lock));
-    }
-
-    /// Forgets `lock` as a holder (before its release is sent, so a waiter
-    /// woken by that release asks the server).
-    pub(crate) fn holder_remove(&self, lock: &HeldLock) {
-        let mut holders = self.holders.lock().unwrap();
-        // One lookup (this runs on every release).
-        if let Entry::Occupied(entry) = holders.entry(lock.key.name.clone()) {
-            if std::ptr::eq(entry.get().as_ptr(), lock) {
-                entry.remove();
-            }
-        }
-    }
-
-    /// The lock named `name` when a scope of this client holds it (lease
-    /// still running on the local clock) under another owner than `owner`.
-    pub(crate) fn held_elsewhere(&self, name: &str, owner: &str) -> Option<Arc<HeldLock>> {
-        let holder = self.holders.lock().unwrap().get(name)?.upgrade()?;
-        (&*holder.owner != owner && holder.is_held()).then_some(holder)
-    }
-
-    /// Spawns background work on the current runtime, or the client's.
-    pub(crate) fn spawn<F>(&self, fut: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        match tokio::runtime::Handle::try_current()
-            .ok()
-            .or_else(|| self.runtime.clone())
-        {
-            Some(runtime) => drop(runtime.spawn(fut)),
-            None => tracing::warn!(
-                "no tokio runtime to release a lock in the background; its lease will expire"
-            ),
-        }
-    }
-}
-
-impl fmt::Debug for ClientInner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockClient")
-            .field("id", &self.id)
-            .field("server", &self.backend.server())
-            .field("prefix", &self.prefix)
-            .field("lease", &self.lease)
-            .finish()
-    }
+    core: Arc<ClientCore>,
 }
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt(f)
+        self.core.fmt(f)
     }
 }
 
@@ -215,14 +126,13 @@ impl LockClient {
     /// within this process). To share one store between several clients use
     /// [`LockClientBuilder::memory`].
     pub fn memory() -> Self {
-        Self::builder()
-            .memory(MemoryStore::new())
-            .expect("the default settings are valid")
+        // The default settings need no validation.
+        Self::builder().build(Arc::new(MemoryStore::new()))
     }
 
     /// A lock on `name` (e.g. `"order:42"`), to configure and acquire.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(self.core.clone(), name.into())
     }
 
     /// Several locks to take together, all or nothing, in sorted order (so two
@@ -232,7 +142,10 @@ impl LockClient {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        MultiLock::new(self.clone(), names.into_iter().map(Into::into).collect())
+        MultiLock::new(
+            self.core.clone(),
+            names.into_iter().map(Into::into).collect(),
+        )
     }
 
     /// Deletes the lock `name` whoever holds it and wakes a waiter: an
@@ -240,35 +153,98 @@ impl LockClient {
     /// told at its next renewal (watchdog mode) or release. Returns whether a
     /// lock was held.
     pub async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        let key = LockKey::new(&self.inner.prefix, name)?;
-        self.inner.backend.force_release(&key).await
+        let key = self.core.key(name)?;
+        self.core.backend.force_release(&key).await
+    }
+
+    /// What the backend knows about lock `name`: its holder (owner, fencing
+    /// token, remaining lease) or that it is free, and the value of the
+    /// counter its fencing tokens come from.
+    ///
+    /// One round trip on Redis (`TYPE`, `HGETALL`, `PTTL`, `GET`, pipelined,
+    /// not atomic). Reentrant holds are counted in the holder's process and
+    /// do not show (see [`LockHolder`](crate::LockHolder)). On Redlock, the
+    /// holder a majority of the masters record.
+    ///
+    /// Errors: [`LockError::InvalidKey`], [`LockError::WrongType`] when a key
+    /// of the lock holds another type, [`LockError::Backend`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::memory();
+    /// let guard = client.lock("order:42").acquire().await?;
+    /// let info = client.inspect("order:42").await?;
+    /// let holder = info.holder.expect("held");
+    /// assert_eq!(holder.owner, guard.owner());
+    /// assert_eq!(holder.fencing_token, guard.fencing_token());
+    /// assert_eq!(info.last_fencing_token, Some(guard.fencing_token()));
+    /// guard.release().await?;
+    /// assert!(client.inspect("order:42").await?.holder.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let key = self.core.key(name)?;
+        self.core.backend.inspect(&key).await
+    }
+
+    /// Every lock currently held whose name starts with `name_prefix` (`""`
+    /// for all), sorted by name.
+    ///
+    /// On Redis this walks the keyspace with `SCAN` (never `KEYS`, so the
+    /// server is not blocked), matching only this client's key prefix, in
+    /// batches of a few hundred keys with one pipelined round trip per batch
+    /// (`HGETALL`, `PTTL`, `GET`); on a cluster, every master. A lock taken
+    /// or released during the walk may or may not be listed, as `SCAN`
+    /// guarantees.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::memory();
+    /// let _a = client.lock("job:a").acquire().await?;
+    /// let _b = client.lock("job:b").acquire().await?;
+    /// let _c = client.lock("order:1").acquire().await?;
+    /// let jobs = client.list("job:").await?;
+    /// let names: Vec<&str> = jobs.iter().map(|l| l.name.as_str()).collect();
+    /// assert_eq!(names, ["job:a", "job:b"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
+        let mut locks = self
+            .core
+            .backend
+            .list(&self.core.prefix, name_prefix)
+            .await?;
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(locks)
     }
 
     /// This client's random id (hex), the prefix of its owner ids.
     pub fn id(&self) -> &str {
-        &self.inner.id
+        &self.core.id
     }
 
     /// The prefix of the Redis keys of this client's locks.
     pub fn key_prefix(&self) -> &str {
-        &self.inner.prefix
+        &self.core.prefix
     }
 
     /// The lease of watchdog-mode locks.
     pub fn lease(&self) -> Duration {
-        self.inner.lease
+        self.core.lease
     }
 
     /// The server this client talks to (`host:port`, or `memory`).
     pub fn server(&self) -> &str {
-        self.inner.backend.server()
+        self.core.backend.server()
     }
 
     /// Counters of this client.
     pub fn stats(&self) -> ClientStats {
         ClientStats {
-            renewal_rounds: self.inner.stats.renewal_rounds.load(Ordering::Relaxed),
-            watched_locks: self.inner.watchdog.lock().unwrap().len(),
+            renewal_rounds: self.core.watchdog.rounds(),
+            watched_locks: self.core.watchdog.len(),
         }
     }
 }
@@ -338,20 +314,26 @@ impl LockClientBuilder {
     }
 
     /// The lease of watchdog-mode locks (default 30 s, renewed every lease/3;
-    /// at least 30 ms). A crashed holder's lock is free after at most this.
+    /// between [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE) (30 ms) and
+    /// [`MAX_LEASE`](crate::MAX_LEASE)). A crashed holder's lock is free after
+    /// at most this.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
-    /// How long one command may take to answer (default 2 s). A slower
-    /// renewal is retried until the lease deadline, not taken as a loss.
+    /// How long one command may take to answer (default 2 s; between 1 ms
+    /// and [`MAX_TIMEOUT`](crate::MAX_TIMEOUT)). A slower renewal is retried
+    /// until the lease deadline, not taken as a loss; a guard's
+    /// [`lost`](crate::LockGuard::lost) fires by that deadline whatever a
+    /// renewal still in flight may bring.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
-    /// How long connecting may take (default 5 s).
+    /// How long connecting may take (default 5 s; between 1 ms and
+    /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT)).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -406,24 +388,26 @@ impl LockClientBuilder {
         }
     }
 
+    /// Checks every setting; a bad one is `InvalidConfig` naming it and its value.
     fn validate(&self) -> Result<(), LockError> {
-        let invalid = |reason: String| {
-            Err(LockError::InvalidConfig {
-                key: "*".into(),
-                reason,
-            })
-        };
-        if self.lease < MIN_WATCHDOG_LEASE {
-            return invalid(format!(
-                "the watchdog lease must be at least {MIN_WATCHDOG_LEASE:?}, got {:?}",
-                self.lease
-            ));
+        name::check_prefix(&self.prefix)?;
+        let lease = lease::check_watchdog(self.lease)?;
+        lease::check_timeout("the response timeout", self.response_timeout)?;
+        lease::check_timeout("the connect timeout", self.connect_timeout)?;
+        if let Some(timeout) = self.node_timeout {
+            let timeout = lease::check_timeout("the node timeout", timeout)?;
+            if timeout.saturating_add(lease::drift(lease)) >= lease {
+                return Err(LockError::InvalidConfig {
+                    key: "*".into(),
+                    reason: format!(
+                        "the node timeout ({timeout:?}) must be shorter than the lease ({lease:?}) \
+                         minus the clock drift allowance, or no Redlock acquisition could be valid"
+                    ),
+                });
+            }
         }
-        if self.response_timeout.is_zero()
-            || self.connect_timeout.is_zero()
-            || self.node_timeout.is_some_and(|t| t.is_zero())
-        {
-            return invalid("timeouts must be greater than zero".into());
+        if let Some((_, timeout)) = self.sync_replicas {
+            lease::check_timeout("the sync_replicas timeout", timeout)?;
         }
         Ok(())
     }
@@ -433,8 +417,7 @@ impl LockClientBuilder {
         self.validate()?;
         let client = self.redis_client(url)?;
         let backend = RedisBackend::connect(client, self.settings()).await?;
-        tracing::debug!(server = backend.server(), "lock client connected");
-        Ok(self.build(Backend::Redis(Box::new(backend))))
+        Ok(self.connected(backend))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (see
@@ -449,12 +432,12 @@ impl LockClientBuilder {
         for url in &urls {
             self.redis_client(url)?; // checks each URL, installs TLS support
         }
-        let seeds: Vec<String> = urls
+        let seeds = urls
             .iter()
-            .map(|url| server_name(&redis::Client::open(url.as_str()).expect("checked")))
-            .collect();
+            .map(|url| self.redis_client(url).map(|client| server_name(&client)))
+            .collect::<Result<Vec<String>, _>>()?;
         let certificates = self.tls_certificates();
-        let make_builder: crate::backend::cluster::MakeBuilder = Arc::new(move || {
+        let make_builder: MakeBuilder = Arc::new(move || {
             let builder = redis::cluster::ClusterClientBuilder::new(urls.clone());
             match &certificates {
                 Some(certificates) => builder.certs(certificates.clone()),
@@ -462,8 +445,7 @@ impl LockClientBuilder {
             }
         });
         let backend = ClusterBackend::connect(make_builder, seeds, self.settings()).await?;
-        tracing::debug!(server = backend.server(), "lock client connected");
-        Ok(self.build(Backend::Cluster(Box::new(backend))))
+        Ok(self.connected(backend))
     }
 
     /// Connects to the master that the sentinels at `sentinel_urls` report
@@ -485,8 +467,7 @@ impl LockClientBuilder {
             .collect::<Result<Vec<_>, _>>()?;
         let sentinel = Sentinel::new(sentinels, master_name.to_owned());
         let backend = RedisBackend::connect_sentinel(sentinel, self.settings()).await?;
-        tracing::debug!(server = backend.server(), "lock client connected");
-        Ok(self.build(Backend::Redis(Box::new(backend))))
+        Ok(self.connected(backend))
     }
 
     /// Connects to independent masters for Redlock (see
@@ -502,6 +483,17 @@ impl LockClientBuilder {
                 .max(Duration::from_millis(50))
                 .min(self.response_timeout)
         });
+        // The default, too, must leave a Redlock acquisition some validity.
+        if node_timeout.saturating_add(lease::drift(self.lease)) >= self.lease {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: format!(
+                    "a Redlock lease ({:?}) must be longer than the node timeout ({node_timeout:?}) \
+                     plus the clock drift allowance",
+                    self.lease
+                ),
+            });
+        }
         let settings = RedisSettings {
             response_timeout: node_timeout,
             ..self.settings()
@@ -519,9 +511,7 @@ impl LockClientBuilder {
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        let backend = RedlockBackend::new(nodes, node_timeout);
-        tracing::debug!(server = backend.server(), "lock client connected");
-        Ok(self.build(Backend::Redlock(Box::new(backend))))
+        Ok(self.connected(RedlockBackend::new(nodes, node_timeout)))
     }
 
     fn urls<I>(&self, urls: I) -> Result<Vec<String>, LockError>
@@ -558,7 +548,7 @@ impl LockClientBuilder {
     /// A client on `store`; clients on one store see each other's locks.
     pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
         self.validate()?;
-        Ok(self.build(Backend::Memory(store)))
+        Ok(self.build(Arc::new(store)))
     }
 
     fn redis_client(&self, url: &str) -> Result<redis::Client, LockError> {
@@ -581,24 +571,24 @@ impl LockClientBuilder {
         Ok(client)
     }
 
-    fn build(self, backend: Backend) -> LockClient {
+    fn connected(self, backend: impl Backend) -> LockClient {
+        tracing::debug!(server = backend.server(), "lock client connected");
+        self.build(Arc::new(backend))
+    }
+
+    fn build(self, backend: Arc<dyn Backend>) -> LockClient {
         let mut id = [0u8; 16];
         rand::rng().fill_bytes(&mut id);
         let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let core = ClientCore::new(
+            id.into(),
+            self.prefix,
+            self.lease,
+            self.response_timeout,
+            backend,
+        );
         LockClient {
-            inner: Arc::new(ClientInner {
-                id: id.into(),
-                prefix: self.prefix,
-                lease: self.lease,
-                response_timeout: self.response_timeout,
-                backend,
-                runtime: tokio::runtime::Handle::try_current().ok(),
-                next_scope: AtomicU64::new(1),
-                next_lock: AtomicU64::new(1),
-                watchdog: Mutex::default(),
-                holders: Mutex::default(),
-                stats: Stats::default(),
-            }),
+            core: Arc::new(core),
         }
     }
 }

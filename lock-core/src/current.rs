@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::guard::HeldLock;
+use crate::held::HeldLock;
 
 tokio::task_local! {
     static CURRENT: Arc<Frame>;

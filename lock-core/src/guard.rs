@@ -1,195 +1,15 @@
-//! [`LockGuard`]: proof of holding a lock, and the shared state of a held lock.
+//! [`LockGuard`]: proof of holding a lock.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
-
-use crate::client::ClientInner;
-use crate::key::LockKey;
+use crate::core::ClientCore;
+use crate::held::HeldLock;
+use crate::release;
 use crate::scope::Scope;
 use crate::LockError;
-
-/// Where a held lock stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HoldState {
-    Held,
-    Lost(&'static str),
-    Released,
-}
-
-/// One lock held by one owner, shared by the reentrant guards on it, the
-/// scope that holds it and the watchdog that renews it.
-#[derive(Debug)]
-pub(crate) struct HeldLock {
-    pub(crate) id: u64,
-    pub(crate) key: LockKey,
-    pub(crate) owner: Arc<str>,
-    pub(crate) token: u64,
-    /// Renewed by the watchdog (else a fixed lease).
-    pub(crate) watchdog: bool,
-    pub(crate) client: Arc<ClientInner>,
-    /// Guards alive on this lock; changed only under the scope's mutex.
-    pub(crate) holds: AtomicUsize,
-    state: Mutex<HoldState>,
-    /// Woken when the state turns to `Lost` (a `watch` channel costs an
-    /// allocation of eight `Notify`s per lock, and a release only needs
-    /// the state to change, not to wake anyone).
-    lost: Notify,
-    /// Until when the lease is known to run, on the local clock: the moment
-    /// the last successful acquire or renewal was *sent*, plus the lease,
-    /// minus a drift allowance.
-    valid_until: Mutex<Instant>,
-}
-
-/// The clock drift allowed for on a lease (1% + 2 ms, as Redlock does).
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-impl HeldLock {
-    pub(crate) fn new(
-        client: Arc<ClientInner>,
-        key: LockKey,
-        owner: Arc<str>,
-        token: u64,
-        watchdog: bool,
-        valid_until: Instant,
-    ) -> Self {
-        HeldLock {
-            id: client.next_lock_id(),
-            key,
-            owner,
-            token,
-            watchdog,
-            client,
-            holds: AtomicUsize::new(1),
-            state: Mutex::new(HoldState::Held),
-            lost: Notify::new(),
-            valid_until: Mutex::new(valid_until),
-        }
-    }
-
-    pub(crate) fn state(&self) -> HoldState {
-        *self.state.lock().unwrap()
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap()
-    }
-
-    /// Records a successful renewal sent at `sent`.
-    pub(crate) fn renewed(&self, sent: Instant, lease: Duration) {
-        let until = sent + lease - drift(lease);
-        let mut valid_until = self.valid_until.lock().unwrap();
-        if until > *valid_until {
-            *valid_until = until;
-        }
-    }
-
-    pub(crate) fn is_held(&self) -> bool {
-        self.state() == HoldState::Held && Instant::now() < self.valid_until()
-    }
-
-    /// Marks the lease lost (once) and tells every `lost()` waiter.
-    pub(crate) fn mark_lost(&self, reason: &'static str) {
-        {
-            let mut state = self.state.lock().unwrap();
-            if *state != HoldState::Held {
-                return;
-            }
-            *state = HoldState::Lost(reason);
-        }
-        // Logged before `lost()` waiters are woken, so the event is in the
-        // log by the time they react.
-        tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
-        self.lost.notify_waiters();
-    }
-
-    pub(crate) fn lost_error(&self) -> Option<LockError> {
-        let reason = match self.state() {
-            HoldState::Lost(reason) => reason,
-            _ if Instant::now() >= self.valid_until() => "the lease ran out before release",
-            _ => return None,
-        };
-        Some(LockError::LeaseLost {
-            key: self.key.name.to_string(),
-            reason,
-        })
-    }
-
-    /// Releases the lock in the backend after its last hold was dropped.
-    /// `resent`: an earlier release of it may have gone through already, so
-    /// finding it gone is expected, not worth a warning.
-    pub(crate) async fn release_last(&self, resent: bool) -> Result<(), LockError> {
-        self.client.watchdog_forget(self);
-        // Waiters of this client wait for this release's wake-up instead of
-        // racing to the server when the holder is forgotten.
-        self.client.backend.expect_wake(&self.key, true);
-        self.client.holder_remove(self);
-        let lost = self.lost_error();
-        let mut release = std::pin::pin!(self.client.backend.release(&self.key, &self.owner));
-        let mut first_poll = true;
-        let result = std::future::poll_fn(|cx| {
-            let poll = release.as_mut().poll(cx);
-            if std::mem::take(&mut first_poll) && poll.is_pending() {
-                // The release is queued on the multiplexed connection: a
-                // waiter of this client woken now queues its attempt behind
-                // it, so the lock changes hands in one round trip instead of
-                // release, message, attempt. (Should the attempt overtake the
-                // release after all, it is only a failed attempt.)
-                self.client.backend.wake_local(&self.key);
-            }
-            poll
-        })
-        .await;
-        if !matches!(result, Ok(true)) {
-            self.client.backend.expect_wake(&self.key, false);
-        }
-        *self.state.lock().unwrap() = HoldState::Released;
-        match result {
-            Ok(true) => {
-                tracing::debug!(key = %self.key.name, token = self.token, "lock released");
-                lost.map_or(Ok(()), Err)
-            }
-            Ok(false) if resent => {
-                tracing::debug!(key = %self.key.name, token = self.token, "lock already released");
-                lost.map_or(Ok(()), Err)
-            }
-            Ok(false) => {
-                tracing::warn!(key = %self.key.name, token = self.token, "lock was not held at release");
-                Err(lost.unwrap_or_else(|| LockError::NotHeld {
-                    key: self.key.name.to_string(),
-                }))
-            }
-            Err(err) => Err(err),
-        }
-    }
-
-    /// Releases in the background, retrying transient errors until the lease
-    /// would have run out anyway.
-    pub(crate) async fn release_in_background(self: Arc<Self>, resent: bool) {
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match self.release_last(resent).await {
-                Err(err @ LockError::Backend { .. }) => {
-                    if Instant::now() + delay >= self.valid_until() {
-                        tracing::warn!(key = %self.key.name, error = %err, "giving up releasing lock; its lease will expire");
-                        return;
-                    }
-                    tracing::debug!(key = %self.key.name, error = %err, "release failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                }
-                _ => return,
-            }
-        }
-    }
-}
 
 /// Proof that the current owner holds a lock.
 ///
@@ -204,14 +24,16 @@ impl HeldLock {
 /// [`scope`](LockGuard::scope)) share one lock in Redis: it is released when
 /// the last of their guards is.
 pub struct LockGuard {
+    core: Arc<ClientCore>,
     lock: Arc<HeldLock>,
     scope: Arc<Scope>,
     done: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(lock: Arc<HeldLock>, scope: Arc<Scope>) -> Self {
+    pub(crate) fn new(core: Arc<ClientCore>, lock: Arc<HeldLock>, scope: Arc<Scope>) -> Self {
         LockGuard {
+            core,
             lock,
             scope,
             done: false,
@@ -249,32 +71,17 @@ impl LockGuard {
     }
 
     /// Resolves when the lease is lost: the watchdog found the lock deleted or
-    /// taken over, could not renew it before the lease ran out, or (fixed
-    /// lease) the lease ran out. Use it to stop work that must not outlive the
+    /// taken over, or the lease ran out on the local clock before a renewal
+    /// (or, with a fixed lease, at all). It fires by that local deadline
+    /// even while a renewal is still in flight (a server that hangs). Use it to stop work that must not outlive the
     /// lock, e.g. in a `tokio::select!` next to the work.
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes the guard.
     pub async fn lost(&self) {
-        let lost = async {
-            loop {
-                // Created before the check: a `notify_waiters` after it
-                // still completes this future.
-                let notified = self.lock.lost.notified();
-                if matches!(self.lock.state(), HoldState::Lost(_)) {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        if self.lock.watchdog {
-            lost.await;
-        } else {
-            tokio::select! {
-                _ = lost => {}
-                _ = tokio::time::sleep_until(self.lock.valid_until()) => {}
-            }
-        }
+        // The watchdog's driver may have gone with its runtime: this restarts it.
+        self.core.ensure_background();
+        self.lock.lost().await
     }
 
     /// Runs `fut` inside this guard's ownership scope: acquisitions of this
@@ -357,12 +164,12 @@ impl LockGuard {
         }
         // Dropping this future half way finishes the release in the
         // background (no task per release on the normal path).
-        let mut unfinished = UnfinishedRelease(Some(lock.clone()));
-        let result = lock.release_last(false).await;
+        let mut unfinished = UnfinishedRelease(Some((self.core.clone(), lock.clone())));
+        let result = release::release_last(&self.core, &lock, false).await;
         unfinished.0 = None;
         if matches!(result, Err(LockError::Backend { .. })) {
             // The request may have been executed without an answer.
-            lock.client.spawn(lock.clone().release_in_background(true));
+            release::release_in_background(&self.core, lock, true);
         }
         result
     }
@@ -370,13 +177,12 @@ impl LockGuard {
 
 /// A release whose future was dropped before its answer: sent again in the
 /// background (harmless when the first one went through).
-struct UnfinishedRelease(Option<Arc<HeldLock>>);
+struct UnfinishedRelease(Option<(Arc<ClientCore>, Arc<HeldLock>)>);
 
 impl Drop for UnfinishedRelease {
     fn drop(&mut self) {
-        if let Some(lock) = self.0.take() {
-            let client = lock.client.clone();
-            client.spawn(lock.release_in_background(true));
+        if let Some((core, lock)) = self.0.take() {
+            release::release_in_background(&core, lock, true);
         }
     }
 }
@@ -387,9 +193,7 @@ impl Drop for LockGuard {
             return;
         }
         // `release_last` stops the renewals first.
-        let lock = self.lock.clone();
-        let client = lock.client.clone();
-        client.spawn(lock.release_in_background(false));
+        release::release_in_background(&self.core, self.lock.clone(), false);
     }
 }
 

@@ -33,39 +33,99 @@
 //!
 //! # Redis layout
 //! Lock `order:42` with the default prefix uses `lock:{order:42}` (the
-//! hash), `lock:{order:42}:fence` (the fencing counter, kept when the lock
-//! expires) and the channel `lock:{order:42}:released`. The hash tag keeps
-//! them in one cluster slot.
+//! hash) and the channel `lock:{order:42}:released`; its fencing tokens come
+//! from the counter of its cluster slot, `lock:fence:{<tag>}` (`<tag>` hashes
+//! to the same slot), shared with the other locks of that slot, so Redis
+//! holds at most 16,384 counters however many names are used. Every key
+//! and the channel of a lock are in one cluster slot; `{`, `}` and `%` in a
+//! name are stored percent-escaped so that the name is the whole hash tag.
+//!
+//! # Architecture
+//! Dependencies run one way, from the public API down to the backends:
+//!
+//! ```text
+//! client.rs  lock.rs  guard.rs  multi.rs  global.rs  current.rs     public API
+//!     |         |        |         |
+//!     |      acquire.rs  release.rs                                 the protocol: attempt, wait,
+//!     |         |   \      |                                        rollback; last release, hand-off
+//!     |         |    scope.rs                                       owners, reentrancy per call chain
+//!     +----> core.rs (id, settings, holders) -------+
+//!               |            |                       |
+//!           watchdog.rs   janitor.rs    held.rs     wake.rs         renewal; background cleanup;
+//!               |            |                                      a held lock's state; waiters
+//!            task.rs (supervised background tasks)
+//!               |
+//!           backend/  (one trait: memory/, standalone/, cluster/, redlock/; redis/ = shared protocol)
+//!               |
+//!           name.rs  slot.rs  lease.rs  info.rs  error.rs  sync.rs  leaves: names, slots, durations
+//! ```
+//!
+//! One acquisition: [`Lock::acquire`] -> `acquire::acquire` (re-entry in the
+//! current [`scope`](LockGuard::scope), else a new scope) -> `Request::run`
+//! (an attempt; when busy, a waiter from `Backend::waiter`, then attempts on
+//! each wake-up or after the holder's remaining lease) -> `Request::attempt`
+//! -> `Backend::acquire` (on Redis: `redis::command::run`, one `EVALSHA` of
+//! the acquire script, reloaded on `NOSCRIPT`) -> back in `attempt`: a
+//! `HeldLock`, recorded in the scope and, in watchdog mode, tracked by the
+//! watchdog -> a [`LockGuard`]. Its release: `release::release_last` ->
+//! `Backend::release` (`HDEL` + `PUBLISH`) and a local hand-off to a waiter
+//! of this client; a dropped guard's release is a `janitor` job.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
+// No panics in library code, on any input or runtime state (tests may).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unchecked_time_subtraction,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::unreachable
+    )
+)]
 
+mod acquire;
 mod backend;
 mod client;
+mod core;
 mod current;
 mod error;
 mod global;
 mod guard;
-mod inspect;
-mod key;
+mod held;
+mod info;
+mod janitor;
+mod lease;
 mod lock;
 mod multi;
+mod name;
+mod release;
 mod scope;
+mod slot;
+mod sync;
+mod task;
 mod wake;
 mod watchdog;
 
 pub use backend::MemoryStore;
 pub use client::{
-    ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_WATCHDOG_LEASE,
+    ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError, NodeAnswer};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
-pub use inspect::{LockHolder, LockInfo};
-pub use key::MAX_KEY_LEN;
+pub use info::{LockHolder, LockInfo};
+pub use lease::{
+    DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
+};
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
+pub use name::MAX_KEY_LEN;
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;

@@ -3,11 +3,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockClient, LockError, LockGuard};
+use crate::core::ClientCore;
+use crate::lease::Wait;
+use crate::{Lock, LockError, LockGuard};
 
 /// Several locks to acquire as one (Redisson's `MultiLock`), made by
 /// [`LockClient::lock_all`].
@@ -32,10 +35,9 @@ use crate::{LockClient, LockError, LockGuard};
 /// ```
 #[must_use = "a MultiLock does nothing until acquired"]
 pub struct MultiLock {
-    client: LockClient,
+    core: Arc<ClientCore>,
     names: Vec<String>,
-    wait: Option<Duration>,
-    forever: bool,
+    wait: Wait,
     lease: Option<Duration>,
 }
 
@@ -44,36 +46,34 @@ impl fmt::Debug for MultiLock {
         f.debug_struct("MultiLock")
             .field("names", &self.names)
             .field("wait", &self.wait)
-            .field("forever", &self.forever)
             .field("lease", &self.lease)
             .finish()
     }
 }
 
 impl MultiLock {
-    pub(crate) fn new(client: LockClient, mut names: Vec<String>) -> Self {
+    pub(crate) fn new(core: Arc<ClientCore>, mut names: Vec<String>) -> Self {
         names.sort();
         names.dedup();
         MultiLock {
-            client,
+            core,
             names,
-            wait: None,
-            forever: false,
+            wait: Wait::Once,
             lease: None,
         }
     }
 
     /// Waits up to `wait` in all (not per lock). `Duration::ZERO` tries each
-    /// lock once, the default.
+    /// lock once, the default; a wait too long for the clock to represent
+    /// waits as long as it takes.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self.forever = false;
+        self.wait = Wait::from_duration(wait);
         self
     }
 
     /// Waits for as long as it takes.
     pub fn wait_forever(mut self) -> Self {
-        self.forever = true;
+        self.wait = Wait::Forever;
         self
     }
 
@@ -104,15 +104,25 @@ impl MultiLock {
                 reason: "a multi-lock needs at least one lock name",
             });
         }
+        if self.names.iter().any(String::is_empty) {
+            return Err(LockError::InvalidKey {
+                key: String::new(),
+                reason: "a lock name must not be empty",
+            });
+        }
         let started = Instant::now();
+        let deadline = self.wait.deadline(started);
         let mut guards: Vec<LockGuard> = Vec::with_capacity(self.names.len());
         for name in self.names {
-            let mut lock = self.client.lock(name);
-            if self.forever {
-                lock = lock.wait_forever();
-            } else if let Some(wait) = self.wait {
-                lock = lock.wait(wait.saturating_sub(started.elapsed()));
-            }
+            let mut lock = Lock::new(self.core.clone(), name);
+            lock = match (self.wait, deadline) {
+                (Wait::Once, _) => lock,
+                // Whatever is left of the budget (zero: one last try).
+                (Wait::For(_), Some(deadline)) => {
+                    lock.wait(deadline.saturating_duration_since(Instant::now()))
+                }
+                (Wait::For(_) | Wait::Forever, _) => lock.wait_forever(),
+            };
             if let Some(lease) = self.lease {
                 lock = lock.lease(lease);
             }
@@ -175,6 +185,9 @@ impl MultiLockGuard {
     /// # Cancel safety
     /// Cancel safe: it only observes the guards.
     pub async fn lost(&self) {
+        if self.guards.is_empty() {
+            return std::future::pending().await; // never: `acquire` refuses no names
+        }
         let lost = self.guards.iter().map(|guard| Box::pin(guard.lost()));
         futures_util::future::select_all(lost).await;
     }
@@ -183,11 +196,16 @@ impl MultiLockGuard {
     /// there, and [`current_all`](crate::current_all) lists them
     /// ([`current`](crate::current) gives the last in acquisition order).
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        let scope = self.guards[0].owner_scope().clone();
+        // Never empty: `acquire` refuses an empty list.
+        let scope = self.guards.first().map(|guard| guard.owner_scope().clone());
         let locks: Vec<_> = self.guards.iter().map(|g| g.held().clone()).collect();
         async move {
             let frame = crate::current::enter(locks);
-            scope.run(crate::current::run(frame, fut)).await
+            let fut = crate::current::run(frame, fut);
+            match scope {
+                Some(scope) => scope.run(fut).await,
+                None => fut.await,
+            }
         }
     }
 
@@ -204,8 +222,11 @@ impl MultiLockGuard {
             biased;
             output = self.scope(fut) => Ok(output),
             () = self.lost() => {
-                let lost = self.guards.iter().find(|g| !g.is_held()).unwrap_or(&self.guards[0]);
-                Err(lost.lost_reason())
+                let lost = self.guards.iter().find(|g| !g.is_held()).or(self.guards.first());
+                Err(match lost {
+                    Some(guard) => guard.lost_reason(),
+                    None => LockError::LeaseLost { key: String::new(), reason: "no locks" },
+                })
             }
         }
     }

@@ -7,15 +7,19 @@
 //! (no round trip), another lock is taken in Redis under the scope's owner.
 //! Anything outside the scope (a spawned task, a sibling future) is another
 //! owner and waits like everyone else.
+//!
+//! A scope also counts its acquisitions in flight per lock, so that the
+//! rollback of an abandoned grant never deletes a grant that a sibling
+//! acquisition of the same scope is taking over.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use crate::client::ClientInner;
-use crate::guard::HeldLock;
+use crate::held::HeldLock;
+use crate::sync::Mutex;
 
 tokio::task_local! {
     static SCOPE: Arc<Scope>;
@@ -26,35 +30,48 @@ pub(crate) struct Scope {
     /// The id of the client whose locks this scope holds.
     client_id: Arc<str>,
     pub(crate) owner: Arc<str>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
     /// The locks held in this scope, by lock name.
-    held: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
+    held: HashMap<Arc<str>, Weak<HeldLock>>,
+    /// Acquisitions in flight, by lock name.
+    attempts: HashMap<Arc<str>, usize>,
+}
+
+impl State {
+    fn claims(&self, name: &str) -> bool {
+        self.live(name).is_some() || self.attempts.contains_key(name)
+    }
+
+    fn live(&self, name: &str) -> Option<Arc<HeldLock>> {
+        let lock = self.held.get(name)?.upgrade()?;
+        (lock.holds.load(Ordering::Acquire) > 0).then_some(lock)
+    }
 }
 
 impl Scope {
-    pub(crate) fn new(client: &ClientInner) -> Arc<Self> {
-        let n = client.next_scope.fetch_add(1, Ordering::Relaxed);
-        // Sized up front: this runs on every outermost acquisition.
-        let mut owner = String::with_capacity(client.id.len() + 21);
-        owner.push_str(&client.id);
-        owner.push(':');
-        let _ = write!(owner, "{n}");
+    /// A scope of client `client_id` with owner id `owner`.
+    pub(crate) fn new(client_id: Arc<str>, owner: Arc<str>) -> Arc<Self> {
         Arc::new(Scope {
-            client_id: client.id.clone(),
-            owner: Arc::from(owner.as_str()),
-            held: Mutex::default(),
+            client_id,
+            owner,
+            state: Mutex::default(),
         })
     }
 
-    /// The scope the current task runs in, when it belongs to `client`.
-    pub(crate) fn current(client: &ClientInner) -> Option<Arc<Self>> {
+    /// The scope the current task runs in, when it belongs to client `client_id`.
+    pub(crate) fn current(client_id: &str) -> Option<Arc<Self>> {
         SCOPE
             .try_with(|scope| scope.clone())
             .ok()
-            .filter(|scope| scope.client_id == client.id)
+            .filter(|scope| &*scope.client_id == client_id)
     }
 
     /// Runs `fut` inside this scope.
-    pub(crate) async fn run<F: std::future::Future>(self: Arc<Self>, fut: F) -> F::Output {
+    pub(crate) async fn run<F: Future>(self: Arc<Self>, fut: F) -> F::Output {
         SCOPE.scope(self, fut).await
     }
 
@@ -65,53 +82,132 @@ impl Scope {
 
     /// Adds a hold to the lock named `name` when this scope holds it.
     pub(crate) fn reenter(&self, name: &str) -> Option<Arc<HeldLock>> {
-        let held = self.held.lock().unwrap();
-        let lock = held.get(name)?.upgrade()?;
-        if lock.holds.load(Ordering::Acquire) == 0 {
-            return None;
-        }
+        let state = self.state.lock();
+        let lock = state.live(name)?;
         lock.holds.fetch_add(1, Ordering::AcqRel);
         Some(lock)
     }
 
-    /// Records a lock just acquired under this scope's owner. When a sibling
-    /// future of the scope recorded the same lock meanwhile, that one gets a
-    /// hold more and is returned instead.
-    pub(crate) fn insert(&self, lock: Arc<HeldLock>) -> Arc<HeldLock> {
-        let mut held = self.held.lock().unwrap();
-        if let Some(existing) = held.get(&lock.key.name).and_then(Weak::upgrade) {
-            if existing.holds.load(Ordering::Acquire) > 0 {
-                existing.holds.fetch_add(1, Ordering::AcqRel);
-                return existing;
-            }
+    /// Counts an acquisition of `name` in flight until the returned value
+    /// is dropped.
+    pub(crate) fn attempting<'a>(&'a self, name: &Arc<str>) -> Attempting<'a> {
+        let mut state = self.state.lock();
+        *state.attempts.entry(name.clone()).or_insert(0) += 1;
+        Attempting {
+            scope: self,
+            name: name.clone(),
         }
-        held.insert(lock.key.name.clone(), Arc::downgrade(&lock));
-        lock
     }
 
-    /// Whether this scope holds the lock named `name`.
-    pub(crate) fn holds(&self, name: &str) -> bool {
-        let held = self.held.lock().unwrap();
-        held.get(name)
-            .and_then(Weak::upgrade)
-            .is_some_and(|lock| lock.holds.load(Ordering::Acquire) > 0)
+    /// Records a lock just acquired under this scope's owner. Returns the
+    /// lock the scope now holds and whether this was its first hold (decided
+    /// under the scope's lock, so exactly one of two sibling acquisitions of
+    /// the same lock is first; the other gets a hold on the first's lock).
+    pub(crate) fn insert(&self, lock: Arc<HeldLock>) -> (Arc<HeldLock>, bool) {
+        let mut state = self.state.lock();
+        if let Some(existing) = state.live(&lock.key.name) {
+            existing.holds.fetch_add(1, Ordering::AcqRel);
+            return (existing, false);
+        }
+        state
+            .held
+            .insert(lock.key.name.clone(), Arc::downgrade(&lock));
+        (lock, true)
+    }
+
+    /// Whether this scope holds `name` or is acquiring it: a grant to this
+    /// scope's owner found in the backend may then be (or become) that
+    /// hold, and must not be rolled back.
+    #[cfg(test)]
+    pub(crate) fn claims(&self, name: &str) -> bool {
+        self.state.lock().claims(name)
+    }
+
+    /// Runs `f` under the scope's lock unless [`claims`](Scope::claims) is
+    /// true (then `None`): nothing of the scope starts acquiring `name`
+    /// while `f` runs.
+    pub(crate) fn if_unclaimed<T>(&self, name: &str, f: impl FnOnce() -> T) -> Option<T> {
+        let state = self.state.lock();
+        if state.claims(name) {
+            return None;
+        }
+        let out = f();
+        drop(state);
+        Some(out)
     }
 
     /// Drops one hold of `lock`; returns true when it was the last one (the
     /// lock then leaves the scope and must be released in the backend).
     pub(crate) fn drop_hold(&self, lock: &HeldLock) -> bool {
-        let mut held = self.held.lock().unwrap();
-        let before = lock.holds.fetch_sub(1, Ordering::AcqRel);
-        debug_assert!(before > 0);
-        if before == 1 {
-            if let Entry::Occupied(entry) = held.entry(lock.key.name.clone()) {
-                if std::ptr::eq(entry.get().as_ptr(), lock) {
-                    entry.remove();
-                }
-            }
-            true
-        } else {
-            false
+        let mut state = self.state.lock();
+        let before = lock
+            .holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .unwrap_or(0);
+        if before != 1 {
+            return false;
         }
+        if let Entry::Occupied(entry) = state.held.entry(lock.key.name.clone()) {
+            if std::ptr::eq(entry.get().as_ptr(), lock) {
+                entry.remove();
+            }
+        }
+        true
+    }
+}
+
+/// An acquisition in flight (see [`Scope::attempting`]).
+pub(crate) struct Attempting<'a> {
+    scope: &'a Scope,
+    name: Arc<str>,
+}
+
+impl Drop for Attempting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.scope.state.lock();
+        if let Entry::Occupied(mut entry) = state.attempts.entry(self.name.clone()) {
+            *entry.get_mut() = entry.get().saturating_sub(1);
+            if *entry.get() == 0 {
+                entry.remove();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::held::Lease;
+    use crate::name::LockKey;
+
+    fn lock(name: &str) -> Arc<HeldLock> {
+        let key = LockKey::new("lock:", name).unwrap();
+        let lease = Lease::Watchdog(std::time::Duration::from_secs(1));
+        Arc::new(HeldLock::new(key, "c:1".into(), 1, lease, Instant::now()))
+    }
+
+    #[tokio::test]
+    async fn of_two_sibling_grants_of_one_lock_exactly_one_is_first() {
+        let scope = Scope::new("c".into(), "c:1".into());
+        let (a, first_a) = scope.insert(lock("x"));
+        let (b, first_b) = scope.insert(lock("x"));
+        assert!(first_a && !first_b);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.holds.load(Ordering::Acquire), 2);
+        assert!(!scope.drop_hold(&a));
+        assert!(scope.drop_hold(&a));
+        assert!(!scope.claims("x"));
+    }
+
+    #[tokio::test]
+    async fn an_acquisition_in_flight_claims_its_lock() {
+        let scope = Scope::new("c".into(), "c:1".into());
+        let name: Arc<str> = "x".into();
+        let attempt = scope.attempting(&name);
+        assert!(scope.claims("x"));
+        drop(attempt);
+        assert!(!scope.claims("x"));
     }
 }

@@ -8,11 +8,13 @@
 //! cancelled passes its wake-up on (tokio's `Notified` does that on drop).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
+
+use crate::sync::Mutex;
 
 /// How long a wake-up holds other waiters back at most: a woken waiter that
 /// neither attempts nor leaves within it (a stalled task) stops blocking.
@@ -47,7 +49,7 @@ struct HandOff {
 impl Wake {
     /// Wakes one waiter, which then takes the lock while the others hold back.
     fn wake(&self, hand_off: &mut HandOff) {
-        hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+        hand_off.until = Instant::now().checked_add(HAND_OFF_GRACE);
         hand_off.woken = true;
         self.notify.notify_one();
     }
@@ -55,7 +57,7 @@ impl Wake {
     /// A release message: wakes a waiter, unless one woken earlier (by this
     /// client's own release) is still taking the lock.
     fn message(&self) {
-        let mut hand_off = self.hand_off.lock().unwrap();
+        let mut hand_off = self.hand_off.lock();
         if hand_off.woken && hand_off.until.is_some_and(|until| Instant::now() < until) {
             hand_off.held_message = true;
         } else {
@@ -66,7 +68,7 @@ impl Wake {
     /// The woken waiter made its attempt (`acquired`: and got the lock, or
     /// found it held by this client) or left (`None`).
     fn done(&self, acquired: Option<bool>) {
-        let mut hand_off = self.hand_off.lock().unwrap();
+        let mut hand_off = self.hand_off.lock();
         let held = std::mem::take(&mut hand_off.held_message);
         *hand_off = HandOff::default();
         match acquired {
@@ -83,9 +85,12 @@ impl Wake {
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
     map: Mutex<HashMap<Arc<str>, Entry>>,
+    /// Whether a subscriber must confirm each channel before its waiters
+    /// count on wake-ups (false for the in-memory store, which wakes directly).
+    subscribed: bool,
     /// Told of every channel that gains its first or loses its last waiter,
-    /// so a subscriber can reconcile its server-side subscriptions.
-    changes: Option<mpsc::UnboundedSender<Arc<str>>>,
+    /// so the subscriber can reconcile its server-side subscriptions.
+    changes: Mutex<Option<mpsc::UnboundedSender<Arc<str>>>>,
 }
 
 impl Waiters {
@@ -94,23 +99,31 @@ impl Waiters {
         Arc::new(Waiters::default())
     }
 
-    /// Waiters whose channels a subscriber follows; it receives the changes.
-    pub(crate) fn subscribed() -> (Arc<Self>, mpsc::UnboundedReceiver<Arc<str>>) {
+    /// Waiters whose channels a subscriber follows (see [`follow`](Waiters::follow)).
+    pub(crate) fn subscribed() -> Arc<Self> {
+        Arc::new(Waiters {
+            subscribed: true,
+            ..Waiters::default()
+        })
+    }
+
+    /// Called by a (re)started subscriber: from now on it receives the
+    /// changes. Every channel counts as unconfirmed until it subscribes again
+    /// (a gone subscriber's subscriptions went with its connection).
+    pub(crate) fn follow(&self) -> mpsc::UnboundedReceiver<Arc<str>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let waiters = Waiters {
-            map: Mutex::default(),
-            changes: Some(tx),
-        };
-        (Arc::new(waiters), rx)
+        *self.changes.lock() = Some(tx);
+        self.set_all_unready();
+        rx
     }
 
     /// Registers one waiter on `channel`.
     pub(crate) fn register(self: &Arc<Self>, channel: &Arc<str>) -> WakeHandle {
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map.lock();
         let entry = map.entry(channel.clone()).or_insert_with(|| Entry {
             refs: 0,
             wake: Arc::default(),
-            ready: watch::Sender::new(self.changes.is_none()),
+            ready: watch::Sender::new(!self.subscribed),
         });
         entry.refs += 1;
         let first = entry.refs == 1;
@@ -126,7 +139,7 @@ impl Waiters {
     /// waiters and its subscription is confirmed, so that registering costs
     /// nothing and the caller's next attempt is covered by a wake-up.
     pub(crate) fn register_if_ready(self: &Arc<Self>, channel: &Arc<str>) -> Option<WakeHandle> {
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map.lock();
         let entry = map.get_mut(channel)?;
         if !*entry.ready.borrow() {
             return None;
@@ -136,11 +149,11 @@ impl Waiters {
     }
 
     fn unregister(&self, channel: &Arc<str>) {
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map.lock();
         let Some(entry) = map.get_mut(channel) else {
             return;
         };
-        entry.refs -= 1;
+        entry.refs = entry.refs.saturating_sub(1);
         if entry.refs == 0 {
             map.remove(channel);
             drop(map);
@@ -149,7 +162,7 @@ impl Waiters {
     }
 
     fn changed(&self, channel: &Arc<str>) {
-        if let Some(changes) = &self.changes {
+        if let Some(changes) = &*self.changes.lock() {
             let _ = changes.send(channel.clone());
         }
     }
@@ -157,7 +170,7 @@ impl Waiters {
     /// A release message for `channel`: wakes one waiter of this process,
     /// if it has any (see [`Wake::message`]).
     pub(crate) fn wake_one(&self, channel: &str) {
-        if let Some(entry) = self.map.lock().unwrap().get(channel) {
+        if let Some(entry) = self.map.lock().get(channel) {
             entry.wake.message();
         }
     }
@@ -167,18 +180,12 @@ impl Waiters {
     /// woken waiter has made its attempt. `false`: that release deleted
     /// nothing after all.
     pub(crate) fn expect_wake(&self, channel: &str, expected: bool) {
-        let Some(entry) = self
-            .map
-            .lock()
-            .unwrap()
-            .get(channel)
-            .map(|e| e.wake.clone())
-        else {
+        let Some(entry) = self.map.lock().get(channel).map(|e| e.wake.clone()) else {
             return;
         };
-        let mut hand_off = entry.hand_off.lock().unwrap();
+        let mut hand_off = entry.hand_off.lock();
         if expected {
-            hand_off.until = Some(Instant::now() + HAND_OFF_GRACE);
+            hand_off.until = Instant::now().checked_add(HAND_OFF_GRACE);
         } else if !hand_off.woken {
             let held = std::mem::take(&mut hand_off.held_message);
             hand_off.until = None;
@@ -194,40 +201,40 @@ impl Waiters {
     /// trip. The release's message, when it comes, is held until that waiter
     /// has made its attempt (dropped if it got the lock).
     pub(crate) fn wake_local(&self, channel: &str) {
-        if let Some(entry) = self.map.lock().unwrap().get(channel) {
-            let mut hand_off = entry.wake.hand_off.lock().unwrap();
+        if let Some(entry) = self.map.lock().get(channel) {
+            let mut hand_off = entry.wake.hand_off.lock();
             entry.wake.wake(&mut hand_off);
         }
     }
 
     /// Wakes every waiter (after a reconnect, when messages may have been lost).
     pub(crate) fn wake_all(&self) {
-        for entry in self.map.lock().unwrap().values() {
-            *entry.wake.hand_off.lock().unwrap() = HandOff::default();
+        for entry in self.map.lock().values() {
+            *entry.wake.hand_off.lock() = HandOff::default();
             entry.wake.notify.notify_waiters();
         }
     }
 
     /// Whether `channel` has waiters.
     pub(crate) fn is_wanted(&self, channel: &str) -> bool {
-        self.map.lock().unwrap().contains_key(channel)
+        self.map.lock().contains_key(channel)
     }
 
     /// Every channel that has waiters.
     pub(crate) fn channels(&self) -> Vec<Arc<str>> {
-        self.map.lock().unwrap().keys().cloned().collect()
+        self.map.lock().keys().cloned().collect()
     }
 
     /// Marks the subscription of `channel` as confirmed (or not) by the server.
     pub(crate) fn set_ready(&self, channel: &str, ready: bool) {
-        if let Some(entry) = self.map.lock().unwrap().get(channel) {
+        if let Some(entry) = self.map.lock().get(channel) {
             entry.ready.send_replace(ready);
         }
     }
 
     /// Marks every subscription unconfirmed (the connection is gone).
     pub(crate) fn set_all_unready(&self) {
-        for entry in self.map.lock().unwrap().values() {
+        for entry in self.map.lock().values() {
             entry.ready.send_replace(false);
         }
     }
@@ -278,7 +285,7 @@ impl WakeHandle {
         if self.woken {
             return None;
         }
-        let until = self.wake.hand_off.lock().unwrap().until?;
+        let until = self.wake.hand_off.lock().until?;
         (Instant::now() < until).then_some(until)
     }
 

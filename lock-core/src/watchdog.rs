@@ -1,125 +1,220 @@
 //! The watchdog: one driver per client that renews every watchdog-mode lock
 //! of the client in one pipelined batch per node every lease/3.
+//!
+//! The driver is a [`Supervised`] task: it runs on the runtime of the code
+//! that holds the locks, is started again there when its task is gone (a
+//! dropped runtime, a panic), and stops when it has no lock left or the
+//! client is gone. The list of locks lives here, not in the task, so a new
+//! driver picks them all up. A lock's loss does not wait for a renewal
+//! round: `HeldLock::lost` fires at the local lease deadline by itself.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{RenewItem, Renewal};
-use crate::client::ClientInner;
-use crate::guard::{HeldLock, HoldState};
+use crate::backend::{Backend, RenewItem, Renewal};
+use crate::held::{HeldLock, HoldState};
+use crate::sync::Mutex;
+use crate::task::Supervised;
 
-/// The locks a client's watchdog renews.
-#[derive(Debug, Default)]
-pub(crate) struct WatchdogState {
-    locks: HashMap<u64, Weak<HeldLock>>,
-    running: bool,
+/// The renewal of one client's watchdog-mode locks.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
 }
 
-impl WatchdogState {
-    /// How many locks are renewed.
-    pub(crate) fn len(&self) -> usize {
-        self.locks.len()
-    }
+#[derive(Debug)]
+struct Shared {
+    backend: Arc<dyn Backend>,
+    lease: Duration,
+    locks: Mutex<HashMap<u64, Weak<HeldLock>>>,
+    driver: Supervised,
+    rounds: AtomicU64,
 }
 
-impl ClientInner {
-    /// Starts renewing `lock` (and the driver, when it is not running).
-    pub(crate) fn watchdog_track(self: &Arc<Self>, lock: &Arc<HeldLock>) {
-        let mut state = self.watchdog.lock().unwrap();
-        state.locks.insert(lock.id, Arc::downgrade(lock));
-        if !state.running {
-            state.running = true;
-            self.spawn(run(Arc::downgrade(self)));
+impl Watchdog {
+    /// A watchdog renewing with `lease` every lease/3.
+    pub(crate) fn new(backend: Arc<dyn Backend>, lease: Duration) -> Self {
+        Watchdog {
+            shared: Arc::new(Shared {
+                backend,
+                lease,
+                locks: Mutex::default(),
+                driver: Supervised::default(),
+                rounds: AtomicU64::new(0),
+            }),
         }
+    }
+
+    /// Starts renewing `lock` (and the driver, when it is not running).
+    pub(crate) fn track(&self, lock: &Arc<HeldLock>) {
+        let mut locks = self.shared.locks.lock();
+        locks.insert(lock.id, Arc::downgrade(lock));
+        // Under the list's lock: a driver that is just ending (it found the
+        // list empty under this lock) has already said so.
+        self.start(&locks);
+    }
+
+    /// Makes sure a driver runs while there are locks to renew (its runtime
+    /// may have gone since it was started).
+    pub(crate) fn ensure_running(&self) {
+        let locks = self.shared.locks.lock();
+        if !locks.is_empty() {
+            self.start(&locks);
+        }
+    }
+
+    fn start(&self, _locks: &HashMap<u64, Weak<HeldLock>>) {
+        let shared = Arc::downgrade(&self.shared);
+        self.shared.driver.ensure(move || run(shared));
     }
 
     /// Stops renewing `lock`; returns whether it was being renewed.
-    pub(crate) fn watchdog_forget(&self, lock: &HeldLock) -> bool {
-        self.watchdog
-            .lock()
-            .unwrap()
-            .locks
-            .remove(&lock.id)
-            .is_some()
+    pub(crate) fn forget(&self, lock: &HeldLock) -> bool {
+        self.shared.locks.lock().remove(&lock.id).is_some()
     }
 
-    /// The locks to renew now; stops the driver (returns `None`) when there are none.
-    fn watchdog_snapshot(&self) -> Option<Vec<Arc<HeldLock>>> {
-        let mut state = self.watchdog.lock().unwrap();
-        state.locks.retain(|_, lock| lock.strong_count() > 0);
-        if state.locks.is_empty() {
-            state.running = false;
+    /// How many locks are renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.locks.lock().len()
+    }
+
+    /// How many renewal rounds ran.
+    pub(crate) fn rounds(&self) -> u64 {
+        self.shared.rounds.load(Ordering::Relaxed)
+    }
+}
+
+impl Shared {
+    /// The locks to renew now; `None` (and the driver ends) when there are none.
+    fn snapshot(&self) -> Option<Vec<Arc<HeldLock>>> {
+        let mut locks = self.locks.lock();
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        if locks.is_empty() {
+            self.driver.finished();
             return None;
         }
         Some(
-            state
-                .locks
+            locks
                 .values()
                 .filter_map(Weak::upgrade)
                 .filter(|lock| lock.state() == HoldState::Held)
                 .collect(),
         )
     }
+
+    /// Renews `locks` once; returns the delay until the next round.
+    async fn renew_round(&self, locks: &[Arc<HeldLock>]) -> Duration {
+        let period = self.lease / 3;
+        if locks.is_empty() {
+            return period;
+        }
+        let items: Vec<RenewItem> = locks
+            .iter()
+            .map(|lock| (lock.key.clone(), lock.owner.clone()))
+            .collect();
+        let sent = Instant::now();
+        let outcomes = self.backend.renew(&items, self.lease).await;
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut failed = false;
+        for (lock, outcome) in locks.iter().zip(outcomes) {
+            match outcome {
+                Renewal::Renewed => lock.renewed(sent),
+                // A lock released while this round was in flight is gone
+                // because of its release, not lost: only tracked locks count.
+                Renewal::Gone => {
+                    if self.locks.lock().remove(&lock.id).is_some() {
+                        lock.mark_lost("the lock was deleted, expired or taken over");
+                    }
+                }
+                Renewal::Failed(err) => {
+                    failed = true;
+                    tracing::warn!(key = %lock.key.name, error = %err, "lock renewal failed; retrying");
+                }
+            }
+            if lock.check_deadline() {
+                self.locks.lock().remove(&lock.id);
+            }
+        }
+        if failed {
+            // Retry soon: the lease deadline, not the period, is what counts now.
+            (period / 4).max(Duration::from_millis(20))
+        } else {
+            period
+        }
+    }
 }
 
-async fn run(client: Weak<ClientInner>) {
-    let mut delay = match client.upgrade() {
-        Some(client) => client.lease / 3,
+async fn run(shared: Weak<Shared>) {
+    let mut delay = match shared.upgrade() {
+        Some(shared) => shared.lease / 3,
         None => return,
     };
     loop {
         tokio::time::sleep(delay).await;
-        let Some(client) = client.upgrade() else {
+        let Some(shared) = shared.upgrade() else {
             return;
         };
-        let Some(locks) = client.watchdog_snapshot() else {
+        let Some(locks) = shared.snapshot() else {
             return;
         };
-        delay = renew_round(&client, &locks).await;
+        delay = shared.renew_round(&locks).await;
     }
 }
 
-/// Renews `locks` once; returns the delay until the next round.
-async fn renew_round(client: &ClientInner, locks: &[Arc<HeldLock>]) -> Duration {
-    let period = client.lease / 3;
-    if locks.is_empty() {
-        return period;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryStore;
+    use crate::held::Lease;
+    use crate::name::LockKey;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
     }
-    let items: Vec<RenewItem> = locks
-        .iter()
-        .map(|lock| (lock.key.clone(), lock.owner.clone()))
-        .collect();
-    let sent = Instant::now();
-    let outcomes = client.backend.renew(&items, client.lease).await;
-    client.stats.renewal_rounds.fetch_add(1, Ordering::Relaxed);
-    let mut failed = false;
-    for (lock, outcome) in locks.iter().zip(outcomes) {
-        match outcome {
-            Renewal::Renewed => lock.renewed(sent, client.lease),
-            // A lock released while this round was in flight is gone
-            // because of its release, not lost: only tracked locks count.
-            Renewal::Gone => {
-                if client.watchdog_forget(lock) {
-                    lock.mark_lost("the lock was deleted, expired or taken over");
-                }
-            }
-            Renewal::Failed(err) => {
-                failed = true;
-                tracing::warn!(key = %lock.key.name, error = %err, "lock renewal failed; retrying");
-                if Instant::now() >= lock.valid_until() && client.watchdog_forget(lock) {
-                    lock.mark_lost("the lease could not be renewed before it ran out");
-                }
-            }
-        }
-    }
-    if failed {
-        // Retry soon: the lease deadline, not the period, is what counts now.
-        (period / 4).max(Duration::from_millis(20))
-    } else {
-        period
+
+    #[test]
+    fn locks_are_renewed_after_the_drivers_runtime_is_gone() {
+        let store = MemoryStore::new();
+        let lease = Duration::from_millis(150);
+        let watchdog = Watchdog::new(Arc::new(store.clone()), lease);
+        let key = LockKey::new("lock:", "w").unwrap();
+        let first = runtime();
+        let lock = first.block_on(async {
+            let sent = Instant::now();
+            crate::backend::Backend::acquire(&store, &key, "c:1", lease)
+                .await
+                .unwrap();
+            let lock = Arc::new(HeldLock::new(
+                key.clone(),
+                "c:1".into(),
+                1,
+                Lease::Watchdog(lease),
+                sent,
+            ));
+            watchdog.track(&lock);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            lock
+        });
+        drop(first); // the driver goes with it
+        let rounds = watchdog.rounds();
+        runtime().block_on(async {
+            watchdog.ensure_running();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert!(
+                watchdog.rounds() >= rounds + 3,
+                "{} rounds",
+                watchdog.rounds()
+            );
+            assert!(lock.is_held());
+            assert_eq!(store.held(), 1);
+        });
     }
 }

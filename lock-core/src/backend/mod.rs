@@ -1,23 +1,29 @@
-//! The storage behind the locks: one Redis master (standalone or through
-//! Sentinel), a Redis Cluster, Redlock over independent masters, or the
-//! in-memory store.
+//! The storage behind the locks, behind one crate-private trait: one Redis
+//! master, standalone or found through Sentinel (`standalone/`), a Redis
+//! Cluster (`cluster/`), Redlock over independent masters (`redlock/`), and
+//! the in-memory store (`memory/`). The Redis backends share the wire
+//! protocol in `redis/` (scripts, the one command path, reply parsing,
+//! inspection).
 //!
-//! All answer the same operations (acquire, release, renew a batch) with the
-//! same semantics; everything above them (reentrancy, the watchdog, waiting)
-//! is shared.
+//! Every backend answers the same operations with the same semantics;
+//! everything above them (reentrancy, the watchdog, waiting, hand-off) is
+//! shared and knows no backend by name.
 
 pub(crate) mod cluster;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
-pub(crate) mod sentinel;
+pub(crate) mod standalone;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::key::LockKey;
-use crate::wake::{WaitSet, Waiters};
-use crate::{BackendError, LockError};
+use futures_util::future::BoxFuture;
+
+use crate::name::LockKey;
+use crate::wake::WaitSet;
+use crate::{BackendError, LockError, LockInfo};
 
 pub use memory::MemoryStore;
 
@@ -44,125 +50,69 @@ pub(crate) enum Renewal {
 /// A lock to renew: its key and owner.
 pub(crate) type RenewItem = (LockKey, Arc<str>);
 
-#[derive(Debug)]
-pub(crate) enum Backend {
-    Redis(Box<redis::RedisBackend>),
-    Cluster(Box<cluster::ClusterBackend>),
-    Redlock(Box<redlock::RedlockBackend>),
-    Memory(MemoryStore),
-}
+/// What every backend does. Leases passed in are in range (checked by
+/// `lease.rs` at the API's edge).
+pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// What the backend talks to, for messages: `host:port`, `memory`, ...
+    fn server(&self) -> &str;
 
-impl Backend {
-    pub(crate) async fn acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
+    /// One acquisition attempt for `owner`: takes the lock when it is free
+    /// (new fencing token) or already `owner`'s (same token), else `Busy`.
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
         lease: Duration,
-    ) -> Result<Attempt, LockError> {
-        match self {
-            Backend::Redis(redis) => redis.acquire(key, owner, lease).await,
-            Backend::Cluster(cluster) => cluster.acquire(key, owner, lease).await,
-            Backend::Redlock(redlock) => redlock.acquire(key, owner, lease).await,
-            Backend::Memory(store) => Ok(store.acquire(key, owner, lease)),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Attempt, LockError>>;
 
-    pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        match self {
-            Backend::Redis(redis) => redis.release(key, owner).await,
-            Backend::Cluster(cluster) => cluster.release(key, owner).await,
-            Backend::Redlock(redlock) => redlock.release(key, owner).await,
-            Backend::Memory(store) => Ok(store.release(key, Some(owner))),
-        }
-    }
+    /// Deletes the lock when `owner` holds it and wakes a waiter; returns
+    /// whether it deleted it.
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
 
-    pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        match self {
-            Backend::Redis(redis) => redis.force_release(key).await,
-            Backend::Cluster(cluster) => cluster.force_release(key).await,
-            Backend::Redlock(redlock) => redlock.force_release(key).await,
-            Backend::Memory(store) => Ok(store.release(key, None)),
-        }
-    }
+    /// Takes back a grant to `owner` that was never turned into a guard:
+    /// deletes `owner`'s entry, and wakes a waiter only when that freed the
+    /// lock. Returns whether it deleted anything.
+    fn rollback<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
 
-    /// Renews every item; one round trip per node.
-    pub(crate) async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
-        match self {
-            Backend::Redis(redis) => redis.renew(items, lease).await,
-            Backend::Cluster(cluster) => cluster.renew(items, lease).await,
-            Backend::Redlock(redlock) => redlock.renew(items, lease).await,
-            Backend::Memory(store) => items
-                .iter()
-                .map(|(key, owner)| match store.renew(key, owner, lease) {
-                    true => Renewal::Renewed,
-                    false => Renewal::Gone,
-                })
-                .collect(),
-        }
-    }
+    /// Deletes the lock whoever holds it and wakes a waiter.
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
 
-    /// Registers a waiter for the release of `key`.
-    pub(crate) fn waiter(&self, key: &LockKey) -> WaitSet {
-        WaitSet::new(match self {
-            Backend::Redis(redis) => vec![redis.waiter(key)],
-            Backend::Cluster(cluster) => vec![cluster.waiter(key)],
-            Backend::Redlock(redlock) => redlock.waiters(key),
-            Backend::Memory(store) => vec![store.waiter(key)],
-        })
-    }
+    /// Extends the lease of every item still held by its owner; one round
+    /// trip per node. One outcome per item, in order.
+    fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>>;
 
-    /// Registers a waiter for the release of `key` when that costs nothing:
-    /// other waiters of this client already follow its channel.
-    pub(crate) fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
-        let handle = match self {
-            Backend::Redis(redis) => redis.waiters().register_if_ready(&key.channel),
-            Backend::Cluster(cluster) => cluster.waiters().register_if_ready(&key.channel),
-            // One confirmed subscription of N does not cover the first
-            // attempt: Redlock registers the usual way.
-            Backend::Redlock(_) => None,
-            Backend::Memory(store) => Some(store.waiter(key)),
-        };
-        handle.map(|handle| WaitSet::new(vec![handle]))
-    }
+    /// Registers a waiter for the release of `key` (starting or restarting
+    /// the backend's wake-up subscriber on the current runtime as needed).
+    fn waiter(&self, key: &LockKey) -> WaitSet;
 
-    /// The local waiter registries this backend wakes from.
-    fn local_waiters(&self) -> Vec<&Arc<Waiters>> {
-        match self {
-            Backend::Redis(redis) => vec![redis.waiters()],
-            Backend::Cluster(cluster) => vec![cluster.waiters()],
-            // Redlock waiters follow N channels and simply attempt when any
-            // wakes them; the store's release wakes a waiter synchronously.
-            Backend::Redlock(_) | Backend::Memory(_) => Vec::new(),
-        }
-    }
+    /// Registers a waiter for the release of `key` only when that costs
+    /// nothing and covers the caller's next attempt: other waiters of this
+    /// client already follow its channel and the subscription is confirmed.
+    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet>;
 
-    /// Tells this client's waiters of `key` that a release of theirs is on
-    /// its way (`true`) or deleted nothing after all (`false`).
-    pub(crate) fn expect_wake(&self, key: &LockKey, expected: bool) {
-        for waiters in self.local_waiters() {
-            waiters.expect_wake(&key.channel, expected);
-        }
-    }
+    /// This client's release of `key` is on its way (`true`) or deleted
+    /// nothing after all (`false`): see `wake.rs`.
+    fn expect_wake(&self, _key: &LockKey, _expected: bool) {}
 
-    /// This client's release of `key` is queued on the connection: wakes one
-    /// of this client's waiters now, so its attempt follows the release.
-    pub(crate) fn wake_local(&self, key: &LockKey) {
-        match self {
-            Backend::Redis(redis) => redis.waiters().wake_local(&key.channel),
-            Backend::Cluster(cluster) => cluster.waiters().wake_local(&key.channel),
-            // A Redlock release goes to N connections: no single queue to
-            // follow it on. The release messages wake the waiters.
-            Backend::Redlock(_) | Backend::Memory(_) => {}
-        }
-    }
+    /// This client's release of `key` is queued on the command connection:
+    /// wake one of this client's waiters now, so its attempt follows it.
+    fn wake_local(&self, _key: &LockKey) {}
 
-    /// The server, for messages: `host:port`, or `memory`.
-    pub(crate) fn server(&self) -> &str {
-        match self {
-            Backend::Redis(redis) => redis.server(),
-            Backend::Cluster(cluster) => cluster.server(),
-            Backend::Redlock(redlock) => redlock.server(),
-            Backend::Memory(_) => "memory",
-        }
-    }
+    /// What the backend knows about `key`.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;
+
+    /// Every held lock of `prefix` whose name starts with `name_prefix`.
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>>;
 }

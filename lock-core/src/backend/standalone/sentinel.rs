@@ -3,7 +3,8 @@
 
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use super::redis::{bounded, server_name, RedisSettings};
+use crate::backend::redis::command::bounded;
+use crate::backend::redis::{server_name, RedisSettings};
 use crate::{BackendError, LockError};
 
 /// The sentinels of one master name.
@@ -37,7 +38,10 @@ impl Sentinel {
         let mut last_error = None;
         for sentinel in &self.sentinels {
             match self.ask(sentinel, settings).await {
-                Ok(Some((host, port))) => return Ok(self.master_client(sentinel, host, port)),
+                Ok(Some((host, port))) => match self.master_client(sentinel, host, port) {
+                    Ok(client) => return Ok(client),
+                    Err(err) => last_error = Some(err),
+                },
                 Ok(None) => {
                     last_error = Some(BackendError::Protocol(format!(
                         "sentinel does not know master `{}`",
@@ -72,7 +76,12 @@ impl Sentinel {
         .await
     }
 
-    fn master_client(&self, sentinel: &redis::Client, host: String, port: u16) -> redis::Client {
+    fn master_client(
+        &self,
+        sentinel: &redis::Client,
+        host: String,
+        port: u16,
+    ) -> Result<redis::Client, BackendError> {
         let template: &ConnectionInfo = sentinel.get_connection_info();
         let addr = match template.addr() {
             ConnectionAddr::TcpTls {
@@ -87,7 +96,6 @@ impl Sentinel {
             },
             _ => ConnectionAddr::Tcp(host, port),
         };
-        redis::Client::open(template.clone().set_addr(addr))
-            .expect("a sentinel's connection info with another address is valid")
+        Ok(redis::Client::open(template.clone().set_addr(addr))?)
     }
 }

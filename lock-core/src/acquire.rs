@@ -1,0 +1,336 @@
+//! Acquisition: one attempt, waiting for a busy lock (pub/sub wake-up,
+//! in-client hand-off, a nap bounded by the holder's lease), re-entry in a
+//! scope, and the rollback of a grant whose acquisition was abandoned.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::time::Instant;
+
+use crate::backend::Attempt;
+use crate::core::ClientCore;
+use crate::held::{HeldLock, Lease};
+use crate::lease::{self, Wait};
+use crate::name::LockKey;
+use crate::scope::{Attempting, Scope};
+use crate::LockError;
+
+/// A lock just acquired (or re-entered) by `scope`.
+pub(crate) struct Acquired {
+    pub(crate) lock: Arc<HeldLock>,
+    pub(crate) scope: Arc<Scope>,
+}
+
+/// Acquires lock `name` of `core`, waiting as `wait` says, with a fixed
+/// `lease` or (when `None`) in watchdog mode.
+pub(crate) async fn acquire(
+    core: &Arc<ClientCore>,
+    name: &str,
+    wait: Wait,
+    lease: Option<Duration>,
+) -> Result<Acquired, LockError> {
+    let key = core.key(name)?;
+    let lease = match lease {
+        None => Lease::Watchdog(core.lease),
+        Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),
+    };
+    core.ensure_background();
+    let scope = match Scope::current(&core.id) {
+        Some(scope) => {
+            if let Some(lock) = scope.reenter(&key.name) {
+                if !lock.is_held() {
+                    scope.drop_hold(&lock); // not the last: the outer guard holds one
+                    return Err(LockError::LeaseLost {
+                        key: key.name.to_string(),
+                        reason: "the lock re-entered was lost",
+                    });
+                }
+                tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
+                return Ok(Acquired { lock, scope });
+            }
+            scope
+        }
+        None => core.new_scope(),
+    };
+    let request = Request {
+        core,
+        key: &key,
+        scope: &scope,
+        lease,
+    };
+    let lock = request.run(wait).await?;
+    Ok(Acquired { lock, scope })
+}
+
+/// One acquisition in progress.
+struct Request<'a> {
+    core: &'a Arc<ClientCore>,
+    key: &'a LockKey,
+    scope: &'a Arc<Scope>,
+    lease: Lease,
+}
+
+impl Request<'_> {
+    /// Attempts, and waits between attempts while the lock is busy.
+    async fn run(&self, wait: Wait) -> Result<Arc<HeldLock>, LockError> {
+        let core = self.core;
+        let key = self.key;
+        let started = Instant::now();
+        let waits = wait != Wait::Once;
+        // When other waiters of this client already follow the lock's
+        // channel, registering is free: do it first, and the first attempt is
+        // already covered by a wake-up.
+        let waiter = if waits {
+            core.backend.waiter_if_subscribed(key)
+        } else {
+            None
+        };
+        // A lock that another scope of this client holds is busy: a waiter
+        // need not ask the server until that holder releases it (its release
+        // wakes us) or its lease runs out on the local clock.
+        let held_here = waits && core.held_elsewhere(&key.name, &self.scope.owner).is_some();
+        let first = if waiter.is_none() && !held_here {
+            match self.attempt().await {
+                Ok(Ok(lock)) => return Ok(lock),
+                Ok(Err(_)) => Ok(()),
+                Err(err) => Err(err),
+            }
+        } else {
+            Ok(())
+        };
+        let deadline = wait.deadline(started);
+        match (wait, first) {
+            (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => return Err(err),
+            (Wait::Once, Err(err)) => return Err(err),
+            (Wait::Once, Ok(())) => {
+                return Err(LockError::Busy {
+                    key: key.name.to_string(),
+                })
+            }
+            _ => {}
+        }
+        tracing::debug!(key = %key.name, wait = ?wait, "waiting for lock");
+        // Register before the next attempt: a release between that attempt
+        // and the wait below still wakes us.
+        let mut waiter = match waiter {
+            Some(waiter) => waiter,
+            None => {
+                let mut waiter = core.backend.waiter(key);
+                if !waiter.ready(core.response_timeout).await {
+                    tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+                }
+                waiter
+            }
+        };
+        loop {
+            // The attempt after registering is the one that counts: a release
+            // before it is seen by it, a release after it wakes us. Without
+            // asking the server, the lock is busy while another scope of this
+            // client holds it (a holder is forgotten before its release is
+            // sent, so its wake-up finds it gone) or while a waiter of this
+            // client woken by its release is taking it.
+            let ttl = if let Some(holder) = core.held_elsewhere(&key.name, &self.scope.owner) {
+                // A wake-up taken here found the lock held again: its
+                // holder's release will wake the next waiter.
+                waiter.attempted(true);
+                Some(
+                    holder
+                        .valid_until()
+                        .saturating_duration_since(Instant::now()),
+                )
+            } else if let Some(until) = waiter.hand_off_elsewhere() {
+                Some(until.saturating_duration_since(Instant::now()))
+            } else {
+                let attempt = self.attempt().await;
+                waiter.attempted(matches!(attempt, Ok(Ok(_))));
+                match attempt {
+                    Ok(Ok(lock)) => return Ok(lock),
+                    Ok(Err(ttl)) => ttl,
+                    // Redlock without a majority of masters answering: retry
+                    // after a random delay (so that competing clients do not
+                    // collide again), until the deadline.
+                    Err(err @ LockError::QuorumNotReached { .. }) => {
+                        let now = Instant::now();
+                        let left =
+                            deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+                        if left.is_zero() {
+                            return Err(err);
+                        }
+                        tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                        let jitter = Duration::from_millis(rand::random_range(20..200));
+                        tokio::time::sleep(jitter.min(left)).await;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Err(LockError::TimedOut {
+                    key: key.name.to_string(),
+                    waited: now.saturating_duration_since(started),
+                });
+            }
+            // A lost wake-up costs latency, never liveness: sleep at most
+            // until the holder's lease runs out (or our deadline, when one
+            // last attempt is made).
+            let nap = ttl
+                .unwrap_or(core.lease)
+                .saturating_add(Duration::from_millis(1));
+            tokio::select! {
+                _ = waiter.notified() => {}
+                _ = tokio::time::sleep_until(lease::nap_until(now, nap, deadline)) => {}
+            }
+        }
+    }
+
+    /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
+    async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
+        let sent = Instant::now();
+        let mut pending = PendingGrant {
+            core: self.core,
+            key: self.key,
+            scope: self.scope,
+            // Counted from before the request until the grant is in the
+            // scope (or the attempt is over): a rollback of an abandoned
+            // grant of this scope meanwhile would delete what this attempt
+            // takes over.
+            claim: Some(self.scope.attempting(&self.key.name)),
+            lease: self.lease.duration(),
+            armed: true,
+            uncertain: false,
+        };
+        let reply = self
+            .core
+            .backend
+            .acquire(self.key, &self.scope.owner, self.lease.duration())
+            .await;
+        let token = match reply {
+            Ok(Attempt::Acquired { token }) => token,
+            Ok(Attempt::Busy { ttl }) => {
+                pending.armed = false;
+                return Ok(Err(ttl));
+            }
+            // The request may have been granted without us hearing of it:
+            // `pending` takes it back on drop.
+            Err(err) => {
+                pending.uncertain = true;
+                return Err(err);
+            }
+        };
+        let lock = Arc::new(HeldLock::new(
+            self.key.clone(),
+            self.scope.owner.clone(),
+            token,
+            self.lease,
+            sent,
+        ));
+        if !lock.is_held() {
+            // The answer came after the lease had run out on the local clock
+            // (a server that hung): no lock to hand out. `pending` takes it back.
+            return Err(LockError::LeaseLost {
+                key: self.key.name.to_string(),
+                reason: "the grant was answered after its lease had run out",
+            });
+        }
+        pending.armed = false;
+        let (lock, first) = self.scope.insert(lock);
+        if first {
+            self.core.holder_insert(&lock);
+            if lock.is_watchdog() {
+                self.core.watchdog.track(&lock);
+            }
+        }
+        tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "lock acquired");
+        Ok(Ok(lock))
+    }
+}
+
+/// Takes back a grant whose answer was not turned into a guard (the acquire
+/// future was dropped mid-request, or the answer timed out or came too late).
+struct PendingGrant<'a> {
+    core: &'a Arc<ClientCore>,
+    key: &'a LockKey,
+    scope: &'a Arc<Scope>,
+    claim: Option<Attempting<'a>>,
+    lease: Duration,
+    armed: bool,
+    /// The request failed without an answer: it may still execute later.
+    uncertain: bool,
+}
+
+impl Drop for PendingGrant<'_> {
+    fn drop(&mut self) {
+        // This attempt no longer claims the lock (before its rollback can
+        // run, which would otherwise take the claim for a live acquisition).
+        drop(self.claim.take());
+        if !self.armed {
+            return;
+        }
+        let core = self.core.clone();
+        let key = self.key.clone();
+        let scope = self.scope.clone();
+        let (lease, uncertain) = (self.lease, self.uncertain);
+        self.core.janitor.spawn(Box::new(move || {
+            rollback(core.clone(), key.clone(), scope.clone(), lease, uncertain).boxed()
+        }));
+    }
+}
+
+/// The rollback of an abandoned grant to `scope`: quiet (it wakes waiters
+/// only when it freed the lock) and exact (never while the scope holds or is
+/// acquiring the lock, so it cannot delete a hold the scope took over).
+///
+/// A cancelled request went out on the same connection before the rollback,
+/// so one rollback suffices. A request that timed out may still sit
+/// unexecuted in a stalled server's buffer, or in a connection that was
+/// replaced: the rollback is repeated until such a grant would have expired.
+async fn rollback(
+    core: Arc<ClientCore>,
+    key: LockKey,
+    scope: Arc<Scope>,
+    lease: Duration,
+    uncertain: bool,
+) {
+    let give_up = Instant::now()
+        .checked_add(lease.max(Duration::from_secs(1)))
+        .unwrap_or_else(Instant::now);
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let mut sent = std::pin::pin!(core.backend.rollback(&key, &scope.owner));
+        // The claim check and the first poll (which queues the command on the
+        // connection) happen under the scope's lock: an acquisition of the
+        // scope that starts after the check is queued after the rollback.
+        let first = std::future::poll_fn(|cx| {
+            Poll::Ready(scope.if_unclaimed(&key.name, || sent.as_mut().poll(cx)))
+        })
+        .await;
+        let outcome = match first {
+            None => return, // the scope holds (or is taking) the lock: it is not abandoned
+            Some(Poll::Ready(outcome)) => outcome,
+            Some(Poll::Pending) => sent.await,
+        };
+        match outcome {
+            Ok(true) => {
+                tracing::debug!(key = %key.name, "rolled back a grant whose acquisition was abandoned");
+                return;
+            }
+            Ok(false) if !uncertain => return,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::debug!(key = %key.name, error = %err, "could not roll back an abandoned grant yet")
+            }
+        }
+        if Instant::now()
+            .checked_add(delay)
+            .is_none_or(|next| next > give_up)
+        {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = delay.saturating_mul(2).min(Duration::from_secs(5));
+    }
+}

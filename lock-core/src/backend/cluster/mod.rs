@@ -1,0 +1,478 @@
+//! Redis Cluster: every key and the wake-up channel of a lock share one hash
+//! tag, so each command runs on the one master that owns the lock's slot;
+//! wake-ups use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, `subscriber.rs`)
+//! on that shard, and renewals are pipelined per master.
+
+mod subscriber;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::Value;
+
+use self::subscriber::ShardedSubscriber;
+use super::redis::command::{self, bounded, Replies, Routed};
+use super::redis::reply::{self, command_error};
+use super::redis::scripts::{self, Scripts};
+use super::redis::{inspect, RedisSettings};
+use super::standalone::node::connect_error;
+use super::{Attempt, Backend, RenewItem, Renewal};
+use crate::name::LockKey;
+use crate::sync::Mutex;
+use crate::task::Supervised;
+use crate::wake::{WaitSet, Waiters};
+use crate::{lease, BackendError, LockError, LockInfo};
+
+/// Makes a client builder for the cluster's seed nodes, with the user's
+/// TLS settings (the builder is not `Clone`).
+pub(crate) type MakeBuilder = Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>;
+
+/// Slot ranges and the `host:port` of their masters.
+type SlotMap = Vec<(u16, u16, String)>;
+
+/// A Redis Cluster, reached through any of its nodes.
+pub(crate) struct ClusterBackend {
+    conn: ClusterConnection,
+    /// Builds the clients of the command and subscription connections.
+    make_builder: MakeBuilder,
+    label: String,
+    settings: RedisSettings,
+    scripts: Scripts,
+    waiters: Arc<Waiters>,
+    subscriber: Supervised,
+    /// The masters of the slot ranges, as last read with `CLUSTER SLOTS`;
+    /// read again after a renewal round in which a lock failed (its slot may
+    /// have moved).
+    slot_map: Mutex<Option<Arc<SlotMap>>>,
+}
+
+impl std::fmt::Debug for ClusterBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBackend")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The timeouts and retries of every cluster connection.
+pub(crate) fn configure(
+    builder: ClusterClientBuilder,
+    settings: &RedisSettings,
+) -> ClusterClientBuilder {
+    builder
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .retries(3)
+}
+
+impl ClusterBackend {
+    /// Connects to the cluster that `make_builder` (seeded with node URLs) reaches.
+    pub(crate) async fn connect(
+        make_builder: MakeBuilder,
+        seeds: Vec<String>,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let label = format!("cluster {}", seeds.join(","));
+        let client: ClusterClient = configure(make_builder(), &settings)
+            .build()
+            .map_err(|err| connect_error(&label, err))?;
+        let conn =
+            match tokio::time::timeout(settings.connect_timeout, client.get_async_connection())
+                .await
+            {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(err)) => return Err(connect_error(&label, err)),
+                Err(_) => {
+                    return Err(LockError::Connect {
+                        server: label,
+                        source: BackendError::Timeout(settings.connect_timeout),
+                    })
+                }
+            };
+        let scripts = Scripts::new(true);
+        // SCRIPT LOAD without a node goes to every node.
+        let mut loading = Routed {
+            conn: conn.clone(),
+            node: None,
+        };
+        if let Err(err) = bounded(
+            settings.response_timeout,
+            command::Target::load(&mut loading, &scripts.all()),
+        )
+        .await
+        {
+            return Err(match err {
+                BackendError::Redis(err) => connect_error(&label, err),
+                source => LockError::Connect {
+                    server: label,
+                    source,
+                },
+            });
+        }
+        Ok(ClusterBackend {
+            conn,
+            make_builder,
+            label,
+            settings,
+            scripts,
+            waiters: Waiters::subscribed(),
+            subscriber: Supervised::default(),
+            slot_map: Mutex::new(None),
+        })
+    }
+
+    /// The target of `key`'s commands: routed by its keys (one slot).
+    fn by_key(&self) -> Routed {
+        Routed {
+            conn: self.conn.clone(),
+            node: None,
+        }
+    }
+
+    /// Sends `pipe` (`count` kept replies) to the master of the keys in it,
+    /// again after a dropped connection (MOVED and ASK are followed by the
+    /// cluster client).
+    async fn exec(&self, pipe: &redis::Pipeline, count: usize) -> Result<Replies, BackendError> {
+        let scripts = self.scripts.all();
+        let mut target = self.by_key();
+        let mut last = Err(BackendError::Protocol("not sent".into()));
+        for _ in 0..3 {
+            last = command::run(
+                &mut target,
+                pipe,
+                count,
+                &scripts,
+                self.settings.response_timeout,
+            )
+            .await;
+            match &last {
+                Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
+                    tracing::debug!(cluster = %self.label, error = %err, "retrying after a dropped connection");
+                }
+                _ => break,
+            }
+        }
+        last
+    }
+
+    /// Runs the one-command `pipe` on `key` and reads its integer reply.
+    async fn exec_int(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
+        match self
+            .exec(pipe, 1)
+            .await
+            .and_then(reply::first)
+            .and_then(reply::int)
+        {
+            Ok(n) => Ok(n),
+            Err(err) => Err(self.error(key, err).await),
+        }
+    }
+
+    async fn error(&self, key: &LockKey, err: BackendError) -> LockError {
+        command_error(
+            &mut self.by_key(),
+            self.settings.response_timeout,
+            key,
+            &self.label,
+            err,
+        )
+        .await
+    }
+
+    /// The master (`host:port`) of every slot range, from `CLUSTER SLOTS`.
+    async fn slot_masters(&self) -> Result<SlotMap, BackendError> {
+        let mut conn = self.conn.clone();
+        let reply = bounded(
+            self.settings.response_timeout,
+            conn.route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            ),
+        )
+        .await?;
+        let Value::Array(ranges) = reply else {
+            return Err(BackendError::Protocol(format!("CLUSTER SLOTS: {reply:?}")));
+        };
+        let mut masters = Vec::new();
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(node))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                continue;
+            };
+            let host = match node.first() {
+                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                Some(Value::SimpleString(host)) => host.clone(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = node.get(1) else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
+                continue;
+            };
+            masters.push((start, end, format!("{host}:{port}")));
+        }
+        Ok(masters)
+    }
+
+    /// The masters serving slots, as `(host, port)`.
+    async fn masters(&self) -> Result<Vec<(String, u16)>, BackendError> {
+        let mut masters: Vec<(String, u16)> = self
+            .slot_masters()
+            .await?
+            .into_iter()
+            .filter_map(|(_, _, node)| {
+                let (host, port) = node.rsplit_once(':')?;
+                Some((host.to_owned(), port.parse().ok()?))
+            })
+            .collect();
+        masters.sort();
+        masters.dedup();
+        Ok(masters)
+    }
+
+    /// Renews `items` with one pipeline per master (grouped by the current
+    /// slot map; a lock whose slot moved meanwhile fails this round and is
+    /// retried on the next, after the map is read again).
+    async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
+        let cached = self.slot_map.lock().clone();
+        let masters = match cached {
+            Some(masters) => masters,
+            None => match self.slot_masters().await {
+                Ok(masters) => {
+                    let masters = Arc::new(masters);
+                    *self.slot_map.lock() = Some(masters.clone());
+                    masters
+                }
+                Err(err) => return reply::failed_all(items.len(), &err),
+            },
+        };
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (key, _)) in items.iter().enumerate() {
+            let node = masters
+                .iter()
+                .find(|(start, end, _)| (*start..=*end).contains(&key.slot))
+                .map_or("", |(_, _, node)| node.as_str());
+            groups.entry(node).or_default().push(i);
+        }
+        let lease = lease::millis(lease);
+        let rounds = groups.into_values().map(|indices| async move {
+            let outcomes = self.renew_group(items, &indices, lease).await;
+            (indices, outcomes)
+        });
+        let mut renewals: Vec<Option<Renewal>> = (0..items.len()).map(|_| None).collect();
+        for (indices, outcomes) in futures_util::future::join_all(rounds).await {
+            for (i, outcome) in indices.into_iter().zip(outcomes) {
+                if let Some(slot) = renewals.get_mut(i) {
+                    *slot = Some(outcome);
+                }
+            }
+        }
+        let renewals: Vec<Renewal> = renewals
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Renewal::Failed(BackendError::Protocol("no reply".into())))
+            })
+            .collect();
+        if renewals.iter().any(|r| matches!(r, Renewal::Failed(_))) {
+            // A slot may have moved (failover, resharding): read the map
+            // again before the retry.
+            *self.slot_map.lock() = None;
+        }
+        renewals
+    }
+
+    /// Renews the locks at `indices` (all on one master) in one pipeline.
+    async fn renew_group(
+        &self,
+        items: &[RenewItem],
+        indices: &[usize],
+        lease: u64,
+    ) -> Vec<Renewal> {
+        let mut pipe = scripts::renewals();
+        let mut slot = None;
+        for (key, owner) in indices.iter().filter_map(|&i| items.get(i)) {
+            slot.get_or_insert(key.slot);
+            pipe.add_command(self.scripts.renew(key, owner, lease));
+        }
+        let Some(slot) = slot.and_then(Slot::new) else {
+            return Vec::new();
+        };
+        let mut target = Routed {
+            conn: self.conn.clone(),
+            node: Some(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+                slot,
+                SlotAddr::Master,
+            ))),
+        };
+        let scripts = self.scripts.all();
+        match command::run(
+            &mut target,
+            &pipe,
+            indices.len(),
+            &scripts,
+            self.settings.response_timeout,
+        )
+        .await
+        {
+            Ok(replies) => {
+                let mut replies = replies.into_iter();
+                indices
+                    .iter()
+                    .map(|_| match replies.next() {
+                        Some(reply) => reply::renewal(reply),
+                        None => Renewal::Failed(BackendError::Protocol("no reply".into())),
+                    })
+                    .collect()
+            }
+            Err(err) => reply::failed_all(indices.len(), &err),
+        }
+    }
+
+    async fn list(&self, prefix: &str, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
+        // SCAN walks one node: ask every master.
+        let masters = self.masters().await.map_err(|source| LockError::Backend {
+            key: format!("{}*", crate::name::display_name(name_prefix)),
+            server: self.label.clone(),
+            source,
+        })?;
+        let mut locks = Vec::new();
+        for (host, port) in masters {
+            let server = format!("{host}:{port}");
+            let mut target = Routed {
+                conn: self.conn.clone(),
+                node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+            };
+            let timeout = self.settings.response_timeout;
+            locks.extend(inspect::list(&mut target, prefix, name_prefix, timeout, &server).await?);
+        }
+        Ok(locks)
+    }
+}
+
+impl Backend for ClusterBackend {
+    fn server(&self) -> &str {
+        &self.label
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+        async move {
+            let pipe = self.scripts.acquire(key, owner, lease);
+            match self
+                .exec(&pipe, 1)
+                .await
+                .and_then(reply::first)
+                .and_then(reply::attempt)
+            {
+                Ok(attempt) => Ok(attempt),
+                Err(err) => Err(self.error(key, err).await),
+            }
+        }
+        .boxed()
+    }
+
+    /// `HDEL` of the owner's field (the hash's only one: an atomic
+    /// compare-and-delete) and `SPUBLISH` of the wake-up, pipelined to the
+    /// lock's master (both keys share its slot).
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            Ok(self
+                .exec_int(key, &self.scripts.release(key, owner))
+                .await?
+                == 1)
+        }
+        .boxed()
+    }
+
+    fn rollback<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            Ok(self
+                .exec_int(key, &self.scripts.rollback(key, owner))
+                .await?
+                == 1)
+        }
+        .boxed()
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move { Ok(self.exec_int(key, &self.scripts.force_release(key)).await? == 1) }.boxed()
+    }
+
+    fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
+        ClusterBackend::renew(self, items, lease).boxed()
+    }
+
+    fn waiter(&self, key: &LockKey) -> WaitSet {
+        let handle = self.waiters.register(&key.channel);
+        self.subscriber.ensure(|| {
+            ShardedSubscriber::new(
+                self.make_builder.clone(),
+                self.settings.clone(),
+                &self.waiters,
+                self.label.clone(),
+            )
+            .run()
+        });
+        WaitSet::new(vec![handle])
+    }
+
+    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
+        if !self.subscriber.is_running() {
+            return None;
+        }
+        let handle = self.waiters.register_if_ready(&key.channel)?;
+        Some(WaitSet::new(vec![handle]))
+    }
+
+    fn expect_wake(&self, key: &LockKey, expected: bool) {
+        self.waiters.expect_wake(&key.channel, expected);
+    }
+
+    fn wake_local(&self, key: &LockKey) {
+        self.waiters.wake_local(&key.channel);
+    }
+
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        async move {
+            // The lock's keys share a slot: the pipeline goes to its master.
+            inspect::inspect(
+                &mut self.by_key(),
+                key,
+                self.settings.response_timeout,
+                &self.label,
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
+        ClusterBackend::list(self, prefix, name_prefix).boxed()
+    }
+}

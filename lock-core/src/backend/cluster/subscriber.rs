@@ -1,0 +1,157 @@
+//! The task that owns the cluster's sharded subscriptions: one RESP3
+//! connection per master (the cluster client's), `SSUBSCRIBE`d to the
+//! channels that have waiters. The client resubscribes after reconnects and
+//! slot moves by itself; since messages may be lost meanwhile, a
+//! disconnection wakes every waiter. Its state (the channels with waiters)
+//! lives in [`Waiters`], so a task started again subscribes to all of them.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::{configure, MakeBuilder};
+use crate::backend::redis::command::bounded;
+use crate::backend::redis::RedisSettings;
+use crate::wake::Waiters;
+use crate::BackendError;
+
+pub(super) struct ShardedSubscriber {
+    make_builder: MakeBuilder,
+    settings: RedisSettings,
+    waiters: Weak<Waiters>,
+    changes: mpsc::UnboundedReceiver<Arc<str>>,
+    label: String,
+}
+
+impl ShardedSubscriber {
+    /// A subscriber that from now on receives `waiters`' changes.
+    pub(super) fn new(
+        make_builder: MakeBuilder,
+        settings: RedisSettings,
+        waiters: &Arc<Waiters>,
+        label: String,
+    ) -> Self {
+        ShardedSubscriber {
+            make_builder,
+            settings,
+            changes: waiters.follow(),
+            waiters: Arc::downgrade(waiters),
+            label,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+        let mut backoff = Duration::from_millis(50);
+        let mut conn = loop {
+            let connecting = async {
+                let client = configure((self.make_builder)(), &self.settings)
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(push_tx.clone())
+                    .build()?;
+                client.get_async_connection().await
+            };
+            match tokio::time::timeout(self.settings.connect_timeout, connecting).await {
+                Ok(Ok(conn)) => break conn,
+                Ok(Err(err)) => {
+                    tracing::warn!(cluster = %self.label, error = %err, "lock wake-up subscription failed; retrying")
+                }
+                Err(_) => {
+                    tracing::warn!(cluster = %self.label, "lock wake-up subscription timed out; retrying")
+                }
+            }
+            if self.waiters.strong_count() == 0 {
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2).min(Duration::from_secs(1));
+        };
+        let mut subscribed: HashSet<Arc<str>> = HashSet::new();
+        // Channels whose (un)subscription failed, retried on a timer.
+        let mut pending: HashSet<Arc<str>> = HashSet::new();
+        if let Some(waiters) = self.waiters.upgrade() {
+            pending.extend(waiters.channels());
+        }
+        loop {
+            if !pending.is_empty() {
+                let Some(waiters) = self.waiters.upgrade() else {
+                    return;
+                };
+                let changed: Vec<Arc<str>> = pending.drain().collect();
+                for channel in changed {
+                    if let Err(err) = self
+                        .reconcile(&mut conn, &waiters, &mut subscribed, &channel)
+                        .await
+                    {
+                        tracing::warn!(cluster = %self.label, channel = %channel, error = %err, "sharded subscription failed; retrying");
+                        pending.insert(channel);
+                    }
+                }
+            }
+            let retry = tokio::time::sleep(if pending.is_empty() {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_millis(200)
+            });
+            tokio::select! {
+                change = self.changes.recv() => {
+                    let Some(channel) = change else { return };
+                    pending.insert(channel);
+                    while let Ok(more) = self.changes.try_recv() {
+                        pending.insert(more);
+                    }
+                }
+                push = pushes.recv() => {
+                    let Some(push) = push else { return };
+                    let Some(waiters) = self.waiters.upgrade() else { return };
+                    match push.kind {
+                        PushKind::SMessage | PushKind::Message => {
+                            if let Some(channel) = push.data.first().and_then(channel_name) {
+                                waiters.wake_one(&channel);
+                            }
+                        }
+                        PushKind::Disconnection => waiters.wake_all(),
+                        _ => {}
+                    }
+                }
+                () = retry => {}
+            }
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        conn: &mut ClusterConnection,
+        waiters: &Waiters,
+        subscribed: &mut HashSet<Arc<str>>,
+        channel: &Arc<str>,
+    ) -> Result<(), BackendError> {
+        let timeout = self.settings.response_timeout;
+        match (waiters.is_wanted(channel), subscribed.contains(channel)) {
+            (true, false) => {
+                bounded(timeout, conn.ssubscribe(&**channel)).await?;
+                subscribed.insert(channel.clone());
+                waiters.set_ready(channel, true);
+            }
+            (true, true) => waiters.set_ready(channel, true),
+            (false, true) => {
+                bounded(timeout, conn.sunsubscribe(&**channel)).await?;
+                subscribed.remove(channel);
+            }
+            (false, false) => {}
+        }
+        Ok(())
+    }
+}
+
+fn channel_name(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}

@@ -1,0 +1,222 @@
+//! Read-only inspection of locks on one Redis node: one lock (`TYPE`,
+//! `HGETALL`, `PTTL`, `GET` of its counter, pipelined) or every lock of a
+//! prefix (`SCAN`, never `KEYS`, in batches of a few hundred keys, each
+//! batch read in one pipelined round trip).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+
+use super::command::{self, Target};
+use super::reply::is_wrong_type;
+use super::scripts;
+use crate::name::{self, LockKey};
+use crate::{BackendError, LockError, LockHolder, LockInfo};
+
+/// How many keys one `SCAN` step asks for (a hint to Redis, not a limit).
+const SCAN_COUNT: usize = 500;
+
+/// What `target` (the node `server`) knows about `key`.
+pub(crate) async fn inspect<T: Target>(
+    target: &mut T,
+    key: &LockKey,
+    timeout: Duration,
+    server: &str,
+) -> Result<LockInfo, LockError> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("TYPE").arg(&*key.lock);
+    pipe.cmd("HGETALL").arg(&*key.lock);
+    pipe.cmd("PTTL").arg(&*key.lock);
+    pipe.cmd("GET").arg(&*key.fence);
+    let backend_error = |source: BackendError| LockError::Backend {
+        key: key.name.to_string(),
+        server: server.to_owned(),
+        source,
+    };
+    let replies = command::run(target, &pipe, 4, &[], timeout)
+        .await
+        .map_err(backend_error)?;
+    let wrong_type = |redis_key: &str| LockError::WrongType {
+        key: key.name.to_string(),
+        redis_key: redis_key.to_owned(),
+    };
+    let [kind, fields, ttl, fence]: [RedisResult<Value>; 4] =
+        replies.try_into().map_err(|replies: Vec<_>| {
+            backend_error(BackendError::Protocol(format!(
+                "{} replies to a pipeline of 4",
+                replies.len()
+            )))
+        })?;
+    let kind: String = from_reply(kind).map_err(backend_error)?;
+    let holder = match kind.as_str() {
+        "none" => None,
+        "hash" => {
+            let fields = fields.map_err(|e| backend_error(e.into()))?;
+            let ttl = ttl.map_err(|e| backend_error(e.into()))?;
+            holder_from(fields, ttl).map_err(backend_error)?
+        }
+        _ => return Err(wrong_type(&key.lock)),
+    };
+    let last_fencing_token = match fence {
+        Ok(value) => fence_from(value).ok_or_else(|| wrong_type(&key.fence))?,
+        Err(err) if is_wrong_type(&err) => return Err(wrong_type(&key.fence)),
+        Err(err) => return Err(backend_error(err.into())),
+    };
+    Ok(LockInfo {
+        name: key.name.to_string(),
+        key: key.lock.to_string(),
+        fence_key: key.fence.to_string(),
+        holder,
+        last_fencing_token,
+    })
+}
+
+/// Every lock of `prefix` held on `target` (the node `server`) whose name
+/// starts with `name_prefix`.
+pub(crate) async fn list<T: Target>(
+    target: &mut T,
+    prefix: &str,
+    name_prefix: &str,
+    timeout: Duration,
+    server: &str,
+) -> Result<Vec<LockInfo>, LockError> {
+    let backend_error = |source: BackendError| LockError::Backend {
+        key: format!("{}*", name::display_name(name_prefix)),
+        server: server.to_owned(),
+        source,
+    };
+    let pattern = format!(
+        "{}{{{}*}}",
+        glob_escape(prefix),
+        glob_escape(&name::escape(name_prefix))
+    );
+    let mut locks = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .arg("TYPE")
+            .arg("hash");
+        let replies = command::run(target, &scripts::one(scan), 1, &[], timeout)
+            .await
+            .map_err(backend_error)?;
+        let (next, keys): (u64, Vec<Vec<u8>>) = replies
+            .into_iter()
+            .next()
+            .map(from_reply)
+            .unwrap_or_else(|| Err(BackendError::Protocol("no reply to SCAN".into())))
+            .map_err(backend_error)?;
+        let keys: Vec<(LockKey, String)> = keys
+            .into_iter()
+            .filter_map(|k| String::from_utf8(k).ok())
+            .filter_map(|k| {
+                let name = name::name_of(prefix, &k)?;
+                let key = LockKey::new(prefix, &name).ok()?;
+                (*key.lock == *k).then_some((key, name))
+            })
+            .collect();
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for (key, _) in &keys {
+                pipe.cmd("HGETALL").arg(&*key.lock);
+                pipe.cmd("PTTL").arg(&*key.lock);
+                pipe.cmd("GET").arg(&*key.fence);
+            }
+            let replies = command::run(target, &pipe, keys.len() * 3, &[], timeout)
+                .await
+                .map_err(backend_error)?;
+            let mut replies = replies.into_iter();
+            for (key, name) in keys {
+                let (Some(fields), Some(ttl), Some(fence)) =
+                    (replies.next(), replies.next(), replies.next())
+                else {
+                    return Err(backend_error(BackendError::Protocol(
+                        "too few replies to a pipeline".into(),
+                    )));
+                };
+                // Replaced by another type, or gone, since SCAN saw it.
+                let (Ok(fields), Ok(ttl)) = (fields, ttl) else {
+                    continue;
+                };
+                let Some(holder) = holder_from(fields, ttl).map_err(backend_error)? else {
+                    continue;
+                };
+                locks.push(LockInfo {
+                    name,
+                    key: key.lock.to_string(),
+                    fence_key: key.fence.to_string(),
+                    holder: Some(holder),
+                    last_fencing_token: fence.ok().and_then(fence_from).flatten(),
+                });
+            }
+        }
+        if next == 0 {
+            return Ok(locks);
+        }
+        cursor = next;
+    }
+}
+
+/// Escapes the glob characters of `SCAN MATCH` so that `s` matches itself.
+fn glob_escape(s: &str) -> String {
+    let mut escaped = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The holder recorded in a lock hash (`HGETALL` reply) with its `PTTL`;
+/// `None` for an empty (deleted) hash.
+fn holder_from(fields: Value, ttl: Value) -> Result<Option<LockHolder>, BackendError> {
+    // A map in RESP3, a flat array of pairs in RESP2; both parse into a map.
+    let fields: BTreeMap<String, String> = from_reply(Ok(fields))?;
+    let ttl: i64 = from_reply(Ok(ttl))?;
+    let holds = fields.len();
+    let Some((owner, token)) = fields.into_iter().next() else {
+        return Ok(None);
+    };
+    let fencing_token = token
+        .parse()
+        .map_err(|_| BackendError::Protocol(format!("fencing token `{token}` is not a number")))?;
+    Ok(Some(LockHolder {
+        owner,
+        fencing_token,
+        ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+        holds,
+    }))
+}
+
+/// The fence counter from a `GET` reply: `Some(None)` when unset, `None`
+/// when it is not a number.
+fn fence_from(value: Value) -> Option<Option<u64>> {
+    match value {
+        Value::Nil => Some(None),
+        value => redis::from_redis_value::<u64>(value).ok().map(Some),
+    }
+}
+
+fn from_reply<T: redis::FromRedisValue>(reply: RedisResult<Value>) -> Result<T, BackendError> {
+    redis::from_redis_value(reply?).map_err(|e| redis::RedisError::from(e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("lock:"), "lock:");
+    }
+}

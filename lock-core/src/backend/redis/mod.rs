@@ -1,0 +1,34 @@
+//! The Redis wire protocol of the lock, shared by the standalone/Sentinel,
+//! Cluster and Redlock backends: the scripts (`scripts.rs`), the one path
+//! every command takes, with its timeout and `NOSCRIPT` reload
+//! (`command.rs`), reply parsing and error mapping (`reply.rs`), and
+//! read-only inspection (`inspect.rs`).
+
+pub(crate) mod command;
+pub(crate) mod inspect;
+pub(crate) mod reply;
+pub(crate) mod scripts;
+
+use std::time::Duration;
+
+/// Connection settings of a Redis backend (already range-checked).
+#[derive(Debug, Clone)]
+pub(crate) struct RedisSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    /// `WAIT` for this many replicas (with this timeout) after every write.
+    pub(crate) sync_replicas: Option<(u32, Duration)>,
+}
+
+impl RedisSettings {
+    /// The time allowed for one round trip that ends in `WAIT`, if any.
+    pub(crate) fn write_timeout(&self) -> Duration {
+        let wait = self.sync_replicas.map_or(Duration::ZERO, |(_, t)| t);
+        self.response_timeout.saturating_add(wait)
+    }
+}
+
+/// `host:port` of a client's server, never with credentials.
+pub(crate) fn server_name(client: &::redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}

@@ -1,0 +1,117 @@
+//! Reading the lock commands' replies, and mapping failures to the errors a
+//! caller sees.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::command::{self, Replies, Target};
+use super::scripts;
+use crate::backend::{Attempt, Renewal};
+use crate::name::LockKey;
+use crate::{BackendError, LockError};
+
+/// The first reply of a pipeline.
+pub(crate) fn first(replies: Replies) -> Result<Value, BackendError> {
+    match replies.into_iter().next() {
+        Some(reply) => Ok(reply?),
+        None => Err(BackendError::Protocol("no reply to a command".into())),
+    }
+}
+
+/// The acquire script's reply: `{1, token}` or `{0, pttl}`.
+pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
+    let (granted, value): (i64, i64) = parse(reply)?;
+    Ok(match granted {
+        1 => Attempt::Acquired {
+            token: u64::try_from(value)
+                .map_err(|_| BackendError::Protocol(format!("fencing token {value}")))?,
+        },
+        _ => Attempt::Busy {
+            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+        },
+    })
+}
+
+/// An integer reply (`HDEL`'s count, a script's 0 or 1).
+pub(crate) fn int(reply: Value) -> Result<i64, BackendError> {
+    parse(reply)
+}
+
+/// `WAIT`'s reply: the replicas that acknowledged.
+pub(crate) fn acknowledged(replies: &Replies) -> Option<u64> {
+    match replies.last() {
+        Some(Ok(Value::Int(n))) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The outcome of one renewal reply.
+pub(crate) fn renewal(reply: RedisResult<Value>) -> Renewal {
+    match reply {
+        Ok(Value::Int(1)) => Renewal::Renewed,
+        Ok(Value::Int(_)) => Renewal::Gone,
+        Ok(other) => Renewal::Failed(BackendError::Protocol(format!("{other:?}"))),
+        // The lock key was overwritten with another type: not ours.
+        Err(e) if is_wrong_type(&e) => Renewal::Gone,
+        Err(e) => Renewal::Failed(e.into()),
+    }
+}
+
+/// `n` failed renewals for one failure.
+pub(crate) fn failed_all(n: usize, err: &BackendError) -> Vec<Renewal> {
+    (0..n)
+        .map(|_| Renewal::Failed(BackendError::Protocol(err.to_string())))
+        .collect()
+}
+
+fn parse<T: redis::FromRedisValue>(reply: Value) -> Result<T, BackendError> {
+    redis::from_redis_value(reply).map_err(|e| BackendError::Redis(e.into()))
+}
+
+pub(crate) fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
+}
+
+pub(crate) fn is_wrong_type(err: &RedisError) -> bool {
+    let text = err.to_string();
+    err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") || text.contains("not an integer")
+}
+
+/// Maps a failure of a command on `key` (answered by `server` through
+/// `target`) to the error the caller sees: `WrongType` naming the key of the
+/// wrong type (found with `TYPE`), else `Backend`.
+pub(crate) async fn command_error<T: Target>(
+    target: &mut T,
+    timeout: Duration,
+    key: &LockKey,
+    server: &str,
+    err: BackendError,
+) -> LockError {
+    if matches!(&err, BackendError::Redis(e) if is_wrong_type(e)) {
+        let mut cmd = redis::cmd("TYPE");
+        cmd.arg(&*key.lock);
+        let kind = command::run(target, &scripts::one(cmd), 1, &[], timeout)
+            .await
+            .and_then(first)
+            .and_then(parse::<String>);
+        return wrong_type(key, kind.as_deref().ok());
+    }
+    LockError::Backend {
+        key: key.name.to_string(),
+        server: server.to_owned(),
+        source: err,
+    }
+}
+
+/// `WrongType` for `key`, given the `TYPE` of its lock key.
+pub(crate) fn wrong_type(key: &LockKey, lock_type: Option<&str>) -> LockError {
+    let redis_key = match lock_type {
+        Some("hash" | "none") => key.fence.to_string(),
+        _ => key.lock.to_string(),
+    };
+    LockError::WrongType {
+        key: key.name.to_string(),
+        redis_key,
+    }
+}

@@ -1,0 +1,445 @@
+//! One Redis master, standalone or found through Sentinel: the multiplexed
+//! command connection (`node.rs`), following the master across failovers
+//! (`sentinel.rs`), and the subscription connection that wakes waiters
+//! (`subscriber.rs`).
+
+pub(crate) mod node;
+pub(crate) mod sentinel;
+mod subscriber;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt};
+use tokio::sync::Notify;
+
+use self::node::Node;
+use self::sentinel::Sentinel;
+use self::subscriber::Subscriber;
+use super::redis::command::{self, Replies};
+use super::redis::reply::{self, command_error};
+use super::redis::scripts::{self, Scripts};
+use super::redis::{inspect, server_name, RedisSettings};
+use super::{Attempt, Backend, RenewItem, Renewal};
+use crate::name::LockKey;
+use crate::sync::Mutex;
+use crate::task::Supervised;
+use crate::wake::{WaitSet, Waiters, WakeHandle};
+use crate::{lease, BackendError, LockError, LockInfo};
+
+/// The current node, swapped when Sentinel reports a new master.
+#[derive(Debug)]
+pub(crate) struct NodeCell {
+    node: Mutex<Arc<Node>>,
+    /// Told when the node changed, so the subscriber moves to it.
+    pub(crate) changed: Notify,
+}
+
+impl NodeCell {
+    pub(crate) fn get(&self) -> Arc<Node> {
+        self.node.lock().clone()
+    }
+}
+
+/// One Redis master: standalone, or found through Sentinel.
+#[derive(Debug)]
+pub(crate) struct RedisBackend {
+    cell: Arc<NodeCell>,
+    sentinel: Option<Sentinel>,
+    /// One re-resolution of the master at a time.
+    resolving: tokio::sync::Mutex<()>,
+    label: String,
+    settings: RedisSettings,
+    scripts: Scripts,
+    waiters: Arc<Waiters>,
+    subscriber: Supervised,
+}
+
+impl RedisBackend {
+    /// A standalone master.
+    pub(crate) async fn connect(
+        client: redis::Client,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let scripts = Scripts::new(false);
+        let node = Node::connect(client, &settings, &scripts).await?;
+        let label = node.server.clone();
+        Ok(Self::with_node(node, None, label, settings, scripts))
+    }
+
+    /// The master that `sentinel` reports, followed across failovers.
+    pub(crate) async fn connect_sentinel(
+        sentinel: Sentinel,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let scripts = Scripts::new(false);
+        let client = sentinel.resolve(&settings).await?;
+        let node = Node::connect(client, &settings, &scripts).await?;
+        let label = sentinel.label();
+        Ok(Self::with_node(
+            node,
+            Some(sentinel),
+            label,
+            settings,
+            scripts,
+        ))
+    }
+
+    fn with_node(
+        node: Node,
+        sentinel: Option<Sentinel>,
+        label: String,
+        settings: RedisSettings,
+        scripts: Scripts,
+    ) -> Self {
+        RedisBackend {
+            cell: Arc::new(NodeCell {
+                node: Mutex::new(Arc::new(node)),
+                changed: Notify::new(),
+            }),
+            sentinel,
+            resolving: tokio::sync::Mutex::new(()),
+            label,
+            settings,
+            scripts,
+            waiters: Waiters::subscribed(),
+            subscriber: Supervised::default(),
+        }
+    }
+
+    /// The address of the node commands go to now.
+    pub(crate) fn node_server(&self) -> String {
+        self.cell.get().server.clone()
+    }
+
+    /// Asks Sentinel for the master after an error that may mean a failover,
+    /// and moves to it when it changed. Returns the node to retry on.
+    async fn follow_master(&self, failed: &Arc<Node>) -> Arc<Node> {
+        let Some(sentinel) = &self.sentinel else {
+            return failed.clone();
+        };
+        let _one = self.resolving.lock().await;
+        let current = self.cell.get();
+        if !Arc::ptr_eq(&current, failed) {
+            return current; // another caller moved already
+        }
+        let client = match sentinel.resolve(&self.settings).await {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::warn!(sentinels = %self.label, error = %err, "cannot resolve the master");
+                return current;
+            }
+        };
+        if server_name(&client) == current.server {
+            return current;
+        }
+        match Node::connect(client, &self.settings, &self.scripts).await {
+            Ok(node) => {
+                tracing::warn!(from = %current.server, to = %node.server, "lock backend follows the new master");
+                let node = Arc::new(node);
+                *self.cell.node.lock() = node.clone();
+                self.cell.changed.notify_waiters();
+                node
+            }
+            Err(err) => {
+                tracing::warn!(server = %err, "cannot connect to the new master");
+                current
+            }
+        }
+    }
+
+    /// Sends `pipe` (`count` kept replies) to the current node, with `WAIT`
+    /// appended in `sync_replicas` mode when `write`; when the connection had
+    /// dropped (killed, server restarted) or the node stopped being the
+    /// master (failover), sends it once more to the node it reconnected or
+    /// moved to.
+    async fn exec(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        write: bool,
+    ) -> Result<(Replies, Arc<Node>), BackendError> {
+        let synced;
+        let (pipe, count, timeout) = match self.settings.sync_replicas {
+            Some((replicas, wait)) if write => {
+                let mut with_wait = pipe.clone();
+                scripts::wait(&mut with_wait, replicas, wait);
+                synced = with_wait;
+                (&synced, count + 1, self.settings.write_timeout())
+            }
+            _ => (pipe, count, self.settings.response_timeout),
+        };
+        let scripts = self.scripts.all();
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        match command::run(&mut conn, pipe, count, &scripts, timeout).await {
+            Err(err) if self.worth_retrying(&err) => {
+                tracing::debug!(server = %node.server, error = %err, "retrying once");
+                let node = self.follow_master(&node).await;
+                let mut conn = node.conn.clone();
+                let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
+                Ok((replies, node))
+            }
+            Err(err) => Err(err),
+            Ok(replies) => Ok((replies, node)),
+        }
+    }
+
+    /// Errors after which the command may succeed on a reconnected (or, with
+    /// Sentinel, a newly elected) master.
+    fn worth_retrying(&self, err: &BackendError) -> bool {
+        match err {
+            BackendError::Redis(err) => {
+                err.is_connection_dropped()
+                    || (self.sentinel.is_some()
+                        && (err.is_io_error()
+                            || err.is_connection_refusal()
+                            || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))))
+            }
+            BackendError::Timeout(_) => self.sentinel.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Maps a failure of a command on `key` to the error the caller sees.
+    async fn error(&self, key: &LockKey, err: BackendError) -> LockError {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        command_error(
+            &mut conn,
+            self.settings.response_timeout,
+            key,
+            &node.server,
+            err,
+        )
+        .await
+    }
+
+    /// Runs the one-command write `pipe` on `key` and reads its integer reply.
+    async fn exec_int(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
+        let outcome = match self.exec(pipe, 1, true).await {
+            Ok((replies, node)) => {
+                self.check_replicated(key, &replies, &node);
+                reply::first(replies).and_then(reply::int)
+            }
+            Err(err) => Err(err),
+        };
+        match outcome {
+            Ok(n) => Ok(n),
+            Err(err) => Err(self.error(key, err).await),
+        }
+    }
+
+    /// A write that reached fewer replicas than `sync_replicas` asks is
+    /// logged: a failover now could undo it.
+    fn check_replicated(&self, key: &LockKey, replies: &Replies, node: &Node) {
+        if let Some((required, _)) = self.settings.sync_replicas {
+            let acked = reply::acknowledged(replies).unwrap_or(0);
+            if acked < u64::from(required) {
+                tracing::warn!(key = %key.name, server = %node.server, acked, required, "lock write not acknowledged by enough replicas");
+            }
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
+        let pipe = self.scripts.acquire(key, owner, lease);
+        let (replies, node) = match self.exec(&pipe, 1, true).await {
+            Ok(sent) => sent,
+            Err(err) => return Err(self.error(key, err).await),
+        };
+        let acked = reply::acknowledged(&replies);
+        let attempt = match reply::first(replies).and_then(reply::attempt) {
+            Ok(attempt) => attempt,
+            Err(err) => return Err(self.error(key, err).await),
+        };
+        if let (Attempt::Acquired { .. }, Some((required, _))) =
+            (attempt, self.settings.sync_replicas)
+        {
+            let acked = acked.unwrap_or(0);
+            if acked < u64::from(required) {
+                // Not on enough replicas to survive a failover: give it back.
+                let _ = self.rollback(key, owner).await;
+                return Err(LockError::Backend {
+                    key: key.name.to_string(),
+                    server: node.server.clone(),
+                    source: BackendError::NotReplicated {
+                        acknowledged: acked,
+                        required: u64::from(required),
+                    },
+                });
+            }
+        }
+        Ok(attempt)
+    }
+
+    /// Deletes the lock when `owner` holds it and wakes a waiter, in one
+    /// pipelined round trip without a script: the hash's only field is its
+    /// owner, so `HDEL` of that field checks the owner and deletes the key in
+    /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
+    /// after a release that deleted nothing only costs a waiter one attempt.
+    pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let deleted = self
+            .exec_int(key, &self.scripts.release(key, owner))
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) async fn rollback(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let deleted = self
+            .exec_int(key, &self.scripts.rollback(key, owner))
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// See [`Scripts::silent_rollback`] (Redlock).
+    pub(crate) async fn silent_rollback(
+        &self,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
+        let deleted = self
+            .exec_int(key, &self.scripts.silent_rollback(key, owner))
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
+        let deleted = self.exec_int(key, &self.scripts.force_release(key)).await?;
+        Ok(deleted == 1)
+    }
+
+    /// Raises the fencing counter of `key`'s slot to at least `token` (Redlock).
+    pub(crate) async fn fence_floor(&self, key: &LockKey, token: u64) -> Result<(), LockError> {
+        self.exec_int(key, &self.scripts.fence_floor(key, token))
+            .await
+            .map(drop)
+    }
+
+    /// Renews all `items` in one pipelined round trip (two when the server
+    /// lost its script cache and the script has to be loaded again).
+    pub(crate) async fn renew(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
+        let lease = lease::millis(lease);
+        let mut pipe = scripts::renewals();
+        for (key, owner) in items {
+            pipe.add_command(self.scripts.renew(key, owner, lease));
+        }
+        match self.exec(&pipe, items.len(), true).await {
+            Ok((replies, node)) => {
+                if let Some((key, _)) = items.first() {
+                    self.check_replicated(key, &replies, &node);
+                }
+                let mut replies = replies.into_iter();
+                (0..items.len())
+                    .map(|_| match replies.next() {
+                        Some(reply) => reply::renewal(reply),
+                        None => Renewal::Failed(BackendError::Protocol("no reply".into())),
+                    })
+                    .collect()
+            }
+            Err(err) => reply::failed_all(items.len(), &err),
+        }
+    }
+
+    /// Registers a waiter on `key`'s channel, (re)starting the subscriber on
+    /// this runtime when it is not running.
+    pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {
+        let handle = self.waiters.register(&key.channel);
+        self.subscriber.ensure(|| {
+            Subscriber::new(self.cell.clone(), self.settings.clone(), &self.waiters).run()
+        });
+        handle
+    }
+
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        inspect::inspect(&mut conn, key, self.settings.response_timeout, &node.server).await
+    }
+
+    pub(crate) async fn list(
+        &self,
+        prefix: &str,
+        name_prefix: &str,
+    ) -> Result<Vec<LockInfo>, LockError> {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        let timeout = self.settings.response_timeout;
+        inspect::list(&mut conn, prefix, name_prefix, timeout, &node.server).await
+    }
+}
+
+impl Backend for RedisBackend {
+    fn server(&self) -> &str {
+        &self.label
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+        RedisBackend::acquire(self, key, owner, lease).boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::release(self, key, owner).boxed()
+    }
+
+    fn rollback<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::rollback(self, key, owner).boxed()
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::force_release(self, key).boxed()
+    }
+
+    fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
+        RedisBackend::renew(self, items, lease).boxed()
+    }
+
+    fn waiter(&self, key: &LockKey) -> WaitSet {
+        WaitSet::new(vec![RedisBackend::waiter(self, key)])
+    }
+
+    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
+        if !self.subscriber.is_running() {
+            return None; // its confirmations went with it
+        }
+        let handle = self.waiters.register_if_ready(&key.channel)?;
+        Some(WaitSet::new(vec![handle]))
+    }
+
+    fn expect_wake(&self, key: &LockKey, expected: bool) {
+        self.waiters.expect_wake(&key.channel, expected);
+    }
+
+    fn wake_local(&self, key: &LockKey) {
+        self.waiters.wake_local(&key.channel);
+    }
+
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        RedisBackend::inspect(self, key).boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
+        RedisBackend::list(self, prefix, name_prefix).boxed()
+    }
+}

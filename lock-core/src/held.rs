@@ -1,0 +1,252 @@
+//! The state of one held lock: its key, owner and token, how many guards
+//! hold it, and until when its lease is known to run. Shared by the
+//! reentrant guards on it, the scope that holds it and the watchdog that
+//! renews it; it knows nothing of the client.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::lease;
+use crate::name::LockKey;
+use crate::sync::Mutex;
+use crate::LockError;
+
+/// Where a held lock stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldState {
+    Held,
+    Lost(&'static str),
+    Released,
+}
+
+/// How the lease of a held lock is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed by the client's watchdog, this long each time.
+    Watchdog(Duration),
+    /// Not renewed: the lock expires this long after acquisition.
+    Fixed(Duration),
+}
+
+impl Lease {
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            Lease::Watchdog(lease) | Lease::Fixed(lease) => lease,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Status {
+    state: HoldState,
+    /// Until when the lease is known to run, on the local clock: the moment
+    /// the last successful acquire or renewal was *sent*, plus the lease,
+    /// minus a drift allowance. Once passed, the lock is lost for good.
+    valid_until: Instant,
+}
+
+/// One lock held by one owner.
+#[derive(Debug)]
+pub(crate) struct HeldLock {
+    /// Unique in the process (the watchdog's handle on it).
+    pub(crate) id: u64,
+    pub(crate) key: LockKey,
+    pub(crate) owner: Arc<str>,
+    pub(crate) token: u64,
+    pub(crate) lease: Lease,
+    /// Guards alive on this lock; changed only under the scope's mutex.
+    pub(crate) holds: AtomicUsize,
+    status: Mutex<Status>,
+    /// Woken when the state turns to `Lost`.
+    lost: Notify,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl HeldLock {
+    /// A lock granted with `token` for a request sent at `sent`.
+    pub(crate) fn new(
+        key: LockKey,
+        owner: Arc<str>,
+        token: u64,
+        lease: Lease,
+        sent: Instant,
+    ) -> Self {
+        HeldLock {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            owner,
+            token,
+            lease,
+            holds: AtomicUsize::new(1),
+            status: Mutex::new(Status {
+                state: HoldState::Held,
+                valid_until: lease::valid_until(sent, lease.duration()),
+            }),
+            lost: Notify::new(),
+        }
+    }
+
+    pub(crate) fn is_watchdog(&self) -> bool {
+        matches!(self.lease, Lease::Watchdog(_))
+    }
+
+    pub(crate) fn state(&self) -> HoldState {
+        self.status.lock().state
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.status.lock().valid_until
+    }
+
+    /// Records a successful renewal sent at `sent`. A lock whose lease had
+    /// already run out on the local clock stays lost: its holder may have
+    /// been told so.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let until = lease::valid_until(sent, self.lease.duration());
+        let mut status = self.status.lock();
+        if status.state == HoldState::Held
+            && Instant::now() < status.valid_until
+            && until > status.valid_until
+        {
+            status.valid_until = until;
+        }
+    }
+
+    /// Held: no loss detected and the lease known to run on the local clock.
+    pub(crate) fn is_held(&self) -> bool {
+        let status = self.status.lock();
+        status.state == HoldState::Held && Instant::now() < status.valid_until
+    }
+
+    /// Marks the lease lost (once) and tells every `lost()` waiter.
+    pub(crate) fn mark_lost(&self, reason: &'static str) {
+        {
+            let mut status = self.status.lock();
+            if status.state != HoldState::Held {
+                return;
+            }
+            status.state = HoldState::Lost(reason);
+        }
+        // Logged before `lost()` waiters are woken, so the event is in the
+        // log by the time they react.
+        tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
+        self.lost.notify_waiters();
+    }
+
+    /// Marks a lock whose lease ran out on the local clock as lost; returns
+    /// whether it is lost.
+    pub(crate) fn check_deadline(&self) -> bool {
+        let expired = {
+            let status = self.status.lock();
+            match status.state {
+                HoldState::Lost(_) => return true,
+                HoldState::Released => return false,
+                HoldState::Held => Instant::now() >= status.valid_until,
+            }
+        };
+        if expired {
+            self.mark_lost(self.ran_out());
+        }
+        expired
+    }
+
+    fn ran_out(&self) -> &'static str {
+        match self.lease {
+            Lease::Watchdog(_) => "the lease could not be renewed before it ran out",
+            Lease::Fixed(_) => "the lease ran out",
+        }
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.status.lock().state = HoldState::Released;
+    }
+
+    /// Resolves when the lease is lost: marked lost, or its local deadline
+    /// passed (whatever a renewal in flight may still bring).
+    pub(crate) async fn lost(&self) {
+        loop {
+            // Created before the check: a `notify_waiters` after it still
+            // completes this future.
+            let notified = self.lost.notified();
+            if self.check_deadline() {
+                return;
+            }
+            if self.state() == HoldState::Released {
+                // Released before its lease was lost: it never will be.
+                std::future::pending::<()>().await;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(self.valid_until()) => {}
+            }
+        }
+    }
+
+    /// The error for a lost lease, or `None` while it is held.
+    pub(crate) fn lost_error(&self) -> Option<LockError> {
+        let reason = match self.state() {
+            HoldState::Lost(reason) => reason,
+            _ if Instant::now() >= self.valid_until() => self.ran_out(),
+            _ => return None,
+        };
+        Some(LockError::LeaseLost {
+            key: self.key.name.to_string(),
+            reason,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(lease: Lease) -> HeldLock {
+        HeldLock::new(
+            LockKey::new("lock:", "t").unwrap(),
+            "c:1".into(),
+            1,
+            lease,
+            Instant::now(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_local_deadline_without_any_renewal_answer() {
+        let lock = held(Lease::Watchdog(Duration::from_secs(1)));
+        let started = Instant::now();
+        lock.lost().await;
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(980) && took <= Duration::from_secs(1),
+            "{took:?}"
+        );
+        assert!(!lock.is_held());
+        assert!(matches!(
+            lock.lost_error(),
+            Some(LockError::LeaseLost { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_renewal_does_not_revive_a_lost_lock() {
+        let lock = held(Lease::Watchdog(Duration::from_secs(1)));
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        lock.renewed(sent + Duration::from_millis(900));
+        assert!(!lock.is_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_move_the_deadline() {
+        let lock = held(Lease::Watchdog(Duration::from_secs(1)));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        lock.renewed(Instant::now());
+        tokio::time::advance(Duration::from_millis(800)).await;
+        assert!(lock.is_held());
+    }
+}

@@ -1,0 +1,182 @@
+//! Background cleanup: the release of a dropped guard's lock and the
+//! rollback of a grant whose acquisition was abandoned.
+//!
+//! Jobs are kept here until they finish, and run by one [`Supervised`] task:
+//! when its runtime goes away mid-job, the next call from another runtime
+//! starts a task there that runs the unfinished jobs again from the start
+//! (every job is safe to repeat). A job queued where there is no runtime at
+//! all (a guard dropped after its runtime shut down) waits for the next one.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Notify;
+
+use crate::sync::Mutex;
+use crate::task::Supervised;
+
+/// A cleanup job: makes the future that does it, as often as it is started.
+pub(crate) type Job = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The owner of a client's cleanup jobs.
+#[derive(Debug, Default)]
+pub(crate) struct Janitor {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    jobs: Mutex<Jobs>,
+    added: Notify,
+    task: Supervised,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Janitor")
+            .field("jobs", &self.jobs.lock().pending.len())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Jobs {
+    next: u64,
+    pending: HashMap<u64, Arc<Job>>,
+}
+
+impl Janitor {
+    /// Queues `job` and makes sure the task runs.
+    pub(crate) fn spawn(&self, job: Job) {
+        let mut jobs = self.shared.jobs.lock();
+        let id = jobs.next;
+        jobs.next = jobs.next.wrapping_add(1);
+        jobs.pending.insert(id, Arc::new(job));
+        self.start(&jobs);
+        drop(jobs);
+        self.shared.added.notify_one();
+    }
+
+    /// Makes sure the task runs while jobs are pending (its runtime may have
+    /// gone since it was started).
+    pub(crate) fn ensure_running(&self) {
+        let jobs = self.shared.jobs.lock();
+        if !jobs.pending.is_empty() {
+            self.start(&jobs);
+        }
+    }
+
+    /// Starts the task; called under the jobs' lock, as the task ends under it.
+    fn start(&self, _jobs: &Jobs) {
+        let shared = Arc::downgrade(&self.shared);
+        self.shared.task.ensure(move || run(shared));
+    }
+
+    /// Jobs not finished yet.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.shared.jobs.lock().pending.len()
+    }
+}
+
+async fn run(shared: Weak<Shared>) {
+    let mut running = FuturesUnordered::new();
+    let mut started: HashSet<u64> = HashSet::new();
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let added = strong.added.notified();
+        {
+            let jobs = strong.jobs.lock();
+            for (&id, job) in &jobs.pending {
+                if started.insert(id) {
+                    let work = job();
+                    running.push(async move {
+                        work.await;
+                        id
+                    });
+                }
+            }
+            if running.is_empty() {
+                strong.task.finished();
+                return;
+            }
+        }
+        // Jobs are running: they keep the janitor alive until they end.
+        tokio::select! {
+            Some(id) = running.next() => {
+                started.remove(&id);
+                strong.jobs.lock().pending.remove(&id);
+            }
+            () = added => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_job_cut_off_by_its_runtime_runs_again_on_the_next() {
+        let janitor = Janitor::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let first = runtime();
+        first.block_on(async {
+            let done = done.clone();
+            janitor.spawn(Box::new(move || {
+                let done = done.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                .boxed()
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        });
+        drop(first);
+        assert_eq!(done.load(Ordering::SeqCst), 0);
+        assert_eq!(janitor.pending(), 1);
+        runtime().block_on(async {
+            janitor.ensure_running();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        });
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert_eq!(janitor.pending(), 0);
+    }
+
+    #[test]
+    fn a_job_queued_without_a_runtime_waits_for_one() {
+        let janitor = Janitor::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let seen = done.clone();
+        janitor.spawn(Box::new(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            .boxed()
+        }));
+        runtime().block_on(async {
+            janitor.ensure_running();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        });
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+}

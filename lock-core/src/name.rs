@@ -1,0 +1,241 @@
+//! Lock names and the Redis keys and channel derived from them.
+//!
+//! Lock `order:42` under prefix `lock:` is the hash `lock:{order:42}` with
+//! the wake-up channel `lock:{order:42}:released`; its fencing tokens come
+//! from the counter of its cluster slot, `lock:fence:{<tag>}`, where `<tag>`
+//! is a short string that hashes to the same slot. The name between the
+//! braces is the whole hash tag, so every key and the channel of a lock sit
+//! in one slot. For that, `{`, `}` and `%` in a name are stored
+//! percent-escaped (`%7B`, `%7D`, `%25`): an unescaped `}` would end the tag
+//! early (a name starting with `}` would leave it empty, and the keys would
+//! hash apart).
+
+use std::sync::Arc;
+
+use crate::{slot, LockError};
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// A validated lock name with the Redis keys and channel derived from it.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKey {
+    /// The name as the caller gave it.
+    pub(crate) name: Arc<str>,
+    /// The lock's hash.
+    pub(crate) lock: Arc<str>,
+    /// The fencing counter of the lock's slot (shared with the other locks
+    /// of that slot).
+    pub(crate) fence: Arc<str>,
+    /// The wake-up channel.
+    pub(crate) channel: Arc<str>,
+    /// The cluster slot of all three.
+    pub(crate) slot: u16,
+}
+
+impl LockKey {
+    /// The keys of lock `name` under `prefix` (checked by [`check_prefix`]).
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
+        if name.is_empty() {
+            return Err(LockError::InvalidKey {
+                key: String::new(),
+                reason: "a lock name must not be empty",
+            });
+        }
+        if name.len() > MAX_KEY_LEN {
+            return Err(LockError::InvalidKey {
+                key: display_name(name),
+                reason: "a lock name must be at most 1024 bytes",
+            });
+        }
+        let tag = escape(name);
+        let slot = slot::of_tag(tag.as_bytes());
+        // One buffer for the lock key and the channel (this runs on every
+        // acquisition).
+        let mut buf = String::with_capacity(prefix.len() + tag.len() + 2 + ":released".len());
+        buf.push_str(prefix);
+        buf.push('{');
+        buf.push_str(&tag);
+        buf.push('}');
+        let lock: Arc<str> = Arc::from(buf.as_str());
+        buf.push_str(":released");
+        Ok(LockKey {
+            name: name.into(),
+            lock,
+            fence: fence_key(prefix, slot).into(),
+            channel: buf.into(),
+            slot,
+        })
+    }
+}
+
+/// The fencing counter of `slot` under `prefix`.
+pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}fence:{{{}}}", slot::tag(slot))
+}
+
+/// Refuses a key prefix that would put its own hash tag into the keys.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.contains(['{', '}']) {
+        return Err(LockError::InvalidConfig {
+            key: "*".into(),
+            reason: format!(
+                "a key prefix must not contain `{{` or `}}` (the lock name is the hash tag), got {prefix:?}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The lock name stored under `key`, when `key` is the hash of a lock of
+/// `prefix` (`<prefix>{escaped name}`).
+pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
+    let tag = key
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    if tag.is_empty() || tag.contains('}') {
+        return None;
+    }
+    unescape(tag)
+}
+
+/// The hash tag of lock name `name`: the name with `%`, `{` and `}`
+/// percent-escaped.
+pub(crate) fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(tag: &str) -> Option<String> {
+    let mut out = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(at) = rest.find('%') {
+        out.push_str(rest.get(..at)?);
+        let code = rest.get(at..at + 3)?;
+        out.push(match code {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        });
+        rest = rest.get(at + 3..)?;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// A lock name cut to a length that fits an error message.
+pub(crate) fn display_name(name: &str) -> String {
+    const SHOWN: usize = 64;
+    if name.len() <= SHOWN {
+        return name.to_owned();
+    }
+    let mut end = SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}... ({} bytes)",
+        name.get(..end).unwrap_or_default(),
+        name.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let key = LockKey::new("lock:", "order:42").unwrap();
+        assert_eq!(&*key.lock, "lock:{order:42}");
+        assert_eq!(&*key.channel, "lock:{order:42}:released");
+        assert_eq!(key.slot, slot::of_tag(b"order:42"));
+        assert!(key.fence.starts_with("lock:fence:{"), "{}", key.fence);
+    }
+
+    /// The slot of a whole key, the way Redis finds its hash tag.
+    fn redis_slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let tag = bytes
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &bytes[open + 1..];
+                let close = rest.iter().position(|&b| b == b'}')?;
+                (close > 0).then(|| &rest[..close])
+            })
+            .unwrap_or(bytes);
+        slot::of_tag(tag)
+    }
+
+    #[test]
+    fn every_key_of_any_name_is_in_one_slot() {
+        for name in [
+            "}x",
+            "{",
+            "}",
+            "a}b{c",
+            "%7D",
+            "50%",
+            "{}",
+            "über 🔒",
+            "a\nb",
+            "x{y}z",
+        ] {
+            let key = LockKey::new("lock:", name).unwrap();
+            let slot = redis_slot(&key.lock);
+            assert_eq!(slot, key.slot, "{name}");
+            assert_eq!(redis_slot(&key.channel), slot, "{name}");
+            assert_eq!(redis_slot(&key.fence), slot, "{name}");
+            assert_eq!(name_of("lock:", &key.lock).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn escaping_is_injective() {
+        let a = LockKey::new("lock:", "}").unwrap();
+        let b = LockKey::new("lock:", "%7D").unwrap();
+        assert_ne!(a.lock, b.lock);
+    }
+
+    #[test]
+    fn lock_names_are_recognised_by_their_key_shape() {
+        assert_eq!(
+            name_of("lock:", "lock:{order:42}").as_deref(),
+            Some("order:42")
+        );
+        assert_eq!(name_of("lock:", "lock:{order:42}:released"), None);
+        assert_eq!(name_of("lock:", "lock:fence:{a1}"), None);
+        assert_eq!(name_of("lock:", "lock:{}"), None);
+        assert_eq!(name_of("lock:", "other:{a}"), None);
+        assert_eq!(name_of("lock:", "lock:{%zz}"), None);
+    }
+
+    #[test]
+    fn bad_names_and_prefixes_are_refused() {
+        assert!(matches!(
+            LockKey::new("lock:", ""),
+            Err(LockError::InvalidKey { .. })
+        ));
+        let long = "x".repeat(MAX_KEY_LEN + 1);
+        match LockKey::new("lock:", &long) {
+            Err(LockError::InvalidKey { key, .. }) => {
+                assert!(key.starts_with("xxxx") && key.len() < 100, "{key}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(LockKey::new("lock:", &"x".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(check_prefix("a{b}:").is_err());
+        assert!(check_prefix("billing:lock:").is_ok());
+    }
+}

@@ -1,0 +1,98 @@
+//! Release: the last hold of a lock gives it back in the backend (waking
+//! the next waiter, in one round trip when it is a waiter of this client),
+//! and a release that could not finish (a dropped guard, a dropped release
+//! future, a backend error) is finished in the background.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::time::Instant;
+
+use crate::core::ClientCore;
+use crate::held::HeldLock;
+use crate::LockError;
+
+/// Releases `lock` in the backend after its last hold was dropped.
+/// `resent`: an earlier release of it may have gone through already, so
+/// finding it gone is expected, not worth a warning.
+pub(crate) async fn release_last(
+    core: &ClientCore,
+    lock: &HeldLock,
+    resent: bool,
+) -> Result<(), LockError> {
+    core.watchdog.forget(lock);
+    // Waiters of this client wait for this release's wake-up instead of
+    // racing to the server when the holder is forgotten.
+    core.backend.expect_wake(&lock.key, true);
+    core.holder_remove(lock);
+    let lost = lock.lost_error();
+    let mut release = std::pin::pin!(core.backend.release(&lock.key, &lock.owner));
+    let mut first_poll = true;
+    let result = std::future::poll_fn(|cx| {
+        let poll = release.as_mut().poll(cx);
+        if std::mem::take(&mut first_poll) && poll.is_pending() {
+            // The release is queued on the multiplexed connection: a waiter
+            // of this client woken now queues its attempt behind it, so the
+            // lock changes hands in one round trip instead of release,
+            // message, attempt. (Should the attempt overtake the release
+            // after all, it is only a failed attempt.)
+            core.backend.wake_local(&lock.key);
+        }
+        poll
+    })
+    .await;
+    if !matches!(result, Ok(true)) {
+        core.backend.expect_wake(&lock.key, false);
+    }
+    lock.mark_released();
+    match result {
+        Ok(true) => {
+            tracing::debug!(key = %lock.key.name, token = lock.token, "lock released");
+            lost.map_or(Ok(()), Err)
+        }
+        Ok(false) if resent => {
+            tracing::debug!(key = %lock.key.name, token = lock.token, "lock already released");
+            lost.map_or(Ok(()), Err)
+        }
+        Ok(false) => {
+            tracing::warn!(key = %lock.key.name, token = lock.token, "lock was not held at release");
+            Err(lost.unwrap_or_else(|| LockError::NotHeld {
+                key: lock.key.name.to_string(),
+            }))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Finishes the release of `lock` in the background (a janitor job),
+/// retrying transient errors until the lease would have run out anyway.
+pub(crate) fn release_in_background(core: &Arc<ClientCore>, lock: Arc<HeldLock>, resent: bool) {
+    let job_core = core.clone();
+    core.janitor.spawn(Box::new(move || {
+        let (core, lock) = (job_core.clone(), lock.clone());
+        async move { retry_release(&core, &lock, resent).await }.boxed()
+    }));
+}
+
+async fn retry_release(core: &ClientCore, lock: &HeldLock, mut resent: bool) {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match release_last(core, lock, resent).await {
+            Err(err @ LockError::Backend { .. }) => {
+                let next = Instant::now().checked_add(delay);
+                if next.is_none_or(|next| next >= lock.valid_until()) {
+                    tracing::warn!(key = %lock.key.name, error = %err, "giving up releasing lock; its lease will expire");
+                    return;
+                }
+                tracing::debug!(key = %lock.key.name, error = %err, "release failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = delay.saturating_mul(2).min(Duration::from_secs(1));
+                // The failed request may have been executed without an answer.
+                resent = true;
+            }
+            _ => return,
+        }
+    }
+}
