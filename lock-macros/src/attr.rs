@@ -170,10 +170,16 @@ impl Args {
             "lease" => {
                 let lit = string_value(&item.name, item.value)?;
                 let lease = duration(&lit, lit.value().trim(), false)?;
-                if lease < Duration::from_millis(1) {
+                // The lock's own range (lock_core::MIN_LEASE..=MAX_LEASE),
+                // checked here so that a bad literal fails the build.
+                let (min, max) = (
+                    Duration::from_millis(10),
+                    Duration::from_secs(365 * 24 * 3600),
+                );
+                if !(min..=max).contains(&lease) {
                     return Err(syn::Error::new(
                         lit.span(),
-                        "a lease must be at least 1ms (leave `lease` out for a watchdog-renewed lock)",
+                        "a lease must be between 10ms and 365days (leave `lease` out for a watchdog-renewed lock)",
                     ));
                 }
                 self.lease = Some(lease);

@@ -5,6 +5,20 @@
 //! and `template`, code generation in `expand`.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
+// No panics in library code, on any input or runtime state (tests may).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unchecked_time_subtraction,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::unreachable
+    )
+)]
 
 use proc_macro::TokenStream;
 

@@ -141,6 +141,10 @@ impl PathTemplate {
     /// parameter is not a whole segment or appears twice, or `key` uses a
     /// parameter the path does not have: a mistake in the program, caught
     /// when the layer is built.
+    // A malformed template is a bug in the program (a literal written next to
+    // the route), caught once when the layer is built, as `Regex::new(..)`
+    // callers unwrap; it never depends on a request.
+    #[allow(clippy::panic, clippy::indexing_slicing)]
     pub fn new(path: &str, key: &str) -> Self {
         assert!(
             path.starts_with('/'),
@@ -253,7 +257,7 @@ fn parse_template(template: &str) -> Result<Vec<Segment>, String> {
                 parts.push(Segment::Literal(rest.to_owned()));
                 break;
             }
-            Some(at) if rest.as_bytes()[at] == b'}' => {
+            Some(at) if rest.as_bytes().get(at) == Some(&b'}') => {
                 return Err(format!("unmatched `}}` in `{template}`"));
             }
             Some(at) => {
@@ -305,6 +309,8 @@ impl HeaderKey {
     ///
     /// # Panics
     /// When `header` is not a valid header name.
+    // As `PathTemplate::new`: a bad header name literal is a program bug.
+    #[allow(clippy::panic)]
     pub fn new(header: &str) -> Self {
         let header = HeaderName::try_from(header)
             .unwrap_or_else(|err| panic!("`{header}` is not a valid header name: {err}"));

@@ -127,6 +127,8 @@ where
         if let Some(acquire) = this.acquire.as_mut() {
             let acquired = ready!(acquire.as_mut().poll(cx));
             *this.acquire = None;
+            // Set with `acquire` and taken only here: present by construction.
+            #[allow(clippy::expect_used)]
             let pending = this
                 .pending
                 .take()
@@ -174,6 +176,9 @@ where
             log_release(key, released);
             *this.release = None;
         }
+        // Polling a completed future breaks the `Future` contract; tower's
+        // own response futures panic the same way.
+        #[allow(clippy::expect_used)]
         let output = this
             .output
             .take()

@@ -63,6 +63,20 @@
 //! ```
 #![deny(unreachable_pub, unsafe_code)]
 #![warn(missing_docs)]
+// No panics in library code, on any input or runtime state (tests may).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unchecked_time_subtraction,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::unreachable
+    )
+)]
 
 mod body;
 mod extract;
