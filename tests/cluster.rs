@@ -277,3 +277,81 @@ async fn the_attribute_with_keys_on_two_masters_works_on_the_cluster() {
     .await
     .expect("transfers in swapped order stalled");
 }
+
+/// A name starting with `}` (its raw key `lock:{}..}` would have an empty
+/// hash tag, putting its keys in different slots) is stored escaped
+/// (`lock:{%7D..}`) on the master of that key's slot, acquires, and its
+/// waiter, subscribed (`SSUBSCRIBE`) to `lock:{%7D..}:released` on that
+/// master, is woken by the release within 5 s although the holder's lease is
+/// 30 s. `inspect` reports the
+/// original name.
+///
+/// Old code: the acquisition fails with CROSSSLOT (the lock hash and the
+/// fence counter hash to different slots).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_names_starting_with_a_closing_brace_work_on_the_cluster() {
+    let cluster = shared_cluster();
+    let (a, b) = (
+        LockClient::cluster(cluster.urls()).await.unwrap(),
+        LockClient::cluster(cluster.urls()).await.unwrap(),
+    );
+    // Distinct from the suite's odd names: this cluster is shared.
+    for (name, escaped) in [("}edges:cluster", "%7Dedges:cluster"), ("}}", "%7D%7D")] {
+        let guard = a
+            .lock(name)
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("acquiring {name:?}: {err:?}"));
+        let key = redis_key(escaped);
+        let master = cluster.master_of_slot(cluster.slot_of(&key));
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut cluster.node(master).conn())
+            .unwrap();
+        assert!(
+            exists,
+            "{name:?} is not stored as {key} on its slot's master"
+        );
+        assert_eq!(b.inspect(name).await.unwrap().name, name);
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let guard = b
+                    .lock(name)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|err| panic!("waiting for {name:?}: {err:?}"));
+                (Instant::now(), guard)
+            }
+        });
+        // The waiter follows the lock's channel with SSUBSCRIBE on that master.
+        let channel = format!("{key}:released");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query(&mut cluster.node(master).conn())
+                .unwrap();
+            if subscribers == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no SSUBSCRIBE on {channel}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let (acquired, next) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("the waiter of {name:?} was not woken within 10 s"))
+            .unwrap();
+        assert!(
+            acquired - released < Duration::from_secs(5),
+            "the waiter of {name:?} was woken {:?} after the release (lease 30 s)",
+            acquired - released
+        );
+        next.release().await.unwrap();
+    }
+}

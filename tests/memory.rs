@@ -49,3 +49,102 @@ async fn memory_clients_are_isolated_unless_they_share_a_store() {
     guard.release().await.unwrap();
     other.release().await.unwrap();
 }
+
+// ----- edge cases (see tests/suite/edges.rs) -----
+
+use std::time::Duration;
+
+use distributed_lock::LockError;
+
+/// Client-wide settings out of range are `InvalidConfig { key: "*", .. }`
+/// naming the value, from `LockClientBuilder::memory` (see
+/// `suite::builder_setting_problems` for the ranges).
+///
+/// Old code: the lease (365 days + 1 s, `Duration::MAX`) and the timeouts
+/// (500 µs, 1 day + 1 s, `Duration::MAX`) are accepted, a zero timeout is
+/// rejected without naming its value, and braces in the key prefix are
+/// accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_memory_builder_settings_are_range_checked() {
+    let store = MemoryStore::new();
+    let problems = suite::builder_setting_problems(
+        |builder| {
+            let store = store.clone();
+            async move { builder.memory(store) }
+        },
+        false,
+    )
+    .await;
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A rejected `Duration::MAX` lease leaves the shared store working: the
+/// same client and other clients on the store can still lock, inspect and
+/// list, and `MemoryStore::held` answers.
+///
+/// Old code: the acquisition panics ("overflow when adding duration to
+/// instant") while holding the store's mutex, which poisons it: every later
+/// call on the store, by any client, panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_memory_store_survives_a_rejected_max_lease() {
+    let store = MemoryStore::new();
+    let client = |store: &MemoryStore| LockClient::builder().memory(store.clone()).unwrap();
+    let (a, b) = (client(&store), client(&store));
+    let rejected = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("edges:max").lease(Duration::MAX).acquire().await }
+    })
+    .await;
+    let mut problems = Vec::new();
+    match rejected {
+        Ok(Err(LockError::InvalidConfig { key, reason }))
+            if key == "edges:max" && reason.contains(&format!("{:?}", Duration::MAX)) => {}
+        other => problems.push(format!(
+            "lease(Duration::MAX): expected InvalidConfig naming the lock and the value, got {other:?}"
+        )),
+    }
+    let later = tokio::spawn(async move {
+        for (who, client) in [("the same client", &a), ("another client", &b)] {
+            let guard = client
+                .lock(format!("edges:max:{who}"))
+                .acquire()
+                .await
+                .unwrap_or_else(|err| panic!("{who}: {err}"));
+            assert!(client.inspect("edges:max").await.unwrap().holder.is_none());
+            assert_eq!(client.list("edges:max:").await.unwrap().len(), 1);
+            guard.release().await.unwrap();
+        }
+        let guard = b.lock("edges:max").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    })
+    .await;
+    if let Err(err) = later {
+        problems.push(format!(
+            "the store stopped working after the rejected lease: {err}"
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(store.held(), 0);
+    let third = client(&store);
+    let guard = third.lock("edges:max").acquire().await.unwrap();
+    assert_eq!(store.held(), 1);
+    guard.release().await.unwrap();
+}
+
+/// A memory client built and used on one runtime keeps working on the next
+/// (see `suite::client_keeps_working_on_a_second_runtime`).
+///
+/// Old code: (a) fails: the watchdog driver died with runtime A while the
+/// client still marks it as running, so no renewal round runs on B and the
+/// 300 ms lease runs out.
+#[test]
+fn edges_memory_client_keeps_working_on_a_second_runtime() {
+    let store = MemoryStore::new();
+    suite::client_keeps_working_on_a_second_runtime(
+        |builder| {
+            let store = store.clone();
+            async move { builder.memory(store).unwrap() }
+        },
+        |_| None,
+    );
+}

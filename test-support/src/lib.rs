@@ -70,7 +70,7 @@ pub use cluster::RedisCluster;
 pub use masters::RedisMasters;
 pub use options::ServerOptions;
 pub use sentinel::RedisSentinels;
-pub use server::RedisServer;
+pub use server::{PausedServer, RedisServer};
 pub use slot::{key_slot, CLUSTER_SLOTS};
 
 /// The message every constructor panics with when `redis-server` cannot be found on `PATH`.

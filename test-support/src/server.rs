@@ -60,6 +60,31 @@ pub struct RedisServer {
     dir: TempDir,
 }
 
+/// A server paused by [`RedisServer::paused`]: resumed when this guard is dropped.
+#[derive(Debug)]
+#[must_use = "the server is resumed when this guard is dropped"]
+pub struct PausedServer<'a> {
+    server: &'a RedisServer,
+    resumed: bool,
+}
+
+impl PausedServer<'_> {
+    /// Resumes the server now (see [`RedisServer::resume`]).
+    pub fn resume(mut self) {
+        self.resumed = true;
+        self.server.resume();
+    }
+}
+
+impl Drop for PausedServer<'_> {
+    fn drop(&mut self) {
+        if !self.resumed {
+            // Never panic in a drop that may run during a panic: a killed server stays killed.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.server.resume()));
+        }
+    }
+}
+
 /// Why one launch of the process did not end with a ready server.
 struct LaunchFailure {
     /// The port was unavailable: another process holds it, so another try may succeed.
@@ -279,6 +304,65 @@ impl RedisServer {
     pub fn resume(&self) {
         self.signal(libc::SIGCONT, "resume");
         self.wait_for_stopped_state(false);
+    }
+
+    /// Pauses the server like [`RedisServer::pause`] and returns a guard that resumes it when
+    /// dropped (also when the test panics while the server is paused), unless
+    /// [`PausedServer::resume`] was called first.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server was killed (or has exited and been reaped).
+    pub fn paused(&self) -> PausedServer<'_> {
+        self.pause();
+        PausedServer {
+            server: self,
+            resumed: false,
+        }
+    }
+
+    /// How many times `command` (lower case, as `INFO commandstats` names it: `publish`,
+    /// `evalsha`, `hdel`) was called since the server started or since the last
+    /// [`RedisServer::reset_command_stats`]; 0 when it never was.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be reached.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("INFO commandstats on {}: {e}", self.url()));
+        let wanted = format!("cmdstat_{}:calls=", command.to_ascii_lowercase());
+        info.lines()
+            .find_map(|line| {
+                let rest = line.trim().strip_prefix(&wanted)?;
+                rest.split(',').next()?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Resets the counters of `INFO commandstats` (`CONFIG RESETSTAT`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be reached.
+    pub fn reset_command_stats(&self) {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("CONFIG RESETSTAT on {}: {e}", self.url()));
+    }
+
+    /// The number of keys in the current database (`DBSIZE`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be reached.
+    pub fn dbsize(&self) -> u64 {
+        redis::cmd("DBSIZE")
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("DBSIZE on {}: {e}", self.url()))
     }
 
     /// Whether the process is alive. A paused server counts as running.

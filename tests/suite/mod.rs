@@ -11,6 +11,10 @@ use std::time::Duration;
 use distributed_lock::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::time::Instant;
 
+mod edges;
+#[allow(unused_imports)] // binaries that use only some of the suite (macro_redis.rs)
+pub use edges::*;
+
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {
     /// A new client (its own id) on the shared store, with `builder`'s settings.
@@ -101,6 +105,12 @@ macro_rules! behaviour_suite {
             multi_lock_in_swapped_order_does_not_deadlock,
             current_reports_the_locks_of_the_scope,
             scope_or_lost_cancels_work_when_the_lease_is_lost,
+            edges_fixed_lease_out_of_range_is_invalid_config,
+            edges_multi_lock_lease_out_of_range_is_invalid_config,
+            edges_wait_duration_max_waits_until_release,
+            edges_odd_lock_names_work_end_to_end,
+            edges_bad_names_get_typed_errors_everywhere,
+            edges_siblings_first_acquiring_in_one_scope_are_renewed,
         );
     };
 }
