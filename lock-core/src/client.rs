@@ -391,20 +391,11 @@ impl LockClientBuilder {
     /// Checks every setting; a bad one is `InvalidConfig` naming it and its value.
     fn validate(&self) -> Result<(), LockError> {
         name::check_prefix(&self.prefix)?;
-        let lease = lease::check_watchdog(self.lease)?;
+        lease::check_watchdog(self.lease)?;
         lease::check_timeout("the response timeout", self.response_timeout)?;
         lease::check_timeout("the connect timeout", self.connect_timeout)?;
         if let Some(timeout) = self.node_timeout {
-            let timeout = lease::check_timeout("the node timeout", timeout)?;
-            if timeout.saturating_add(lease::drift(lease)) >= lease {
-                return Err(LockError::InvalidConfig {
-                    key: "*".into(),
-                    reason: format!(
-                        "the node timeout ({timeout:?}) must be shorter than the lease ({lease:?}) \
-                         minus the clock drift allowance, or no Redlock acquisition could be valid"
-                    ),
-                });
-            }
+            lease::check_timeout("the node timeout", timeout)?;
         }
         if let Some((_, timeout)) = self.sync_replicas {
             lease::check_timeout("the sync_replicas timeout", timeout)?;
@@ -483,13 +474,14 @@ impl LockClientBuilder {
                 .max(Duration::from_millis(50))
                 .min(self.response_timeout)
         });
-        // The default, too, must leave a Redlock acquisition some validity.
+        // A node timeout that leaves no validity makes every acquisition
+        // that waits for a slow master fail: refused, not discovered later.
         if node_timeout.saturating_add(lease::drift(self.lease)) >= self.lease {
             return Err(LockError::InvalidConfig {
                 key: "*".into(),
                 reason: format!(
-                    "a Redlock lease ({:?}) must be longer than the node timeout ({node_timeout:?}) \
-                     plus the clock drift allowance",
+                    "the Redlock node timeout ({node_timeout:?}) must be shorter than the lease \
+                     ({:?}) minus the clock drift allowance",
                     self.lease
                 ),
             });
