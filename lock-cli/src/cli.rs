@@ -314,10 +314,11 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = parse_duration(text)?;
-    if lease < MIN_WATCHDOG_LEASE {
+    if !(MIN_WATCHDOG_LEASE..=lock_core::MAX_LEASE).contains(&lease) {
         return Err(format!(
-            "a lease must be at least {}",
-            humantime::format_duration(MIN_WATCHDOG_LEASE)
+            "a lease must be between {} and {}",
+            humantime::format_duration(MIN_WATCHDOG_LEASE),
+            humantime::format_duration(lock_core::MAX_LEASE)
         ));
     }
     Ok(lease)
@@ -342,6 +343,7 @@ mod tests {
         assert!(parse_wait("10x").unwrap_err().contains("10x"));
         assert_eq!(parse_lease("500ms"), Ok(Duration::from_millis(500)));
         assert!(parse_lease("1ms").is_err());
+        assert!(parse_lease("366days").is_err());
         assert!(parse_positive("0s").is_err());
     }
 
