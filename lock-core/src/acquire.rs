@@ -334,3 +334,151 @@ async fn rollback(
         delay = delay.saturating_mul(2).min(Duration::from_secs(5));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::backend::{Backend, MemoryStore, RenewItem, Renewal};
+    use crate::wake::WaitSet;
+    use crate::LockInfo;
+
+    /// The in-memory store, but every acquisition is answered `delay` after
+    /// the store granted it (a slow network on the way back).
+    #[derive(Debug)]
+    struct SlowAnswers {
+        store: MemoryStore,
+        delay: Duration,
+    }
+
+    impl Backend for SlowAnswers {
+        fn server(&self) -> &str {
+            "slow"
+        }
+        fn acquire<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+            lease: Duration,
+        ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+            async move {
+                let attempt = self.store.acquire(key, owner, lease).await;
+                tokio::time::sleep(self.delay).await;
+                attempt
+            }
+            .boxed()
+        }
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.release(key, owner)
+        }
+        fn rollback<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.rollback(key, owner)
+        }
+        fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.force_release(key)
+        }
+        fn renew<'a>(
+            &'a self,
+            items: &'a [RenewItem],
+            lease: Duration,
+        ) -> BoxFuture<'a, Vec<Renewal>> {
+            self.store.renew(items, lease)
+        }
+        fn waiter(&self, key: &LockKey) -> WaitSet {
+            self.store.waiter(key)
+        }
+        fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
+            self.store.waiter_if_subscribed(key)
+        }
+        fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+            self.store.inspect(key)
+        }
+        fn list<'a>(
+            &'a self,
+            prefix: &'a str,
+            name_prefix: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
+            self.store.list(prefix, name_prefix)
+        }
+    }
+
+    fn core(store: &MemoryStore, delay: Duration) -> Arc<ClientCore> {
+        let backend = Arc::new(SlowAnswers {
+            store: store.clone(),
+            delay,
+        });
+        let lease = Duration::from_secs(30);
+        Arc::new(ClientCore::new(
+            "c".into(),
+            "lock:".into(),
+            lease,
+            Duration::from_secs(2),
+            backend,
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_grant_whose_answer_was_abandoned_is_rolled_back() {
+        let store = MemoryStore::new();
+        let core = core(&store, Duration::from_millis(200));
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(50),
+            acquire(&core, "x", Wait::Once, None),
+        )
+        .await;
+        assert!(cancelled.is_err(), "the answer is still on its way");
+        assert_eq!(store.held(), 1, "the store granted it");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(store.held(), 0, "the janitor took it back");
+    }
+
+    #[tokio::test]
+    async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
+        let store = MemoryStore::new();
+        let core = core(&store, Duration::from_millis(100));
+        let outer = acquire(&core, "outer", Wait::Once, None).await.unwrap();
+        // Inside the outer lock's scope: one attempt on `x` is abandoned while
+        // a sibling attempt of the same scope (same owner) is under way.
+        let (abandoned, taken) = outer
+            .scope
+            .clone()
+            .run(async {
+                let abandoned = tokio::time::timeout(
+                    Duration::from_millis(20),
+                    acquire(&core, "x", Wait::Once, None),
+                );
+                let taken = acquire(&core, "x", Wait::Once, None);
+                tokio::join!(abandoned, taken)
+            })
+            .await;
+        assert!(abandoned.is_err());
+        let taken = taken.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(taken.lock.is_held());
+        let outer_info = core
+            .backend
+            .inspect(&core.key("outer").unwrap())
+            .await
+            .unwrap();
+        let x_info = core.backend.inspect(&core.key("x").unwrap()).await.unwrap();
+        assert_eq!(
+            store.held(),
+            2,
+            "the scope's `x` was not rolled back: {outer_info:?} {x_info:?}"
+        );
+        let info = core.backend.inspect(&core.key("x").unwrap()).await.unwrap();
+        assert_eq!(
+            info.holder.map(|h| h.owner),
+            Some(taken.lock.owner.to_string())
+        );
+    }
+}

@@ -10,6 +10,7 @@
 //! early (a name starting with `}` would leave it empty, and the keys would
 //! hash apart).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::{slot, LockError};
@@ -71,7 +72,12 @@ impl LockKey {
 
 /// The fencing counter of `slot` under `prefix`.
 pub(crate) fn fence_key(prefix: &str, slot: u16) -> String {
-    format!("{prefix}fence:{{{}}}", slot::tag(slot))
+    let mut key = String::with_capacity(prefix.len() + "fence:{}".len() + 4);
+    key.push_str(prefix);
+    key.push_str("fence:{");
+    slot::push_tag(&mut key, slot);
+    key.push('}');
+    key
 }
 
 /// Refuses a key prefix that would put its own hash tag into the keys.
@@ -102,8 +108,11 @@ pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
 
 /// The hash tag of lock name `name`: the name with `%`, `{` and `}`
 /// percent-escaped.
-pub(crate) fn escape(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
+pub(crate) fn escape(name: &str) -> Cow<'_, str> {
+    if !name.contains(['%', '{', '}']) {
+        return Cow::Borrowed(name); // the usual case: no copy
+    }
+    let mut out = String::with_capacity(name.len() + 8);
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -112,7 +121,7 @@ pub(crate) fn escape(name: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 fn unescape(tag: &str) -> Option<String> {

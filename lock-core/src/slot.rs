@@ -15,10 +15,18 @@ pub(crate) fn of_tag(tag: &[u8]) -> u16 {
 
 /// A short hash tag that hashes to `slot` (base-36 digits): the first in
 /// counting order, so every process derives the same one.
+#[cfg(test)]
 pub(crate) fn tag(slot: u16) -> String {
+    let mut tag = String::new();
+    push_tag(&mut tag, slot);
+    tag
+}
+
+/// Appends the tag of `slot` (see [`tag`]) to `out`.
+pub(crate) fn push_tag(out: &mut String, slot: u16) {
     let table = TAGS.get_or_init(build_tags);
     let index = table.get(usize::from(slot % SLOTS)).copied().unwrap_or(0);
-    base36(index)
+    push_base36(out, index);
 }
 
 static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
@@ -29,8 +37,11 @@ fn build_tags() -> Vec<u32> {
     let mut table = vec![u32::MAX; usize::from(SLOTS)];
     let mut missing = usize::from(SLOTS);
     let mut index: u32 = 0;
+    let mut digits = String::with_capacity(8);
     while missing > 0 && index < u32::MAX {
-        let slot = usize::from(of_tag(base36(index).as_bytes()));
+        digits.clear();
+        push_base36(&mut digits, index);
+        let slot = usize::from(of_tag(digits.as_bytes()));
         if let Some(entry) = table.get_mut(slot) {
             if *entry == u32::MAX {
                 *entry = index;
@@ -42,18 +53,24 @@ fn build_tags() -> Vec<u32> {
     table
 }
 
-fn base36(mut n: u32) -> String {
+fn push_base36(out: &mut String, mut n: u32) {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut digits = Vec::with_capacity(4);
+    // u32::MAX has 7 base-36 digits; written from the right.
+    let mut digits = [b'0'; 7];
+    let mut at = digits.len();
     loop {
-        digits.push(DIGITS.get((n % 36) as usize).copied().unwrap_or(b'0'));
+        at -= 1;
+        if let (Some(slot), Some(&digit)) = (digits.get_mut(at), DIGITS.get((n % 36) as usize)) {
+            *slot = digit;
+        }
         n /= 36;
-        if n == 0 {
+        if n == 0 || at == 0 {
             break;
         }
     }
-    digits.reverse();
-    String::from_utf8(digits).unwrap_or_default()
+    for &digit in digits.get(at..).unwrap_or_default() {
+        out.push(char::from(digit));
+    }
 }
 
 #[cfg(test)]
@@ -72,6 +89,15 @@ mod tests {
         // Values from `CLUSTER KEYSLOT`.
         assert_eq!(of_tag(b"foo"), 12182);
         assert_eq!(of_tag(b"123456789"), 12739);
+    }
+
+    #[test]
+    fn base36_digits() {
+        for (n, text) in [(0, "0"), (35, "z"), (36, "10"), (u32::MAX, "1z141z3")] {
+            let mut out = String::new();
+            push_base36(&mut out, n);
+            assert_eq!(out, text);
+        }
     }
 
     #[test]

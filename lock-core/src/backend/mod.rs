@@ -51,7 +51,9 @@ pub(crate) enum Renewal {
 pub(crate) type RenewItem = (LockKey, Arc<str>);
 
 /// What every backend does. Leases passed in are in range (checked by
-/// `lease.rs` at the API's edge).
+/// `lease.rs` at the API's edge). The futures are lazy: nothing is done or
+/// sent before their first poll (the rollback of an abandoned grant checks
+/// its scope and polls its command once under the scope's lock).
 pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// What the backend talks to, for messages: `host:port`, `memory`, ...
     fn server(&self) -> &str;

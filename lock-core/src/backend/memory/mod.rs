@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{self, BoxFuture, FutureExt};
+use futures_util::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::{Attempt, Backend, RenewItem, Renewal};
@@ -181,7 +181,7 @@ impl Backend for MemoryStore {
         owner: &'a str,
         lease: Duration,
     ) -> BoxFuture<'a, Result<Attempt, LockError>> {
-        future::ready(Ok(self.acquire_now(key, owner, lease))).boxed()
+        async move { Ok(self.acquire_now(key, owner, lease)) }.boxed()
     }
 
     fn release<'a>(
@@ -189,7 +189,7 @@ impl Backend for MemoryStore {
         key: &'a LockKey,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        future::ready(Ok(self.delete(key, Some(owner)))).boxed()
+        async move { Ok(self.delete(key, Some(owner))) }.boxed()
     }
 
     fn rollback<'a>(
@@ -198,19 +198,21 @@ impl Backend for MemoryStore {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         // Wakes only when it deleted something, as `delete` does.
-        future::ready(Ok(self.delete(key, Some(owner)))).boxed()
+        async move { Ok(self.delete(key, Some(owner))) }.boxed()
     }
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        future::ready(Ok(self.delete(key, None))).boxed()
+        async move { Ok(self.delete(key, None)) }.boxed()
     }
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
-        let renewals = items
-            .iter()
-            .map(|(key, owner)| self.renew_now(key, owner, lease))
-            .collect();
-        future::ready(renewals).boxed()
+        async move {
+            items
+                .iter()
+                .map(|(key, owner)| self.renew_now(key, owner, lease))
+                .collect()
+        }
+        .boxed()
     }
 
     fn waiter(&self, key: &LockKey) -> WaitSet {
@@ -223,13 +225,14 @@ impl Backend for MemoryStore {
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-        let now = Instant::now();
-        let mut state = self.inner.state.lock();
-        let fence = state.fence;
-        let entry = state.live(&key.lock, now).map(|e| &*e);
-        let info = info(key, entry, fence, now);
-        drop(state);
-        future::ready(Ok(info)).boxed()
+        async move {
+            let now = Instant::now();
+            let mut state = self.inner.state.lock();
+            let fence = state.fence;
+            let entry = state.live(&key.lock, now).map(|e| &*e);
+            Ok(info(key, entry, fence, now))
+        }
+        .boxed()
     }
 
     fn list<'a>(
@@ -237,20 +240,22 @@ impl Backend for MemoryStore {
         prefix: &'a str,
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
-        let now = Instant::now();
-        let state = self.inner.state.lock();
-        let locks = state
-            .locks
-            .iter()
-            .filter(|(_, e)| e.expires_at > now)
-            .filter_map(|(lock, e)| {
-                let name = name::name_of(prefix, lock)?;
-                let key = LockKey::new(prefix, &name).ok()?;
-                name.starts_with(name_prefix)
-                    .then(|| info(&key, Some(e), state.fence, now))
-            })
-            .collect();
-        future::ready(Ok(locks)).boxed()
+        async move {
+            let now = Instant::now();
+            let state = self.inner.state.lock();
+            Ok(state
+                .locks
+                .iter()
+                .filter(|(_, e)| e.expires_at > now)
+                .filter_map(|(lock, e)| {
+                    let name = name::name_of(prefix, lock)?;
+                    let key = LockKey::new(prefix, &name).ok()?;
+                    name.starts_with(name_prefix)
+                        .then(|| info(&key, Some(e), state.fence, now))
+                })
+                .collect())
+        }
+        .boxed()
     }
 }
 
