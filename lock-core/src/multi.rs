@@ -13,7 +13,7 @@ use crate::lease::Wait;
 use crate::{Lock, LockError, LockGuard};
 
 /// Several locks to acquire as one (Redisson's `MultiLock`), made by
-/// [`LockClient::lock_all`].
+/// [`LockClient::lock_all`](crate::LockClient::lock_all).
 ///
 /// The names are sorted and deduplicated before acquisition, so two callers
 /// asking for `["account:1", "account:2"]` and `["account:2", "account:1"]`
