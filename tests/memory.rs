@@ -148,3 +148,42 @@ fn edges_memory_client_keeps_working_on_a_second_runtime() {
         |_| None,
     );
 }
+
+/// A guard dropped where no tokio runtime runs (after its runtime shut down)
+/// cannot release at once; its release waits in the client and runs as soon
+/// as the client is used on a runtime again, well before the 30 s lease.
+#[test]
+fn a_guard_dropped_outside_any_runtime_is_released_when_its_client_is_next_used() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let store = MemoryStore::new();
+    let client = LockClient::builder().memory(store.clone()).unwrap();
+    let first = runtime();
+    let guard = first
+        .block_on(client.lock("edges:no-runtime").acquire())
+        .unwrap();
+    drop(first);
+    drop(guard); // no runtime here: the release is queued
+    assert_eq!(store.held(), 1);
+    let started = std::time::Instant::now();
+    runtime().block_on(async {
+        let again = client
+            .lock("edges:no-runtime")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("the queued release ran on this runtime");
+        again.release().await.unwrap();
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.held(), 0);
+}

@@ -62,6 +62,8 @@ impl LockGuard {
     /// Whether the lock is still held: no loss detected and the lease known to
     /// run on the local clock.
     pub fn is_held(&self) -> bool {
+        // Also restarts renewals whose runtime has gone (cheap when running).
+        self.core.ensure_background();
         self.lock.is_held()
     }
 

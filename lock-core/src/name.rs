@@ -25,9 +25,8 @@ pub(crate) struct LockKey {
     pub(crate) name: Arc<str>,
     /// The lock's hash.
     pub(crate) lock: Arc<str>,
-    /// The fencing counter of the lock's slot (shared with the other locks
-    /// of that slot).
-    pub(crate) fence: Arc<str>,
+    /// The length of the key prefix at the start of `lock`.
+    prefix_len: usize,
     /// The wake-up channel.
     pub(crate) channel: Arc<str>,
     /// The cluster slot of all three.
@@ -63,10 +62,19 @@ impl LockKey {
         Ok(LockKey {
             name: name.into(),
             lock,
-            fence: fence_key(prefix, slot).into(),
+            prefix_len: prefix.len(),
             channel: buf.into(),
             slot,
         })
+    }
+
+    /// The fencing counter of the lock's slot (shared with the other locks
+    /// of that slot). Built when needed, not kept with every held lock.
+    pub(crate) fn fence(&self) -> String {
+        fence_key(
+            self.lock.get(..self.prefix_len).unwrap_or_default(),
+            self.slot,
+        )
     }
 }
 
@@ -169,7 +177,7 @@ mod tests {
         assert_eq!(&*key.lock, "lock:{order:42}");
         assert_eq!(&*key.channel, "lock:{order:42}:released");
         assert_eq!(key.slot, slot::of_tag(b"order:42"));
-        assert!(key.fence.starts_with("lock:fence:{"), "{}", key.fence);
+        assert!(key.fence().starts_with("lock:fence:{"), "{}", key.fence());
     }
 
     /// The slot of a whole key, the way Redis finds its hash tag.
@@ -205,7 +213,7 @@ mod tests {
             let slot = redis_slot(&key.lock);
             assert_eq!(slot, key.slot, "{name}");
             assert_eq!(redis_slot(&key.channel), slot, "{name}");
-            assert_eq!(redis_slot(&key.fence), slot, "{name}");
+            assert_eq!(redis_slot(&key.fence()), slot, "{name}");
             assert_eq!(name_of("lock:", &key.lock).as_deref(), Some(name));
         }
     }

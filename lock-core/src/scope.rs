@@ -12,7 +12,7 @@
 //! rollback of an abandoned grant never deletes a grant that a sibling
 //! acquisition of the same scope is taking over.
 
-use std::collections::hash_map::Entry;
+use std::collections::hash_map;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -35,20 +35,36 @@ pub(crate) struct Scope {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The locks held in this scope, by lock name.
-    held: HashMap<Arc<str>, Weak<HeldLock>>,
-    /// Acquisitions in flight, by lock name.
-    attempts: HashMap<Arc<str>, usize>,
+    /// The locks this scope holds or is acquiring, by lock name (one map, so
+    /// a scope costs one small allocation).
+    locks: HashMap<Arc<str>, Entry>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    held: Weak<HeldLock>,
+    /// Acquisitions in flight.
+    attempts: usize,
 }
 
 impl State {
     fn claims(&self, name: &str) -> bool {
-        self.live(name).is_some() || self.attempts.contains_key(name)
+        self.live(name).is_some() || self.locks.get(name).is_some_and(|e| e.attempts > 0)
     }
 
     fn live(&self, name: &str) -> Option<Arc<HeldLock>> {
-        let lock = self.held.get(name)?.upgrade()?;
+        let lock = self.locks.get(name)?.held.upgrade()?;
         (lock.holds.load(Ordering::Acquire) > 0).then_some(lock)
+    }
+
+    /// Forgets `name`'s entry once nothing holds or acquires it.
+    fn tidy(&mut self, name: &Arc<str>) {
+        if let hash_map::Entry::Occupied(entry) = self.locks.entry(name.clone()) {
+            let idle = entry.get().attempts == 0 && entry.get().held.strong_count() == 0;
+            if idle {
+                entry.remove();
+            }
+        }
     }
 }
 
@@ -92,7 +108,7 @@ impl Scope {
     /// is dropped.
     pub(crate) fn attempting<'a>(&'a self, name: &Arc<str>) -> Attempting<'a> {
         let mut state = self.state.lock();
-        *state.attempts.entry(name.clone()).or_insert(0) += 1;
+        state.locks.entry(name.clone()).or_default().attempts += 1;
         Attempting {
             scope: self,
             name: name.clone(),
@@ -109,9 +125,7 @@ impl Scope {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return (existing, false);
         }
-        state
-            .held
-            .insert(lock.key.name.clone(), Arc::downgrade(&lock));
+        state.locks.entry(lock.key.name.clone()).or_default().held = Arc::downgrade(&lock);
         (lock, true)
     }
 
@@ -147,11 +161,12 @@ impl Scope {
         if before != 1 {
             return false;
         }
-        if let Entry::Occupied(entry) = state.held.entry(lock.key.name.clone()) {
-            if std::ptr::eq(entry.get().as_ptr(), lock) {
-                entry.remove();
+        if let Some(entry) = state.locks.get_mut(&lock.key.name) {
+            if std::ptr::eq(entry.held.as_ptr(), lock) {
+                entry.held = Weak::new();
             }
         }
+        state.tidy(&lock.key.name);
         true
     }
 }
@@ -165,12 +180,10 @@ pub(crate) struct Attempting<'a> {
 impl Drop for Attempting<'_> {
     fn drop(&mut self) {
         let mut state = self.scope.state.lock();
-        if let Entry::Occupied(mut entry) = state.attempts.entry(self.name.clone()) {
-            *entry.get_mut() = entry.get().saturating_sub(1);
-            if *entry.get() == 0 {
-                entry.remove();
-            }
+        if let Some(entry) = state.locks.get_mut(&self.name) {
+            entry.attempts = entry.attempts.saturating_sub(1);
         }
+        state.tidy(&self.name);
     }
 }
 

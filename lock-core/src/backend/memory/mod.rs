@@ -159,7 +159,7 @@ fn info(key: &LockKey, entry: Option<&Entry>, fence: u64, now: Instant) -> LockI
     LockInfo {
         name: key.name.to_string(),
         key: key.lock.to_string(),
-        fence_key: key.fence.to_string(),
+        fence_key: key.fence(),
         holder: entry.map(|e| LockHolder {
             owner: e.owner.to_string(),
             fencing_token: e.token,

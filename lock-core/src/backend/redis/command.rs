@@ -6,7 +6,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, FutureExt};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
@@ -26,10 +25,13 @@ pub(crate) trait Target: Send {
         &'a mut self,
         pipe: &'a Pipeline,
         count: usize,
-    ) -> BoxFuture<'a, RedisResult<Replies>>;
+    ) -> impl Future<Output = RedisResult<Replies>> + Send + 'a;
 
     /// Loads `scripts` where `send` sends.
-    fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> BoxFuture<'a, RedisResult<()>>;
+    fn load<'a>(
+        &'a mut self,
+        scripts: &'a [&'a Script],
+    ) -> impl Future<Output = RedisResult<()>> + Send + 'a;
 }
 
 impl Target for ConnectionManager {
@@ -37,16 +39,19 @@ impl Target for ConnectionManager {
         &'a mut self,
         pipe: &'a Pipeline,
         _count: usize,
-    ) -> BoxFuture<'a, RedisResult<Replies>> {
-        pipe.query_async(self).boxed()
+    ) -> impl Future<Output = RedisResult<Replies>> + Send + 'a {
+        pipe.query_async(self)
     }
 
-    fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> BoxFuture<'a, RedisResult<()>> {
+    fn load<'a>(
+        &'a mut self,
+        scripts: &'a [&'a Script],
+    ) -> impl Future<Output = RedisResult<()>> + Send + 'a {
         let mut load = redis::pipe();
         for script in scripts {
             load.load_script(script).ignore();
         }
-        async move { load.exec_async(self).await }.boxed()
+        async move { load.exec_async(self).await }
     }
 }
 
@@ -58,52 +63,42 @@ pub(crate) struct Routed {
 }
 
 impl Target for Routed {
-    fn send<'a>(
-        &'a mut self,
-        pipe: &'a Pipeline,
-        count: usize,
-    ) -> BoxFuture<'a, RedisResult<Replies>> {
-        match self.node.clone() {
-            None => pipe.query_async(&mut self.conn).boxed(),
-            Some(node) => async move {
-                let values = self
-                    .conn
-                    .route_pipeline(pipe.clone(), 0, count, node)
-                    .await?;
-                Ok(values
-                    .into_iter()
-                    .map(|value| match value {
-                        Value::ServerError(err) => Err(err.into()),
-                        value => Ok(value),
-                    })
-                    .collect())
-            }
-            .boxed(),
-        }
+    async fn send<'a>(&'a mut self, pipe: &'a Pipeline, count: usize) -> RedisResult<Replies> {
+        let Some(node) = self.node.clone() else {
+            return pipe.query_async(&mut self.conn).await;
+        };
+        let values = self
+            .conn
+            .route_pipeline(pipe.clone(), 0, count, node)
+            .await?;
+        Ok(values
+            .into_iter()
+            .map(|value| match value {
+                Value::ServerError(err) => Err(err.into()),
+                value => Ok(value),
+            })
+            .collect())
     }
 
-    fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> BoxFuture<'a, RedisResult<()>> {
-        async move {
-            match self.node.clone() {
-                // SCRIPT LOAD without a node goes to every node.
-                None => {
-                    for script in scripts {
-                        script.load_async(&mut self.conn).await?;
-                    }
-                }
-                Some(node) => {
-                    let mut load = redis::pipe();
-                    for script in scripts {
-                        load.load_script(script);
-                    }
-                    self.conn
-                        .route_pipeline(load, 0, scripts.len(), node)
-                        .await?;
+    async fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> RedisResult<()> {
+        match self.node.clone() {
+            // SCRIPT LOAD without a node goes to every node.
+            None => {
+                for script in scripts {
+                    script.load_async(&mut self.conn).await?;
                 }
             }
-            Ok(())
+            Some(node) => {
+                let mut load = redis::pipe();
+                for script in scripts {
+                    load.load_script(script);
+                }
+                self.conn
+                    .route_pipeline(load, 0, scripts.len(), node)
+                    .await?;
+            }
         }
-        .boxed()
+        Ok(())
     }
 }
 

@@ -29,7 +29,8 @@ pub(crate) async fn inspect<T: Target>(
     pipe.cmd("TYPE").arg(&*key.lock);
     pipe.cmd("HGETALL").arg(&*key.lock);
     pipe.cmd("PTTL").arg(&*key.lock);
-    pipe.cmd("GET").arg(&*key.fence);
+    let fence_key = key.fence();
+    pipe.cmd("GET").arg(&fence_key);
     let backend_error = |source: BackendError| LockError::Backend {
         key: key.name.to_string(),
         server: server.to_owned(),
@@ -60,14 +61,14 @@ pub(crate) async fn inspect<T: Target>(
         _ => return Err(wrong_type(&key.lock)),
     };
     let last_fencing_token = match fence {
-        Ok(value) => fence_from(value).ok_or_else(|| wrong_type(&key.fence))?,
-        Err(err) if is_wrong_type(&err) => return Err(wrong_type(&key.fence)),
+        Ok(value) => fence_from(value).ok_or_else(|| wrong_type(&fence_key))?,
+        Err(err) if is_wrong_type(&err) => return Err(wrong_type(&fence_key)),
         Err(err) => return Err(backend_error(err.into())),
     };
     Ok(LockInfo {
         name: key.name.to_string(),
         key: key.lock.to_string(),
-        fence_key: key.fence.to_string(),
+        fence_key,
         holder,
         last_fencing_token,
     })
@@ -127,7 +128,7 @@ pub(crate) async fn list<T: Target>(
             for (key, _) in &keys {
                 pipe.cmd("HGETALL").arg(&*key.lock);
                 pipe.cmd("PTTL").arg(&*key.lock);
-                pipe.cmd("GET").arg(&*key.fence);
+                pipe.cmd("GET").arg(key.fence());
             }
             let replies = command::run(target, &pipe, keys.len() * 3, &[], timeout)
                 .await
@@ -151,7 +152,7 @@ pub(crate) async fn list<T: Target>(
                 locks.push(LockInfo {
                     name,
                     key: key.lock.to_string(),
-                    fence_key: key.fence.to_string(),
+                    fence_key: key.fence(),
                     holder: Some(holder),
                     last_fencing_token: fence.ok().and_then(fence_from).flatten(),
                 });

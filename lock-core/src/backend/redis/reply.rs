@@ -107,7 +107,7 @@ pub(crate) async fn command_error<T: Target>(
 /// `WrongType` for `key`, given the `TYPE` of its lock key.
 pub(crate) fn wrong_type(key: &LockKey, lock_type: Option<&str>) -> LockError {
     let redis_key = match lock_type {
-        Some("hash" | "none") => key.fence.to_string(),
+        Some("hash" | "none") => key.fence(),
         _ => key.lock.to_string(),
     };
     LockError::WrongType {

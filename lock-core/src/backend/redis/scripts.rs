@@ -114,7 +114,7 @@ impl Scripts {
 
     /// The acquisition of `key` for `owner`, as a pipeline of one.
     pub(crate) fn acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Pipeline {
-        let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence]);
+        let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence()]);
         cmd.arg(owner).arg(lease::millis(lease));
         one(cmd)
     }
@@ -140,7 +140,7 @@ impl Scripts {
 
     /// Raises the fencing counter of `key`'s slot to `token`, as a pipeline of one.
     pub(crate) fn fence_floor(&self, key: &LockKey, token: u64) -> Pipeline {
-        let mut cmd = evalsha(&self.fence_floor, &[&key.fence]);
+        let mut cmd = evalsha(&self.fence_floor, &[&key.fence()]);
         cmd.arg(token);
         one(cmd)
     }

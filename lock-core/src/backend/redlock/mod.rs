@@ -240,7 +240,7 @@ impl RedlockBackend {
         Ok(LockInfo {
             name: key.name.to_string(),
             key: key.lock.to_string(),
-            fence_key: key.fence.to_string(),
+            fence_key: key.fence(),
             holder: majority_holder(&holders, self.quorum()),
             last_fencing_token: infos.iter().filter_map(|i| i.last_fencing_token).max(),
         })
