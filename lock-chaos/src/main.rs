@@ -226,6 +226,7 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         tasks: args.tasks,
         names: (0..args.names).map(|i| format!("chaos-{i}")).collect(),
         hold_max_ms: args.hold_max_ms,
+        lease,
         deadline_ns: deadline,
     })
     .await;

@@ -252,6 +252,7 @@ impl World {
                 tasks: self.config.tasks,
                 names: self.names.clone(),
                 hold_max_ms: self.config.hold_max_ms,
+                lease: self.config.lease,
                 deadline_ns: deadline.clone(),
             };
             self.memory.push((deadline, tokio::spawn(worker::run(setup))));

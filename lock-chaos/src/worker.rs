@@ -32,8 +32,11 @@ pub struct WorkerSetup {
     pub tasks: u32,
     /// Lock names to pick from.
     pub names: Vec<String>,
-    /// Longest hold, in ms (holds are uniform in 10..=hold_max_ms).
+    /// Longest ordinary hold, in ms (holds are uniform in 10..=hold_max_ms, and one in four
+    /// lasts one to two leases, so that faults catch holders whose watchdog must renew).
     pub hold_max_ms: u64,
+    /// The client's lease.
+    pub lease: Duration,
     /// When to stop (a [`now_ns`] reading); moved to now to stop early.
     pub deadline_ns: Arc<AtomicU64>,
 }
@@ -82,13 +85,18 @@ pub async fn run(setup: WorkerSetup) {
         });
         let names = names.clone();
         let (hold_max, deadline) = (setup.hold_max_ms.max(10), setup.deadline_ns.clone());
+        let lease_ms = u64::try_from(setup.lease.as_millis()).unwrap_or(u64::MAX / 4).max(1);
         tasks.push(tokio::spawn(async move {
             while now_ns() < deadline.load(Ordering::Relaxed) {
                 let (name, hold, gap) = {
                     let mut rng = rand::rng();
                     (
                         names[rng.random_range(0..names.len())].clone(),
-                        Duration::from_millis(rng.random_range(10..=hold_max)),
+                        Duration::from_millis(if rng.random_ratio(1, 4) {
+                            rng.random_range(lease_ms..=2 * lease_ms)
+                        } else {
+                            rng.random_range(10..=hold_max)
+                        }),
                         Duration::from_millis(rng.random_range(0..20)),
                     )
                 };
