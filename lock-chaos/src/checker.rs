@@ -257,7 +257,11 @@ pub fn summary(reports: &[BackendReport]) -> String {
             sum(&|r| r.overlaps),
             sum(&|r| if r.exclusion_claimed { r.overlaps } else { 0 }),
             sum(&|r| r.stale_writes_accepted),
-            sum(&|r| if r.fencing_claimed { r.stale_writes_accepted } else { 0 }),
+            sum(&|r| if r.fencing_claimed {
+                r.stale_writes_accepted
+            } else {
+                0
+            }),
             sum(&|r| r.unfenced_lost_updates),
             fmt_ms(percentile(&latencies, 0.5)),
             fmt_ms(percentile(&latencies, 0.99)),
@@ -326,7 +330,9 @@ pub fn analyze(
     let mut row_of_fault: HashMap<String, usize> = HashMap::new();
     let claims = |name: &str| -> (bool, bool) {
         let fault = ALL_FAULTS.iter().find(|f| f.name() == name);
-        fault.map_or((true, true), |f| (f.exclusion_claimed(), f.fencing_claimed()))
+        fault.map_or((true, true), |f| {
+            (f.exclusion_claimed(), f.fencing_claimed())
+        })
     };
     for name in std::iter::once("none").chain(windows.iter().map(|w| w.fault.as_str())) {
         if !row_of_fault.contains_key(name) {
@@ -344,9 +350,8 @@ pub fn analyze(
     for w in &windows {
         rows[row_of_fault[&w.fault]].injections += 1;
     }
-    let row_at = |t: u64| -> usize {
-        window_of(&windows, t).map_or(0, |i| row_of_fault[&windows[i].fault])
-    };
+    let row_at =
+        |t: u64| -> usize { window_of(&windows, t).map_or(0, |i| row_of_fault[&windows[i].fault]) };
     let fault_at = |t: u64| -> String {
         window_of(&windows, t).map_or_else(|| "none".to_owned(), |i| windows[i].fault.clone())
     };

@@ -191,7 +191,10 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         match attempt {
             Ok(client) => break client,
             Err(e) if now_ns() - started < 30_000_000_000 => {
-                eprintln!("lock-chaos worker {}: connecting: {e}; retrying", args.worker);
+                eprintln!(
+                    "lock-chaos worker {}: connecting: {e}; retrying",
+                    args.worker
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => return Err(e).context("connecting the lock client"),

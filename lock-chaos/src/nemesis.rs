@@ -54,7 +54,10 @@ impl Fault {
 
     /// Whether the README promises mutual exclusion (no two holders) under this fault.
     pub fn exclusion_claimed(self) -> bool {
-        !matches!(self, Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover)
+        !matches!(
+            self,
+            Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover
+        )
     }
 
     /// Whether the README promises that the fenced resource accepts no stale write under
@@ -90,7 +93,13 @@ impl Schedule {
         let faults: Vec<Fault> = match (backend, quick) {
             (Backend::Memory, _) => Vec::new(),
             (Backend::Standalone, true) => {
-                vec![PauseHolder, KillHolder, Partition, ScriptFlush, RestartPersistent]
+                vec![
+                    PauseHolder,
+                    KillHolder,
+                    Partition,
+                    ScriptFlush,
+                    RestartPersistent,
+                ]
             }
             (Backend::Sentinel | Backend::Cluster, true) => vec![PauseHolder, ClientKill, Failover],
             (Backend::Redlock, true) => vec![PauseHolder, StopMinority],

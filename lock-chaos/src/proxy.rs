@@ -124,7 +124,11 @@ async fn forward(client: TcpStream, target: SocketAddr, mode: watch::Receiver<Pr
 }
 
 /// Copies one direction, applying the current mode to each chunk.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::Receiver<ProxyMode>) {
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut mode: watch::Receiver<ProxyMode>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {

@@ -117,11 +117,17 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| anyhow!("the test harness failed: {e}"))?
 }
 
-async fn run_backend(config: &RunConfig, backend: Backend, dir: &Path) -> anyhow::Result<BackendReport> {
+async fn run_backend(
+    config: &RunConfig,
+    backend: Backend,
+    dir: &Path,
+) -> anyhow::Result<BackendReport> {
     let schedule = Schedule::for_backend(backend, config.quick, config.rounds);
     let register = blocking(|| Ok(RedisServer::start())).await?;
     let register_url = register.url();
-    let servers = Arc::new(Mutex::new(blocking(move || Ok(Servers::start(backend))).await?));
+    let servers = Arc::new(Mutex::new(
+        blocking(move || Ok(Servers::start(backend))).await?,
+    ));
     let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
     let run_start = now_ns();
 
@@ -255,7 +261,8 @@ impl World {
                 lease: self.config.lease,
                 deadline_ns: deadline.clone(),
             };
-            self.memory.push((deadline, tokio::spawn(worker::run(setup))));
+            self.memory
+                .push((deadline, tokio::spawn(worker::run(setup))));
         }
         Ok(())
     }
@@ -325,12 +332,17 @@ impl World {
                 names.shuffle(&mut rand::rng());
                 for name in &names {
                     let Ok(Ok(info)) =
-                        tokio::time::timeout(Duration::from_millis(500), inspector.inspect(name)).await
+                        tokio::time::timeout(Duration::from_millis(500), inspector.inspect(name))
+                            .await
                     else {
                         continue;
                     };
                     if let Some(holder) = info.holder {
-                        if let Some(i) = self.workers.iter().position(|w| w.client_id == holder.client_id()) {
+                        if let Some(i) = self
+                            .workers
+                            .iter()
+                            .position(|w| w.client_id == holder.client_id())
+                        {
                             return i;
                         }
                     }
@@ -357,7 +369,10 @@ impl World {
         match fault {
             Fault::PauseHolder => {
                 let worker = &self.workers[self.holder().await];
-                let (pid, target) = (worker.pid, format!("worker {} pid {}", worker.id, worker.pid));
+                let (pid, target) = (
+                    worker.pid,
+                    format!("worker {} pid {}", worker.id, worker.pid),
+                );
                 self.record(fault, "start", &target);
                 signal(pid, libc::SIGSTOP);
                 tokio::time::sleep(self.config.lease + Duration::from_secs(1)).await;

@@ -149,7 +149,10 @@ impl Servers {
 
     /// `SCRIPT FLUSH` on every data server.
     pub fn script_flush(&self) -> String {
-        format!("{} servers", self.on_every_data_server(&["SCRIPT", "FLUSH"]))
+        format!(
+            "{} servers",
+            self.on_every_data_server(&["SCRIPT", "FLUSH"])
+        )
     }
 
     /// The proxied server at `index` (standalone: 0).
@@ -181,7 +184,11 @@ impl Servers {
         let dir: Vec<String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("dir")
-            .query(&mut server.client().get_connection_with_timeout(Duration::from_secs(2))?)
+            .query(
+                &mut server
+                    .client()
+                    .get_connection_with_timeout(Duration::from_secs(2))?,
+            )
             .context("CONFIG GET dir")?;
         let dir = dir.get(1).cloned().context("CONFIG GET dir: no value")?;
         server.kill();

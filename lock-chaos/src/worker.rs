@@ -85,7 +85,9 @@ pub async fn run(setup: WorkerSetup) {
         });
         let names = names.clone();
         let (hold_max, deadline) = (setup.hold_max_ms.max(10), setup.deadline_ns.clone());
-        let lease_ms = u64::try_from(setup.lease.as_millis()).unwrap_or(u64::MAX / 4).max(1);
+        let lease_ms = u64::try_from(setup.lease.as_millis())
+            .unwrap_or(u64::MAX / 4)
+            .max(1);
         tasks.push(tokio::spawn(async move {
             while now_ns() < deadline.load(Ordering::Relaxed) {
                 let (name, hold, gap) = {
@@ -179,17 +181,32 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
 }
 
 #[distributed_lock(key = "{name}", wait = "2s", abort_on_lost, client = &ctx.client)]
-async fn locked_abort(ctx: &TaskCtx, name: &str, t_start: u64, hold: Duration) -> Result<(), RoundError> {
+async fn locked_abort(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
     locked_body(ctx, name, t_start, hold).await
 }
 
 #[distributed_lock(key = "{name}", wait = "2s", client = &ctx.client)]
-async fn locked_plain(ctx: &TaskCtx, name: &str, t_start: u64, hold: Duration) -> Result<(), RoundError> {
+async fn locked_plain(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
     locked_body(ctx, name, t_start, hold).await
 }
 
 /// The body of both annotated functions.
-async fn locked_body(ctx: &TaskCtx, name: &str, t_start: u64, hold: Duration) -> Result<(), RoundError> {
+async fn locked_body(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
     let lock = distributed_lock::current().ok_or(RoundError::NoCurrentLock)?;
     let (token, owner) = (lock.fencing_token(), lock.owner().to_owned());
     *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((token, owner.clone()));
@@ -225,7 +242,10 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         return;
     };
     let (t_release, outcome) = match result {
-        Ok(()) => (*ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()), "macro"),
+        Ok(()) => (
+            *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()),
+            "macro",
+        ),
         Err(RoundError::Lock(LockError::LeaseLost { .. })) => {
             ctx.sink.emit(&Event::Lost {
                 t,
@@ -295,21 +315,63 @@ async fn read_modify_write(ctx: &TaskCtx, name: &str, token: u64, hold: Duration
     match unfenced {
         Ok(read) => {
             let event = match regs.unfenced_write(name, read + 1).await {
-                Ok(prev) => write_event(Register::Unfenced, WriteOutcome::Accepted, Some(read), Some(prev), None),
-                Err(_) => write_event(Register::Unfenced, WriteOutcome::Error, Some(read), None, None),
+                Ok(prev) => write_event(
+                    Register::Unfenced,
+                    WriteOutcome::Accepted,
+                    Some(read),
+                    Some(prev),
+                    None,
+                ),
+                Err(_) => write_event(
+                    Register::Unfenced,
+                    WriteOutcome::Error,
+                    Some(read),
+                    None,
+                    None,
+                ),
             };
             ctx.sink.emit(&event);
         }
-        Err(_) => ctx.sink.emit(&write_event(Register::Unfenced, WriteOutcome::Error, None, None, None)),
+        Err(_) => ctx.sink.emit(&write_event(
+            Register::Unfenced,
+            WriteOutcome::Error,
+            None,
+            None,
+            None,
+        )),
     }
 
     let event = match fenced {
         Ok(Fenced::Ok(read)) => match regs.fenced_write(name, token, read + 1).await {
-            Ok(Fenced::Ok(prev)) => write_event(Register::Fenced, WriteOutcome::Accepted, Some(read), Some(prev), None),
-            Ok(Fenced::Stale(seen)) => write_event(Register::Fenced, WriteOutcome::RejectedWrite, Some(read), None, Some(seen)),
-            Err(_) => write_event(Register::Fenced, WriteOutcome::Error, Some(read), None, None),
+            Ok(Fenced::Ok(prev)) => write_event(
+                Register::Fenced,
+                WriteOutcome::Accepted,
+                Some(read),
+                Some(prev),
+                None,
+            ),
+            Ok(Fenced::Stale(seen)) => write_event(
+                Register::Fenced,
+                WriteOutcome::RejectedWrite,
+                Some(read),
+                None,
+                Some(seen),
+            ),
+            Err(_) => write_event(
+                Register::Fenced,
+                WriteOutcome::Error,
+                Some(read),
+                None,
+                None,
+            ),
         },
-        Ok(Fenced::Stale(seen)) => write_event(Register::Fenced, WriteOutcome::RejectedRead, None, None, Some(seen)),
+        Ok(Fenced::Stale(seen)) => write_event(
+            Register::Fenced,
+            WriteOutcome::RejectedRead,
+            None,
+            None,
+            Some(seen),
+        ),
         Err(_) => write_event(Register::Fenced, WriteOutcome::Error, None, None, None),
     };
     ctx.sink.emit(&event);
