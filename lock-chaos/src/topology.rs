@@ -58,8 +58,10 @@ fn persistent() -> ServerOptions {
         .arg("always")
 }
 
-/// The running servers of one backend.
+/// The running servers of one backend (one value per run, so the variants' sizes do not
+/// matter).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Servers {
     /// No servers.
     Memory,
