@@ -1,0 +1,178 @@
+//! The recorded history: one JSON line per event, written by workers and the nemesis.
+
+use serde::{Deserialize, Serialize};
+
+/// How a worker task takes its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskMode {
+    /// `acquire()`, the work raced against `lost()`: stops at the loss.
+    GuardAbort,
+    /// `#[distributed_lock(abort_on_lost)]`: the body is cancelled at the loss.
+    MacroAbort,
+    /// `acquire()`, records `lost()` but keeps working (a careless user): its writes after a
+    /// loss are what the fenced register must reject.
+    GuardNaive,
+    /// `#[distributed_lock]` without `abort_on_lost`.
+    MacroPlain,
+}
+
+impl TaskMode {
+    /// The mode of task number `task` of a worker.
+    pub fn for_task(task: u32) -> TaskMode {
+        match task % 4 {
+            0 => TaskMode::GuardAbort,
+            1 => TaskMode::MacroAbort,
+            2 => TaskMode::GuardNaive,
+            _ => TaskMode::MacroPlain,
+        }
+    }
+}
+
+/// Which protected register a write went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Register {
+    /// Plain GET / SET: no protection but the lock.
+    Unfenced,
+    /// Claim-on-read fenced register (see `register.rs`).
+    Fenced,
+}
+
+/// What became of one read-modify-write on a register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteOutcome {
+    /// The write was applied.
+    Accepted,
+    /// The fenced read refused the token (a higher one was seen before).
+    RejectedRead,
+    /// The fenced write refused the token (a higher one was seen since the read).
+    RejectedWrite,
+    /// The register did not answer.
+    Error,
+}
+
+/// One recorded event. Times are [`crate::clock::now_ns`] readings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// A worker process started and connected.
+    Hello {
+        /// When.
+        t: u64,
+        /// Worker number (unique in the run; a respawned worker gets a new one).
+        worker: u32,
+        /// Its process id.
+        pid: u32,
+        /// The lock client's id (prefix of its owner ids).
+        client_id: String,
+    },
+    /// An acquisition returned a guard.
+    Acquired {
+        /// When the acquire call started.
+        t_start: u64,
+        /// When it returned.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number within the worker.
+        task: u32,
+        /// How the task locks.
+        mode: TaskMode,
+        /// Lock name.
+        name: String,
+        /// Owner id.
+        owner: String,
+        /// Fencing token.
+        token: u64,
+    },
+    /// An acquisition failed (busy after the wait, backend error, ...).
+    AcquireFailed {
+        /// When the acquire call started.
+        t_start: u64,
+        /// When it returned.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// Lock name.
+        name: String,
+        /// `timed_out`, `backend`, `quorum`, or `other`.
+        kind: String,
+        /// The error's message.
+        error: String,
+    },
+    /// A read-modify-write on a register ended.
+    Write {
+        /// When the write (or the refused read) returned.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// Lock name (each lock protects its own registers).
+        name: String,
+        /// The holder's fencing token.
+        token: u64,
+        /// Which register.
+        register: Register,
+        /// What happened.
+        outcome: WriteOutcome,
+        /// The value read (absent when the read was refused or failed).
+        read: Option<i64>,
+        /// The value the register held when the write was applied (absent unless accepted).
+        prev: Option<i64>,
+        /// For a refused fenced operation: the highest token the register had seen.
+        seen: Option<u64>,
+    },
+    /// `lost()` resolved (or `abort_on_lost` cancelled the body) for a held lock.
+    Lost {
+        /// When the loss was reported.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// Lock name.
+        name: String,
+        /// Owner id.
+        owner: String,
+        /// Fencing token.
+        token: u64,
+    },
+    /// The holder let the lock go.
+    Released {
+        /// When the release started (the end of the holder's belief that it holds).
+        t_start: u64,
+        /// When it returned.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// Lock name.
+        name: String,
+        /// Owner id.
+        owner: String,
+        /// Fencing token.
+        token: u64,
+        /// `ok`, `lease_lost`, `not_held`, `backend`, `aborted` (abort_on_lost) or `macro`
+        /// (released by the attribute's expansion; its outcome is only logged).
+        result: String,
+    },
+    /// A fault began or was healed.
+    Fault {
+        /// When.
+        t: u64,
+        /// Backend under test.
+        backend: String,
+        /// Fault name (see `nemesis.rs`).
+        fault: String,
+        /// `start` or `heal`.
+        phase: String,
+        /// What it hit (a process, a server, a worker).
+        target: String,
+    },
+}

@@ -1,0 +1,237 @@
+//! `lock-chaos`: a fault-injection harness for distributed-lock.
+//!
+//! For one backend at a time it starts the Redis servers with the test harness, spawns
+//! worker processes (this binary, `lock-chaos worker ...`) whose tasks contend for a few
+//! locks and do read-modify-writes on an unfenced and a fenced register, injects faults on
+//! a schedule (the nemesis), and checks the recorded history. It prints a table per backend
+//! x fault, writes JSON lines with `--out`, and stops by itself. Every server listens on
+//! loopback only. See RELIABILITY.md for the figures and how to reproduce them.
+
+mod checker;
+mod clock;
+mod event;
+mod nemesis;
+mod proxy;
+mod register;
+mod run;
+mod sink;
+mod topology;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use distributed_lock::LockClient;
+
+use crate::clock::now_ns;
+use crate::event::Event;
+use crate::topology::{Backend, SENTINEL_MASTER};
+
+/// Fault-injection harness with a history checker.
+#[derive(Debug, Parser)]
+#[command(name = "lock-chaos")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the workers, the nemesis and the checker on each backend; print the tables.
+    Run(RunArgs),
+    /// One worker process (started by `run`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Backends to run, in order (repeat the flag). Default: all, or with --quick
+    /// standalone and sentinel.
+    #[arg(long = "backend", value_enum)]
+    backends: Vec<Backend>,
+    /// The CI subset: fewer faults, shorter baseline (about 2 minutes for two backends).
+    #[arg(long)]
+    quick: bool,
+    /// How many times each backend's fault list is repeated.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Worker processes per backend.
+    #[arg(long, default_value_t = 3)]
+    workers: u32,
+    /// Tasks per worker (task i uses mode i mod 4: guard+lost() abort, attribute with
+    /// abort_on_lost, guard that ignores lost(), plain attribute).
+    #[arg(long, default_value_t = 4)]
+    tasks: u32,
+    /// Lock names the tasks contend for.
+    #[arg(long, default_value_t = 3)]
+    names: u32,
+    /// Watchdog lease of the workers' clients, ms.
+    #[arg(long, default_value_t = 1500)]
+    lease_ms: u64,
+    /// Longest hold, ms (holds are uniform from 10 ms).
+    #[arg(long, default_value_t = 300)]
+    hold_max_ms: u64,
+    /// Append the rows and violations as JSON lines to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Keep the raw histories (JSON lines per worker and the nemesis's) in this directory.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Exit with status 1 when a configuration the README calls safe shows a violation.
+    #[arg(long)]
+    strict: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct WorkerArgs {
+    #[arg(long, value_enum)]
+    backend: Backend,
+    /// Server, seed, sentinel or master URLs (repeat).
+    #[arg(long = "url")]
+    urls: Vec<String>,
+    #[arg(long)]
+    register_url: String,
+    #[arg(long)]
+    worker: u32,
+    #[arg(long)]
+    tasks: u32,
+    #[arg(long)]
+    names: u32,
+    #[arg(long)]
+    lease_ms: u64,
+    #[arg(long)]
+    hold_max_ms: u64,
+    /// Stop after this long even if never told to (ms).
+    #[arg(long, default_value_t = 900_000)]
+    max_duration_ms: u64,
+    #[arg(long)]
+    events: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Run(args) => runtime.block_on(run_command(args)),
+        Command::Worker(args) => runtime.block_on(worker_command(args)),
+    }
+}
+
+async fn run_command(args: RunArgs) -> anyhow::Result<()> {
+    let backends = if !args.backends.is_empty() {
+        args.backends
+    } else if args.quick {
+        vec![Backend::Standalone, Backend::Sentinel]
+    } else {
+        vec![
+            Backend::Memory,
+            Backend::Standalone,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Redlock,
+        ]
+    };
+    let config = run::RunConfig {
+        backends,
+        quick: args.quick,
+        rounds: args.rounds,
+        workers: args.workers.max(1),
+        tasks: args.tasks.max(1),
+        names: args.names.max(1),
+        lease: Duration::from_millis(args.lease_ms),
+        hold_max_ms: args.hold_max_ms,
+        out: args.out,
+        history: args.history,
+    };
+    let reports = run::run(config).await?;
+    let violations: usize = reports
+        .iter()
+        .flat_map(|r| &r.rows)
+        .map(checker::Row::claim_violations)
+        .sum();
+    if violations > 0 {
+        println!("{violations} violation(s) in configurations the README calls safe");
+        if args.strict {
+            std::process::exit(1);
+        }
+    } else {
+        println!("no violation in configurations the README calls safe");
+    }
+    Ok(())
+}
+
+async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
+    let lease = Duration::from_millis(args.lease_ms);
+    let builder = LockClient::builder()
+        .lease(lease)
+        .response_timeout(run::RESPONSE_TIMEOUT)
+        .connect_timeout(Duration::from_secs(2));
+    let started = now_ns();
+    let client = loop {
+        let attempt = match args.backend {
+            Backend::Memory => anyhow::bail!("the memory backend runs inside the harness"),
+            Backend::Standalone => builder.clone().connect(&args.urls[0]).await,
+            Backend::Sentinel => {
+                builder
+                    .clone()
+                    .connect_sentinel(args.urls.clone(), SENTINEL_MASTER)
+                    .await
+            }
+            Backend::Cluster => builder.clone().connect_cluster(args.urls.clone()).await,
+            Backend::Redlock => builder.clone().connect_redlock(args.urls.clone()).await,
+        };
+        match attempt {
+            Ok(client) => break client,
+            Err(e) if now_ns() - started < 30_000_000_000 => {
+                eprintln!(
+                    "lock-chaos worker {}: connecting: {e}; retrying",
+                    args.worker
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e).context("connecting the lock client"),
+        }
+    };
+    let registers = register::Registers::connect(&args.register_url, "reg:").await?;
+    let sink = sink::EventSink::open(&args.events)?;
+    sink.emit(&Event::Hello {
+        t: now_ns(),
+        worker: args.worker,
+        pid: std::process::id(),
+        client_id: client.id().to_owned(),
+    });
+    println!("ready {}", client.id());
+
+    let deadline = Arc::new(AtomicU64::new(
+        now_ns().saturating_add(args.max_duration_ms.saturating_mul(1_000_000)),
+    ));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::spawn({
+        let deadline = deadline.clone();
+        async move {
+            term.recv().await;
+            deadline.store(0, Ordering::Relaxed);
+        }
+    });
+    worker::run(worker::WorkerSetup {
+        client,
+        registers,
+        sink,
+        worker: args.worker,
+        tasks: args.tasks,
+        names: (0..args.names).map(|i| format!("chaos-{i}")).collect(),
+        hold_max_ms: args.hold_max_ms,
+        lease,
+        deadline_ns: deadline,
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! The faults and the schedule the nemesis injects them on.
+
+use std::time::Duration;
+
+use crate::topology::Backend;
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `SIGSTOP` a lock holder's worker process past its lease, then `SIGCONT`.
+    PauseHolder,
+    /// `SIGKILL` a lock holder's worker process (a new worker replaces it).
+    KillHolder,
+    /// `SIGKILL` the Redis node and restart it from its append-only file (fsync always).
+    RestartPersistent,
+    /// `SIGKILL` the Redis node and restart it with its data deleted.
+    RestartEmpty,
+    /// `CLIENT KILL` every normal and pub/sub connection.
+    ClientKill,
+    /// `SCRIPT FLUSH` (the next calls get `NOSCRIPT`).
+    ScriptFlush,
+    /// Blackhole one worker's connections to every Redis server, then heal.
+    Partition,
+    /// Add latency to every chunk between one worker and Redis.
+    Latency,
+    /// Reset (RST) every connection between workers and Redis.
+    ProxyReset,
+    /// Kill the master of a lock and let a replica take over (Sentinel, Cluster).
+    Failover,
+    /// Kill 2 of 5 Redlock masters, restart them empty.
+    StopMinority,
+    /// Pause 3 of 5 Redlock masters, then resume them.
+    StopMajority,
+}
+
+impl Fault {
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::PauseHolder => "pause_holder",
+            Fault::KillHolder => "kill_holder",
+            Fault::RestartPersistent => "restart_persistent",
+            Fault::RestartEmpty => "restart_empty",
+            Fault::ClientKill => "client_kill",
+            Fault::ScriptFlush => "script_flush",
+            Fault::Partition => "partition",
+            Fault::Latency => "latency",
+            Fault::ProxyReset => "proxy_reset",
+            Fault::Failover => "failover",
+            Fault::StopMinority => "stop_minority",
+            Fault::StopMajority => "stop_majority",
+        }
+    }
+
+    /// Whether the README promises mutual exclusion (no two holders) under this fault.
+    pub fn exclusion_claimed(self) -> bool {
+        !matches!(
+            self,
+            Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover
+        )
+    }
+
+    /// Whether the README promises that the fenced resource accepts no stale write under
+    /// this fault. A failover can issue a token twice (the README says so).
+    pub fn fencing_claimed(self) -> bool {
+        self != Fault::Failover
+    }
+
+    /// Whether the fault can make the lock's data disappear at the moment it starts, so the
+    /// loss time is the fault's start.
+    pub fn destroys_lock(self) -> bool {
+        matches!(self, Fault::RestartEmpty | Fault::Failover)
+    }
+}
+
+/// The plan of one backend's run.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Fault-free time at the start.
+    pub baseline: Duration,
+    /// The faults in order; each is followed by `settle`.
+    pub faults: Vec<Fault>,
+    /// How long a fault stays active (pauses, partitions, latency, stopped masters).
+    pub active: Duration,
+    /// Quiet time after each fault is healed.
+    pub settle: Duration,
+}
+
+impl Schedule {
+    /// The schedule of `backend`: `quick` is the CI subset. `rounds` repeats the fault list.
+    pub fn for_backend(backend: Backend, quick: bool, rounds: usize) -> Schedule {
+        use Fault::*;
+        let faults: Vec<Fault> = match (backend, quick) {
+            (Backend::Memory, _) => Vec::new(),
+            (Backend::Standalone, true) => {
+                vec![
+                    PauseHolder,
+                    KillHolder,
+                    Partition,
+                    ScriptFlush,
+                    RestartPersistent,
+                ]
+            }
+            (Backend::Sentinel | Backend::Cluster, true) => vec![PauseHolder, ClientKill, Failover],
+            (Backend::Redlock, true) => vec![PauseHolder, StopMinority],
+            (Backend::Standalone, false) => vec![
+                PauseHolder,
+                KillHolder,
+                ClientKill,
+                ScriptFlush,
+                Partition,
+                Latency,
+                ProxyReset,
+                RestartPersistent,
+            ],
+            (Backend::Sentinel | Backend::Cluster, false) => {
+                vec![PauseHolder, KillHolder, ClientKill, ScriptFlush, Failover]
+            }
+            (Backend::Redlock, false) => vec![
+                PauseHolder,
+                KillHolder,
+                ClientKill,
+                ScriptFlush,
+                Partition,
+                Latency,
+                ProxyReset,
+                RestartPersistent,
+                StopMinority,
+                StopMajority,
+            ],
+        };
+        let mut all: Vec<Fault> = (0..rounds.max(1)).flat_map(|_| faults.clone()).collect();
+        // Data loss resets the fence counters: it goes last, so the rest of the run is not
+        // one long stale-token rejection.
+        if backend == Backend::Standalone && !quick {
+            all.push(RestartEmpty);
+        }
+        Schedule {
+            baseline: if backend == Backend::Memory {
+                Duration::from_secs(if quick { 10 } else { 30 })
+            } else {
+                Duration::from_secs(if quick { 6 } else { 10 })
+            },
+            faults: all,
+            active: Duration::from_secs(3),
+            settle: Duration::from_secs(4),
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! The orchestrator: per backend, start the servers and the register store, spawn worker
+//! processes behind fault proxies, run the nemesis's schedule, stop everything, check.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use distributed_lock::{LockClient, MemoryStore};
+use lock_test_support::RedisServer;
+use rand::seq::SliceRandom as _;
+use rand::Rng as _;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::checker::{self, BackendReport};
+use crate::clock::now_ns;
+use crate::event::Event;
+use crate::nemesis::{Fault, Schedule};
+use crate::proxy::{FaultProxy, ProxyMode};
+use crate::register::Registers;
+use crate::sink::{read_events, EventSink};
+use crate::topology::{Backend, Servers, SENTINEL_MASTER};
+use crate::worker::{self, WorkerSetup};
+
+/// Latency added by the `latency` fault, per chunk and direction.
+const ADDED_LATENCY: Duration = Duration::from_millis(150);
+/// Response timeout of the workers' lock clients.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Settings of a run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Backends, one after another.
+    pub backends: Vec<Backend>,
+    /// The CI subset of faults.
+    pub quick: bool,
+    /// How many times each backend's fault list is repeated.
+    pub rounds: usize,
+    /// Worker processes per backend.
+    pub workers: u32,
+    /// Tasks per worker.
+    pub tasks: u32,
+    /// Lock names (contention: workers x tasks over this many).
+    pub names: u32,
+    /// Watchdog lease of the workers' clients.
+    pub lease: Duration,
+    /// Longest hold.
+    pub hold_max_ms: u64,
+    /// JSON lines output.
+    pub out: Option<PathBuf>,
+    /// Where to keep the raw histories (otherwise a temporary directory, removed).
+    pub history: Option<PathBuf>,
+}
+
+/// Runs every backend of `config` and prints the tables; returns the reports.
+pub async fn run(config: RunConfig) -> anyhow::Result<Vec<BackendReport>> {
+    let mut reports = Vec::new();
+    let temp;
+    let root = match &config.history {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = TempDir::new()?;
+            temp.0.clone()
+        }
+    };
+    std::fs::create_dir_all(&root)?;
+    for &backend in &config.backends {
+        let dir = root.join(backend.name());
+        std::fs::create_dir_all(&dir)?;
+        eprintln!("lock-chaos: {} ...", backend.name());
+        let started = std::time::Instant::now();
+        let report = run_backend(&config, backend, &dir).await?;
+        eprintln!(
+            "lock-chaos: {} done in {:.0} s",
+            backend.name(),
+            started.elapsed().as_secs_f64()
+        );
+        println!("{}", report.table());
+        if let Some(out) = &config.out {
+            report.append_json(out)?;
+        }
+        reports.push(report);
+    }
+    println!("{}", checker::summary(&reports));
+    Ok(reports)
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> anyhow::Result<TempDir> {
+        let dir = std::env::temp_dir().join(format!(
+            "lock-chaos-{}-{}",
+            std::process::id(),
+            rand::rng().random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs blocking harness work (which may panic) off the runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| anyhow!("the test harness failed: {e}"))?
+}
+
+async fn run_backend(
+    config: &RunConfig,
+    backend: Backend,
+    dir: &Path,
+) -> anyhow::Result<BackendReport> {
+    let schedule = Schedule::for_backend(backend, config.quick, config.rounds);
+    let register = blocking(|| Ok(RedisServer::start())).await?;
+    let register_url = register.url();
+    let servers = Arc::new(Mutex::new(
+        blocking(move || Ok(Servers::start(backend))).await?,
+    ));
+    let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
+    let run_start = now_ns();
+
+    let mut world = World {
+        backend,
+        config: config.clone(),
+        servers: servers.clone(),
+        register_url,
+        dir: dir.to_owned(),
+        workers: Vec::new(),
+        next_id: 0,
+        nemesis: EventSink::open(&dir.join("nemesis.jsonl"))?,
+        inspector: None,
+        names: names.clone(),
+        memory: Vec::new(),
+    };
+
+    if backend == Backend::Memory {
+        world.start_memory_workers().await?;
+        tokio::time::sleep(schedule.baseline).await;
+        for (deadline, _) in &world.memory {
+            deadline.store(0, Ordering::Relaxed);
+        }
+        for (_, handle) in world.memory.drain(..) {
+            let _ = handle.await;
+        }
+    } else {
+        world.inspector = Some(world.connect_direct().await?);
+        for _ in 0..config.workers {
+            world.spawn_worker().await?;
+        }
+        tokio::time::sleep(schedule.baseline).await;
+        for &fault in &schedule.faults {
+            if let Err(e) = world.inject(fault, &schedule).await {
+                eprintln!("lock-chaos: {}: {}: {e:#}", backend.name(), fault.name());
+            }
+            tokio::time::sleep(schedule.settle).await;
+        }
+        world.stop_workers().await;
+    }
+    let run_end = now_ns();
+
+    let mut events = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            events.extend(read_events(&path)?);
+        }
+    }
+    drop(world);
+    blocking(move || {
+        drop(servers);
+        drop(register);
+        Ok(())
+    })
+    .await?;
+    Ok(checker::analyze(
+        backend.name(),
+        &events,
+        config.lease,
+        run_start,
+        run_end,
+    ))
+}
+
+/// One worker process.
+struct WorkerProc {
+    id: u32,
+    pid: u32,
+    client_id: String,
+    child: tokio::process::Child,
+    proxies: Vec<FaultProxy>,
+}
+
+/// Everything the nemesis acts on.
+struct World {
+    backend: Backend,
+    config: RunConfig,
+    servers: Arc<Mutex<Servers>>,
+    register_url: String,
+    dir: PathBuf,
+    workers: Vec<WorkerProc>,
+    next_id: u32,
+    nemesis: EventSink,
+    inspector: Option<LockClient>,
+    names: Vec<String>,
+    memory: Vec<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)>,
+}
+
+impl World {
+    fn servers(&self) -> std::sync::MutexGuard<'_, Servers> {
+        self.servers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A client that reaches the servers without proxies (to find holders).
+    async fn connect_direct(&self) -> anyhow::Result<LockClient> {
+        let urls = self.servers().direct_urls();
+        let builder = LockClient::builder().lease(self.config.lease);
+        Ok(match self.backend {
+            Backend::Memory => anyhow::bail!("no servers"),
+            Backend::Standalone => builder.connect(&urls[0]).await?,
+            Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await?,
+            Backend::Cluster => builder.connect_cluster(urls).await?,
+            Backend::Redlock => builder.connect_redlock(urls).await?,
+        })
+    }
+
+    /// The memory baseline: workers are clients of one store in this process.
+    async fn start_memory_workers(&mut self) -> anyhow::Result<()> {
+        let store = MemoryStore::new();
+        for id in 0..self.config.workers {
+            let client = LockClient::builder()
+                .lease(self.config.lease)
+                .memory(store.clone())?;
+            let sink = EventSink::open(&self.dir.join(format!("worker-{id}.jsonl")))?;
+            sink.emit(&Event::Hello {
+                t: now_ns(),
+                worker: id,
+                pid: std::process::id(),
+                client_id: client.id().to_owned(),
+            });
+            let deadline = Arc::new(AtomicU64::new(u64::MAX));
+            let setup = WorkerSetup {
+                client,
+                registers: Registers::connect(&self.register_url, "reg:").await?,
+                sink,
+                worker: id,
+                tasks: self.config.tasks,
+                names: self.names.clone(),
+                hold_max_ms: self.config.hold_max_ms,
+                lease: self.config.lease,
+                deadline_ns: deadline.clone(),
+            };
+            self.memory
+                .push((deadline, tokio::spawn(worker::run(setup))));
+        }
+        Ok(())
+    }
+
+    /// Starts one worker process (with its own proxies) and waits until it is connected.
+    async fn spawn_worker(&mut self) -> anyhow::Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut proxies = Vec::new();
+        let urls = if self.backend.proxied() {
+            let ports = self.servers().proxied_ports();
+            let mut urls = Vec::new();
+            for port in ports {
+                let proxy = FaultProxy::start(port).await?;
+                urls.push(format!("redis://127.0.0.1:{}/", proxy.port()));
+                proxies.push(proxy);
+            }
+            urls
+        } else {
+            self.servers().direct_urls()
+        };
+        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        command
+            .arg("worker")
+            .args(["--backend", self.backend.name()])
+            .args(["--register-url", &self.register_url])
+            .args(["--worker", &id.to_string()])
+            .args(["--tasks", &self.config.tasks.to_string()])
+            .args(["--names", &self.config.names.to_string()])
+            .args(["--lease-ms", &self.config.lease.as_millis().to_string()])
+            .args(["--hold-max-ms", &self.config.hold_max_ms.to_string()])
+            .arg("--events")
+            .arg(self.dir.join(format!("worker-{id}.jsonl")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        for url in &urls {
+            command.args(["--url", url]);
+        }
+        let mut child = command.spawn().context("spawning a worker")?;
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .context("the worker did not connect within 60 s")??
+            .context("the worker exited before connecting")?;
+        let client_id = line
+            .strip_prefix("ready ")
+            .context("unexpected worker greeting")?
+            .to_owned();
+        let pid = child.id().context("worker pid")?;
+        self.workers.push(WorkerProc {
+            id,
+            pid,
+            client_id,
+            child,
+            proxies,
+        });
+        Ok(())
+    }
+
+    /// The index of a worker that holds a lock now (or a random one after 2 s).
+    async fn holder(&self) -> usize {
+        if let Some(inspector) = &self.inspector {
+            for _ in 0..40 {
+                let mut names = self.names.clone();
+                names.shuffle(&mut rand::rng());
+                for name in &names {
+                    let Ok(Ok(info)) =
+                        tokio::time::timeout(Duration::from_millis(500), inspector.inspect(name))
+                            .await
+                    else {
+                        continue;
+                    };
+                    if let Some(holder) = info.holder {
+                        if let Some(i) = self
+                            .workers
+                            .iter()
+                            .position(|w| w.client_id == holder.client_id())
+                        {
+                            return i;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        rand::rng().random_range(0..self.workers.len())
+    }
+
+    fn record(&self, fault: Fault, phase: &str, target: &str) {
+        self.nemesis.emit(&Event::Fault {
+            t: now_ns(),
+            backend: self.backend.name().to_owned(),
+            fault: fault.name().to_owned(),
+            phase: phase.to_owned(),
+            target: target.to_owned(),
+        });
+    }
+
+    /// Injects one fault and heals it.
+    async fn inject(&mut self, fault: Fault, schedule: &Schedule) -> anyhow::Result<()> {
+        let active = schedule.active;
+        match fault {
+            Fault::PauseHolder => {
+                let worker = &self.workers[self.holder().await];
+                let (pid, target) = (
+                    worker.pid,
+                    format!("worker {} pid {}", worker.id, worker.pid),
+                );
+                self.record(fault, "start", &target);
+                signal(pid, libc::SIGSTOP);
+                tokio::time::sleep(self.config.lease + Duration::from_secs(1)).await;
+                signal(pid, libc::SIGCONT);
+                self.record(fault, "heal", &target);
+            }
+            Fault::KillHolder => {
+                let index = self.holder().await;
+                let mut worker = self.workers.remove(index);
+                let target = format!("worker {} pid {}", worker.id, worker.pid);
+                self.record(fault, "start", &target);
+                signal(worker.pid, libc::SIGKILL);
+                let _ = worker.child.wait().await;
+                self.spawn_worker().await?;
+                self.record(fault, "heal", &target);
+            }
+            Fault::RestartPersistent | Fault::RestartEmpty => {
+                self.record(fault, "start", "server 0");
+                let servers = self.servers.clone();
+                let target = blocking(move || {
+                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                    if fault == Fault::RestartEmpty {
+                        servers.restart_empty(0)
+                    } else {
+                        servers.restart_persistent(0)
+                    }
+                })
+                .await?;
+                self.record(fault, "heal", &target);
+            }
+            Fault::ClientKill | Fault::ScriptFlush => {
+                self.record(fault, "start", "every data server");
+                let servers = self.servers.clone();
+                let target = blocking(move || {
+                    let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                    Ok(if fault == Fault::ClientKill {
+                        servers.client_kill()
+                    } else {
+                        servers.script_flush()
+                    })
+                })
+                .await?;
+                self.record(fault, "heal", &target);
+            }
+            Fault::Partition | Fault::Latency => {
+                let worker = &self.workers[self.holder().await];
+                let target = format!("worker {} pid {}", worker.id, worker.pid);
+                let mode = if fault == Fault::Partition {
+                    ProxyMode::Blackhole
+                } else {
+                    ProxyMode::Delay(ADDED_LATENCY)
+                };
+                self.record(fault, "start", &target);
+                for proxy in &worker.proxies {
+                    proxy.set_mode(mode);
+                }
+                tokio::time::sleep(active).await;
+                for proxy in &worker.proxies {
+                    proxy.set_mode(ProxyMode::Pass);
+                }
+                self.record(fault, "heal", &target);
+            }
+            Fault::ProxyReset => {
+                self.record(fault, "start", "every worker");
+                for proxy in self.workers.iter().flat_map(|w| &w.proxies) {
+                    proxy.reset();
+                }
+                self.record(fault, "heal", "every worker");
+            }
+            Fault::Failover => {
+                let key = format!("lock:{{{}}}", self.names[0]);
+                self.record(fault, "start", &key);
+                let servers = self.servers.clone();
+                let target = blocking(move || {
+                    servers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .failover(&key)
+                })
+                .await?;
+                self.record(fault, "heal", &target);
+            }
+            Fault::StopMinority => {
+                self.record(fault, "start", "masters 0, 1 (killed)");
+                let servers = self.servers.clone();
+                let dirs = blocking(move || {
+                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                    Ok(vec![servers.stop(0)?, servers.stop(1)?])
+                })
+                .await?;
+                tokio::time::sleep(active).await;
+                let servers = self.servers.clone();
+                blocking(move || {
+                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                    for (i, dir) in dirs.iter().enumerate() {
+                        servers.start_empty(i, dir)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+                self.record(fault, "heal", "masters 0, 1 (restarted empty)");
+            }
+            Fault::StopMajority => {
+                let target = self.servers().pause_masters(3)?;
+                self.record(fault, "start", &target);
+                tokio::time::sleep(active).await;
+                self.servers().resume_masters(3);
+                self.record(fault, "heal", &target);
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks every worker to finish its round and exit; kills those that do not in time.
+    async fn stop_workers(&mut self) {
+        for worker in &self.workers {
+            signal(worker.pid, libc::SIGCONT);
+            signal(worker.pid, libc::SIGTERM);
+        }
+        for worker in &mut self.workers {
+            if tokio::time::timeout(Duration::from_secs(20), worker.child.wait())
+                .await
+                .is_err()
+            {
+                eprintln!("lock-chaos: worker {} did not stop; killing it", worker.id);
+                let _ = worker.child.kill().await;
+            }
+        }
+    }
+}
+
+/// Sends `signal` to a worker process we started (and have not reaped).
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: plain syscall on the pid of our own unreaped child.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}

@@ -1,0 +1,250 @@
+//! The Redis servers of one backend, started with the test harness, and the server-side
+//! faults the nemesis injects into them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::ValueEnum;
+use lock_test_support::{RedisCluster, RedisMasters, RedisSentinels, RedisServer, ServerOptions};
+
+/// The sentinel master name.
+pub const SENTINEL_MASTER: &str = "chaos";
+/// Redlock masters.
+pub const REDLOCK_MASTERS: usize = 5;
+/// How long a failover may take before the harness gives up.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A lock backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// In-memory store shared by clients of one process: the baseline, without faults.
+    Memory,
+    /// One Redis node (append-only file, fsync always).
+    Standalone,
+    /// A master with a replica under three sentinels.
+    Sentinel,
+    /// A 3-master cluster with one replica each.
+    Cluster,
+    /// Redlock over 5 independent masters (append-only file, fsync always).
+    Redlock,
+}
+
+impl Backend {
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Standalone => "standalone",
+            Backend::Sentinel => "sentinel",
+            Backend::Cluster => "cluster",
+            Backend::Redlock => "redlock",
+        }
+    }
+
+    /// Whether workers reach the servers through fault proxies (the client is given the
+    /// servers' addresses; Sentinel and Cluster hand out the real ones themselves).
+    pub fn proxied(self) -> bool {
+        matches!(self, Backend::Standalone | Backend::Redlock)
+    }
+}
+
+/// Persistence that survives `SIGKILL` of the server without losing an acknowledged write.
+fn persistent() -> ServerOptions {
+    ServerOptions::new()
+        .arg("--appendonly")
+        .arg("yes")
+        .arg("--appendfsync")
+        .arg("always")
+}
+
+/// The running servers of one backend (one value per run, so the variants' sizes do not
+/// matter).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Servers {
+    /// No servers.
+    Memory,
+    /// One node.
+    Standalone(RedisServer),
+    /// Master, replica, sentinels.
+    Sentinel(RedisSentinels),
+    /// Cluster nodes.
+    Cluster(RedisCluster),
+    /// Independent masters.
+    Redlock(RedisMasters),
+}
+
+impl Servers {
+    /// Starts the servers of `backend` (blocking; panics as the harness does).
+    pub fn start(backend: Backend) -> Servers {
+        match backend {
+            Backend::Memory => Servers::Memory,
+            Backend::Standalone => Servers::Standalone(RedisServer::start_with(persistent())),
+            Backend::Sentinel => Servers::Sentinel(RedisSentinels::start(SENTINEL_MASTER)),
+            Backend::Cluster => Servers::Cluster(RedisCluster::start(3, 1)),
+            Backend::Redlock => {
+                Servers::Redlock(RedisMasters::start_with(REDLOCK_MASTERS, persistent()))
+            }
+        }
+    }
+
+    /// Ports of the data servers that workers reach through proxies, in order.
+    pub fn proxied_ports(&self) -> Vec<u16> {
+        match self {
+            Servers::Standalone(server) => vec![server.port()],
+            Servers::Redlock(masters) => masters.servers().iter().map(RedisServer::port).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The URLs a client connects to directly (seeds, sentinels or masters).
+    pub fn direct_urls(&self) -> Vec<String> {
+        match self {
+            Servers::Memory => Vec::new(),
+            Servers::Standalone(server) => vec![server.url()],
+            Servers::Sentinel(set) => set.sentinel_urls(),
+            Servers::Cluster(cluster) => cluster.urls(),
+            Servers::Redlock(masters) => masters.urls(),
+        }
+    }
+
+    /// Every data server (not sentinels).
+    fn data_servers(&self) -> Vec<&RedisServer> {
+        match self {
+            Servers::Memory => Vec::new(),
+            Servers::Standalone(server) => vec![server],
+            Servers::Sentinel(set) => vec![set.master(), set.replica()],
+            Servers::Cluster(cluster) => cluster.nodes().iter().collect(),
+            Servers::Redlock(masters) => masters.servers().iter().collect(),
+        }
+    }
+
+    /// Runs one command on every running data server; returns how many answered.
+    fn on_every_data_server(&self, args: &[&str]) -> usize {
+        let mut answered = 0;
+        for server in self.data_servers() {
+            let Ok(mut conn) = server
+                .client()
+                .get_connection_with_timeout(Duration::from_secs(1))
+            else {
+                continue;
+            };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut cmd = redis::cmd(args[0]);
+            for arg in &args[1..] {
+                cmd.arg(*arg);
+            }
+            if cmd.query::<redis::Value>(&mut conn).is_ok() {
+                answered += 1;
+            }
+        }
+        answered
+    }
+
+    /// `CLIENT KILL` of every normal and pub/sub connection, on every data server.
+    pub fn client_kill(&self) -> String {
+        let a = self.on_every_data_server(&["CLIENT", "KILL", "TYPE", "normal"]);
+        let b = self.on_every_data_server(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        format!("{} servers", a.max(b))
+    }
+
+    /// `SCRIPT FLUSH` on every data server.
+    pub fn script_flush(&self) -> String {
+        format!(
+            "{} servers",
+            self.on_every_data_server(&["SCRIPT", "FLUSH"])
+        )
+    }
+
+    /// The proxied server at `index` (standalone: 0).
+    fn proxied_mut(&mut self, index: usize) -> anyhow::Result<&mut RedisServer> {
+        match self {
+            Servers::Standalone(server) if index == 0 => Ok(server),
+            Servers::Redlock(masters) if index < masters.count() => Ok(masters.server_mut(index)),
+            _ => anyhow::bail!("no restartable server {index} in this backend"),
+        }
+    }
+
+    /// Kills server `index` with `SIGKILL` and starts it again from its append-only file.
+    pub fn restart_persistent(&mut self, index: usize) -> anyhow::Result<String> {
+        let server = self.proxied_mut(index)?;
+        server.kill();
+        server.restart();
+        Ok(format!("port {}", server.port()))
+    }
+
+    /// Kills server `index` and starts it again with its persisted data deleted.
+    pub fn restart_empty(&mut self, index: usize) -> anyhow::Result<String> {
+        let dir = self.stop(index)?;
+        self.start_empty(index, &dir)
+    }
+
+    /// Kills server `index` (`SIGKILL`); returns its data directory.
+    pub fn stop(&mut self, index: usize) -> anyhow::Result<PathBuf> {
+        let server = self.proxied_mut(index)?;
+        let dir: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("dir")
+            .query(
+                &mut server
+                    .client()
+                    .get_connection_with_timeout(Duration::from_secs(2))?,
+            )
+            .context("CONFIG GET dir")?;
+        let dir = dir.get(1).cloned().context("CONFIG GET dir: no value")?;
+        server.kill();
+        Ok(PathBuf::from(dir))
+    }
+
+    /// Deletes the persisted data in `dir` and starts stopped server `index` again, empty.
+    pub fn start_empty(&mut self, index: usize, dir: &Path) -> anyhow::Result<String> {
+        let _ = std::fs::remove_dir_all(dir.join("appendonlydir"));
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        let server = self.proxied_mut(index)?;
+        server.restart();
+        Ok(format!("port {}", server.port()))
+    }
+
+    /// Pauses (`SIGSTOP`) the first `count` Redlock masters.
+    pub fn pause_masters(&self, count: usize) -> anyhow::Result<String> {
+        let Servers::Redlock(masters) = self else {
+            anyhow::bail!("only Redlock has independent masters");
+        };
+        for server in &masters.servers()[..count] {
+            server.pause();
+        }
+        Ok(format!("{count} of {} masters", masters.count()))
+    }
+
+    /// Resumes the first `count` Redlock masters.
+    pub fn resume_masters(&self, count: usize) {
+        if let Servers::Redlock(masters) = self {
+            for server in &masters.servers()[..count] {
+                server.resume();
+            }
+        }
+    }
+
+    /// Kills the master that serves `key` (Sentinel: the master) and waits for a replica to
+    /// take over; then restarts the killed node, which rejoins as a replica.
+    pub fn failover(&mut self, key: &str) -> anyhow::Result<String> {
+        match self {
+            Servers::Sentinel(set) => {
+                let old = set.master().port();
+                set.kill_master_and_wait_for_failover(FAILOVER_TIMEOUT);
+                set.replica_mut().restart();
+                Ok(format!("master {old} -> {}", set.master().port()))
+            }
+            Servers::Cluster(cluster) => {
+                let index = cluster.master_of_slot(cluster.slot_of(key));
+                let old = cluster.node(index).port();
+                let promoted = cluster.kill_master_and_wait_for_failover(index, FAILOVER_TIMEOUT);
+                let new = cluster.node(promoted).port();
+                cluster.node_mut(index).restart();
+                Ok(format!("master {old} -> {new}"))
+            }
+            _ => anyhow::bail!("failover needs Sentinel or Cluster"),
+        }
+    }
+}

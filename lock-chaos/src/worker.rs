@@ -1,0 +1,378 @@
+//! A worker: one OS process (or, for the memory baseline, one client in the harness) whose
+//! tasks loop over acquire, a read-modify-write of both registers, a random hold, release.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distributed_lock::{distributed_lock, LockClient, LockError};
+use rand::Rng as _;
+
+use crate::clock::now_ns;
+use crate::event::{Event, Register, TaskMode, WriteOutcome};
+use crate::register::{Fenced, Registers};
+use crate::sink::EventSink;
+
+/// How long a task waits for a busy lock (the attributes below say the same).
+const WAIT: Duration = Duration::from_secs(2);
+/// Pause after a backend error before the next attempt, so a down Redis is not spun on.
+const ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What a worker needs to run its tasks.
+pub struct WorkerSetup {
+    /// The lock client.
+    pub client: LockClient,
+    /// The register store.
+    pub registers: Registers,
+    /// Where events go.
+    pub sink: EventSink,
+    /// Worker number.
+    pub worker: u32,
+    /// Tasks to run.
+    pub tasks: u32,
+    /// Lock names to pick from.
+    pub names: Vec<String>,
+    /// Longest ordinary hold, in ms (holds are uniform in 10..=hold_max_ms, and one in four
+    /// lasts one to two leases, so that faults catch holders whose watchdog must renew).
+    pub hold_max_ms: u64,
+    /// The client's lease.
+    pub lease: Duration,
+    /// When to stop (a [`now_ns`] reading); moved to now to stop early.
+    pub deadline_ns: Arc<AtomicU64>,
+}
+
+/// The state one task shares with its macro-annotated bodies.
+struct TaskCtx {
+    client: LockClient,
+    registers: Registers,
+    sink: EventSink,
+    worker: u32,
+    task: u32,
+    mode: TaskMode,
+    /// The token and owner of the current hold, once the body runs.
+    held: Mutex<Option<(u64, String)>>,
+    /// When the current body ended (the start of the macro's release).
+    body_end: Mutex<u64>,
+}
+
+/// Why a macro-locked round ended without finishing.
+#[derive(Debug)]
+enum RoundError {
+    Lock(LockError),
+    NoCurrentLock,
+}
+
+impl From<LockError> for RoundError {
+    fn from(err: LockError) -> Self {
+        RoundError::Lock(err)
+    }
+}
+
+/// Runs every task of the worker until the deadline.
+pub async fn run(setup: WorkerSetup) {
+    let names = Arc::new(setup.names);
+    let mut tasks = Vec::new();
+    for task in 0..setup.tasks {
+        let ctx = Arc::new(TaskCtx {
+            client: setup.client.clone(),
+            registers: setup.registers.clone(),
+            sink: setup.sink.clone(),
+            worker: setup.worker,
+            task,
+            mode: TaskMode::for_task(task),
+            held: Mutex::new(None),
+            body_end: Mutex::new(0),
+        });
+        let names = names.clone();
+        let (hold_max, deadline) = (setup.hold_max_ms.max(10), setup.deadline_ns.clone());
+        let lease_ms = u64::try_from(setup.lease.as_millis())
+            .unwrap_or(u64::MAX / 4)
+            .max(1);
+        tasks.push(tokio::spawn(async move {
+            while now_ns() < deadline.load(Ordering::Relaxed) {
+                let (name, hold, gap) = {
+                    let mut rng = rand::rng();
+                    (
+                        names[rng.random_range(0..names.len())].clone(),
+                        Duration::from_millis(if rng.random_ratio(1, 4) {
+                            rng.random_range(lease_ms..=2 * lease_ms)
+                        } else {
+                            rng.random_range(10..=hold_max)
+                        }),
+                        Duration::from_millis(rng.random_range(0..20)),
+                    )
+                };
+                match ctx.mode {
+                    TaskMode::GuardAbort | TaskMode::GuardNaive => {
+                        guard_round(&ctx, &name, hold).await
+                    }
+                    TaskMode::MacroAbort | TaskMode::MacroPlain => {
+                        macro_round(&ctx, &name, hold).await
+                    }
+                }
+                tokio::time::sleep(gap).await;
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+/// One round with `acquire()` and a guard.
+async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
+    let t_start = now_ns();
+    let guard = match ctx.client.lock(name).wait(WAIT).acquire().await {
+        Ok(guard) => guard,
+        Err(err) => return acquire_failed(ctx, name, t_start, &err).await,
+    };
+    let (token, owner) = (guard.fencing_token(), guard.owner().to_owned());
+    ctx.sink.emit(&Event::Acquired {
+        t_start,
+        t: now_ns(),
+        worker: ctx.worker,
+        task: ctx.task,
+        mode: ctx.mode,
+        name: name.to_owned(),
+        owner: owner.clone(),
+        token,
+    });
+    let lost_event = |t| Event::Lost {
+        t,
+        worker: ctx.worker,
+        task: ctx.task,
+        name: name.to_owned(),
+        owner: owner.clone(),
+        token,
+    };
+    let work = read_modify_write(ctx, name, token, hold);
+    tokio::pin!(work);
+    let mut end = None;
+    tokio::select! {
+        biased;
+        () = &mut work => {}
+        () = guard.lost() => {
+            let t = now_ns();
+            ctx.sink.emit(&lost_event(t));
+            end = Some(t);
+            if ctx.mode == TaskMode::GuardNaive {
+                // A careless holder finishes its work anyway: the fence must stop it.
+                work.await;
+            }
+        }
+    }
+    let t_release = now_ns();
+    let result = match guard.release().await {
+        Ok(()) => "ok",
+        Err(LockError::LeaseLost { .. }) => "lease_lost",
+        Err(LockError::NotHeld { .. }) => "not_held",
+        Err(_) => "backend",
+    };
+    ctx.sink.emit(&Event::Released {
+        t_start: end.map_or(t_release, |t| t.min(t_release)),
+        t: now_ns(),
+        worker: ctx.worker,
+        task: ctx.task,
+        name: name.to_owned(),
+        owner,
+        token,
+        result: result.to_owned(),
+    });
+}
+
+#[distributed_lock(key = "{name}", wait = "2s", abort_on_lost, client = &ctx.client)]
+async fn locked_abort(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
+    locked_body(ctx, name, t_start, hold).await
+}
+
+#[distributed_lock(key = "{name}", wait = "2s", client = &ctx.client)]
+async fn locked_plain(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
+    locked_body(ctx, name, t_start, hold).await
+}
+
+/// The body of both annotated functions.
+async fn locked_body(
+    ctx: &TaskCtx,
+    name: &str,
+    t_start: u64,
+    hold: Duration,
+) -> Result<(), RoundError> {
+    let lock = distributed_lock::current().ok_or(RoundError::NoCurrentLock)?;
+    let (token, owner) = (lock.fencing_token(), lock.owner().to_owned());
+    *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((token, owner.clone()));
+    ctx.sink.emit(&Event::Acquired {
+        t_start,
+        t: now_ns(),
+        worker: ctx.worker,
+        task: ctx.task,
+        mode: ctx.mode,
+        name: name.to_owned(),
+        owner,
+        token,
+    });
+    read_modify_write(ctx, name, token, hold).await;
+    *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()) = now_ns();
+    Ok(())
+}
+
+/// One round through an annotated function.
+async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
+    *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let t_start = now_ns();
+    let result = match ctx.mode {
+        TaskMode::MacroAbort => locked_abort(ctx, name, t_start, hold).await,
+        _ => locked_plain(ctx, name, t_start, hold).await,
+    };
+    let t = now_ns();
+    let held = ctx.held.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let Some((token, owner)) = held else {
+        if let Err(RoundError::Lock(err)) = &result {
+            acquire_failed(ctx, name, t_start, err).await;
+        }
+        return;
+    };
+    let (t_release, outcome) = match result {
+        Ok(()) => (
+            *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()),
+            "macro",
+        ),
+        Err(RoundError::Lock(LockError::LeaseLost { .. })) => {
+            ctx.sink.emit(&Event::Lost {
+                t,
+                worker: ctx.worker,
+                task: ctx.task,
+                name: name.to_owned(),
+                owner: owner.clone(),
+                token,
+            });
+            (t, "aborted")
+        }
+        Err(_) => (t, "backend"),
+    };
+    ctx.sink.emit(&Event::Released {
+        t_start: t_release,
+        t,
+        worker: ctx.worker,
+        task: ctx.task,
+        name: name.to_owned(),
+        owner,
+        token,
+        result: outcome.to_owned(),
+    });
+}
+
+/// Records a failed acquisition and backs off after a backend error.
+async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError) {
+    let kind = match err {
+        LockError::TimedOut { .. } | LockError::Busy { .. } => "timed_out",
+        LockError::QuorumNotReached { .. } => "quorum",
+        e if e.is_backend() => "backend",
+        _ => "other",
+    };
+    ctx.sink.emit(&Event::AcquireFailed {
+        t_start,
+        t: now_ns(),
+        worker: ctx.worker,
+        task: ctx.task,
+        name: name.to_owned(),
+        kind: kind.to_owned(),
+        error: err.to_string(),
+    });
+    if kind != "timed_out" {
+        tokio::time::sleep(ERROR_BACKOFF).await;
+    }
+}
+
+/// Reads both registers, holds, then writes both (value + 1), recording each outcome.
+async fn read_modify_write(ctx: &TaskCtx, name: &str, token: u64, hold: Duration) {
+    let regs = &ctx.registers;
+    let write_event = |register, outcome, read, prev, seen| Event::Write {
+        t: now_ns(),
+        worker: ctx.worker,
+        task: ctx.task,
+        name: name.to_owned(),
+        token,
+        register,
+        outcome,
+        read,
+        prev,
+        seen,
+    };
+    let fenced = regs.fenced_read(name, token).await;
+    let unfenced = regs.unfenced_read(name).await;
+    tokio::time::sleep(hold).await;
+
+    match unfenced {
+        Ok(read) => {
+            let event = match regs.unfenced_write(name, read + 1).await {
+                Ok(prev) => write_event(
+                    Register::Unfenced,
+                    WriteOutcome::Accepted,
+                    Some(read),
+                    Some(prev),
+                    None,
+                ),
+                Err(_) => write_event(
+                    Register::Unfenced,
+                    WriteOutcome::Error,
+                    Some(read),
+                    None,
+                    None,
+                ),
+            };
+            ctx.sink.emit(&event);
+        }
+        Err(_) => ctx.sink.emit(&write_event(
+            Register::Unfenced,
+            WriteOutcome::Error,
+            None,
+            None,
+            None,
+        )),
+    }
+
+    let event = match fenced {
+        Ok(Fenced::Ok(read)) => match regs.fenced_write(name, token, read + 1).await {
+            Ok(Fenced::Ok(prev)) => write_event(
+                Register::Fenced,
+                WriteOutcome::Accepted,
+                Some(read),
+                Some(prev),
+                None,
+            ),
+            Ok(Fenced::Stale(seen)) => write_event(
+                Register::Fenced,
+                WriteOutcome::RejectedWrite,
+                Some(read),
+                None,
+                Some(seen),
+            ),
+            Err(_) => write_event(
+                Register::Fenced,
+                WriteOutcome::Error,
+                Some(read),
+                None,
+                None,
+            ),
+        },
+        Ok(Fenced::Stale(seen)) => write_event(
+            Register::Fenced,
+            WriteOutcome::RejectedRead,
+            None,
+            None,
+            Some(seen),
+        ),
+        Err(_) => write_event(Register::Fenced, WriteOutcome::Error, None, None, None),
+    };
+    ctx.sink.emit(&event);
+}
