@@ -187,3 +187,37 @@ fn a_guard_dropped_outside_any_runtime_is_released_when_its_client_is_next_used(
     );
     assert_eq!(store.held(), 0);
 }
+
+/// A waiter of the holder's own client, waiting when an operator
+/// force-releases the lock, is woken by that release and takes the lock at
+/// once, instead of trusting its client's holder until the watchdog's next
+/// round (10 s with the default 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_the_holders_client_gets_a_force_released_lock_at_once() {
+    let store = MemoryStore::new();
+    let client = LockClient::builder().memory(store.clone()).unwrap();
+    let operator = LockClient::builder().memory(store).unwrap();
+    let holder = client.lock("edges:forced").acquire().await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("edges:forced")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let forced = tokio::time::Instant::now();
+    assert!(operator.force_release("edges:forced").await.unwrap());
+    let guard = waiter.await.unwrap().unwrap();
+    assert!(
+        forced.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        forced.elapsed()
+    );
+    assert!(guard.fencing_token() > holder.fencing_token());
+    drop(holder);
+    guard.release().await.unwrap();
+}

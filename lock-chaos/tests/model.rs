@@ -657,7 +657,7 @@ fn redis_backend_matches_the_model() {
 /// checked, until its lease ends), because waiters of the holder's own client hold back
 /// while it "holds" the lock. Acquire, force_release, wait 300 ms: `TimedOut`.
 #[test]
-#[ignore = "known deviation: same-client waiters hold back until the watchdog sees a force-release"]
+#[ignore = "known deviation: a waiter that arrives after the force-release trusts its own client's holder until the watchdog sees the loss"]
 fn wait_after_force_release_by_the_same_client() {
     let ops = [
         Op::Acquire {

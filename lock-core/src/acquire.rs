@@ -125,6 +125,7 @@ impl Request<'_> {
                 waiter
             }
         };
+        let mut woken = false;
         loop {
             // The attempt after registering is the one that counts: a release
             // before it is seen by it, a release after it wakes us. Without
@@ -132,7 +133,15 @@ impl Request<'_> {
             // client holds it (a holder is forgotten before its release is
             // sent, so its wake-up finds it gone) or while a waiter of this
             // client woken by its release is taking it.
-            let ttl = if let Some(holder) = core.held_elsewhere(&key.name, &self.scope.owner) {
+            // A release message while another scope of this client seems to
+            // hold the lock was not sent by that holder (it forgets itself
+            // before its release goes out): the lock was deleted behind its
+            // back (force-released, expired): ask the server once.
+            let local = match core.held_elsewhere(&key.name, &self.scope.owner) {
+                Some(_) if std::mem::take(&mut woken) => None,
+                holder => holder,
+            };
+            let ttl = if let Some(holder) = local {
                 // A wake-up taken here found the lock held again: its
                 // holder's release will wake the next waiter.
                 waiter.attempted(true);
@@ -181,7 +190,7 @@ impl Request<'_> {
                 .unwrap_or(core.lease)
                 .saturating_add(Duration::from_millis(1));
             tokio::select! {
-                _ = waiter.notified() => {}
+                _ = waiter.notified() => woken = true,
                 _ = tokio::time::sleep_until(lease::nap_until(now, nap, deadline)) => {}
             }
         }
