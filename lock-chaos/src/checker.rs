@@ -329,7 +329,7 @@ pub fn analyze(
     let mut rows: Vec<Row> = Vec::new();
     let mut row_of_fault: HashMap<String, usize> = HashMap::new();
     let claims = |name: &str| -> (bool, bool) {
-        let fault = ALL_FAULTS.iter().find(|f| f.name() == name);
+        let fault = Fault::ALL.iter().find(|f| f.name() == name);
         fault.map_or((true, true), |f| {
             (f.exclusion_claimed(), f.fencing_claimed())
         })
@@ -524,7 +524,7 @@ pub fn analyze(
             let destroyed = windows
                 .iter()
                 .filter(|w| {
-                    ALL_FAULTS
+                    Fault::ALL
                         .iter()
                         .any(|f| f.name() == w.fault && f.destroys_lock())
                         && w.start >= a.start
@@ -640,19 +640,3 @@ pub fn analyze(
         all_latencies,
     }
 }
-
-/// Every fault, to look claims up by name.
-const ALL_FAULTS: [Fault; 12] = [
-    Fault::PauseHolder,
-    Fault::KillHolder,
-    Fault::RestartPersistent,
-    Fault::RestartEmpty,
-    Fault::ClientKill,
-    Fault::ScriptFlush,
-    Fault::Partition,
-    Fault::Latency,
-    Fault::ProxyReset,
-    Fault::Failover,
-    Fault::StopMinority,
-    Fault::StopMajority,
-];

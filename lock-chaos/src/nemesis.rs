@@ -31,9 +31,31 @@ pub enum Fault {
     StopMinority,
     /// Pause 3 of 5 Redlock masters, then resume them.
     StopMajority,
+    /// Jump every data server's clock forward by two leases, as far as the keys can tell:
+    /// every TTL is cut by that much at once (emulated: libfaketime cannot be loaded into
+    /// this redis-server, see RELIABILITY.md). Held locks expire early; counters stay.
+    ClockJump,
 }
 
 impl Fault {
+    /// Every fault (the checker looks claims up by name here: a fault missing from this
+    /// list would be checked as if the README promised everything under it).
+    pub const ALL: [Fault; 13] = [
+        Fault::PauseHolder,
+        Fault::KillHolder,
+        Fault::RestartPersistent,
+        Fault::RestartEmpty,
+        Fault::ClientKill,
+        Fault::ScriptFlush,
+        Fault::Partition,
+        Fault::Latency,
+        Fault::ProxyReset,
+        Fault::Failover,
+        Fault::StopMinority,
+        Fault::StopMajority,
+        Fault::ClockJump,
+    ];
+
     /// The name used in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -49,6 +71,7 @@ impl Fault {
             Fault::Failover => "failover",
             Fault::StopMinority => "stop_minority",
             Fault::StopMajority => "stop_majority",
+            Fault::ClockJump => "clock_jump",
         }
     }
 
@@ -56,7 +79,7 @@ impl Fault {
     pub fn exclusion_claimed(self) -> bool {
         !matches!(
             self,
-            Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover
+            Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover | Fault::ClockJump
         )
     }
 
@@ -69,7 +92,10 @@ impl Fault {
     /// Whether the fault can make the lock's data disappear at the moment it starts, so the
     /// loss time is the fault's start.
     pub fn destroys_lock(self) -> bool {
-        matches!(self, Fault::RestartEmpty | Fault::Failover)
+        matches!(
+            self,
+            Fault::RestartEmpty | Fault::Failover | Fault::ClockJump
+        )
     }
 }
 
@@ -112,9 +138,17 @@ impl Schedule {
                 Latency,
                 ProxyReset,
                 RestartPersistent,
+                ClockJump,
             ],
             (Backend::Sentinel | Backend::Cluster, false) => {
-                vec![PauseHolder, KillHolder, ClientKill, ScriptFlush, Failover]
+                vec![
+                    PauseHolder,
+                    KillHolder,
+                    ClientKill,
+                    ScriptFlush,
+                    ClockJump,
+                    Failover,
+                ]
             }
             (Backend::Redlock, false) => vec![
                 PauseHolder,

@@ -66,8 +66,16 @@ pub async fn run(config: RunConfig) -> anyhow::Result<Vec<BackendReport>> {
         }
     };
     std::fs::create_dir_all(&root)?;
+    // A run's files describe that run only: histories and reports of an
+    // earlier run at the same paths would be checked (and counted) again.
+    if let Some(out) = &config.out {
+        std::fs::File::create(out)?;
+    }
     for &backend in &config.backends {
         let dir = root.join(backend.name());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
         std::fs::create_dir_all(&dir)?;
         eprintln!("lock-chaos: {} ...", backend.name());
         let started = std::time::Instant::now();
@@ -413,6 +421,17 @@ impl World {
                     } else {
                         servers.script_flush()
                     })
+                })
+                .await?;
+                self.record(fault, "heal", &target);
+            }
+            Fault::ClockJump => {
+                self.record(fault, "start", "every data server");
+                let servers = self.servers.clone();
+                let jump = self.config.lease.saturating_mul(2);
+                let target = blocking(move || {
+                    let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                    Ok(servers.clock_jump(jump))
                 })
                 .await?;
                 self.record(fault, "heal", &target);

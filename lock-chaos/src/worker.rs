@@ -220,7 +220,33 @@ async fn locked_body(
         owner,
         token,
     });
-    read_modify_write(ctx, name, token, hold).await;
+    let work = read_modify_write(ctx, name, token, hold);
+    if ctx.mode == TaskMode::MacroPlain {
+        // The plain attribute does not watch the lease, so its body may outlive it (a
+        // partition, a pause): record when the lock stops counting itself held (its local
+        // lease deadline, or a detected loss), as the careless guard records `lost()`. The
+        // hold ends there; the body goes on and the fenced register must stop it.
+        let watch = async {
+            while lock.is_held() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ctx.sink.emit(&Event::Lost {
+                t: now_ns(),
+                worker: ctx.worker,
+                task: ctx.task,
+                name: name.to_owned(),
+                owner: lock.owner().to_owned(),
+                token,
+            });
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            () = work => {}
+            () = watch => {}
+        }
+    } else {
+        work.await;
+    }
     *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()) = now_ns();
     Ok(())
 }

@@ -696,8 +696,10 @@ fn wait_after_force_release_by_the_same_client() {
 #[test]
 fn cancelled_acquire_on_redis_releases_its_grant() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the connection's driver task cannot answer while the acquire is being
+    // polled, so the first poll is pending for certain and the drop lands mid-flight (on a
+    // multi-thread runtime a fast reply made that first poll ready now and then).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
@@ -708,6 +710,7 @@ fn cancelled_acquire_on_redis_releases_its_grant() {
             .await
             .expect("client");
         let operator = LockClient::connect(&server.url()).await.expect("client");
+        server.reset_command_stats();
         {
             let acquire = client.lock("l").wait(Duration::from_millis(100)).acquire();
             let mut acquire = pin!(acquire);
@@ -715,6 +718,12 @@ fn cancelled_acquire_on_redis_releases_its_grant() {
             assert!(polled.is_pending());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+        // The acquire script ran (on a free lock, so it granted a 30 s lease); the lock being
+        // free now means the grant was given back, not left to expire.
+        assert!(
+            server.command_calls("evalsha") >= 1,
+            "the cancelled acquire never reached the server"
+        );
         let info = operator.inspect("l").await.expect("inspect");
         assert!(
             info.holder.is_none(),
