@@ -221,3 +221,19 @@ async fn a_waiter_of_the_holders_client_gets_a_force_released_lock_at_once() {
     drop(holder);
     guard.release().await.unwrap();
 }
+
+/// Clients on two different stores do not share locks, so a call chain holding
+/// `x` through one may take `x` through the other: no false `HeldByOtherClient`.
+#[tokio::test]
+async fn the_same_name_on_another_store_is_another_lock() {
+    let a = LockClient::memory();
+    let b = LockClient::memory();
+    let guard = a.lock("x").acquire().await.unwrap();
+    let inner = guard
+        .scope(async { b.lock("x").try_acquire().await })
+        .await
+        .expect("another store's lock `x` is free")
+        .expect("try_acquire took it");
+    inner.release().await.unwrap();
+    guard.release().await.unwrap();
+}

@@ -53,7 +53,23 @@ pub(crate) async fn acquire(
             }
             scope
         }
-        None => core.new_scope(),
+        None => {
+            if let Some(held) =
+                crate::current::held_by_other_client(&core.store, &key.lock, &core.id)
+            {
+                let holder = held.owner.to_string();
+                return Err(LockError::HeldByOtherClient {
+                    key: key.name.to_string(),
+                    holder_client: holder
+                        .split_once(':')
+                        .map_or(holder.as_str(), |(client, _)| client)
+                        .to_owned(),
+                    holder,
+                    client: core.id.to_string(),
+                });
+            }
+            core.new_scope()
+        }
     };
     let request = Request {
         core,

@@ -29,6 +29,10 @@ pub(crate) struct ClientCore {
     /// subscription to be confirmed).
     pub(crate) response_timeout: Duration,
     pub(crate) backend: Arc<dyn Backend>,
+    /// The identity of the store the locks live in (with the lock's Redis
+    /// key, which includes the prefix, it says whether two clients' locks
+    /// are the same lock).
+    pub(crate) store: Arc<str>,
     pub(crate) watchdog: Watchdog,
     pub(crate) janitor: Janitor,
     next_scope: AtomicU64,
@@ -45,8 +49,10 @@ impl ClientCore {
         response_timeout: Duration,
         backend: Arc<dyn Backend>,
     ) -> Self {
+        let store = backend.store_id().into();
         ClientCore {
             id,
+            store,
             prefix,
             lease,
             response_timeout,

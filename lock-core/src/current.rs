@@ -15,19 +15,49 @@ tokio::task_local! {
 #[derive(Debug)]
 pub(crate) struct Frame {
     lock: Arc<HeldLock>,
+    /// The identity of the store the lock lives in (`ClientCore::store`).
+    store: Arc<str>,
     parent: Option<Arc<Frame>>,
 }
 
-/// The frame chain of the running task with `locks` entered on top of it.
-pub(crate) fn enter(locks: impl IntoIterator<Item = Arc<HeldLock>>) -> Option<Arc<Frame>> {
+/// The frame chain of the running task with `locks` (of the store `store`)
+/// entered on top of it.
+pub(crate) fn enter(
+    store: &Arc<str>,
+    locks: impl IntoIterator<Item = Arc<HeldLock>>,
+) -> Option<Arc<Frame>> {
     let mut frame = CURRENT.try_with(Arc::clone).ok();
     for lock in locks {
         frame = Some(Arc::new(Frame {
             lock,
+            store: store.clone(),
             parent: frame,
         }));
     }
     frame
+}
+
+/// A lock of the current call chain that is the lock stored at `redis_key`
+/// in `store` and still held, under an owner of another client than
+/// `client_id`: acquiring it through `client_id` would wait on itself.
+pub(crate) fn held_by_other_client(
+    store: &str,
+    redis_key: &str,
+    client_id: &str,
+) -> Option<Arc<HeldLock>> {
+    let mut frame = CURRENT.try_with(Arc::clone).ok();
+    while let Some(f) = frame {
+        let lock = &f.lock;
+        let other_client = lock
+            .owner
+            .strip_prefix(client_id)
+            .is_none_or(|rest| !rest.starts_with(':'));
+        if &*f.store == store && &*lock.key.lock == redis_key && other_client && lock.is_held() {
+            return Some(lock.clone());
+        }
+        frame = f.parent.clone();
+    }
+    None
 }
 
 /// Runs `fut` with `frame` as the current lock chain.

@@ -90,6 +90,23 @@ pub enum LockError {
         /// What each master answered.
         answers: Vec<NodeAnswer>,
     },
+    /// The calling async call chain already holds the lock through another
+    /// [`LockClient`](crate::LockClient) on the same store (a tower layer and
+    /// a `#[distributed_lock]` function given different clients, say).
+    /// Re-entry is counted per client, so waiting would wait on itself for the
+    /// whole wait: the acquisition fails at once instead. Use one client for
+    /// both.
+    #[error("lock `{key}` is already held by this call chain through client {holder_client} (owner {holder}); client {client} cannot re-enter it and would wait on itself: use one LockClient for both")]
+    HeldByOtherClient {
+        /// The lock name.
+        key: String,
+        /// The id of the client that holds it ([`LockClient::id`](crate::LockClient::id)).
+        holder_client: String,
+        /// The owner id it is held under.
+        holder: String,
+        /// The id of the client that tried to acquire it.
+        client: String,
+    },
     /// Connecting to the server failed.
     #[error("cannot connect to {server}: {source}")]
     Connect {
@@ -121,7 +138,8 @@ impl LockError {
             | LockError::InvalidConfig { key, .. }
             | LockError::WrongType { key, .. }
             | LockError::Backend { key, .. }
-            | LockError::QuorumNotReached { key, .. } => Some(key),
+            | LockError::QuorumNotReached { key, .. }
+            | LockError::HeldByOtherClient { key, .. } => Some(key),
             LockError::Connect { .. } | LockError::Authentication { .. } => None,
         }
     }

@@ -95,8 +95,9 @@ impl LockGuard {
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         let scope = self.scope.clone();
         let lock = self.lock.clone();
+        let store = self.core.store.clone();
         async move {
-            let frame = crate::current::enter([lock]);
+            let frame = crate::current::enter(&store, [lock]);
             scope.run(crate::current::run(frame, fut)).await
         }
     }
@@ -130,6 +131,11 @@ impl LockGuard {
         &self.lock
     }
 
+    /// The identity of the store the lock lives in.
+    pub(crate) fn store(&self) -> &Arc<str> {
+        &self.core.store
+    }
+
     pub(crate) fn owner_scope(&self) -> &Arc<Scope> {
         &self.scope
     }
@@ -140,7 +146,7 @@ impl LockGuard {
     /// hand-written futures that poll an inner future and cannot wrap it:
     /// call this around each poll.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        let frame = crate::current::enter([self.lock.clone()]);
+        let frame = crate::current::enter(&self.core.store, [self.lock.clone()]);
         self.scope
             .clone()
             .run_sync(|| crate::current::run_sync(frame, f))

@@ -105,6 +105,7 @@ macro_rules! behaviour_suite {
             multi_lock_in_swapped_order_does_not_deadlock,
             current_reports_the_locks_of_the_scope,
             scope_or_lost_cancels_work_when_the_lease_is_lost,
+            reentry_through_another_client_fails_at_once,
             edges_fixed_lease_out_of_range_is_invalid_config,
             edges_multi_lock_lease_out_of_range_is_invalid_config,
             edges_wait_duration_max_waits_until_release,
@@ -848,6 +849,62 @@ pub async fn current_reports_the_locks_of_the_scope<F: Fixture>(fixture: &F) {
         .unwrap();
     assert!(spawned, "a spawned task saw its parent's lock");
     outer.release().await.unwrap();
+}
+
+/// A call chain that holds a lock through one client and acquires it again
+/// through another client on the same store (a layer and an attribute given
+/// different clients) gets `HeldByOtherClient` at once, naming both clients,
+/// instead of waiting on itself for its whole wait. Other locks, and the same
+/// lock once released, are acquired as usual. Old code: `TimedOut` after 5 s.
+pub async fn reentry_through_another_client_fails_at_once<F: Fixture>(fixture: &F) {
+    let [a, b] = clients::<F, 2>(fixture).await;
+    let guard = a.lock("suite:cross").acquire().await.unwrap();
+    let started = Instant::now();
+    let (same, other) = guard
+        .scope(async {
+            let same = b
+                .lock("suite:cross")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await;
+            let other = b.lock("suite:cross-other").acquire().await;
+            (same, other)
+        })
+        .await;
+    assert_within(started.elapsed(), Duration::from_secs(2), "the refusal");
+    match same {
+        Err(LockError::HeldByOtherClient {
+            key,
+            holder_client,
+            holder,
+            client,
+        }) => {
+            assert_eq!(key, "suite:cross");
+            assert_eq!(holder_client, a.id());
+            assert_eq!(holder, guard.owner());
+            assert_eq!(client, b.id());
+        }
+        other => panic!("expected HeldByOtherClient, got {other:?}"),
+    }
+    other.unwrap().release().await.unwrap();
+    // Nothing was taken or left behind by the refused attempt.
+    assert_eq!(
+        b.inspect("suite:cross")
+            .await
+            .unwrap()
+            .holder
+            .unwrap()
+            .owner,
+        guard.owner()
+    );
+    guard.release().await.unwrap();
+    b.lock("suite:cross")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 pub async fn scope_or_lost_cancels_work_when_the_lease_is_lost<F: Fixture>(fixture: &F) {

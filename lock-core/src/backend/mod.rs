@@ -58,6 +58,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// What the backend talks to, for messages: `host:port`, `memory`, ...
     fn server(&self) -> &str;
 
+    /// Identifies the store the locks live in: two clients whose backends
+    /// give the same id (and use the same key prefix) share their locks.
+    fn store_id(&self) -> String {
+        self.server().to_owned()
+    }
+
     /// One acquisition attempt for `owner`: takes the lock when it is free
     /// (new fencing token) or already `owner`'s (same token), else `Busy`.
     fn acquire<'a>(

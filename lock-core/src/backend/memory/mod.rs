@@ -175,6 +175,11 @@ impl Backend for MemoryStore {
         "memory"
     }
 
+    fn store_id(&self) -> String {
+        // Every store is its own: clients share locks only through one store.
+        format!("memory@{:p}", Arc::as_ptr(&self.inner))
+    }
+
     fn acquire<'a>(
         &'a self,
         key: &'a LockKey,
