@@ -20,8 +20,6 @@
 //! One gets `200` with an `x-fencing-token` header, the other
 //! `409 Conflict` with `Retry-After: 1`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -36,24 +34,19 @@ use tokio::net::TcpListener;
 // The domain: charging an order, under its lock, against a fenced ledger.
 // ---------------------------------------------------------------------------
 
-/// What the ledger remembers of an order.
-#[derive(Clone, Debug, Default)]
-struct Order {
-    paid_cents: u64,
-    /// The highest fencing token that wrote this order.
-    fence: u64,
-}
+mod ledger;
 
-/// A stand-in for the database: it rejects writes carrying a fencing token
-/// lower than the highest it has accepted for the order.
-#[derive(Clone, Default)]
-struct Ledger(Arc<Mutex<HashMap<u64, Order>>>);
+/// A stand-in for the database: the amount paid per order, fenced with
+/// claim-on-read (see `ledger/mod.rs` and the README's "Fencing tokens").
+type Ledger = ledger::Ledger<u64, u64>;
 
 #[derive(Debug)]
 enum PayError {
     Lock(LockError),
     AlreadyPaid,
-    StaleToken,
+    /// A newer holder of the order's lock has read or written it: this
+    /// holder's lease ran out (a pause) or the lock was force-released.
+    Stale(ledger::Stale),
 }
 
 impl From<LockError> for PayError {
@@ -62,10 +55,20 @@ impl From<LockError> for PayError {
     }
 }
 
+impl From<ledger::Stale> for PayError {
+    fn from(stale: ledger::Stale) -> Self {
+        PayError::Stale(stale)
+    }
+}
+
 /// Charges order `id` once, under the order's lock: `#[distributed_lock]`
 /// takes `order:{id}` itself, so `charge` is safe to call from anywhere;
 /// called from the HTTP handler, it re-enters the lock the layer already
 /// holds for the request (same call chain, same owner, no round trip).
+///
+/// Both the read and the write carry the fencing token, so a holder that was
+/// paused past its lease can neither write over its successor nor charge an
+/// order its successor has read as unpaid.
 #[distributed_lock(key = "order:{id}", wait = "5s", client = client)]
 async fn charge(
     client: &LockClient,
@@ -76,24 +79,12 @@ async fn charge(
     let token = distributed_lock::current()
         .expect("inside the lock")
         .fencing_token();
-    if ledger
-        .0
-        .lock()
-        .unwrap()
-        .get(&id)
-        .is_some_and(|o| o.paid_cents > 0)
-    {
+    if ledger.read(&id, token)? > 0 {
         return Err(PayError::AlreadyPaid);
     }
     // The payment provider is slow.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut orders = ledger.0.lock().unwrap();
-    let order = orders.entry(id).or_default();
-    if token < order.fence {
-        return Err(PayError::StaleToken);
-    }
-    order.fence = token;
-    order.paid_cents = cents;
+    ledger.write(&id, token, cents)?;
     Ok(token)
 }
 
@@ -118,24 +109,15 @@ async fn pay(
             format!("paid order {id} under {} (token {token})\n", lock.key),
         ),
         Err(PayError::AlreadyPaid) => (StatusCode::OK, format!("order {id} was already paid\n")),
-        Err(PayError::StaleToken) => (StatusCode::CONFLICT, "stale fencing token\n".into()),
+        // Not a 200: a newer holder owns the order now; the client may retry.
+        Err(PayError::Stale(stale)) => (StatusCode::CONFLICT, format!("{stale}\n")),
         Err(PayError::Lock(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
     }
 }
 
 async fn show(State(app): State<App>, Path(id): Path<u64>) -> String {
-    let order = app
-        .ledger
-        .0
-        .lock()
-        .unwrap()
-        .get(&id)
-        .cloned()
-        .unwrap_or_default();
-    format!(
-        "order {id}: paid {} cents, last written under token {}\n",
-        order.paid_cents, order.fence
-    )
+    let (paid_cents, fence) = app.ledger.peek(&id);
+    format!("order {id}: paid {paid_cents} cents, last claimed by token {fence}\n")
 }
 
 fn router(client: LockClient) -> Router {

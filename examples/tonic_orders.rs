@@ -12,8 +12,6 @@
 //! cargo run --example tonic_orders -- --demo   # calls itself concurrently, then exits
 //! ```
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributed_lock::tower::{FencingToken, GrpcKey, LockLayer};
@@ -28,10 +26,19 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
-/// The orders, by id: the amount paid, in cents.
+mod ledger;
+
+/// The orders, by id: the amount paid, in cents, in a store fenced with
+/// claim-on-read (see `ledger/mod.rs` and the README's "Fencing tokens").
 #[derive(Clone, Default)]
 struct OrderService {
-    paid: Arc<Mutex<HashMap<u64, u64>>>,
+    paid: ledger::Ledger<u64, u64>,
+}
+
+/// A newer holder of the order's lock has read or written it: this call's
+/// lease ran out (a pause) or its lock was force-released.
+fn stale(stale: ledger::Stale) -> Status {
+    Status::aborted(stale.to_string())
 }
 
 #[tonic::async_trait]
@@ -52,12 +59,17 @@ impl Orders for OrderService {
                 "x-order-id does not match order_id",
             ));
         }
-        if self.paid.lock().unwrap().contains_key(&order_id) {
+        // Read and write with the fencing token: a holder that was paused past
+        // its lease can neither overwrite its successor nor pay an order its
+        // successor has read as unpaid.
+        if self.paid.read(&order_id, lock.token).map_err(stale)? > 0 {
             return Err(Status::already_exists(format!("order {order_id} is paid")));
         }
         // The payment provider is slow.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        self.paid.lock().unwrap().insert(order_id, amount_cents);
+        self.paid
+            .write(&order_id, lock.token, amount_cents)
+            .map_err(stale)?;
         Ok(Response::new(PayReply {
             order_id,
             fencing_token: lock.token,
@@ -71,7 +83,7 @@ impl Orders for OrderService {
         let order_id = request.into_inner().order_id;
         Ok(Response::new(StatusReply {
             order_id,
-            paid: self.paid.lock().unwrap().contains_key(&order_id),
+            paid: self.paid.peek(&order_id).0 > 0,
         }))
     }
 }

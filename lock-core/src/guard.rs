@@ -47,9 +47,11 @@ impl LockGuard {
 
     /// The fencing token of this hold: it strictly increases from one holder
     /// of the lock to the next (and is the same for reentrant holds of one
-    /// owner). Pass it to the guarded resource, which rejects any token lower
-    /// than the highest it has seen, so a holder whose lease ran out while it
-    /// was paused cannot overwrite its successor's work.
+    /// owner). Pass it with every read and write of the guarded resource,
+    /// which refuses a token lower than the highest that has read or written
+    /// it, so a holder whose lease ran out while it was paused can neither
+    /// overwrite its successor's work nor write from a value its successor
+    /// has read too (see "Fencing tokens" in the README).
     pub fn fencing_token(&self) -> u64 {
         self.lock.token
     }
