@@ -103,6 +103,111 @@ async fn acquisitions_resume_on_the_new_master_after_failover() {
     next.release().await.unwrap();
 }
 
+/// After a failover the client follows the sentinels' `+switch-master`
+/// announcement, so when the old master comes back (restarted empty, still a
+/// master until the sentinels demote it, which takes them seconds) the
+/// client's commands do not go to it. Old code: the client asked the
+/// sentinels only after a failed command, its connection reconnected to the
+/// old address, and the next lock was taken on the empty old master while
+/// other clients used the new one (many holders, tokens from 1 again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_master_restarted_empty_after_failover_gets_no_locks() {
+    let mut set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    let before = client.lock("sentinel:restarted").acquire().await.unwrap();
+    let token = before.fencing_token();
+    before.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // replicated
+                                                          // No command of the client runs while the master is down.
+    set.kill_master_and_wait_for_failover(Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The old master, restarted empty before the sentinels demote it.
+    set.replica_mut().restart();
+    let mut guard = None;
+    for _ in 0..3 {
+        match client.lock("sentinel:restarted").acquire().await {
+            Ok(acquired) => {
+                guard = Some(acquired);
+                break;
+            }
+            Err(err) if err.is_backend() => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(err) => panic!("{err}"),
+        }
+    }
+    let guard = guard.expect("acquired after the failover");
+    let exists = |server: &RedisServer| -> bool {
+        redis::cmd("EXISTS")
+            .arg(redis_key("sentinel:restarted"))
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert!(
+        !exists(set.replica()),
+        "the lock was taken on the old master, restarted empty"
+    );
+    assert!(exists(set.master()), "the lock is not on the new master");
+    assert!(
+        guard.fencing_token() > token,
+        "the token went back: {} after {token}",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+}
+
+/// A sentinel that missed the failover (paused through it) still names the
+/// old master for a while; the old master is back, restarted empty. The
+/// client asks every sentinel and follows the highest configuration epoch,
+/// and it heard the failover announced by the others, so its locks stay on
+/// the new master. Old code: the first sentinel to answer sent it back to the
+/// empty old master, and a lock already taken on the new master was taken
+/// there a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_missed_the_failover_does_not_send_the_client_back() {
+    let mut set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    let first = client.lock("sentinel:lagging").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // replicated
+    set.sentinel(0).pause();
+    set.kill_master_and_wait_for_failover(Duration::from_secs(60));
+    set.replica_mut().restart();
+    set.sentinel(0).resume();
+    let mut guard = None;
+    for _ in 0..3 {
+        match client.lock("sentinel:lagging").acquire().await {
+            Ok(acquired) => {
+                guard = Some(acquired);
+                break;
+            }
+            Err(err) if err.is_backend() => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(err) => panic!("{err}"),
+        }
+    }
+    let guard = guard.expect("acquired after the failover");
+    let exists = |server: &RedisServer| -> bool {
+        redis::cmd("EXISTS")
+            .arg(redis_key("sentinel:lagging"))
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert!(
+        !exists(set.replica()),
+        "the lock was taken on the old master, restarted empty"
+    );
+    assert!(exists(set.master()), "the lock is not on the new master");
+    assert!(guard.fencing_token() > token, "the token went back");
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_replicas_rolls_back_an_acquisition_no_replica_acknowledged() {
     let set = RedisSentinels::start(MASTER);

@@ -54,9 +54,13 @@ pub(crate) async fn acquire(
             scope
         }
         None => {
-            if let Some(held) =
-                crate::current::held_by_other_client(&core.store, &key.lock, &core.id)
-            {
+            // Only a waiting acquisition would wait on itself; a single try
+            // finds the lock busy, as it is.
+            let held = match wait {
+                Wait::Once => None,
+                _ => crate::current::held_by_other_client(&core.store, &key.lock, &core.id),
+            };
+            if let Some(held) = held {
                 let holder = held.owner.to_string();
                 return Err(LockError::HeldByOtherClient {
                     key: key.name.to_string(),

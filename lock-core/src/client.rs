@@ -89,9 +89,11 @@ impl LockClient {
     }
 
     /// Connects to the master that the sentinels at `sentinel_urls` report
-    /// for `master_name`, and follows it across failovers (the sentinels are
-    /// asked again after an error that may mean one; scripts are loaded on
-    /// the new master). The master is reached with the first sentinel URL's
+    /// for `master_name`, and follows it across failovers: a background task
+    /// listens to every sentinel's `+switch-master` announcement, and after
+    /// an error that may mean a failover all sentinels are asked again and
+    /// the address with the highest configuration epoch wins (scripts are
+    /// loaded on the new master). The master is reached with the first sentinel URL's
     /// credentials and TLS settings. See
     /// [`LockClientBuilder::sync_replicas`] for `WAIT` after writes.
     pub async fn sentinel<I>(sentinel_urls: I, master_name: &str) -> Result<Self, LockError>

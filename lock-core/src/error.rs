@@ -94,8 +94,9 @@ pub enum LockError {
     /// [`LockClient`](crate::LockClient) on the same store (a tower layer and
     /// a `#[distributed_lock]` function given different clients, say).
     /// Re-entry is counted per client, so waiting would wait on itself for the
-    /// whole wait: the acquisition fails at once instead. Use one client for
-    /// both.
+    /// whole wait: an acquisition that would wait fails at once instead (a
+    /// single try, without a wait, gets [`LockError::Busy`]). Use one client
+    /// for both.
     #[error("lock `{key}` is already held by this call chain through client {holder_client} (owner {holder}); client {client} cannot re-enter it and would wait on itself: use one LockClient for both")]
     HeldByOtherClient {
         /// The lock name.

@@ -14,12 +14,12 @@ use futures_util::future::{BoxFuture, FutureExt};
 use tokio::sync::Notify;
 
 use self::node::Node;
-use self::sentinel::Sentinel;
+use self::sentinel::{Follower, Sentinel};
 use self::subscriber::Subscriber;
 use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, server_name, RedisSettings};
+use super::redis::{inspect, RedisSettings};
 use super::{Attempt, Backend, RenewItem, Renewal};
 use crate::name::LockKey;
 use crate::sync::Mutex;
@@ -45,12 +45,13 @@ impl NodeCell {
 #[derive(Debug)]
 pub(crate) struct RedisBackend {
     cell: Arc<NodeCell>,
-    sentinel: Option<Sentinel>,
-    /// One re-resolution of the master at a time.
-    resolving: tokio::sync::Mutex<()>,
+    /// With Sentinel: what keeps `cell` on the current master.
+    follower: Option<Arc<Follower>>,
+    /// The task that follows the sentinels' announcements (with Sentinel).
+    watcher: Supervised,
     label: String,
     settings: RedisSettings,
-    scripts: Scripts,
+    scripts: Arc<Scripts>,
     waiters: Arc<Waiters>,
     subscriber: Supervised,
 }
@@ -92,18 +93,38 @@ impl RedisBackend {
         settings: RedisSettings,
         scripts: Scripts,
     ) -> Self {
-        RedisBackend {
-            cell: Arc::new(NodeCell {
-                node: Mutex::new(Arc::new(node)),
-                changed: Notify::new(),
-            }),
-            sentinel,
-            resolving: tokio::sync::Mutex::new(()),
+        let cell = Arc::new(NodeCell {
+            node: Mutex::new(Arc::new(node)),
+            changed: Notify::new(),
+        });
+        let scripts = Arc::new(scripts);
+        let follower = sentinel.map(|sentinel| {
+            Arc::new(Follower::new(
+                sentinel,
+                cell.clone(),
+                settings.clone(),
+                scripts.clone(),
+            ))
+        });
+        let backend = RedisBackend {
+            cell,
+            follower,
+            watcher: Supervised::default(),
             label,
             settings,
             scripts,
             waiters: Waiters::subscribed(),
             subscriber: Supervised::default(),
+        };
+        backend.ensure_watcher();
+        backend
+    }
+
+    /// With Sentinel, (re)starts the task that follows the sentinels'
+    /// announcements on the runtime in use (cheap while it runs).
+    fn ensure_watcher(&self) {
+        if let Some(follower) = &self.follower {
+            self.watcher.ensure(|| follower.clone().watch());
         }
     }
 
@@ -115,36 +136,9 @@ impl RedisBackend {
     /// Asks Sentinel for the master after an error that may mean a failover,
     /// and moves to it when it changed. Returns the node to retry on.
     async fn follow_master(&self, failed: &Arc<Node>) -> Arc<Node> {
-        let Some(sentinel) = &self.sentinel else {
-            return failed.clone();
-        };
-        let _one = self.resolving.lock().await;
-        let current = self.cell.get();
-        if !Arc::ptr_eq(&current, failed) {
-            return current; // another caller moved already
-        }
-        let client = match sentinel.resolve(&self.settings).await {
-            Ok(client) => client,
-            Err(err) => {
-                tracing::warn!(sentinels = %self.label, error = %err, "cannot resolve the master");
-                return current;
-            }
-        };
-        if server_name(&client) == current.server {
-            return current;
-        }
-        match Node::connect(client, &self.settings, &self.scripts).await {
-            Ok(node) => {
-                tracing::warn!(from = %current.server, to = %node.server, "lock backend follows the new master");
-                let node = Arc::new(node);
-                *self.cell.node.lock() = node.clone();
-                self.cell.changed.notify_waiters();
-                node
-            }
-            Err(err) => {
-                tracing::warn!(server = %err, "cannot connect to the new master");
-                current
-            }
+        match &self.follower {
+            Some(follower) => follower.follow_master(failed).await,
+            None => failed.clone(),
         }
     }
 
@@ -169,6 +163,7 @@ impl RedisBackend {
             }
             _ => (pipe, count, self.settings.response_timeout),
         };
+        self.ensure_watcher();
         let scripts = self.scripts.all();
         let node = self.cell.get();
         let mut conn = node.conn.clone();
@@ -191,12 +186,12 @@ impl RedisBackend {
         match err {
             BackendError::Redis(err) => {
                 err.is_connection_dropped()
-                    || (self.sentinel.is_some()
+                    || (self.follower.is_some()
                         && (err.is_io_error()
                             || err.is_connection_refusal()
                             || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))))
             }
-            BackendError::Timeout(_) => self.sentinel.is_some(),
+            BackendError::Timeout(_) => self.follower.is_some(),
             _ => false,
         }
     }
