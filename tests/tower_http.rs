@@ -407,7 +407,7 @@ async fn requests_without_a_key_pass_through() {
     );
 }
 
-/// Redis is gone: 503 naming the lock, no Retry-After, and the service
+/// Redis is gone: 503 naming the lock, with `Retry-After`, and the service
 /// still answers (it never fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_failure_answers_503() {
@@ -435,11 +435,139 @@ async fn backend_failure_answers_503() {
         !reply.body.contains("127.0.0.1"),
         "no server address: {reply:?}"
     );
-    assert!(!reply.headers.contains_key("retry-after"));
+    assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+    assert_eq!(
+        reply.headers["content-type"], "text/plain; charset=utf-8",
+        "{reply:?}"
+    );
     assert_eq!(send(addr, "GET", "/health").await.status, StatusCode::OK);
 }
 
-/// The busy answer's status, body and Retry-After are configurable.
+/// The user's report: an inventory service under load while Redis is
+/// paused. Requests that wait for a lock when the backend stops answering
+/// get 503 (the backend did not answer), not 409 (held by another request):
+/// before the fix, waiters held back behind another waiter's attempt, which
+/// never came back, timed out as "busy". A lock that is really held still
+/// answers 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_backend_answers_503_not_409() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (entered, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (entered, gate, calls) = (entered.clone(), gate.clone(), calls.clone());
+        move || {
+            let (entered, gate, calls) = (entered.clone(), gate.clone(), calls.clone());
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    entered.notify_one();
+                    gate.notified().await;
+                }
+                "reserved"
+            }
+        }
+    };
+    let layer = LockLayer::new(
+        client,
+        PathTemplate::new("/items/{sku}/reserve", "item:{sku}"),
+    )
+    .wait(Duration::from_secs(1));
+    let app = Router::new()
+        .route("/items/{sku}/reserve", post(handler))
+        .layer(layer);
+    let addr = serve(app).await;
+    let reserve = move || tokio::spawn(send(addr, "POST", "/items/A1/reserve"));
+
+    let holder = reserve();
+    timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .unwrap();
+    // Contention: the lock stays held for the whole wait.
+    let busy = send(addr, "POST", "/items/A1/reserve").await;
+    assert_eq!(busy.status, StatusCode::CONFLICT, "{busy:?}");
+    assert_eq!(busy.headers["retry-after"], "1");
+    assert!(busy.body.contains("held by another request"), "{busy:?}");
+
+    // Waiters queue behind the holder, then Redis stops answering and the
+    // holder finishes (its release gets no answer either).
+    let mut requests: Vec<_> = (0..4).map(|_| reserve()).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let paused = server.paused();
+    gate.notify_one();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    requests.extend((0..2).map(|_| reserve()));
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(
+            reply.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "an outage answered as contention: {reply:?}"
+        );
+        assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+        assert!(reply.body.contains("item:A1"), "{reply:?}");
+    }
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no one else ran");
+    paused.resume();
+
+    // Back to normal once Redis answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = send(addr, "POST", "/items/A1/reserve").await;
+        if reply.status == StatusCode::OK {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {reply:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The 503 answer's status, body, content type and `Retry-After` can be
+/// changed (a JSON API answers JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_answer_is_configurable() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let json = Router::new()
+        .route("/orders/{id}/pay", post(|| async { "paid" }))
+        .layer(
+            pay_layer(&client)
+                .unavailable_status(StatusCode::BAD_GATEWAY)
+                .unavailable_body(r#"{"error":"locks unavailable"}"#)
+                .unavailable_content_type(http::HeaderValue::from_static("application/json"))
+                .unavailable_retry_after(Some(Duration::from_millis(4500))),
+        );
+    let json = serve(json).await;
+    let bare = Router::new()
+        .route("/orders/{id}/pay", post(|| async { "paid" }))
+        .layer(pay_layer(&client).unavailable_retry_after(None));
+    let bare = serve(bare).await;
+
+    server.kill();
+    let reply = send(json, "POST", "/orders/1/pay").await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{reply:?}");
+    assert_eq!(reply.body, r#"{"error":"locks unavailable"}"#);
+    assert_eq!(reply.headers["content-type"], "application/json");
+    assert_eq!(
+        reply.headers["retry-after"], "5",
+        "whole seconds, rounded up"
+    );
+    let reply = send(bare, "POST", "/orders/1/pay").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(!reply.headers.contains_key("retry-after"), "{reply:?}");
+}
+
+/// The busy answer's status, body, content type and Retry-After are
+/// configurable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_answer_is_configurable() {
     let server = RedisServer::start();
@@ -449,7 +577,8 @@ async fn busy_answer_is_configurable() {
         .layer(
             pay_layer(&client)
                 .busy_status(StatusCode::LOCKED)
-                .busy_body("order busy, come back later")
+                .busy_body(r#"{"error":"order busy"}"#)
+                .busy_content_type(http::HeaderValue::from_static("application/json"))
                 .retry_after(None),
         );
     let custom = serve(app).await;
@@ -461,10 +590,12 @@ async fn busy_answer_is_configurable() {
     let _held = client.lock("order:1").acquire().await.unwrap();
     let reply = send(custom, "POST", "/orders/1/pay").await;
     assert_eq!(reply.status, StatusCode::LOCKED);
-    assert_eq!(reply.body, "order busy, come back later");
+    assert_eq!(reply.body, r#"{"error":"order busy"}"#);
+    assert_eq!(reply.headers["content-type"], "application/json");
     assert!(!reply.headers.contains_key("retry-after"));
     let reply = send(rounded, "POST", "/orders/1/pay").await;
     assert_eq!(reply.status, StatusCode::CONFLICT);
+    assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
     assert_eq!(
         reply.headers["retry-after"], "3",
         "whole seconds, rounded up"

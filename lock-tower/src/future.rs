@@ -107,14 +107,14 @@ where
 
 /// A response, with the fencing token it was made under (none for an
 /// unlocked request) and the guard when it is handed over.
-pub(crate) struct Answer<T> {
+pub(crate) struct Answered<T> {
     pub(crate) response: T,
     pub(crate) token: Option<u64>,
     pub(crate) guard: Option<LockGuard>,
 }
 
 type LockedOutput<S, R> =
-    Result<Answer<<S as Service<R>>::Response>, Failed<<S as Service<R>>::Error>>;
+    Result<Answered<<S as Service<R>>::Response>, Failed<<S as Service<R>>::Error>>;
 
 impl<S, R> Future for Locked<S, R>
 where
@@ -184,7 +184,7 @@ where
             .take()
             .expect("response future polled after completion");
         Poll::Ready(match output {
-            Ok(response) => Ok(Answer {
+            Ok(response) => Ok(Answered {
                 response,
                 token: *this.token,
                 guard: this.guard.take(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 use lock_core::{Lock, LockClient};
 use tower_layer::Layer;
 
@@ -123,29 +123,73 @@ impl<K> LockLayer<K, Http> {
 
     /// The status of a busy lock, after the wait (default `409 Conflict`).
     pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.busy_status = status);
+        self.http_rejection(|r| r.busy.status = status);
         self
     }
 
     /// The body of a busy answer (default: a `text/plain` message naming the
-    /// lock).
+    /// lock). Its content type stays `text/plain; charset=utf-8` unless
+    /// [`busy_content_type`](LockLayer::busy_content_type) changes it.
     pub fn busy_body(mut self, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        self.http_rejection(|r| r.busy_body = Some(body));
+        self.http_rejection(|r| r.busy.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of a busy answer (default
+    /// `text/plain; charset=utf-8`), for a [`busy_body`](LockLayer::busy_body)
+    /// in another format:
+    ///
+    /// ```
+    /// use http::HeaderValue;
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}", "item:{sku}"))
+    ///     .busy_body(r#"{"error":"busy","retry":true}"#)
+    ///     .busy_content_type(HeaderValue::from_static("application/json"));
+    /// # let _ = layer;
+    /// ```
+    pub fn busy_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.busy.content_type = content_type);
         self
     }
 
     /// The `Retry-After` of a busy answer, in whole seconds rounded up
     /// (default 1 s); `None` leaves the header out.
     pub fn retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.retry_after = after);
+        self.http_rejection(|r| r.busy.retry_after = after);
         self
     }
 
-    /// The status when the lock backend cannot be reached (default
-    /// `503 Service Unavailable`).
+    /// The status when the lock backend did not answer or failed, or the
+    /// lock could not be kept (default `503 Service Unavailable`).
     pub fn unavailable_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.unavailable_status = status);
+        self.http_rejection(|r| r.unavailable.status = status);
+        self
+    }
+
+    /// The body of a 503 answer (default: a `text/plain` message naming the
+    /// lock). Its content type stays `text/plain; charset=utf-8` unless
+    /// [`unavailable_content_type`](LockLayer::unavailable_content_type)
+    /// changes it.
+    pub fn unavailable_body(mut self, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        self.http_rejection(|r| r.unavailable.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of a 503 answer (default
+    /// `text/plain; charset=utf-8`).
+    pub fn unavailable_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.unavailable.content_type = content_type);
+        self
+    }
+
+    /// The `Retry-After` of a 503 answer, in whole seconds rounded up
+    /// (default 1 s); `None` leaves the header out.
+    pub fn unavailable_retry_after(mut self, after: Option<Duration>) -> Self {
+        self.http_rejection(|r| r.unavailable.retry_after = after);
         self
     }
 

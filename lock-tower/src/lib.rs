@@ -14,12 +14,20 @@
 //!   [`ResponseBody`]), and the handler runs in its ownership scope: a
 //!   domain function that takes the same lock re-enters it.
 //! - A request that does not get its lock gets an answer from its flavour:
-//!   [`Http`] (409 with `Retry-After`, 503; never an error, so axum can
-//!   serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`] (the
-//!   [`LockError`](lock_core::LockError) as the service's error).
+//!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 503
+//!   with `Retry-After` when the backend did not answer; never an error, so
+//!   axum can serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`]
+//!   (the [`LockError`](lock_core::LockError) as the service's error).
+//!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
+//!   `grpc_status`) give the same answers to handlers that meet a
+//!   `LockError` themselves.
 //! - Handlers read the lock and its fencing token from the
 //!   [`FencingToken`] request extension; the token can also go out in a
 //!   response header.
+//!
+//! # Features
+//! - `tonic`: `grpc_code` and `grpc_status`, the gRPC flavour's answers as
+//!   `tonic::Code` and `tonic::Status`.
 //!
 //! # Cancel safety
 //! A client that disconnects drops the response future: an acquisition in
@@ -86,6 +94,7 @@ mod http;
 mod layer;
 mod plain;
 mod service;
+mod status;
 mod token;
 
 pub use body::ResponseBody;
@@ -96,4 +105,7 @@ pub use http::Http;
 pub use layer::LockLayer;
 pub use plain::Plain;
 pub use service::LockService;
+pub use status::http_status;
+#[cfg(feature = "tonic")]
+pub use status::{grpc_code, grpc_status};
 pub use token::FencingToken;
