@@ -903,6 +903,121 @@ async fn invalid_lock_name_answers_400() {
     );
 }
 
+/// Lock names from client input: `validate_key` refuses a made-up SKU with
+/// 400 before anything is locked: no command reaches Redis, no key is
+/// created, the handler does not run. A valid SKU is locked as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_key_answers_400_without_touching_redis() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let calls = calls.clone();
+        move |Path(sku): Path<u64>| async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            format!("reserved {sku}")
+        }
+    };
+    let layer = LockLayer::new(
+        client,
+        PathTemplate::new("/items/{sku}/reserve", "item:{sku}"),
+    )
+    .validate_key(|key: &str| {
+        key.strip_prefix("item:")
+            .is_some_and(|sku| sku.parse::<u64>().is_ok())
+    });
+    let app = Router::new()
+        .route("/items/{sku}/reserve", post(handler))
+        .layer(layer);
+    let addr = serve(app).await;
+
+    server.reset_command_stats();
+    let reply = send(addr, "POST", "/items/not-a-sku/reserve").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{reply:?}");
+    assert!(reply.body.contains("item:not-a-sku"), "{reply:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler ran");
+    assert_eq!(server.command_calls("evalsha"), 0, "a lock was asked for");
+    assert_eq!(server.command_calls("eval"), 0, "a lock was asked for");
+    assert_eq!(server.dbsize(), 0, "lock state was created");
+
+    let reply = send(addr, "POST", "/items/42/reserve").await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "reserved 42")
+    );
+    assert!(
+        server.command_calls("evalsha") >= 1,
+        "the valid SKU was locked"
+    );
+}
+
+/// What README says of `Router::layer` and `Router::route_layer`: with
+/// `layer` a request for a path that has no route still takes a lock (here
+/// it is busy: 409 instead of 404), with `route_layer` it does not; routed
+/// requests are locked either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_layer_locks_only_routed_requests() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let by_path = |req: &Request| Some(format!("path:{}", req.uri().path()));
+    let routes = || Router::new().route("/items/{sku}", get(|| async { "item" }));
+    let layered = serve(routes().layer(LockLayer::new(client.clone(), by_path))).await;
+    let route_layered = serve(routes().route_layer(LockLayer::new(client.clone(), by_path))).await;
+
+    let _nope = client.lock("path:/nope").acquire().await.unwrap();
+    let _item = client.lock("path:/items/1").acquire().await.unwrap();
+    assert_eq!(
+        send(layered, "GET", "/nope").await.status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        send(route_layered, "GET", "/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
+    for addr in [layered, route_layered] {
+        assert_eq!(
+            send(addr, "GET", "/items/1").await.status,
+            StatusCode::CONFLICT
+        );
+    }
+}
+
+/// A request the extractor gives no lock has no `FencingToken`: a handler
+/// that may run unlocked takes `Option<Extension<FencingToken>>` (`None`
+/// then, `Some` when locked); a bare `Extension<FencingToken>` makes axum
+/// answer 500 there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocked_requests_have_no_fencing_token() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let maybe = |token: Option<Extension<FencingToken>>| async move {
+        match token {
+            Some(Extension(token)) => format!("locked {}", token.key),
+            None => "unlocked".to_owned(),
+        }
+    };
+    let strict = |Extension(token): Extension<FencingToken>| async move { token.key };
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(maybe).get(maybe))
+        .route("/strict", get(strict))
+        .layer(pay_layer(&client));
+    let addr = serve(app).await;
+
+    let locked = send(addr, "POST", "/orders/1/pay").await;
+    assert_eq!(locked.body, "locked order:1", "{locked:?}");
+    let unlocked = send(addr, "GET", "/orders/1/pay").await;
+    assert_eq!(
+        (unlocked.status, unlocked.body.as_str()),
+        (StatusCode::OK, "unlocked")
+    );
+    let strict = send(addr, "GET", "/strict").await;
+    assert_eq!(
+        strict.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{strict:?}"
+    );
+}
+
 /// A handler whose first call tells `entered` and then takes `slow`; later
 /// calls answer at once. `calls` counts the calls.
 #[allow(clippy::type_complexity)]

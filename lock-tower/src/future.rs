@@ -65,6 +65,8 @@ pin_project! {
         pending: Option<Pending<S, R>>,
         // Hand the guard out with the response instead of releasing it first.
         hand_over: bool,
+        // The request was refused before any lock was asked for.
+        refused: Option<LockError>,
         release: Option<(String, Release)>,
         output: Option<Result<S::Response, S::Error>>,
     }
@@ -83,6 +85,23 @@ where
             acquire: None,
             pending: None,
             hand_over: false,
+            refused: None,
+            release: None,
+            output: None,
+        }
+    }
+
+    /// A request refused before its lock was asked for (its key failed the
+    /// layer's check): fails with `error`, the service is not called.
+    pub(crate) fn refused(error: LockError) -> Self {
+        Locked {
+            future: None,
+            guard: None,
+            token: None,
+            acquire: None,
+            pending: None,
+            hand_over: false,
+            refused: Some(error),
             release: None,
             output: None,
         }
@@ -99,6 +118,7 @@ where
             acquire: Some(acquire),
             pending: Some(pending),
             hand_over,
+            refused: None,
             release: None,
             output: None,
         }
@@ -124,6 +144,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if let Some(error) = this.refused.take() {
+            return Poll::Ready(Err(Failed::Lock(error)));
+        }
         if let Some(acquire) = this.acquire.as_mut() {
             let acquired = ready!(acquire.as_mut().poll(cx));
             *this.acquire = None;

@@ -25,7 +25,7 @@ use crate::status::Failure;
 /// |---|---|
 /// | held by another owner after the wait (`Busy`, `TimedOut`) | `ABORTED` (10) |
 /// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `UNAVAILABLE` (14) |
-/// | invalid lock name from the extractor (`InvalidKey`) | `INVALID_ARGUMENT` (3) |
+/// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `INVALID_ARGUMENT` (3) |
 /// | anything else | `INTERNAL` (13) |
 ///
 /// `ABORTED` is what gRPC prescribes for concurrency conflicts that the

@@ -24,7 +24,7 @@ use crate::FencingToken;
 /// |---|---|
 /// | held by another owner after the wait (`Busy`, `TimedOut`) | `409 Conflict` with `Retry-After: 1` (configurable) |
 /// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `503 Service Unavailable` with `Retry-After: 1` (configurable) |
-/// | invalid lock name from the extractor (`InvalidKey`) | `400 Bad Request` |
+/// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `400 Bad Request` |
 /// | anything else (a bad lease, a Redis key of another type) | `500 Internal Server Error` |
 ///
 /// A wait that ends while the backend does not answer is a 503, not a 409:

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use lock_core::{Lock, LockClient};
+use lock_core::{Lock, LockClient, LockError};
 use tower_layer::Layer;
 
 use crate::http::Reject;
@@ -19,18 +19,35 @@ pub(crate) enum Wait {
     Forever,
 }
 
+/// A check of the lock names a key extractor gives; see
+/// [`LockLayer::validate_key`].
+pub(crate) type KeyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// What a [`LockService`] needs: the client, the extractor, the lock options
 /// and the flavour.
 #[derive(Clone)]
 pub(crate) struct Config<K, P> {
     pub(crate) client: LockClient,
     pub(crate) extractor: K,
+    pub(crate) check: Option<KeyCheck>,
     pub(crate) wait: Wait,
     pub(crate) lease: Option<Duration>,
     pub(crate) protocol: P,
 }
 
 impl<K, P> Config<K, P> {
+    /// Refuses `key` when the layer's [`validate_key`](LockLayer::validate_key)
+    /// check does, as an invalid lock name.
+    pub(crate) fn check(&self, key: &str) -> Result<(), LockError> {
+        match &self.check {
+            Some(check) if !check(key) => Err(LockError::InvalidKey {
+                key: shown(key),
+                reason: "refused by the service's key check",
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The lock on `key`, with the layer's wait and lease.
     pub(crate) fn lock(&self, key: String) -> Lock {
         let lock = self.client.lock(key);
@@ -99,6 +116,7 @@ impl<K> LockLayer<K, Http> {
             config: Config {
                 client,
                 extractor,
+                check: None,
                 wait: Wait::For(Duration::ZERO),
                 lease: None,
                 protocol: Http::new(),
@@ -253,6 +271,7 @@ impl<K, P> LockLayer<K, P> {
         let Config {
             client,
             extractor,
+            check,
             wait,
             lease,
             protocol: _,
@@ -261,6 +280,7 @@ impl<K, P> LockLayer<K, P> {
             config: Config {
                 client,
                 extractor,
+                check,
                 wait,
                 lease,
                 protocol,
@@ -292,6 +312,38 @@ impl<K, P> LockLayer<K, P> {
         self
     }
 
+    /// Checks every lock name the extractor gives before anything else
+    /// happens: a name `check` refuses is not locked, the inner service is
+    /// not called, and nothing is sent to the backend. The request is
+    /// answered as for an invalid lock name: `400 Bad Request` (HTTP),
+    /// `INVALID_ARGUMENT` (gRPC), or [`LockError::InvalidKey`] (plain).
+    ///
+    /// The layer runs before the handler's extractors, so a request the
+    /// handler would reject (a path parameter that does not parse, an
+    /// unknown id) would otherwise take a lock first; a key built from
+    /// client input is worth checking here, and cheaply (it runs on every
+    /// request, synchronously).
+    ///
+    /// ```
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// // SKUs are 3 to 12 ASCII letters and digits.
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}/reserve", "item:{sku}"))
+    ///     .validate_key(|key: &str| {
+    ///         let sku = key.strip_prefix("item:").unwrap_or_default();
+    ///         (3..=12).contains(&sku.len()) && sku.bytes().all(|b| b.is_ascii_alphanumeric())
+    ///     });
+    /// # let _ = layer;
+    /// ```
+    pub fn validate_key<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&str) -> bool + Send + Sync + 'static,
+    {
+        self.config.check = Some(Arc::new(check));
+        self
+    }
+
     /// The client the locks are taken on.
     pub fn client(&self) -> &LockClient {
         &self.config.client
@@ -320,9 +372,49 @@ impl<K, P: fmt::Debug> fmt::Debug for LockLayer<K, P> {
         f.debug_struct("LockLayer")
             .field("client", &self.config.client)
             .field("extractor", &std::any::type_name::<K>())
+            .field("validate_key", &self.config.check.is_some())
             .field("wait", &self.config.wait)
             .field("lease", &self.config.lease)
             .field("protocol", &self.config.protocol)
             .finish()
+    }
+}
+
+/// A lock name cut to a length that fits an error message (as lock-core
+/// shows names in its errors): a refused name comes from the client and may
+/// be long.
+fn shown(key: &str) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return key.to_owned();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}... ({} bytes)",
+        key.get(..end).unwrap_or_default(),
+        key.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_names_are_shown_cut() {
+        let layer = LockLayer::new(LockClient::memory(), |_: &()| None::<String>)
+            .validate_key(|key: &str| key.starts_with("item:"));
+        assert!(layer.config.check("item:1").is_ok());
+        let long = "é".repeat(100);
+        match layer.config.check(&long) {
+            Err(LockError::InvalidKey { key, .. }) => {
+                assert!(key.starts_with(&"é".repeat(32)), "{key}");
+                assert!(key.ends_with("... (200 bytes)"), "{key}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

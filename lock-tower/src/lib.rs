@@ -21,9 +21,23 @@
 //!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
 //!   `grpc_status`) give the same answers to handlers that meet a
 //!   `LockError` themselves.
+//! - [`validate_key`](LockLayer::validate_key) refuses lock names built
+//!   from client input before anything is locked (400).
 //! - Handlers read the lock and its fencing token from the
 //!   [`FencingToken`] request extension; the token can also go out in a
-//!   response header.
+//!   response header. A request that runs unlocked has no such extension:
+//!   in axum, take `Option<Extension<FencingToken>>` on routes that may run
+//!   unlocked.
+//!
+//! # Where to put the layer in axum
+//! The layer runs before the router's handlers and their extractors. With
+//! `Router::layer` it sees every request, also those that match no route
+//! (404) or no method (405); with `Router::route_layer` it runs only for
+//! requests that matched a route, so a made-up path takes no lock. Either
+//! way it runs before the handler's extractors: a request that `Path<u64>`
+//! or `Json<T>` would reject with 400 has taken (and released) its lock by
+//! then. Check names built from client input with
+//! [`validate_key`](LockLayer::validate_key).
 //!
 //! # Features
 //! - `tonic`: `grpc_code` and `grpc_status`, the gRPC flavour's answers as
