@@ -54,8 +54,8 @@ ensure_redis
 echo "using $(redis-server --version)"
 
 # Unit, integration and example targets; then the doc tests, which
-# --all-targets leaves out. The optional features (lock-tower's `tonic`)
-# are on in these runs, in every crate's
+# --all-targets leaves out. The optional features (lock-core's `serde`,
+# lock-tower's `serde` and `tonic`) are on in these runs, in every crate's
 # tests, through the root package's dev-dependencies, so their tests run
 # without a build per feature.
 cargo test --workspace --all-targets

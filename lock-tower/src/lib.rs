@@ -40,6 +40,8 @@
 //! [`validate_key`](LockLayer::validate_key).
 //!
 //! # Features
+//! - `serde`: `Serialize`/`Deserialize` for [`FencingToken`] (and, through
+//!   lock-core's `serde` feature, for `LockInfo` and `LockHolder`).
 //! - `tonic`: `grpc_code` and `grpc_status`, the gRPC flavour's answers as
 //!   `tonic::Code` and `tonic::Status`.
 //!
