@@ -54,6 +54,9 @@ ensure_redis
 echo "using $(redis-server --version)"
 
 # Unit, integration and example targets; then the doc tests, which
-# --all-targets leaves out.
+# --all-targets leaves out. The optional features (lock-core's `serde`,
+# lock-tower's `serde` and `tonic`) are on in these runs, in every crate's
+# tests, through the root package's dev-dependencies, so their tests run
+# without a build per feature.
 cargo test --workspace --all-targets
 cargo test --workspace --doc

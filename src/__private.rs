@@ -57,17 +57,34 @@ pub async fn acquire(
     lock.acquire().await
 }
 
+/// The `tracing` target of the events of generated code (documented in the
+/// README: `RUST_LOG=distributed_lock=debug`), the facade's name rather than
+/// this hidden module's path.
+macro_rules! target {
+    () => {
+        "distributed_lock"
+    };
+}
+
 /// `on_busy = skip`: `None` when the function is to be skipped (the lock was
-/// busy), `Some(error)` for a failure that is not "busy" (returned as `Err`
-/// where the function returns a `Result`, logged otherwise).
+/// busy), `Some(error)` for a failure that is not "busy": returned as `Err`
+/// where the function returns a `Result`; logged at error level otherwise
+/// (the function is skipped then too).
 pub fn skip(error: LockError, function: &str) -> Option<LockError> {
     match error {
         LockError::Busy { ref key } | LockError::TimedOut { ref key, .. } => {
-            tracing::debug!(key = %key, function, "lock busy; skipped");
+            tracing::debug!(target: target!(), key = %key, function, "lock busy; skipped");
             None
         }
         error => {
-            tracing::error!(key = error.key().unwrap_or(""), function, error = %error, "could not take lock; skipped");
+            tracing::error!(
+                target: target!(),
+                key = error.key().unwrap_or(""),
+                function,
+                error = %error,
+                backend = error.is_backend(),
+                "could not take lock (not busy: failed); skipped"
+            );
             Some(error)
         }
     }
@@ -81,6 +98,7 @@ pub fn skip(error: LockError, function: &str) -> Option<LockError> {
 pub async fn release(guard: MultiLockGuard, function: &str) {
     if let Err(error) = guard.release().await {
         tracing::warn!(
+            target: target!(),
             key = error.key().unwrap_or(""),
             function,
             error = %error,

@@ -342,6 +342,85 @@ async fn on_busy_skip_still_reports_backend_errors_in_a_result() {
     assert_eq!(err.key(), Some("job:report"));
 }
 
+#[distributed_lock(key = "job:{name}", on_busy = skip, client = client)]
+async fn job_without_result(client: &LockClient, name: &str) -> Option<u8> {
+    Some(1)
+}
+
+/// The events of the calling thread, as (level, target, fields).
+#[derive(Clone, Default)]
+struct Events(Arc<std::sync::Mutex<Vec<(tracing::Level, String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        let meta = event.metadata();
+        self.0
+            .lock()
+            .unwrap()
+            .push((*meta.level(), meta.target().to_owned(), fields.0));
+    }
+}
+
+impl Events {
+    fn find(&self, level: tracing::Level, target: &str, needles: &[&str]) -> bool {
+        self.0.lock().unwrap().iter().any(|(l, t, fields)| {
+            *l == level && t == target && needles.iter().all(|n| fields.contains(n))
+        })
+    }
+}
+
+/// `on_busy = skip` on a function that returns no `Result`: a busy lock and
+/// a backend failure both skip the body, and the log tells them apart under
+/// the documented target `distributed_lock` (`RUST_LOG=distributed_lock=..`):
+/// debug "lock busy", error with the key, the error and `backend=true`.
+/// (Before, both were under `distributed_lock::__private`.)
+#[tokio::test]
+async fn on_busy_skip_logs_failures_under_the_facade_target() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let events = Events::default();
+    let _log =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let held = other.lock("job:busy").acquire().await.unwrap();
+    assert_eq!(job_without_result(&client, "busy").await, None);
+    held.release().await.unwrap();
+    server.kill();
+    assert_eq!(job_without_result(&client, "report").await, None);
+
+    use tracing::Level;
+    let all = format!("{:#?}", events.0.lock().unwrap());
+    assert!(
+        events.find(Level::DEBUG, "distributed_lock", &["job:busy", "lock busy"]),
+        "{all}"
+    );
+    assert!(
+        events.find(
+            Level::ERROR,
+            "distributed_lock",
+            &["job:report", "job_without_result", "backend=true", "error="]
+        ),
+        "{all}"
+    );
+    assert!(
+        !events.find(Level::DEBUG, "distributed_lock", &["job:report"]),
+        "a failure was logged as busy: {all}"
+    );
+}
+
 #[distributed_lock(key = "order:{id}", abort_on_lost, client = client)]
 async fn pay_slowly(
     client: &LockClient,

@@ -407,7 +407,7 @@ async fn requests_without_a_key_pass_through() {
     );
 }
 
-/// Redis is gone: 503 naming the lock, no Retry-After, and the service
+/// Redis is gone: 503 naming the lock, with `Retry-After`, and the service
 /// still answers (it never fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_failure_answers_503() {
@@ -435,11 +435,139 @@ async fn backend_failure_answers_503() {
         !reply.body.contains("127.0.0.1"),
         "no server address: {reply:?}"
     );
-    assert!(!reply.headers.contains_key("retry-after"));
+    assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+    assert_eq!(
+        reply.headers["content-type"], "text/plain; charset=utf-8",
+        "{reply:?}"
+    );
     assert_eq!(send(addr, "GET", "/health").await.status, StatusCode::OK);
 }
 
-/// The busy answer's status, body and Retry-After are configurable.
+/// The user's report: an inventory service under load while Redis is
+/// paused. Requests that wait for a lock when the backend stops answering
+/// get 503 (the backend did not answer), not 409 (held by another request):
+/// before the fix, waiters held back behind another waiter's attempt, which
+/// never came back, timed out as "busy". A lock that is really held still
+/// answers 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_backend_answers_503_not_409() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (entered, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (entered, gate, calls) = (entered.clone(), gate.clone(), calls.clone());
+        move || {
+            let (entered, gate, calls) = (entered.clone(), gate.clone(), calls.clone());
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    entered.notify_one();
+                    gate.notified().await;
+                }
+                "reserved"
+            }
+        }
+    };
+    let layer = LockLayer::new(
+        client,
+        PathTemplate::new("/items/{sku}/reserve", "item:{sku}"),
+    )
+    .wait(Duration::from_secs(1));
+    let app = Router::new()
+        .route("/items/{sku}/reserve", post(handler))
+        .layer(layer);
+    let addr = serve(app).await;
+    let reserve = move || tokio::spawn(send(addr, "POST", "/items/A1/reserve"));
+
+    let holder = reserve();
+    timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .unwrap();
+    // Contention: the lock stays held for the whole wait.
+    let busy = send(addr, "POST", "/items/A1/reserve").await;
+    assert_eq!(busy.status, StatusCode::CONFLICT, "{busy:?}");
+    assert_eq!(busy.headers["retry-after"], "1");
+    assert!(busy.body.contains("held by another request"), "{busy:?}");
+
+    // Waiters queue behind the holder, then Redis stops answering and the
+    // holder finishes (its release gets no answer either).
+    let mut requests: Vec<_> = (0..4).map(|_| reserve()).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let paused = server.paused();
+    gate.notify_one();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    requests.extend((0..2).map(|_| reserve()));
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(
+            reply.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "an outage answered as contention: {reply:?}"
+        );
+        assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+        assert!(reply.body.contains("item:A1"), "{reply:?}");
+    }
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no one else ran");
+    paused.resume();
+
+    // Back to normal once Redis answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = send(addr, "POST", "/items/A1/reserve").await;
+        if reply.status == StatusCode::OK {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {reply:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The 503 answer's status, body, content type and `Retry-After` can be
+/// changed (a JSON API answers JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_answer_is_configurable() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let json = Router::new()
+        .route("/orders/{id}/pay", post(|| async { "paid" }))
+        .layer(
+            pay_layer(&client)
+                .unavailable_status(StatusCode::BAD_GATEWAY)
+                .unavailable_body(r#"{"error":"locks unavailable"}"#)
+                .unavailable_content_type(http::HeaderValue::from_static("application/json"))
+                .unavailable_retry_after(Some(Duration::from_millis(4500))),
+        );
+    let json = serve(json).await;
+    let bare = Router::new()
+        .route("/orders/{id}/pay", post(|| async { "paid" }))
+        .layer(pay_layer(&client).unavailable_retry_after(None));
+    let bare = serve(bare).await;
+
+    server.kill();
+    let reply = send(json, "POST", "/orders/1/pay").await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{reply:?}");
+    assert_eq!(reply.body, r#"{"error":"locks unavailable"}"#);
+    assert_eq!(reply.headers["content-type"], "application/json");
+    assert_eq!(
+        reply.headers["retry-after"], "5",
+        "whole seconds, rounded up"
+    );
+    let reply = send(bare, "POST", "/orders/1/pay").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(!reply.headers.contains_key("retry-after"), "{reply:?}");
+}
+
+/// The busy answer's status, body, content type and Retry-After are
+/// configurable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_answer_is_configurable() {
     let server = RedisServer::start();
@@ -449,7 +577,8 @@ async fn busy_answer_is_configurable() {
         .layer(
             pay_layer(&client)
                 .busy_status(StatusCode::LOCKED)
-                .busy_body("order busy, come back later")
+                .busy_body(r#"{"error":"order busy"}"#)
+                .busy_content_type(http::HeaderValue::from_static("application/json"))
                 .retry_after(None),
         );
     let custom = serve(app).await;
@@ -461,10 +590,12 @@ async fn busy_answer_is_configurable() {
     let _held = client.lock("order:1").acquire().await.unwrap();
     let reply = send(custom, "POST", "/orders/1/pay").await;
     assert_eq!(reply.status, StatusCode::LOCKED);
-    assert_eq!(reply.body, "order busy, come back later");
+    assert_eq!(reply.body, r#"{"error":"order busy"}"#);
+    assert_eq!(reply.headers["content-type"], "application/json");
     assert!(!reply.headers.contains_key("retry-after"));
     let reply = send(rounded, "POST", "/orders/1/pay").await;
     assert_eq!(reply.status, StatusCode::CONFLICT);
+    assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
     assert_eq!(
         reply.headers["retry-after"], "3",
         "whole seconds, rounded up"
@@ -509,6 +640,44 @@ async fn handler_reenters_the_request_lock() {
         .await
         .unwrap()
         .is_some());
+}
+
+/// The layer and a `#[distributed_lock]` domain function given different
+/// clients: the function's acquisition with a 10 s wait fails at once with
+/// `HeldByOtherClient` (mapped to 500, naming both clients) instead of
+/// waiting on the request's own lock. Old code: a 409 after the whole wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_with_another_client_than_the_layer_fails_at_once() {
+    #[distributed_lock::distributed_lock(key = "order:{id}", wait = "10s", client = client)]
+    async fn charge(client: &LockClient, id: u64) -> Result<(), distributed_lock::LockError> {
+        let _ = id;
+        Ok(())
+    }
+    let server = RedisServer::start();
+    let layer_client = redis_client(&server).await;
+    let domain = redis_client(&server).await;
+    let ids = format!("{} {}", layer_client.id(), domain.id());
+    let handler = move |Path(id): Path<u64>| async move {
+        match charge(&domain, id).await {
+            Ok(()) => (StatusCode::OK, "paid".to_owned()),
+            Err(err) => (distributed_lock::tower::http_status(&err), err.to_string()),
+        }
+    };
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(handler))
+        .layer(pay_layer(&layer_client));
+    let addr = serve(app).await;
+    let started = Instant::now();
+    let reply = send(addr, "POST", "/orders/6/pay").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "waited {:?} on its own lock",
+        started.elapsed()
+    );
+    assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR, "{reply:?}");
+    for id in ids.split(' ') {
+        assert!(reply.body.contains(id), "{reply:?} does not name {id}");
+    }
 }
 
 /// A streamed body: with `hold_until_body_end` the lock is held until the
@@ -769,6 +938,121 @@ async fn invalid_lock_name_answers_400() {
     assert!(
         String::from_utf8_lossy(&body).contains("invalid lock name"),
         "{body:?}"
+    );
+}
+
+/// Lock names from client input: `validate_key` refuses a made-up SKU with
+/// 400 before anything is locked: no command reaches Redis, no key is
+/// created, the handler does not run. A valid SKU is locked as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_key_answers_400_without_touching_redis() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let calls = calls.clone();
+        move |Path(sku): Path<u64>| async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            format!("reserved {sku}")
+        }
+    };
+    let layer = LockLayer::new(
+        client,
+        PathTemplate::new("/items/{sku}/reserve", "item:{sku}"),
+    )
+    .validate_key(|key: &str| {
+        key.strip_prefix("item:")
+            .is_some_and(|sku| sku.parse::<u64>().is_ok())
+    });
+    let app = Router::new()
+        .route("/items/{sku}/reserve", post(handler))
+        .layer(layer);
+    let addr = serve(app).await;
+
+    server.reset_command_stats();
+    let reply = send(addr, "POST", "/items/not-a-sku/reserve").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{reply:?}");
+    assert!(reply.body.contains("item:not-a-sku"), "{reply:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler ran");
+    assert_eq!(server.command_calls("evalsha"), 0, "a lock was asked for");
+    assert_eq!(server.command_calls("eval"), 0, "a lock was asked for");
+    assert_eq!(server.dbsize(), 0, "lock state was created");
+
+    let reply = send(addr, "POST", "/items/42/reserve").await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "reserved 42")
+    );
+    assert!(
+        server.command_calls("evalsha") >= 1,
+        "the valid SKU was locked"
+    );
+}
+
+/// What README says of `Router::layer` and `Router::route_layer`: with
+/// `layer` a request for a path that has no route still takes a lock (here
+/// it is busy: 409 instead of 404), with `route_layer` it does not; routed
+/// requests are locked either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_layer_locks_only_routed_requests() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let by_path = |req: &Request| Some(format!("path:{}", req.uri().path()));
+    let routes = || Router::new().route("/items/{sku}", get(|| async { "item" }));
+    let layered = serve(routes().layer(LockLayer::new(client.clone(), by_path))).await;
+    let route_layered = serve(routes().route_layer(LockLayer::new(client.clone(), by_path))).await;
+
+    let _nope = client.lock("path:/nope").acquire().await.unwrap();
+    let _item = client.lock("path:/items/1").acquire().await.unwrap();
+    assert_eq!(
+        send(layered, "GET", "/nope").await.status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        send(route_layered, "GET", "/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
+    for addr in [layered, route_layered] {
+        assert_eq!(
+            send(addr, "GET", "/items/1").await.status,
+            StatusCode::CONFLICT
+        );
+    }
+}
+
+/// A request the extractor gives no lock has no `FencingToken`: a handler
+/// that may run unlocked takes `Option<Extension<FencingToken>>` (`None`
+/// then, `Some` when locked); a bare `Extension<FencingToken>` makes axum
+/// answer 500 there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocked_requests_have_no_fencing_token() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let maybe = |token: Option<Extension<FencingToken>>| async move {
+        match token {
+            Some(Extension(token)) => format!("locked {}", token.key),
+            None => "unlocked".to_owned(),
+        }
+    };
+    let strict = |Extension(token): Extension<FencingToken>| async move { token.key };
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(maybe).get(maybe))
+        .route("/strict", get(strict))
+        .layer(pay_layer(&client));
+    let addr = serve(app).await;
+
+    let locked = send(addr, "POST", "/orders/1/pay").await;
+    assert_eq!(locked.body, "locked order:1", "{locked:?}");
+    let unlocked = send(addr, "GET", "/orders/1/pay").await;
+    assert_eq!(
+        (unlocked.status, unlocked.body.as_str()),
+        (StatusCode::OK, "unlocked")
+    );
+    let strict = send(addr, "GET", "/strict").await;
+    assert_eq!(
+        strict.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{strict:?}"
     );
 }
 

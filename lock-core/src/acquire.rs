@@ -161,6 +161,12 @@ impl Request<'_> {
                 Some(_) if std::mem::take(&mut woken) => None,
                 holder => holder,
             };
+            // At the deadline the last look is this acquisition's own
+            // attempt, not another waiter's hand-off: that waiter's attempt
+            // may never be answered (a server that stopped answering), and
+            // ending the wait on its word would report an outage as a busy
+            // lock (`TimedOut` instead of `Backend`).
+            let last_look = deadline.is_some_and(|deadline| Instant::now() >= deadline);
             let ttl = if let Some(holder) = local {
                 // A wake-up taken here found the lock held again: its
                 // holder's release will wake the next waiter.
@@ -170,7 +176,7 @@ impl Request<'_> {
                         .valid_until()
                         .saturating_duration_since(Instant::now()),
                 )
-            } else if let Some(until) = waiter.hand_off_elsewhere() {
+            } else if let Some(until) = waiter.hand_off_elsewhere().filter(|_| !last_look) {
                 Some(until.saturating_duration_since(Instant::now()))
             } else {
                 let attempt = self.attempt().await;
@@ -366,6 +372,8 @@ async fn rollback(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use futures_util::future::BoxFuture;
 
     use super::*;
@@ -374,12 +382,16 @@ mod tests {
     use crate::LockInfo;
 
     /// The in-memory store, but every acquisition is answered `delay` after
-    /// the store granted it (a slow network on the way back).
+    /// the store granted it (a slow network on the way back); while `stalled`,
+    /// acquisitions get no answer and fail after [`STALL`] (a paused server).
     #[derive(Debug)]
     struct SlowAnswers {
         store: MemoryStore,
         delay: Duration,
+        stalled: Arc<AtomicBool>,
     }
+
+    const STALL: Duration = Duration::from_millis(500);
 
     impl Backend for SlowAnswers {
         fn server(&self) -> &str {
@@ -392,6 +404,14 @@ mod tests {
             lease: Duration,
         ) -> BoxFuture<'a, Result<Attempt, LockError>> {
             async move {
+                if self.stalled.load(Ordering::SeqCst) {
+                    tokio::time::sleep(STALL).await;
+                    return Err(LockError::Backend {
+                        key: key.name.to_string(),
+                        server: self.server().to_owned(),
+                        source: crate::BackendError::Timeout(STALL),
+                    });
+                }
                 let attempt = self.store.acquire(key, owner, lease).await;
                 tokio::time::sleep(self.delay).await;
                 attempt
@@ -441,9 +461,18 @@ mod tests {
     }
 
     fn core(store: &MemoryStore, delay: Duration) -> Arc<ClientCore> {
+        stallable_core(store, delay, Arc::default())
+    }
+
+    fn stallable_core(
+        store: &MemoryStore,
+        delay: Duration,
+        stalled: Arc<AtomicBool>,
+    ) -> Arc<ClientCore> {
         let backend = Arc::new(SlowAnswers {
             store: store.clone(),
             delay,
+            stalled,
         });
         let lease = Duration::from_secs(30);
         Arc::new(ClientCore::new(
@@ -468,6 +497,39 @@ mod tests {
         assert_eq!(store.held(), 1, "the store granted it");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(store.held(), 0, "the janitor took it back");
+    }
+
+    /// Two waiters; the holder releases and the backend stops answering. The
+    /// waiter woken by the release attempts and gets no answer; the other,
+    /// held back by that hand-off until its deadline, must not report the
+    /// lock busy (`TimedOut`) on the word of an attempt that never came
+    /// back: its own last attempt finds the backend failing.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ending_behind_an_unanswered_hand_off_reports_the_backend() {
+        let store = MemoryStore::new();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let core = stallable_core(&store, Duration::ZERO, stalled.clone());
+        let held = acquire(&core, "x", Wait::Once, None).await.unwrap();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let core = core.clone();
+                tokio::spawn(async move {
+                    acquire(&core, "x", Wait::For(Duration::from_millis(300)), None)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stalled.store(true, Ordering::SeqCst);
+        crate::LockGuard::new(core.clone(), held.lock, held.scope)
+            .release()
+            .await
+            .unwrap();
+        for waiter in waiters {
+            let error = waiter.await.unwrap().unwrap_err();
+            assert!(error.is_backend(), "{error:?}");
+        }
     }
 
     #[tokio::test]

@@ -16,7 +16,11 @@ pub enum LockError {
         /// The lock name.
         key: String,
     },
-    /// The lock stayed busy for the whole wait.
+    /// The lock stayed busy for the whole wait: held by another owner as
+    /// far as the caller's last look, at the deadline, could tell (the
+    /// server answered that it is held, or another scope of this client
+    /// held it). A wait that ends while the backend does not answer is
+    /// [`Backend`](LockError::Backend), not this.
     #[error("timed out after {waited:?} waiting for lock `{key}`")]
     TimedOut {
         /// The lock name.

@@ -53,7 +53,12 @@ mod template;
 ///   `Result<T, E>` with `E: From<LockError>` and a busy lock (or any lock
 ///   error) is returned as `Err`. `on_busy = skip`: a busy lock returns
 ///   `Default::default()` (`()`, `None`, ... or `Ok(Default::default())`
-///   for a `Result`) without running the body.
+///   for a `Result`) without running the body. Any other lock error (the
+///   backend down or not answering, a bad key) is returned as `Err` by a
+///   function that returns a `Result` (so `Result<Option<T>, E>` tells busy,
+///   `Ok(None)`, from failed, `Err`); a function that returns no `Result`
+///   skips the body then too, and logs the error at error level under the
+///   `tracing` target `distributed_lock`.
 /// - `client = expr`: the `LockClient` (or `&LockClient`, `Arc<LockClient>`)
 ///   to lock with; default the one installed with `set_global_client`.
 /// - `crate = "path"`: where the `distributed_lock` crate is, when renamed.

@@ -65,6 +65,8 @@ pin_project! {
         pending: Option<Pending<S, R>>,
         // Hand the guard out with the response instead of releasing it first.
         hand_over: bool,
+        // The request was refused before any lock was asked for.
+        refused: Option<LockError>,
         release: Option<(String, Release)>,
         output: Option<Result<S::Response, S::Error>>,
     }
@@ -83,6 +85,23 @@ where
             acquire: None,
             pending: None,
             hand_over: false,
+            refused: None,
+            release: None,
+            output: None,
+        }
+    }
+
+    /// A request refused before its lock was asked for (its key failed the
+    /// layer's check): fails with `error`, the service is not called.
+    pub(crate) fn refused(error: LockError) -> Self {
+        Locked {
+            future: None,
+            guard: None,
+            token: None,
+            acquire: None,
+            pending: None,
+            hand_over: false,
+            refused: Some(error),
             release: None,
             output: None,
         }
@@ -99,6 +118,7 @@ where
             acquire: Some(acquire),
             pending: Some(pending),
             hand_over,
+            refused: None,
             release: None,
             output: None,
         }
@@ -107,14 +127,14 @@ where
 
 /// A response, with the fencing token it was made under (none for an
 /// unlocked request) and the guard when it is handed over.
-pub(crate) struct Answer<T> {
+pub(crate) struct Answered<T> {
     pub(crate) response: T,
     pub(crate) token: Option<u64>,
     pub(crate) guard: Option<LockGuard>,
 }
 
 type LockedOutput<S, R> =
-    Result<Answer<<S as Service<R>>::Response>, Failed<<S as Service<R>>::Error>>;
+    Result<Answered<<S as Service<R>>::Response>, Failed<<S as Service<R>>::Error>>;
 
 impl<S, R> Future for Locked<S, R>
 where
@@ -124,6 +144,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if let Some(error) = this.refused.take() {
+            return Poll::Ready(Err(Failed::Lock(error)));
+        }
         if let Some(acquire) = this.acquire.as_mut() {
             let acquired = ready!(acquire.as_mut().poll(cx));
             *this.acquire = None;
@@ -184,7 +207,7 @@ where
             .take()
             .expect("response future polled after completion");
         Poll::Ready(match output {
-            Ok(response) => Ok(Answer {
+            Ok(response) => Ok(Answered {
                 response,
                 token: *this.token,
                 guard: this.guard.take(),

@@ -10,20 +10,22 @@ use http::{HeaderValue, Response};
 use lock_core::LockError;
 
 use crate::body::ResponseBody;
-use crate::http::{message, Failure, Reject, Responder};
+use crate::http::{message, Reject, Responder};
+use crate::status::Failure;
 
 /// The gRPC flavour of [`LockLayer`](crate::LockLayer), made by
 /// [`LockLayer::grpc`](crate::LockLayer::grpc), for tonic's
 /// `Server::builder().layer(..)`.
 ///
 /// When the lock is not taken the layer answers with a gRPC status whose
-/// message names the lock:
+/// message names the lock; the codes are those of `grpc_code` (with the
+/// `tonic` feature):
 ///
 /// | lock error | status |
 /// |---|---|
-/// | busy after the wait (`Busy`, `TimedOut`) | `ABORTED` (10) |
-/// | backend unreachable (`Backend`, `Connect`, ...) | `UNAVAILABLE` (14) |
-/// | invalid lock name from the extractor (`InvalidKey`) | `INVALID_ARGUMENT` (3) |
+/// | held by another owner after the wait (`Busy`, `TimedOut`) | `ABORTED` (10) |
+/// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `UNAVAILABLE` (14) |
+/// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `INVALID_ARGUMENT` (3) |
 /// | anything else | `INTERNAL` (13) |
 ///
 /// `ABORTED` is what gRPC prescribes for concurrency conflicts that the
@@ -45,26 +47,6 @@ impl Grpc {
     }
 }
 
-/// gRPC status codes the layer answers with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Code {
-    InvalidArgument = 3,
-    Aborted = 10,
-    Internal = 13,
-    Unavailable = 14,
-}
-
-impl From<Failure> for Code {
-    fn from(failure: Failure) -> Self {
-        match failure {
-            Failure::Busy => Code::Aborted,
-            Failure::Unavailable => Code::Unavailable,
-            Failure::BadKey => Code::InvalidArgument,
-            Failure::Internal => Code::Internal,
-        }
-    }
-}
-
 /// A trailers-only gRPC response: HTTP 200 whose headers carry the status,
 /// and an empty body.
 pub(crate) fn status_response<B>(
@@ -72,7 +54,7 @@ pub(crate) fn status_response<B>(
     error: &LockError,
     failure: Failure,
 ) -> Response<ResponseBody<B>> {
-    let code = Code::from(failure);
+    let code = failure.grpc_code();
     let mut response = Response::new(ResponseBody::rejection(Bytes::new()));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));

@@ -1,5 +1,5 @@
-//! The HTTP flavour ([`Http`]): lock failures become responses (409 with
-//! `Retry-After`, 503), so the service stays infallible for axum.
+//! The HTTP flavour ([`Http`]): lock failures become responses (409 and 503
+//! with `Retry-After`, 400, 500), so the service stays infallible for axum.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,23 +11,29 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use lock_core::{LockError, LockGuard};
 
 use crate::body::ResponseBody;
-use crate::future::Answer;
+use crate::future::Answered;
 use crate::grpc;
+use crate::status::Failure;
 use crate::FencingToken;
 
 /// The HTTP flavour of [`LockLayer`](crate::LockLayer), the default: when the
 /// lock is not taken the layer answers itself, with a response, never an
-/// error.
+/// error. The statuses are those of [`http_status`](crate::http_status):
 ///
 /// | lock error | response |
 /// |---|---|
-/// | busy after the wait (`Busy`, `TimedOut`) | `409 Conflict` with `Retry-After: 1` (configurable) |
-/// | backend unreachable (`Backend`, `Connect`, ...) | `503 Service Unavailable` (configurable) |
-/// | invalid lock name from the extractor (`InvalidKey`) | `400 Bad Request` |
+/// | held by another owner after the wait (`Busy`, `TimedOut`) | `409 Conflict` with `Retry-After: 1` (configurable) |
+/// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `503 Service Unavailable` with `Retry-After: 1` (configurable) |
+/// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `400 Bad Request` |
 /// | anything else (a bad lease, a Redis key of another type) | `500 Internal Server Error` |
 ///
-/// The bodies are short `text/plain` messages naming the lock; a backend
-/// error's details (server address, cause) go to the log, not to the client.
+/// A wait that ends while the backend does not answer is a 503, not a 409:
+/// the last look at the lock, at the end of the wait, is the request's own
+/// attempt, so 409 means the lock was seen held by another owner.
+///
+/// The bodies are short `text/plain` messages naming the lock (the busy and
+/// the 503 answer's body and content type can be set); a backend error's
+/// details (server address, cause) go to the log, not to the client.
 #[derive(Clone)]
 pub struct Http(pub(crate) Arc<Responder>);
 
@@ -38,14 +44,13 @@ impl fmt::Debug for Http {
 }
 
 impl Http {
-    /// The defaults: 409 with `Retry-After: 1`, 503, the token extension on.
+    /// The defaults: 409 and 503, both with `Retry-After: 1`, the token
+    /// extension on.
     pub(crate) fn new() -> Self {
         Http(Arc::new(Responder {
             reject: Reject::Http(HttpRejection {
-                busy_status: StatusCode::CONFLICT,
-                busy_body: None,
-                retry_after: Some(Duration::from_secs(1)),
-                unavailable_status: StatusCode::SERVICE_UNAVAILABLE,
+                busy: Answer::new(Failure::Busy.status()),
+                unavailable: Answer::new(Failure::Unavailable.status()),
             }),
             token_extension: true,
             token_header: None,
@@ -70,33 +75,36 @@ pub(crate) enum Reject {
     Grpc,
 }
 
+/// The configurable HTTP answers: to a busy lock and to an unavailable
+/// backend.
 #[derive(Clone, Debug)]
 pub(crate) struct HttpRejection {
-    pub(crate) busy_status: StatusCode,
-    pub(crate) busy_body: Option<Bytes>,
+    pub(crate) busy: Answer,
+    pub(crate) unavailable: Answer,
+}
+
+/// One configurable answer.
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    /// `None`: a `text/plain` message naming the lock.
+    pub(crate) body: Option<Bytes>,
+    pub(crate) content_type: HeaderValue,
     pub(crate) retry_after: Option<Duration>,
-    pub(crate) unavailable_status: StatusCode,
 }
 
-/// How the layer classifies a lock failure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
-    Busy,
-    Unavailable,
-    BadKey,
-    Internal,
-}
-
-impl Failure {
-    pub(crate) fn of(error: &LockError) -> Self {
-        match error {
-            LockError::Busy { .. } | LockError::TimedOut { .. } => Failure::Busy,
-            LockError::InvalidKey { .. } => Failure::BadKey,
-            error if error.is_backend() => Failure::Unavailable,
-            _ => Failure::Internal,
+impl Answer {
+    fn new(status: StatusCode) -> Self {
+        Answer {
+            status,
+            body: None,
+            content_type: HeaderValue::from_static(TEXT_PLAIN),
+            retry_after: Some(Duration::from_secs(1)),
         }
     }
 }
+
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Logs a lock failure: busy is routine, the others are worth a look.
 pub(crate) fn log_failure(error: &LockError, failure: Failure) {
@@ -115,9 +123,12 @@ pub(crate) fn log_failure(error: &LockError, failure: Failure) {
 pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String {
     match failure {
         Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
-        Failure::Unavailable => {
-            format!("lock `{key}` is unavailable: the lock backend cannot be reached")
-        }
+        Failure::Unavailable => match error {
+            LockError::LeaseLost { .. } => {
+                format!("lock `{key}` could not be kept; retry later")
+            }
+            _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
+        },
         Failure::BadKey => error.to_string(),
         Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
     }
@@ -135,7 +146,7 @@ impl Responder {
 
     /// The inner service's response, with the token header and the guard
     /// (handed over with `hold_until_body_end`) in its body.
-    pub(crate) fn respond<B>(&self, answer: Answer<Response<B>>) -> Response<ResponseBody<B>> {
+    pub(crate) fn respond<B>(&self, answer: Answered<Response<B>>) -> Response<ResponseBody<B>> {
         let (mut parts, body) = answer.response.into_parts();
         if let (Some(name), Some(token)) = (&self.token_header, answer.token) {
             parts.headers.insert(name.clone(), HeaderValue::from(token));
@@ -162,24 +173,25 @@ impl HttpRejection {
         error: &LockError,
         failure: Failure,
     ) -> Response<ResponseBody<B>> {
-        let status = match failure {
-            Failure::Busy => self.busy_status,
-            Failure::Unavailable => self.unavailable_status,
-            Failure::BadKey => StatusCode::BAD_REQUEST,
-            Failure::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        let configured = match failure {
+            Failure::Busy => Some(&self.busy),
+            Failure::Unavailable => Some(&self.unavailable),
+            Failure::BadKey | Failure::Internal => None,
         };
-        let body = match (&self.busy_body, failure) {
-            (Some(body), Failure::Busy) => body.clone(),
-            _ => Bytes::from(message(key, error, failure) + "\n"),
+        let status = configured.map_or_else(|| failure.status(), |answer| answer.status);
+        let body = match configured.and_then(|answer| answer.body.clone()) {
+            Some(body) => body,
+            None => Bytes::from(message(key, error, failure) + "\n"),
         };
         let mut response = Response::new(ResponseBody::rejection(body));
         *response.status_mut() = status;
         let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
+        let content_type = configured.map_or_else(
+            || HeaderValue::from_static(TEXT_PLAIN),
+            |answer| answer.content_type.clone(),
         );
-        if let (Some(after), Failure::Busy) = (self.retry_after, failure) {
+        headers.insert(CONTENT_TYPE, content_type);
+        if let Some(after) = configured.and_then(|answer| answer.retry_after) {
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(after)));
         }
         response
@@ -203,26 +215,5 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
         assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
-    }
-
-    #[test]
-    fn failures_are_classified() {
-        let busy = LockError::Busy { key: "k".into() };
-        let timed_out = LockError::TimedOut {
-            key: "k".into(),
-            waited: Duration::from_secs(1),
-        };
-        let bad = LockError::InvalidKey {
-            key: String::new(),
-            reason: "empty",
-        };
-        let config = LockError::InvalidConfig {
-            key: "k".into(),
-            reason: "zero lease".into(),
-        };
-        assert_eq!(Failure::of(&busy), Failure::Busy);
-        assert_eq!(Failure::of(&timed_out), Failure::Busy);
-        assert_eq!(Failure::of(&bad), Failure::BadKey);
-        assert_eq!(Failure::of(&config), Failure::Internal);
     }
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderName, StatusCode};
-use lock_core::{Lock, LockClient};
+use http::{HeaderName, HeaderValue, StatusCode};
+use lock_core::{Lock, LockClient, LockError};
 use tower_layer::Layer;
 
 use crate::http::Reject;
@@ -19,18 +19,35 @@ pub(crate) enum Wait {
     Forever,
 }
 
+/// A check of the lock names a key extractor gives; see
+/// [`LockLayer::validate_key`].
+pub(crate) type KeyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// What a [`LockService`] needs: the client, the extractor, the lock options
 /// and the flavour.
 #[derive(Clone)]
 pub(crate) struct Config<K, P> {
     pub(crate) client: LockClient,
     pub(crate) extractor: K,
+    pub(crate) check: Option<KeyCheck>,
     pub(crate) wait: Wait,
     pub(crate) lease: Option<Duration>,
     pub(crate) protocol: P,
 }
 
 impl<K, P> Config<K, P> {
+    /// Refuses `key` when the layer's [`validate_key`](LockLayer::validate_key)
+    /// check does, as an invalid lock name.
+    pub(crate) fn check(&self, key: &str) -> Result<(), LockError> {
+        match &self.check {
+            Some(check) if !check(key) => Err(LockError::InvalidKey {
+                key: shown(key),
+                reason: "refused by the service's key check",
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The lock on `key`, with the layer's wait and lease.
     pub(crate) fn lock(&self, key: String) -> Lock {
         let lock = self.client.lock(key);
@@ -99,6 +116,7 @@ impl<K> LockLayer<K, Http> {
             config: Config {
                 client,
                 extractor,
+                check: None,
                 wait: Wait::For(Duration::ZERO),
                 lease: None,
                 protocol: Http::new(),
@@ -123,29 +141,73 @@ impl<K> LockLayer<K, Http> {
 
     /// The status of a busy lock, after the wait (default `409 Conflict`).
     pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.busy_status = status);
+        self.http_rejection(|r| r.busy.status = status);
         self
     }
 
     /// The body of a busy answer (default: a `text/plain` message naming the
-    /// lock).
+    /// lock). Its content type stays `text/plain; charset=utf-8` unless
+    /// [`busy_content_type`](LockLayer::busy_content_type) changes it.
     pub fn busy_body(mut self, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        self.http_rejection(|r| r.busy_body = Some(body));
+        self.http_rejection(|r| r.busy.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of a busy answer (default
+    /// `text/plain; charset=utf-8`), for a [`busy_body`](LockLayer::busy_body)
+    /// in another format:
+    ///
+    /// ```
+    /// use http::HeaderValue;
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}", "item:{sku}"))
+    ///     .busy_body(r#"{"error":"busy","retry":true}"#)
+    ///     .busy_content_type(HeaderValue::from_static("application/json"));
+    /// # let _ = layer;
+    /// ```
+    pub fn busy_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.busy.content_type = content_type);
         self
     }
 
     /// The `Retry-After` of a busy answer, in whole seconds rounded up
     /// (default 1 s); `None` leaves the header out.
     pub fn retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.retry_after = after);
+        self.http_rejection(|r| r.busy.retry_after = after);
         self
     }
 
-    /// The status when the lock backend cannot be reached (default
-    /// `503 Service Unavailable`).
+    /// The status when the lock backend did not answer or failed, or the
+    /// lock could not be kept (default `503 Service Unavailable`).
     pub fn unavailable_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.unavailable_status = status);
+        self.http_rejection(|r| r.unavailable.status = status);
+        self
+    }
+
+    /// The body of a 503 answer (default: a `text/plain` message naming the
+    /// lock). Its content type stays `text/plain; charset=utf-8` unless
+    /// [`unavailable_content_type`](LockLayer::unavailable_content_type)
+    /// changes it.
+    pub fn unavailable_body(mut self, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        self.http_rejection(|r| r.unavailable.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of a 503 answer (default
+    /// `text/plain; charset=utf-8`).
+    pub fn unavailable_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.unavailable.content_type = content_type);
+        self
+    }
+
+    /// The `Retry-After` of a 503 answer, in whole seconds rounded up
+    /// (default 1 s); `None` leaves the header out.
+    pub fn unavailable_retry_after(mut self, after: Option<Duration>) -> Self {
+        self.http_rejection(|r| r.unavailable.retry_after = after);
         self
     }
 
@@ -209,6 +271,7 @@ impl<K, P> LockLayer<K, P> {
         let Config {
             client,
             extractor,
+            check,
             wait,
             lease,
             protocol: _,
@@ -217,6 +280,7 @@ impl<K, P> LockLayer<K, P> {
             config: Config {
                 client,
                 extractor,
+                check,
                 wait,
                 lease,
                 protocol,
@@ -248,6 +312,38 @@ impl<K, P> LockLayer<K, P> {
         self
     }
 
+    /// Checks every lock name the extractor gives before anything else
+    /// happens: a name `check` refuses is not locked, the inner service is
+    /// not called, and nothing is sent to the backend. The request is
+    /// answered as for an invalid lock name: `400 Bad Request` (HTTP),
+    /// `INVALID_ARGUMENT` (gRPC), or [`LockError::InvalidKey`] (plain).
+    ///
+    /// The layer runs before the handler's extractors, so a request the
+    /// handler would reject (a path parameter that does not parse, an
+    /// unknown id) would otherwise take a lock first; a key built from
+    /// client input is worth checking here, and cheaply (it runs on every
+    /// request, synchronously).
+    ///
+    /// ```
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// // SKUs are 3 to 12 ASCII letters and digits.
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}/reserve", "item:{sku}"))
+    ///     .validate_key(|key: &str| {
+    ///         let sku = key.strip_prefix("item:").unwrap_or_default();
+    ///         (3..=12).contains(&sku.len()) && sku.bytes().all(|b| b.is_ascii_alphanumeric())
+    ///     });
+    /// # let _ = layer;
+    /// ```
+    pub fn validate_key<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&str) -> bool + Send + Sync + 'static,
+    {
+        self.config.check = Some(Arc::new(check));
+        self
+    }
+
     /// The client the locks are taken on.
     pub fn client(&self) -> &LockClient {
         &self.config.client
@@ -276,9 +372,49 @@ impl<K, P: fmt::Debug> fmt::Debug for LockLayer<K, P> {
         f.debug_struct("LockLayer")
             .field("client", &self.config.client)
             .field("extractor", &std::any::type_name::<K>())
+            .field("validate_key", &self.config.check.is_some())
             .field("wait", &self.config.wait)
             .field("lease", &self.config.lease)
             .field("protocol", &self.config.protocol)
             .finish()
+    }
+}
+
+/// A lock name cut to a length that fits an error message (as lock-core
+/// shows names in its errors): a refused name comes from the client and may
+/// be long.
+fn shown(key: &str) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return key.to_owned();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}... ({} bytes)",
+        key.get(..end).unwrap_or_default(),
+        key.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_names_are_shown_cut() {
+        let layer = LockLayer::new(LockClient::memory(), |_: &()| None::<String>)
+            .validate_key(|key: &str| key.starts_with("item:"));
+        assert!(layer.config.check("item:1").is_ok());
+        let long = "é".repeat(100);
+        match layer.config.check(&long) {
+            Err(LockError::InvalidKey { key, .. }) => {
+                assert!(key.starts_with(&"é".repeat(32)), "{key}");
+                assert!(key.ends_with("... (200 bytes)"), "{key}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

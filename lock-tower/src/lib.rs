@@ -14,12 +14,36 @@
 //!   [`ResponseBody`]), and the handler runs in its ownership scope: a
 //!   domain function that takes the same lock re-enters it.
 //! - A request that does not get its lock gets an answer from its flavour:
-//!   [`Http`] (409 with `Retry-After`, 503; never an error, so axum can
-//!   serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`] (the
-//!   [`LockError`](lock_core::LockError) as the service's error).
+//!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 503
+//!   with `Retry-After` when the backend did not answer; never an error, so
+//!   axum can serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`]
+//!   (the [`LockError`](lock_core::LockError) as the service's error).
+//!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
+//!   `grpc_status`) give the same answers to handlers that meet a
+//!   `LockError` themselves.
+//! - [`validate_key`](LockLayer::validate_key) refuses lock names built
+//!   from client input before anything is locked (400).
 //! - Handlers read the lock and its fencing token from the
 //!   [`FencingToken`] request extension; the token can also go out in a
-//!   response header.
+//!   response header. A request that runs unlocked has no such extension:
+//!   in axum, take `Option<Extension<FencingToken>>` on routes that may run
+//!   unlocked.
+//!
+//! # Where to put the layer in axum
+//! The layer runs before the router's handlers and their extractors. With
+//! `Router::layer` it sees every request, also those that match no route
+//! (404) or no method (405); with `Router::route_layer` it runs only for
+//! requests that matched a route, so a made-up path takes no lock. Either
+//! way it runs before the handler's extractors: a request that `Path<u64>`
+//! or `Json<T>` would reject with 400 has taken (and released) its lock by
+//! then. Check names built from client input with
+//! [`validate_key`](LockLayer::validate_key).
+//!
+//! # Features
+//! - `serde`: `Serialize`/`Deserialize` for [`FencingToken`] (and, through
+//!   lock-core's `serde` feature, for `LockInfo` and `LockHolder`).
+//! - `tonic`: `grpc_code` and `grpc_status`, the gRPC flavour's answers as
+//!   `tonic::Code` and `tonic::Status`.
 //!
 //! # Cancel safety
 //! A client that disconnects drops the response future: an acquisition in
@@ -86,6 +110,7 @@ mod http;
 mod layer;
 mod plain;
 mod service;
+mod status;
 mod token;
 
 pub use body::ResponseBody;
@@ -96,4 +121,7 @@ pub use http::Http;
 pub use layer::LockLayer;
 pub use plain::Plain;
 pub use service::LockService;
+pub use status::http_status;
+#[cfg(feature = "tonic")]
+pub use status::{grpc_code, grpc_status};
 pub use token::FencingToken;

@@ -70,6 +70,9 @@ impl<S, K, P> LockService<S, K, P> {
         let Some(key) = self.config.extractor.extract_key(&request) else {
             return Locked::unlocked(self.inner.call(request));
         };
+        if let Err(error) = self.config.check(&key) {
+            return Locked::refused(error);
+        }
         let clone = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, clone);
         let acquire = Box::pin(self.config.lock(key).acquire());
@@ -104,6 +107,7 @@ impl<S: fmt::Debug, K, P: fmt::Debug> fmt::Debug for LockService<S, K, P> {
             .field("inner", &self.inner)
             .field("client", &self.config.client)
             .field("extractor", &std::any::type_name::<K>())
+            .field("validate_key", &self.config.check.is_some())
             .field("wait", &self.config.wait)
             .field("lease", &self.config.lease)
             .field("protocol", &self.config.protocol)

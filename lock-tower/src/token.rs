@@ -5,13 +5,20 @@
 /// extensions by the HTTP and gRPC flavours of the layer (on by default, see
 /// [`LockLayer::fencing_token_extension`](crate::LockLayer::fencing_token_extension)).
 ///
-/// In axum, take it as `Extension<FencingToken>` (or
-/// `Option<Extension<FencingToken>>` on a route that may run unlocked); in
-/// tonic, read it with `request.extensions().get::<FencingToken>()`. Pass
-/// [`token`](FencingToken::token) with every write to the guarded resource,
-/// which rejects tokens lower than the highest it has seen (see
+/// In axum, take it as `Extension<FencingToken>` on a route that is always
+/// locked. On a route that may run unlocked (the key extractor gave `None`
+/// for the request), take `Option<Extension<FencingToken>>`: it is `None`
+/// there, where a bare `Extension<FencingToken>` makes axum answer
+/// `500 Internal Server Error` (missing request extension). In tonic, read it
+/// with `request.extensions().get::<FencingToken>()`, `None` when unlocked.
+/// Pass [`token`](FencingToken::token) with every write to the guarded
+/// resource, which rejects tokens lower than the highest it has seen (see
 /// "Guarantees" in the README).
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, as
+/// `{"key": "order:42", "token": 7}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct FencingToken {
     /// The lock name, e.g. `order:42`.
@@ -28,5 +35,18 @@ impl FencingToken {
             key: key.into(),
             token,
         }
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_key_and_token() {
+        let token = FencingToken::new("order:42", 7);
+        let json = serde_json::to_string(&token).unwrap();
+        assert_eq!(json, r#"{"key":"order:42","token":7}"#);
+        assert_eq!(serde_json::from_str::<FencingToken>(&json).unwrap(), token);
     }
 }

@@ -202,3 +202,41 @@ async fn dropped_waiting_job_never_takes_the_lock() {
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the dropped job never ran");
     again.release().await.unwrap();
 }
+
+/// A name refused by `validate_key` fails with `InvalidKey` before anything
+/// else: the inner service is not called and the store never sees the lock.
+/// Accepted names are locked as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_key_takes_no_lock() {
+    let store = lock_core::MemoryStore::new();
+    let client = LockClient::builder().memory(store.clone()).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let held_inside = Arc::new(AtomicUsize::new(0));
+    let service = LockLayer::new(client, by_account)
+        .plain()
+        .validate_key(|key: &str| key != "account:666")
+        .layer(service_fn({
+            let (calls, held_inside, store) = (calls.clone(), held_inside.clone(), store.clone());
+            move |_: Job| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                held_inside.store(store.held(), Ordering::SeqCst);
+                async { Ok::<_, LockError>(()) }
+            }
+        }));
+
+    let refused = service.clone().oneshot(Job { account: Some(666) }).await;
+    match refused {
+        Err(LockError::InvalidKey { key, .. }) => assert_eq!(key, "account:666"),
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the service ran");
+    assert_eq!(store.entries(), 0, "the store saw the refused lock");
+
+    service.oneshot(Job { account: Some(1) }).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        held_inside.load(Ordering::SeqCst),
+        1,
+        "an accepted name is locked"
+    );
+}

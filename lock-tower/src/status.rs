@@ -1,0 +1,275 @@
+//! Which answer each [`LockError`] gets: the HTTP status ([`http_status`])
+//! and the gRPC code (`grpc_code`, with the `tonic` feature) the layer
+//! answers with, public so that a handler can answer a lock error of its own
+//! the way the layer does.
+
+use http::StatusCode;
+use lock_core::LockError;
+
+/// How the layer classifies a lock failure: one class per answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Held by another owner (after the wait): the client may retry later.
+    Busy,
+    /// The backend did not answer, failed, or the lock could not be kept.
+    Unavailable,
+    /// The lock name from the request is not acceptable.
+    BadKey,
+    /// A bug or a misconfiguration of the service.
+    Internal,
+}
+
+/// gRPC status codes the layer answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GrpcCode {
+    InvalidArgument = 3,
+    Aborted = 10,
+    Internal = 13,
+    Unavailable = 14,
+}
+
+impl Failure {
+    /// The class of `error`. Every variant of [`LockError`] is listed; a
+    /// variant added later is `Unavailable` when
+    /// [`is_backend`](LockError::is_backend) says so, else `Internal`.
+    pub(crate) fn of(error: &LockError) -> Self {
+        match error {
+            LockError::Busy { .. } | LockError::TimedOut { .. } => Failure::Busy,
+            LockError::InvalidKey { .. } => Failure::BadKey,
+            LockError::Backend { .. }
+            | LockError::QuorumNotReached { .. }
+            | LockError::Connect { .. }
+            | LockError::Authentication { .. }
+            | LockError::LeaseLost { .. } => Failure::Unavailable,
+            LockError::NotHeld { .. }
+            | LockError::InvalidConfig { .. }
+            | LockError::WrongType { .. }
+            | LockError::HeldByOtherClient { .. } => Failure::Internal,
+            error if error.is_backend() => Failure::Unavailable,
+            _ => Failure::Internal,
+        }
+    }
+
+    /// The default HTTP status of this class.
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            Failure::Busy => StatusCode::CONFLICT,
+            Failure::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::BadKey => StatusCode::BAD_REQUEST,
+            Failure::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The gRPC code of this class.
+    pub(crate) fn grpc_code(self) -> GrpcCode {
+        match self {
+            Failure::Busy => GrpcCode::Aborted,
+            Failure::Unavailable => GrpcCode::Unavailable,
+            Failure::BadKey => GrpcCode::InvalidArgument,
+            Failure::Internal => GrpcCode::Internal,
+        }
+    }
+}
+
+/// The HTTP status the layer answers `error` with by default, for handlers
+/// that meet a [`LockError`] themselves (a domain function that takes
+/// another lock) and should answer as the layer does.
+///
+/// | lock error | status |
+/// |---|---|
+/// | `Busy`, `TimedOut` (held by another owner, after the wait) | `409 Conflict` |
+/// | `Backend`, `Connect`, `QuorumNotReached`, `Authentication` (the backend did not answer or failed) | `503 Service Unavailable` |
+/// | `LeaseLost` (the lock could not be kept) | `503 Service Unavailable` |
+/// | `InvalidKey` (the name from the request is not acceptable) | `400 Bad Request` |
+/// | `NotHeld`, `InvalidConfig`, `WrongType`, `HeldByOtherClient` (a layer and a handler given different clients) | `500 Internal Server Error` |
+/// | a variant added to `LockError` later (it is `#[non_exhaustive]`) | `503` when [`LockError::is_backend`] is true, else `500` |
+///
+/// The layer's own answers follow this table, except where
+/// [`busy_status`](crate::LockLayer::busy_status) or
+/// [`unavailable_status`](crate::LockLayer::unavailable_status) changed the
+/// status of a class.
+///
+/// ```
+/// use http::StatusCode;
+/// use lock_core::LockError;
+///
+/// let busy = LockError::Busy { key: "order:1".into() };
+/// assert_eq!(lock_tower::http_status(&busy), StatusCode::CONFLICT);
+/// ```
+pub fn http_status(error: &LockError) -> StatusCode {
+    Failure::of(error).status()
+}
+
+/// The gRPC status code the layer's gRPC flavour answers `error` with:
+/// the classes of [`http_status`], as `ABORTED` (busy), `UNAVAILABLE`
+/// (backend, lease lost), `INVALID_ARGUMENT` (invalid name) and `INTERNAL`
+/// (everything else, including a variant added later that is not
+/// [`is_backend`](LockError::is_backend)).
+///
+/// ```
+/// use lock_core::LockError;
+///
+/// let busy = LockError::Busy { key: "order:1".into() };
+/// assert_eq!(lock_tower::grpc_code(&busy), tonic::Code::Aborted);
+/// ```
+#[cfg(feature = "tonic")]
+pub fn grpc_code(error: &LockError) -> tonic::Code {
+    tonic::Code::from(Failure::of(error).grpc_code() as i32)
+}
+
+/// The status the layer's gRPC flavour answers `error` with: the code of
+/// [`grpc_code`] and the layer's message, which names the lock and leaves
+/// out a backend error's details (server address, cause), for a handler to
+/// return as its `Err`.
+///
+/// ```
+/// use lock_core::LockError;
+///
+/// let busy = LockError::Busy { key: "order:1".into() };
+/// let status = lock_tower::grpc_status(&busy);
+/// assert_eq!(status.code(), tonic::Code::Aborted);
+/// assert!(status.message().contains("order:1"));
+/// ```
+#[cfg(feature = "tonic")]
+pub fn grpc_status(error: &LockError) -> tonic::Status {
+    let failure = Failure::of(error);
+    let key = error.key().unwrap_or("*");
+    tonic::Status::new(grpc_code(error), crate::http::message(key, error, failure))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use lock_core::BackendError;
+
+    use super::*;
+
+    /// One error of each variant, with the status and gRPC code it gets.
+    fn table() -> Vec<(LockError, StatusCode, u16)> {
+        let key = || "order:1".to_owned();
+        let server = || "127.0.0.1:1".to_owned();
+        vec![
+            (LockError::Busy { key: key() }, StatusCode::CONFLICT, 10),
+            (
+                LockError::TimedOut {
+                    key: key(),
+                    waited: Duration::from_secs(1),
+                },
+                StatusCode::CONFLICT,
+                10,
+            ),
+            (
+                LockError::LeaseLost {
+                    key: key(),
+                    reason: "expired",
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+            ),
+            (
+                LockError::NotHeld { key: key() },
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+            ),
+            (
+                LockError::InvalidKey {
+                    key: String::new(),
+                    reason: "empty",
+                },
+                StatusCode::BAD_REQUEST,
+                3,
+            ),
+            (
+                LockError::InvalidConfig {
+                    key: key(),
+                    reason: "zero lease".into(),
+                },
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+            ),
+            (
+                LockError::WrongType {
+                    key: key(),
+                    redis_key: "lock:{order:1}".into(),
+                },
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+            ),
+            (
+                LockError::HeldByOtherClient {
+                    key: key(),
+                    holder_client: "a".into(),
+                    holder: "a:1".into(),
+                    client: "b".into(),
+                },
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+            ),
+            (
+                LockError::Backend {
+                    key: key(),
+                    server: server(),
+                    source: BackendError::Timeout(Duration::from_millis(500)),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+            ),
+            (
+                LockError::QuorumNotReached {
+                    key: key(),
+                    granted: 1,
+                    needed: 2,
+                    answers: Vec::new(),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+            ),
+            (
+                LockError::Connect {
+                    server: server(),
+                    source: BackendError::Timeout(Duration::from_secs(5)),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+            ),
+            (
+                LockError::Authentication {
+                    server: server(),
+                    message: "WRONGPASS".into(),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_lock_error_has_its_http_status_and_grpc_code() {
+        for (error, status, code) in table() {
+            assert_eq!(http_status(&error), status, "{error:?}");
+            let failure = Failure::of(&error);
+            assert_eq!(failure.grpc_code() as u16, code, "{error:?}");
+            // Busy answers are contention, nothing else is.
+            assert_eq!(
+                failure == Failure::Busy,
+                matches!(error, LockError::Busy { .. } | LockError::TimedOut { .. }),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn tonic_codes_match_the_table() {
+        for (error, _, code) in table() {
+            assert_eq!(grpc_code(&error) as u16, code, "{error:?}");
+            let status = grpc_status(&error);
+            assert_eq!(status.code() as u16, code);
+            assert!(
+                !status.message().contains("127.0.0.1"),
+                "no server address: {status:?}"
+            );
+        }
+    }
+}
