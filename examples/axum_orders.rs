@@ -121,20 +121,27 @@ async fn show(State(app): State<App>, Path(id): Path<u64>) -> String {
 }
 
 fn router(client: LockClient) -> Router {
-    // Only the payment is locked; reading an order is not.
+    // Only the payment is locked; reading an order is not. Order ids are
+    // numbers: a request for `/orders/abc/pay` is refused with 400 before any
+    // lock is taken (axum's `Path<u64>` would refuse it too, but only after
+    // the layer), and `route_layer` keeps requests to unknown paths unlocked.
     let locks = LockLayer::new(
         client.clone(),
         PathTemplate::new("/orders/{id}/pay", "order:{id}").method(Method::POST),
     )
+    .validate_key(|key: &str| {
+        key.strip_prefix("order:")
+            .is_some_and(|id| id.parse::<u64>().is_ok())
+    })
     .fencing_token_header(HeaderName::from_static("x-fencing-token"));
     Router::new()
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
+        .route_layer(locks)
         .with_state(App {
             client,
             ledger: Ledger::default(),
         })
-        .layer(locks)
 }
 
 #[tokio::main]
@@ -179,6 +186,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (path, status, retry_after, body) = call.await??;
         println!("POST {path} -> {status} (retry-after: {retry_after}) {body}");
     }
+    // Not an order id: refused before any lock is taken.
+    let (path, status, _, body) = http::post(addr, "/orders/abc/pay").await?;
+    println!("POST {path} -> {status} {body}");
     let (_, _, _, order) = http::get(addr, "/orders/1").await?;
     println!("GET /orders/1 -> {order}");
     server.abort();
