@@ -103,6 +103,40 @@ async fn acquisitions_resume_on_the_new_master_after_failover() {
     next.release().await.unwrap();
 }
 
+/// Acquires `name` after a failover (an attempt or two may still meet the
+/// old connection) and asserts that the lock is on the new master, not on the
+/// old one, restarted empty.
+async fn acquire_on_the_new_master(
+    client: &LockClient,
+    set: &RedisSentinels,
+    name: &str,
+) -> distributed_lock::LockGuard {
+    let mut guard = None;
+    for _ in 0..3 {
+        match client.lock(name).acquire().await {
+            Ok(acquired) => {
+                guard = Some(acquired);
+                break;
+            }
+            Err(err) if err.is_backend() => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(err) => panic!("{err}"),
+        }
+    }
+    let guard = guard.expect("acquired after the failover");
+    let exists = |server: &RedisServer| -> bool {
+        redis::cmd("EXISTS")
+            .arg(redis_key(name))
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert!(
+        !exists(set.replica()),
+        "the lock was taken on the old master, restarted empty"
+    );
+    assert!(exists(set.master()), "the lock is not on the new master");
+    guard
+}
+
 /// After a failover the client follows the sentinels' `+switch-master`
 /// announcement, so when the old master comes back (restarted empty, still a
 /// master until the sentinels demote it, which takes them seconds) the
@@ -127,29 +161,7 @@ async fn an_old_master_restarted_empty_after_failover_gets_no_locks() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The old master, restarted empty before the sentinels demote it.
     set.replica_mut().restart();
-    let mut guard = None;
-    for _ in 0..3 {
-        match client.lock("sentinel:restarted").acquire().await {
-            Ok(acquired) => {
-                guard = Some(acquired);
-                break;
-            }
-            Err(err) if err.is_backend() => tokio::time::sleep(Duration::from_millis(500)).await,
-            Err(err) => panic!("{err}"),
-        }
-    }
-    let guard = guard.expect("acquired after the failover");
-    let exists = |server: &RedisServer| -> bool {
-        redis::cmd("EXISTS")
-            .arg(redis_key("sentinel:restarted"))
-            .query(&mut server.conn())
-            .unwrap()
-    };
-    assert!(
-        !exists(set.replica()),
-        "the lock was taken on the old master, restarted empty"
-    );
-    assert!(exists(set.master()), "the lock is not on the new master");
+    let guard = acquire_on_the_new_master(&client, &set, "sentinel:restarted").await;
     assert!(
         guard.fencing_token() > token,
         "the token went back: {} after {token}",
@@ -181,29 +193,7 @@ async fn a_sentinel_that_missed_the_failover_does_not_send_the_client_back() {
     set.kill_master_and_wait_for_failover(Duration::from_secs(60));
     set.replica_mut().restart();
     set.sentinel(0).resume();
-    let mut guard = None;
-    for _ in 0..3 {
-        match client.lock("sentinel:lagging").acquire().await {
-            Ok(acquired) => {
-                guard = Some(acquired);
-                break;
-            }
-            Err(err) if err.is_backend() => tokio::time::sleep(Duration::from_millis(500)).await,
-            Err(err) => panic!("{err}"),
-        }
-    }
-    let guard = guard.expect("acquired after the failover");
-    let exists = |server: &RedisServer| -> bool {
-        redis::cmd("EXISTS")
-            .arg(redis_key("sentinel:lagging"))
-            .query(&mut server.conn())
-            .unwrap()
-    };
-    assert!(
-        !exists(set.replica()),
-        "the lock was taken on the old master, restarted empty"
-    );
-    assert!(exists(set.master()), "the lock is not on the new master");
+    let guard = acquire_on_the_new_master(&client, &set, "sentinel:lagging").await;
     assert!(guard.fencing_token() > token, "the token went back");
     guard.release().await.unwrap();
 }
