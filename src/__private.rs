@@ -58,12 +58,17 @@ pub async fn acquire(
 }
 
 /// `on_busy = skip`: `None` when the function is to be skipped (the lock was
-/// busy), `Some(error)` for a failure that is not "busy" (returned as `Err`
-/// where the function returns a `Result`, logged otherwise).
+/// busy, or the client is shutting down: a scheduled job does not start a
+/// round then), `Some(error)` for a failure that is not "busy" (returned as
+/// `Err` where the function returns a `Result`, logged otherwise).
 pub fn skip(error: LockError, function: &str) -> Option<LockError> {
     match error {
         LockError::Busy { ref key } | LockError::TimedOut { ref key, .. } => {
             tracing::debug!(key = %key, function, "lock busy; skipped");
+            None
+        }
+        LockError::ShuttingDown { ref key, .. } => {
+            tracing::debug!(key = %key, function, "lock client shutting down; skipped");
             None
         }
         error => {

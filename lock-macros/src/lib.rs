@@ -51,9 +51,10 @@ mod template;
 /// - `lease = "30s"`: a fixed lease, not renewed; absent: watchdog mode.
 /// - `on_busy = error` (default): the function returns
 ///   `Result<T, E>` with `E: From<LockError>` and a busy lock (or any lock
-///   error) is returned as `Err`. `on_busy = skip`: a busy lock returns
-///   `Default::default()` (`()`, `None`, ... or `Ok(Default::default())`
-///   for a `Result`) without running the body.
+///   error) is returned as `Err`. `on_busy = skip`: a busy lock (or a lock
+///   client that is shutting down) returns `Default::default()` (`()`,
+///   `None`, ... or `Ok(Default::default())` for a `Result`) without running
+///   the body.
 /// - `client = expr`: the `LockClient` (or `&LockClient`, `Arc<LockClient>`)
 ///   to lock with; default the one installed with `set_global_client`.
 /// - `crate = "path"`: where the `distributed_lock` crate is, when renamed.

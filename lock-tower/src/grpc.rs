@@ -58,7 +58,7 @@ impl From<Failure> for Code {
     fn from(failure: Failure) -> Self {
         match failure {
             Failure::Busy => Code::Aborted,
-            Failure::Unavailable => Code::Unavailable,
+            Failure::Unavailable | Failure::ShuttingDown => Code::Unavailable,
             Failure::BadKey => Code::InvalidArgument,
             Failure::Internal => Code::Internal,
         }
@@ -122,5 +122,18 @@ mod tests {
         assert_eq!(headers["grpc-status"], "10");
         let message = headers["grpc-message"].to_str().unwrap();
         assert!(message.contains("order:1"), "{message}");
+    }
+
+    #[test]
+    fn shutting_down_is_unavailable() {
+        let error = LockError::ShuttingDown {
+            key: "order:1".into(),
+            client: "c".into(),
+        };
+        let response: Response<ResponseBody<()>> =
+            status_response("order:1", &error, Failure::of(&error));
+        assert_eq!(response.headers()["grpc-status"], "14");
+        let message = response.headers()["grpc-message"].to_str().unwrap();
+        assert!(message.contains("shutting down"), "{message}");
     }
 }

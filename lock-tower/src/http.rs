@@ -83,6 +83,8 @@ pub(crate) struct HttpRejection {
 pub(crate) enum Failure {
     Busy,
     Unavailable,
+    /// The lock client is shutting down: answered as unavailable.
+    ShuttingDown,
     BadKey,
     Internal,
 }
@@ -91,6 +93,7 @@ impl Failure {
     pub(crate) fn of(error: &LockError) -> Self {
         match error {
             LockError::Busy { .. } | LockError::TimedOut { .. } => Failure::Busy,
+            LockError::ShuttingDown { .. } => Failure::ShuttingDown,
             LockError::InvalidKey { .. } => Failure::BadKey,
             error if error.is_backend() => Failure::Unavailable,
             _ => Failure::Internal,
@@ -98,10 +101,11 @@ impl Failure {
     }
 }
 
-/// Logs a lock failure: busy is routine, the others are worth a look.
+/// Logs a lock failure: busy (and a shutdown) is routine, the others are
+/// worth a look.
 pub(crate) fn log_failure(error: &LockError, failure: Failure) {
     match failure {
-        Failure::Busy | Failure::BadKey => {
+        Failure::Busy | Failure::ShuttingDown | Failure::BadKey => {
             tracing::debug!(key = error.key(), error = %error, "request not locked")
         }
         Failure::Unavailable => {
@@ -117,6 +121,9 @@ pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String 
         Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
         Failure::Unavailable => {
             format!("lock `{key}` is unavailable: the lock backend cannot be reached")
+        }
+        Failure::ShuttingDown => {
+            format!("lock `{key}` is unavailable: the service is shutting down")
         }
         Failure::BadKey => error.to_string(),
         Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
@@ -164,7 +171,7 @@ impl HttpRejection {
     ) -> Response<ResponseBody<B>> {
         let status = match failure {
             Failure::Busy => self.busy_status,
-            Failure::Unavailable => self.unavailable_status,
+            Failure::Unavailable | Failure::ShuttingDown => self.unavailable_status,
             Failure::BadKey => StatusCode::BAD_REQUEST,
             Failure::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -220,6 +227,11 @@ mod tests {
             key: "k".into(),
             reason: "zero lease".into(),
         };
+        let closing = LockError::ShuttingDown {
+            key: "k".into(),
+            client: "c".into(),
+        };
+        assert_eq!(Failure::of(&closing), Failure::ShuttingDown);
         assert_eq!(Failure::of(&busy), Failure::Busy);
         assert_eq!(Failure::of(&timed_out), Failure::Busy);
         assert_eq!(Failure::of(&bad), Failure::BadKey);

@@ -142,7 +142,8 @@ impl<K> LockLayer<K, Http> {
         self
     }
 
-    /// The status when the lock backend cannot be reached (default
+    /// The status when the lock backend cannot be reached, or the lock
+    /// client is shutting down (`LockError::ShuttingDown`; default
     /// `503 Service Unavailable`).
     pub fn unavailable_status(mut self, status: StatusCode) -> Self {
         self.http_rejection(|r| r.unavailable_status = status);
