@@ -67,13 +67,18 @@ macro_rules! target {
 }
 
 /// `on_busy = skip`: `None` when the function is to be skipped (the lock was
-/// busy), `Some(error)` for a failure that is not "busy": returned as `Err`
-/// where the function returns a `Result`; logged at error level otherwise
-/// (the function is skipped then too).
+/// busy, or the client is shutting down: a scheduled job does not start a
+/// round then), `Some(error)` for a failure that is not "busy": returned as
+/// `Err` where the function returns a `Result`; logged at error level
+/// otherwise (the function is skipped then too).
 pub fn skip(error: LockError, function: &str) -> Option<LockError> {
     match error {
         LockError::Busy { ref key } | LockError::TimedOut { ref key, .. } => {
             tracing::debug!(target: target!(), key = %key, function, "lock busy; skipped");
+            None
+        }
+        LockError::ShuttingDown { ref key, .. } => {
+            tracing::debug!(target: target!(), key = %key, function, "lock client shutting down; skipped");
             None
         }
         error => {

@@ -104,7 +104,7 @@ pub use lock_core::*;
 /// | `wait = "10s"` | wait for a busy lock (humantime, checked at compile time); `"0s"`/absent tries once; `"forever"` |
 /// | `lease = "30s"` | fixed lease, not renewed; absent: watchdog renews every lease/3 |
 /// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
-/// | `on_busy = skip` | a busy lock returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distributed_lock` otherwise |
+/// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distributed_lock` otherwise |
 /// | `client = expr` | the `LockClient` (or `&LockClient`, `Arc<LockClient>`) to use; default: [`set_global_client`]'s |
 /// | `crate = "path"` | the path of this crate when renamed in `Cargo.toml` |
 /// | `abort_on_lost` | cancel the body and return `LockError::LeaseLost` when the lease is lost mid-body |

@@ -566,6 +566,78 @@ async fn unavailable_answer_is_configurable() {
     assert!(!reply.headers.contains_key("retry-after"), "{reply:?}");
 }
 
+/// The lock client shuts down while one payment runs and another waits for
+/// its order: the waiting one is answered 503 at once (not after its 10 s
+/// wait), a new one too, and the running one finishes within the grace
+/// period, re-entering its lock, and is answered 200; its lock is released
+/// as usual.
+///
+/// Old code has no shutdown: the waiting request would wait for the lock
+/// and then pay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_down_answers_503_while_running_requests_finish() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let entered = Arc::new(Notify::new());
+    let proceed = Arc::new(Notify::new());
+    let handler = {
+        let (domain, entered, proceed) = (client.clone(), entered.clone(), proceed.clone());
+        move |Path(id): Path<u64>| async move {
+            entered.notify_one();
+            proceed.notified().await;
+            // A domain function re-enters the request's lock during the
+            // grace period.
+            let guard = domain
+                .lock(format!("order:{id}"))
+                .acquire()
+                .await
+                .expect("re-entered while shutting down");
+            guard.release().await.unwrap();
+            "paid"
+        }
+    };
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(handler))
+        .layer(pay_layer(&client).wait(Duration::from_secs(10)));
+    let addr = serve(app).await;
+    let running = tokio::spawn(send(addr, "POST", "/orders/1/pay"));
+    timeout(Duration::from_secs(5), entered.notified())
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(send(addr, "POST", "/orders/1/pay"));
+    tokio::time::sleep(Duration::from_millis(200)).await; // it waits for order:1
+    let began = Instant::now();
+    let shutdown = tokio::spawn(client.shutdown(Duration::from_secs(10)));
+    let reply = waiting.await.unwrap();
+    assert_within(began.elapsed(), Duration::from_secs(2));
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(
+        reply.body.contains("order:1") && reply.body.contains("shutting down"),
+        "{reply:?}"
+    );
+    let reply = send(addr, "POST", "/orders/2/pay").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    proceed.notify_one();
+    let reply = running.await.unwrap();
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "paid")
+    );
+    let report = timeout(Duration::from_secs(5), shutdown)
+        .await
+        .expect("the shutdown ends when the request has finished")
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.released_by_holders, 1, "{report:?}");
+    assert_eq!(report.released_at_deadline, 0, "{report:?}");
+    let other = redis_client(&server).await;
+    assert!(other.lock("order:1").try_acquire().await.unwrap().is_some());
+}
+
+fn assert_within(elapsed: Duration, max: Duration) {
+    assert!(elapsed <= max, "took {elapsed:?}, expected at most {max:?}");
+}
+
 /// The busy answer's status, body, content type and Retry-After are
 /// configurable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,7 @@ impl Failure {
             LockError::LeaseLost { .. } | LockError::NotHeld { .. } => LEASE_LOST,
             LockError::InvalidKey { .. } | LockError::InvalidConfig { .. } => USAGE,
             LockError::WrongType { .. } => DATA,
+            LockError::ShuttingDown { .. } => UNAVAILABLE,
             _ if err.is_backend() => UNAVAILABLE,
             _ => SOFTWARE,
         };

@@ -16,6 +16,7 @@ use crate::held::{HeldLock, Lease};
 use crate::lease::{self, Wait};
 use crate::name::LockKey;
 use crate::scope::{Attempting, Scope};
+use crate::wake::WaitSet;
 use crate::LockError;
 
 /// A lock just acquired (or re-entered) by `scope`.
@@ -75,6 +76,11 @@ pub(crate) async fn acquire(
             core.new_scope()
         }
     };
+    // A shutting-down client takes no new locks (re-entering one its caller
+    // holds, above, still works: a body finishing in the grace period may).
+    if core.is_closing() {
+        return Err(core.shutting_down(&key.name));
+    }
     let request = Request {
         core,
         key: &key,
@@ -133,6 +139,24 @@ impl Request<'_> {
             _ => {}
         }
         tracing::debug!(key = %key.name, wait = ?wait, "waiting for lock");
+        // The client's shutdown ends every wait at once.
+        tokio::select! {
+            biased;
+            () = core.closing.started() => Err(core.shutting_down(&key.name)),
+            acquired = self.wait(waiter, started, deadline) => acquired,
+        }
+    }
+
+    /// Waits for the lock (the first attempt failed) until `deadline`, with
+    /// `waiter` when one was registered already.
+    async fn wait(
+        &self,
+        waiter: Option<WaitSet>,
+        started: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<HeldLock>, LockError> {
+        let core = self.core;
+        let key = self.key;
         // Register before the next attempt: a release between that attempt
         // and the wait below still wakes us.
         let mut waiter = match waiter {
@@ -271,13 +295,24 @@ impl Request<'_> {
                 reason: "the grant was answered after its lease had run out",
             });
         }
+        // Granted after the client began to shut down: refused, and
+        // `pending` takes the grant back (unless this scope holds the lock).
+        let refused = || self.core.shutting_down(&self.key.name);
+        if self.core.is_closing() {
+            return Err(refused());
+        }
+        // A first hold is recorded as this client's under its holders lock,
+        // where the shutdown begins: either the shutdown gives it back, or it
+        // is refused here.
+        let Some((lock, first)) = self
+            .scope
+            .insert(lock, |lock| self.core.holder_insert(lock))
+        else {
+            return Err(refused());
+        };
         pending.armed = false;
-        let (lock, first) = self.scope.insert(lock);
-        if first {
-            self.core.holder_insert(&lock);
-            if lock.is_watchdog() {
-                self.core.watchdog.track(&lock);
-            }
+        if first && lock.is_watchdog() {
+            self.core.watchdog.track(&lock);
         }
         tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "lock acquired");
         Ok(Ok(lock))
@@ -378,7 +413,6 @@ mod tests {
 
     use super::*;
     use crate::backend::{Backend, MemoryStore, RenewItem, Renewal};
-    use crate::wake::WaitSet;
     use crate::LockInfo;
 
     /// The in-memory store, but every acquisition is answered `delay` after
@@ -530,6 +564,28 @@ mod tests {
             let error = waiter.await.unwrap().unwrap_err();
             assert!(error.is_backend(), "{error:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_grant_answered_after_the_shutdown_began_is_refused_and_rolled_back() {
+        let store = MemoryStore::new();
+        let core = core(&store, Duration::from_millis(200));
+        let acquiring = tokio::spawn({
+            let core = core.clone();
+            async move { acquire(&core, "x", Wait::Once, None).await.map(|_| ()) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.held(), 1, "granted, the answer on its way");
+        assert!(core.begin_shutdown(None));
+        let refused = acquiring.await.unwrap();
+        assert!(
+            matches!(refused, Err(LockError::ShuttingDown { ref key, .. }) if key == "x"),
+            "{refused:?}"
+        );
+        assert_eq!(core.holder_count(), 0);
+        assert_eq!(core.watchdog.len(), 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(store.held(), 0, "the janitor took the grant back");
     }
 
     #[tokio::test]

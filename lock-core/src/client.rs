@@ -1,6 +1,7 @@
 //! [`LockClient`]: the connection to the lock backend, shared by every lock.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ use crate::backend::{Backend, MemoryStore};
 use crate::core::ClientCore;
 use crate::lease::{self, DEFAULT_LEASE};
 use crate::name;
-use crate::{Lock, LockError, LockInfo, MultiLock};
+use crate::shutdown;
+use crate::{Lock, LockError, LockInfo, MultiLock, ShutdownReport};
 
 /// The default time allowed for one Redis command to answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -248,6 +250,113 @@ impl LockClient {
             renewal_rounds: self.core.watchdog.rounds(),
             watched_locks: self.core.watchdog.len(),
         }
+    }
+
+    /// Shuts the client down gracefully, for a process that is about to
+    /// exit: its locks are released now instead of staying in Redis for
+    /// the rest of their lease, where they would hold up the other
+    /// replicas. Call it after the work of the process has stopped (an axum
+    /// or tonic server's graceful shutdown, a scheduler loop left on
+    /// Ctrl-C); see "Graceful shutdown" in the README.
+    ///
+    /// Applies to this client and everything made from it (its clones,
+    /// locks and guards share it). In order:
+    ///
+    /// 1. It takes no new locks from now on: every `acquire`,
+    ///    `try_acquire` and `lock_all` fails at once with
+    ///    [`LockError::ShuttingDown`], and an acquisition that is waiting
+    ///    for a lock is woken and fails with it too (no one waits out a
+    ///    `wait`). Re-entering a lock that the caller's
+    ///    [`scope`](crate::LockGuard::scope) already holds still works, so
+    ///    a body can finish.
+    /// 2. Bodies that hold locks get `grace` to finish: a guard released or
+    ///    dropped meanwhile releases its lock as usual, and the watchdog
+    ///    keeps renewing. The grace period ends early when no lock is held
+    ///    any more.
+    /// 3. At the end of the grace period every lock a scope of this client
+    ///    still holds is taken: its guard turns lost
+    ///    ([`lost`](crate::LockGuard::lost) resolves,
+    ///    [`is_held`](crate::LockGuard::is_held) is false, and its
+    ///    [`release`](crate::LockGuard::release) returns
+    ///    [`LockError::LeaseLost`]), and the lock is released in the
+    ///    backend with the holder's own owner id, as a normal release is:
+    ///    a lock that is no longer this client's (expired, taken over) is
+    ///    never deleted.
+    /// 4. Background releases of dropped guards and rollbacks of abandoned
+    ///    grants get up to the response timeout to finish.
+    /// 5. The watchdog and the wake-up subscribers stop for good: nothing is
+    ///    renewed after this returns.
+    ///
+    /// Returns a [`ShutdownReport`] counting what happened to the locks
+    /// held when the shutdown began; a release that failed is logged (warn
+    /// level, target `lock_core::shutdown`) and retried in the background
+    /// while the process runs. `inspect`, `list` and `force_release` keep
+    /// working afterwards.
+    ///
+    /// Idempotent: the first call begins the shutdown, and every call (from
+    /// any clone, concurrently or later) waits for that same shutdown and
+    /// returns its report. A call with a shorter `grace` than one under way
+    /// brings its deadline forward. A `grace` too long for the clock (such
+    /// as `Duration::MAX`) waits as long as the bodies take.
+    ///
+    /// The returned future does not borrow the client, so it can be spawned
+    /// (`tokio::spawn(client.shutdown(grace))`) to begin the shutdown while
+    /// something else is awaited. Nothing happens until it is polled.
+    ///
+    /// Errors: [`LockError::InvalidConfig`] when it is not awaited on a tokio
+    /// runtime (nothing is done then).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the shutdown runs in a task of its own on the current
+    /// tokio runtime once the future has been polled, and dropping the
+    /// future does not stop it (new locks stay refused, and the locks still
+    /// held are released at the deadline). Call `shutdown` again to wait
+    /// for it. If that runtime goes away before the shutdown is done, the
+    /// next call (on another runtime) takes it up where it stopped; a
+    /// release that was in flight then may not have been sent, and such a
+    /// lock ends with its lease, since it is no longer renewed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// let client = LockClient::memory();
+    /// let guard = client.lock("job:nightly").acquire().await?;
+    /// let report = client.shutdown(Duration::from_millis(50)).await?;
+    /// // The body did not finish within the grace period: its lock was taken.
+    /// assert_eq!(report.released_at_deadline, 1);
+    /// assert!(!guard.is_held());
+    /// assert!(matches!(guard.release().await, Err(LockError::LeaseLost { .. })));
+    /// // No new locks after a shutdown.
+    /// let refused = client.lock("job:nightly").acquire().await;
+    /// assert!(matches!(refused, Err(LockError::ShuttingDown { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub fn shutdown(
+        &self,
+        grace: Duration,
+    ) -> impl Future<Output = Result<ShutdownReport, LockError>> + Send + 'static {
+        shutdown::shutdown(self.core.clone(), grace)
+    }
+
+    /// Shuts the client down without a grace period: locks still held are
+    /// taken and released at once. The same as
+    /// [`shutdown(Duration::ZERO)`](LockClient::shutdown), which see.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`shutdown`](LockClient::shutdown).
+    pub fn close(
+        &self,
+    ) -> impl Future<Output = Result<ShutdownReport, LockError>> + Send + 'static {
+        self.shutdown(Duration::ZERO)
+    }
+
+    /// Whether [`shutdown`](LockClient::shutdown) has begun on this client
+    /// (or one of its clones): it takes no new locks.
+    pub fn is_shutting_down(&self) -> bool {
+        self.core.is_closing()
     }
 }
 

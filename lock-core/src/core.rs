@@ -1,17 +1,20 @@
 //! The client's shared core: its id, settings and backend, the watchdog and
-//! the janitor it owns, and which locks its scopes hold. Every handle on a
-//! client (clones of [`LockClient`](crate::LockClient), locks, guards) shares
-//! one core.
+//! the janitor it owns, which locks its scopes hold, and whether it shuts
+//! down. Every handle on a client (clones of
+//! [`LockClient`](crate::LockClient), locks, guards) shares one core.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::backend::Backend;
+use crate::closing::Closing;
 use crate::held::HeldLock;
 use crate::janitor::Janitor;
 use crate::name::LockKey;
@@ -37,8 +40,13 @@ pub(crate) struct ClientCore {
     pub(crate) janitor: Janitor,
     next_scope: AtomicU64,
     /// The locks some scope of this client holds, by lock name: a waiter of
-    /// this client knows such a lock is busy without asking the server.
+    /// this client knows such a lock is busy without asking the server, and
+    /// the shutdown knows what to give back.
     holders: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
+    /// Releases sent and not answered yet (see [`Releasing`]): the shutdown
+    /// waits for them.
+    releasing: AtomicUsize,
+    pub(crate) closing: Closing,
 }
 
 impl ClientCore {
@@ -61,6 +69,8 @@ impl ClientCore {
             janitor: Janitor::default(),
             next_scope: AtomicU64::new(1),
             holders: Mutex::default(),
+            releasing: AtomicUsize::new(0),
+            closing: Closing::default(),
         }
     }
 
@@ -87,11 +97,17 @@ impl ClientCore {
         self.janitor.ensure_running();
     }
 
-    /// Records `lock` as held by a scope of this client.
-    pub(crate) fn holder_insert(&self, lock: &Arc<HeldLock>) {
-        self.holders
-            .lock()
-            .insert(lock.key.name.clone(), Arc::downgrade(lock));
+    /// Records `lock` as held by a scope of this client; refuses it (false)
+    /// once the client shuts down. Decided under the holders lock, where the
+    /// shutdown begins: a lock is either recorded before it (and given back
+    /// by it) or refused.
+    pub(crate) fn holder_insert(&self, lock: &Arc<HeldLock>) -> bool {
+        let mut holders = self.holders.lock();
+        if self.closing.is_closing() {
+            return false;
+        }
+        holders.insert(lock.key.name.clone(), Arc::downgrade(lock));
+        true
     }
 
     /// Forgets `lock` as a holder (before its release is sent, so a waiter
@@ -102,8 +118,82 @@ impl ClientCore {
         if let Entry::Occupied(entry) = holders.entry(lock.key.name.clone()) {
             if std::ptr::eq(entry.get().as_ptr(), lock) {
                 entry.remove();
+                if self.closing.is_closing() {
+                    self.closing.holder_left();
+                }
             }
         }
+    }
+
+    /// Whether the client shuts down (or has shut down): it takes no new locks.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.is_closing()
+    }
+
+    /// The error of an acquisition of lock `name` refused by the shutdown.
+    pub(crate) fn shutting_down(&self, name: &str) -> LockError {
+        LockError::ShuttingDown {
+            key: name.to_owned(),
+            client: self.id.to_string(),
+        }
+    }
+
+    /// Begins the shutdown (or moves its deadline earlier, when it has
+    /// begun): from now on no lock is recorded as held, and every waiting
+    /// acquisition is woken to fail. Returns whether this call began it.
+    pub(crate) fn begin_shutdown(&self, deadline: Option<Instant>) -> bool {
+        let holders = self.holders.lock();
+        let began = self.closing.begin(deadline, || {
+            holders
+                .values()
+                .filter(|lock| lock.strong_count() > 0)
+                .cloned()
+                .collect()
+        });
+        drop(holders);
+        if began {
+            self.closing.wake_waiters();
+        }
+        began
+    }
+
+    /// How many locks scopes of this client still hold (or have not given
+    /// back yet).
+    pub(crate) fn holder_count(&self) -> usize {
+        self.holders
+            .lock()
+            .values()
+            .filter(|lock| lock.strong_count() > 0)
+            .count()
+    }
+
+    /// Counts a release in flight until the returned value is dropped.
+    pub(crate) fn releasing(&self) -> Releasing<'_> {
+        self.releasing.fetch_add(1, Ordering::AcqRel);
+        Releasing(self)
+    }
+
+    /// How many releases are in flight.
+    pub(crate) fn releases_in_flight(&self) -> usize {
+        self.releasing.load(Ordering::Acquire)
+    }
+
+    /// Takes every lock scopes of this client still hold off the holders
+    /// list (the shutdown gives them back).
+    pub(crate) fn take_holders(&self) -> Vec<Arc<HeldLock>> {
+        self.holders
+            .lock()
+            .drain()
+            .filter_map(|(_, lock)| lock.upgrade())
+            .collect()
+    }
+
+    /// Stops the background work that must not outlive a shutdown for good:
+    /// the watchdog (nothing is renewed any more) and the backend's wake-up
+    /// subscribers. Background releases still run when queued.
+    pub(crate) fn stop_background(&self) {
+        self.watchdog.stop();
+        self.backend.shut_down();
     }
 
     /// The lock named `name` when a scope of this client holds it (lease
@@ -111,6 +201,18 @@ impl ClientCore {
     pub(crate) fn held_elsewhere(&self, name: &str, owner: &str) -> Option<Arc<HeldLock>> {
         let holder = self.holders.lock().get(name)?.upgrade()?;
         (&*holder.owner != owner && holder.is_held()).then_some(holder)
+    }
+}
+
+/// A release in flight (see [`ClientCore::releasing`]).
+pub(crate) struct Releasing<'a>(&'a ClientCore);
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        let before = self.0.releasing.fetch_sub(1, Ordering::AcqRel);
+        if before == 1 && self.0.closing.is_closing() {
+            self.0.closing.holder_left();
+        }
     }
 }
 

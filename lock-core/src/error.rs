@@ -44,6 +44,18 @@ pub enum LockError {
         /// The lock name.
         key: String,
     },
+    /// The client is shutting down (or has shut down, see
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown)): it takes no new
+    /// locks. An acquisition that was waiting when the shutdown began gets
+    /// this at once, not at the end of its wait. Not worth retrying on this
+    /// client.
+    #[error("lock `{key}` not taken: lock client {client} is shutting down")]
+    ShuttingDown {
+        /// The lock name.
+        key: String,
+        /// The id of the client (see [`LockClient::id`](crate::LockClient::id)).
+        client: String,
+    },
     /// The lock name is empty or too long.
     #[error("invalid lock name `{key}`: {reason}")]
     InvalidKey {
@@ -139,6 +151,7 @@ impl LockError {
             | LockError::TimedOut { key, .. }
             | LockError::LeaseLost { key, .. }
             | LockError::NotHeld { key }
+            | LockError::ShuttingDown { key, .. }
             | LockError::InvalidKey { key, .. }
             | LockError::InvalidConfig { key, .. }
             | LockError::WrongType { key, .. }

@@ -75,8 +75,10 @@ impl LockGuard {
     }
 
     /// Resolves when the lease is lost: the watchdog found the lock deleted or
-    /// taken over, or the lease ran out on the local clock before a renewal
-    /// (or, with a fixed lease, at all). It fires by that local deadline
+    /// taken over, the lease ran out on the local clock before a renewal
+    /// (or, with a fixed lease, at all), or the client's
+    /// [`shutdown`](crate::LockClient::shutdown) took the lock at the end of
+    /// its grace period. It fires by that local deadline
     /// even while a renewal is still in flight (a server that hangs). Use it to stop work that must not outlive the
     /// lock, e.g. in a `tokio::select!` next to the work.
     ///
@@ -158,9 +160,11 @@ impl LockGuard {
     /// released with the last).
     ///
     /// Returns [`LockError::LeaseLost`] when the lease was lost while the
-    /// guard lived and [`LockError::NotHeld`] when the server no longer had
-    /// the lock under this owner; in both cases mutual exclusion may have been
-    /// broken and nothing of another owner was deleted. On a backend error the
+    /// guard lived (also when the client's
+    /// [`shutdown`](crate::LockClient::shutdown) took the lock at the end of
+    /// its grace period) and [`LockError::NotHeld`] when the server no longer
+    /// had the lock under this owner; in both cases mutual exclusion may have
+    /// been broken and nothing of another owner was deleted. On a backend error the
     /// release is retried in the background until the lease would expire.
     ///
     /// # Cancel safety
@@ -171,6 +175,11 @@ impl LockGuard {
         let lock = self.lock.clone();
         if !self.scope.drop_hold(&lock) {
             return lock.lost_error().map_or(Ok(()), Err);
+        }
+        if lock.is_surrendered() {
+            // The client's shutdown took the lock at the end of its grace
+            // period and gives it back itself.
+            return Err(self.lost_reason());
         }
         // Dropping this future half way finishes the release in the
         // background (no task per release on the normal path).

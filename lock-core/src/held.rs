@@ -47,6 +47,9 @@ struct Status {
     /// the last successful acquire or renewal was *sent*, plus the lease,
     /// minus a drift allowance. Once passed, the lock is lost for good.
     valid_until: Instant,
+    /// The client's shutdown took the lock from its holder and gives it back
+    /// in the backend: the guard's own release has nothing left to send.
+    surrendered: bool,
 }
 
 /// One lock held by one owner.
@@ -86,6 +89,7 @@ impl HeldLock {
             status: Mutex::new(Status {
                 state: HoldState::Held,
                 valid_until: lease::valid_until(sent, lease.duration()),
+                surrendered: false,
             }),
             lost: Notify::new(),
         }
@@ -138,6 +142,27 @@ impl HeldLock {
         self.lost.notify_waiters();
     }
 
+    /// Takes the lock from its holder because the client shuts down: marks
+    /// it lost (`reason`, unless it was lost already) and surrendered, so
+    /// that its guard's release sends nothing (the shutdown gives it back).
+    pub(crate) fn surrender(&self, reason: &'static str) {
+        {
+            let mut status = self.status.lock();
+            status.surrendered = true;
+            if status.state != HoldState::Held {
+                return;
+            }
+            status.state = HoldState::Lost(reason);
+        }
+        tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
+        self.lost.notify_waiters();
+    }
+
+    /// Whether the client's shutdown took the lock (see [`surrender`](HeldLock::surrender)).
+    pub(crate) fn is_surrendered(&self) -> bool {
+        self.status.lock().surrendered
+    }
+
     /// Marks a lock whose lease ran out on the local clock as lost; returns
     /// whether it is lost.
     pub(crate) fn check_deadline(&self) -> bool {
@@ -162,8 +187,13 @@ impl HeldLock {
         }
     }
 
+    /// Marks a held lock released. A lost lock stays lost: a `lost()` woken
+    /// by its loss must still find it lost when it runs.
     pub(crate) fn mark_released(&self) {
-        self.status.lock().state = HoldState::Released;
+        let mut status = self.status.lock();
+        if status.state == HoldState::Held {
+            status.state = HoldState::Released;
+        }
     }
 
     /// Resolves when the lease is lost: marked lost, or its local deadline
@@ -239,6 +269,30 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         lock.renewed(sent + Duration::from_millis(900));
         assert!(!lock.is_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_surrendered_lock_is_lost_and_tells_its_waiters() {
+        let lock = Arc::new(held(Lease::Watchdog(Duration::from_secs(30))));
+        let waiting = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lost().await }
+        });
+        tokio::task::yield_now().await;
+        lock.surrender("the client shut down");
+        tokio::time::timeout(Duration::from_millis(10), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!lock.is_held());
+        assert!(lock.is_surrendered());
+        assert!(matches!(
+            lock.lost_error(),
+            Some(LockError::LeaseLost {
+                reason: "the client shut down",
+                ..
+            })
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,8 @@
 //! starts a task there that runs the unfinished jobs again from the start
 //! (every job is safe to repeat). A job queued where there is no runtime at
 //! all (a guard dropped after its runtime shut down) waits for the next one.
+//! A client's shutdown waits (bounded) for the jobs to finish; jobs queued
+//! after it still run (they only delete this client's own entries).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -30,6 +32,8 @@ pub(crate) struct Janitor {
 struct Shared {
     jobs: Mutex<Jobs>,
     added: Notify,
+    /// Woken when the last pending job finished.
+    drained: Notify,
     task: Supervised,
 }
 
@@ -74,6 +78,23 @@ impl Janitor {
         self.shared.task.ensure(move || run(shared));
     }
 
+    /// Resolves when no job is pending (starting the task on this runtime
+    /// when jobs wait for one). Jobs queued meanwhile are waited for too.
+    pub(crate) async fn idle(&self) {
+        loop {
+            // Created before the check: a drain after it still wakes us.
+            let drained = self.shared.drained.notified();
+            {
+                let jobs = self.shared.jobs.lock();
+                if jobs.pending.is_empty() {
+                    return;
+                }
+                self.start(&jobs);
+            }
+            drained.await;
+        }
+    }
+
     /// Jobs not finished yet.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
@@ -109,7 +130,11 @@ async fn run(shared: Weak<Shared>) {
         tokio::select! {
             Some(id) = running.next() => {
                 started.remove(&id);
-                strong.jobs.lock().pending.remove(&id);
+                let mut jobs = strong.jobs.lock();
+                jobs.pending.remove(&id);
+                if jobs.pending.is_empty() {
+                    strong.drained.notify_waiters();
+                }
             }
             () = added => {}
         }
@@ -158,6 +183,29 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(400)).await;
         });
         assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert_eq!(janitor.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_waits_for_every_pending_job() {
+        let janitor = Janitor::default();
+        janitor.idle().await; // nothing pending
+        let done = Arc::new(AtomicUsize::new(0));
+        for delay in [30, 60] {
+            let done = done.clone();
+            janitor.spawn(Box::new(move || {
+                let done = done.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                .boxed()
+            }));
+        }
+        tokio::time::timeout(Duration::from_secs(2), janitor.idle())
+            .await
+            .unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 2);
         assert_eq!(janitor.pending(), 0);
     }
 

@@ -24,6 +24,10 @@
 //!   should check it.
 //! - **Cancel safety.** Dropping an acquire future never leaks the lock;
 //!   dropping a guard releases it in the background.
+//! - **Graceful shutdown.** [`LockClient::shutdown`] refuses new locks, wakes
+//!   the waiters, lets the holders finish within a grace period, then
+//!   releases what they still hold and stops the background work, so a
+//!   process that exits leaves no lock behind for the rest of its lease.
 //!
 //! Backends: one Redis node ([`LockClient::connect`]), a master found and
 //! followed through Sentinel ([`LockClient::sentinel`]), Redis Cluster
@@ -46,10 +50,11 @@
 //! ```text
 //! client.rs  lock.rs  guard.rs  multi.rs  global.rs  current.rs     public API
 //!     |         |        |         |
+//!  shutdown.rs  |        |         |                                graceful shutdown
 //!     |      acquire.rs  release.rs                                 the protocol: attempt, wait,
 //!     |         |   \      |                                        rollback; last release, hand-off
 //!     |         |    scope.rs                                       owners, reentrancy per call chain
-//!     +----> core.rs (id, settings, holders) -------+
+//!     +----> core.rs (id, settings, holders, closing.rs) ---+       closing.rs: the shutdown's state
 //!               |            |                       |
 //!           watchdog.rs   janitor.rs    held.rs     wake.rs         renewal; background cleanup;
 //!               |            |                                      a held lock's state; waiters
@@ -69,7 +74,11 @@
 //! `HeldLock`, recorded in the scope and, in watchdog mode, tracked by the
 //! watchdog -> a [`LockGuard`]. Its release: `release::release_last` ->
 //! `Backend::release` (`HDEL` + `PUBLISH`) and a local hand-off to a waiter
-//! of this client; a dropped guard's release is a `janitor` job.
+//! of this client; a dropped guard's release is a `janitor` job. A shutdown:
+//! [`LockClient::shutdown`] -> `shutdown::shutdown` (refuses new locks and
+//! wakes the waiters through `closing.rs`) -> its driver task: the grace
+//! period, then `release::give_back` of every lock still held, the janitor
+//! drained, the watchdog and the subscribers stopped.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
 // No panics in library code, on any input or runtime state (tests may).
@@ -90,6 +99,7 @@
 mod acquire;
 mod backend;
 mod client;
+mod closing;
 mod core;
 mod current;
 mod error;
@@ -104,6 +114,7 @@ mod multi;
 mod name;
 mod release;
 mod scope;
+mod shutdown;
 mod slot;
 mod sync;
 mod task;
@@ -115,6 +126,7 @@ pub use client::{
     ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT,
 };
+pub use closing::ShutdownReport;
 pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError, NodeAnswer};
 pub use global::{global_client, set_global_client};

@@ -83,8 +83,11 @@ impl Lock {
     /// Errors: [`LockError::Busy`] when it is held and no wait was asked for,
     /// [`LockError::TimedOut`] after the wait, [`LockError::InvalidKey`] /
     /// [`LockError::InvalidConfig`] for a bad name or lease,
-    /// [`LockError::WrongType`] when its Redis key holds something else, and
-    /// [`LockError::Backend`] when Redis fails or does not answer in time.
+    /// [`LockError::WrongType`] when its Redis key holds something else,
+    /// [`LockError::Backend`] when Redis fails or does not answer in time, and
+    /// [`LockError::ShuttingDown`] once the client's
+    /// [`shutdown`](crate::LockClient::shutdown) has begun (also for a wait
+    /// under way then).
     ///
     /// Inside the [`scope`](LockGuard::scope) of a guard of this client, the
     /// lock is acquired as that guard's owner: a lock already held there is

@@ -1,7 +1,8 @@
 //! Release: the last hold of a lock gives it back in the backend (waking
 //! the next waiter, in one round trip when it is a waiter of this client),
 //! and a release that could not finish (a dropped guard, a dropped release
-//! future, a backend error) is finished in the background.
+//! future, a backend error) is finished in the background. A lock that the
+//! client's shutdown took from its holder is given back by the shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,30 +23,8 @@ pub(crate) async fn release_last(
     lock: &HeldLock,
     resent: bool,
 ) -> Result<(), LockError> {
-    core.watchdog.forget(lock);
-    // Waiters of this client wait for this release's wake-up instead of
-    // racing to the server when the holder is forgotten.
-    core.backend.expect_wake(&lock.key, true);
-    core.holder_remove(lock);
     let lost = lock.lost_error();
-    let mut release = std::pin::pin!(core.backend.release(&lock.key, &lock.owner));
-    let mut first_poll = true;
-    let result = std::future::poll_fn(|cx| {
-        let poll = release.as_mut().poll(cx);
-        if std::mem::take(&mut first_poll) && poll.is_pending() {
-            // The release is queued on the multiplexed connection: a waiter
-            // of this client woken now queues its attempt behind it, so the
-            // lock changes hands in one round trip instead of release,
-            // message, attempt. (Should the attempt overtake the release
-            // after all, it is only a failed attempt.)
-            core.backend.wake_local(&lock.key);
-        }
-        poll
-    })
-    .await;
-    if !matches!(result, Ok(true)) {
-        core.backend.expect_wake(&lock.key, false);
-    }
+    let result = give_back(core, lock).await;
     lock.mark_released();
     match result {
         Ok(true) => {
@@ -66,9 +45,52 @@ pub(crate) async fn release_last(
     }
 }
 
+/// Gives `lock` back in the backend: stops renewing it, forgets it as a
+/// holder, and deletes it when its owner still holds it (waking the next
+/// waiter). Returns whether it deleted it.
+pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool, LockError> {
+    // Counted from before the holder is forgotten until the answer (or
+    // until this future is dropped): a shutdown waits for it.
+    let _releasing = core.releasing();
+    core.watchdog.forget(lock);
+    // Waiters of this client wait for this release's wake-up instead of
+    // racing to the server when the holder is forgotten.
+    core.backend.expect_wake(&lock.key, true);
+    core.holder_remove(lock);
+    let mut release = std::pin::pin!(core.backend.release(&lock.key, &lock.owner));
+    let mut first_poll = true;
+    let result = std::future::poll_fn(|cx| {
+        let poll = release.as_mut().poll(cx);
+        if std::mem::take(&mut first_poll) && poll.is_pending() {
+            // The release is queued on the multiplexed connection: a waiter
+            // of this client woken now queues its attempt behind it, so the
+            // lock changes hands in one round trip instead of release,
+            // message, attempt. (Should the attempt overtake the release
+            // after all, it is only a failed attempt.)
+            core.backend.wake_local(&lock.key);
+        }
+        poll
+    })
+    .await;
+    if !matches!(result, Ok(true)) {
+        core.backend.expect_wake(&lock.key, false);
+    }
+    result
+}
+
 /// Finishes the release of `lock` in the background (a janitor job),
 /// retrying transient errors until the lease would have run out anyway.
+/// Nothing to do for a lock the client's shutdown took over.
 pub(crate) fn release_in_background(core: &Arc<ClientCore>, lock: Arc<HeldLock>, resent: bool) {
+    if lock.is_surrendered() {
+        return;
+    }
+    retry_in_background(core, lock, resent);
+}
+
+/// Releases `lock` in the background, retrying transient errors until the
+/// lease would have run out anyway.
+pub(crate) fn retry_in_background(core: &Arc<ClientCore>, lock: Arc<HeldLock>, resent: bool) {
     let job_core = core.clone();
     core.janitor.spawn(Box::new(move || {
         let (core, lock) = (job_core.clone(), lock.clone());

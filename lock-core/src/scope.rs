@@ -119,14 +119,23 @@ impl Scope {
     /// lock the scope now holds and whether this was its first hold (decided
     /// under the scope's lock, so exactly one of two sibling acquisitions of
     /// the same lock is first; the other gets a hold on the first's lock).
-    pub(crate) fn insert(&self, lock: Arc<HeldLock>) -> (Arc<HeldLock>, bool) {
+    /// A first hold is recorded only when `admit` (called under the scope's
+    /// lock) accepts it; otherwise nothing is, and the result is `None`.
+    pub(crate) fn insert(
+        &self,
+        lock: Arc<HeldLock>,
+        admit: impl FnOnce(&Arc<HeldLock>) -> bool,
+    ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
         if let Some(existing) = state.live(&lock.key.name) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
-            return (existing, false);
+            return Some((existing, false));
+        }
+        if !admit(&lock) {
+            return None;
         }
         state.locks.entry(lock.key.name.clone()).or_default().held = Arc::downgrade(&lock);
-        (lock, true)
+        Some((lock, true))
     }
 
     /// Whether this scope holds `name` or is acquiring it: a grant to this
@@ -204,14 +213,22 @@ mod tests {
     #[tokio::test]
     async fn of_two_sibling_grants_of_one_lock_exactly_one_is_first() {
         let scope = Scope::new("c".into(), "c:1".into());
-        let (a, first_a) = scope.insert(lock("x"));
-        let (b, first_b) = scope.insert(lock("x"));
+        let (a, first_a) = scope.insert(lock("x"), |_| true).unwrap();
+        let (b, first_b) = scope.insert(lock("x"), |_| true).unwrap();
         assert!(first_a && !first_b);
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.holds.load(Ordering::Acquire), 2);
         assert!(!scope.drop_hold(&a));
         assert!(scope.drop_hold(&a));
         assert!(!scope.claims("x"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_first_hold_is_not_recorded() {
+        let scope = Scope::new("c".into(), "c:1".into());
+        assert!(scope.insert(lock("x"), |_| false).is_none());
+        assert!(!scope.claims("x"));
+        assert!(scope.reenter("x").is_none());
     }
 
     #[tokio::test]

@@ -5,7 +5,8 @@
 //! runtime was dropped, or it panicked. Dropping the `Supervised` stops it.
 //! The task's state must therefore live outside the task (in the structure
 //! that owns the `Supervised`), so that a restarted task picks up where the
-//! gone one stopped.
+//! gone one stopped. [`stop`](Supervised::stop) ends it for good (the client
+//! shut down): it is not started again.
 
 use std::future::Future;
 
@@ -17,34 +18,45 @@ use crate::sync::Mutex;
 /// The owner of one background task.
 #[derive(Debug, Default)]
 pub(crate) struct Supervised {
-    task: Mutex<Option<JoinHandle<()>>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    task: Option<JoinHandle<()>>,
+    /// Stopped for good: never started again.
+    stopped: bool,
 }
 
 impl Supervised {
     /// Makes sure the task runs: spawns `start()` on the current runtime
     /// when it has never run, or its task is gone. Returns false when there
     /// is no runtime to run it on (the caller's work then waits until a later
-    /// call from inside a runtime).
+    /// call from inside a runtime), or when the task was stopped for good.
     pub(crate) fn ensure<F, Fut>(&self, start: F) -> bool
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let mut task = self.task.lock();
-        if task.as_ref().is_some_and(|task| !task.is_finished()) {
+        let mut state = self.state.lock();
+        if state.stopped {
+            return false;
+        }
+        if state.task.as_ref().is_some_and(|task| !task.is_finished()) {
             return true;
         }
         let Ok(runtime) = Handle::try_current() else {
             return false;
         };
-        *task = Some(runtime.spawn(start()));
+        state.task = Some(runtime.spawn(start()));
         true
     }
 
     /// Whether the task runs now.
     pub(crate) fn is_running(&self) -> bool {
-        self.task
+        self.state
             .lock()
+            .task
             .as_ref()
             .is_some_and(|task| !task.is_finished())
     }
@@ -53,13 +65,23 @@ impl Supervised {
     /// that the next [`ensure`](Supervised::ensure) starts a new one. Called
     /// by the task, under the owner's own lock, right before it returns.
     pub(crate) fn finished(&self) {
-        self.task.lock().take();
+        self.state.lock().task.take();
+    }
+
+    /// Stops the task for good (at its current `.await`): later calls of
+    /// [`ensure`](Supervised::ensure) start nothing.
+    pub(crate) fn stop(&self) {
+        let mut state = self.state.lock();
+        state.stopped = true;
+        if let Some(task) = state.task.take() {
+            task.abort();
+        }
     }
 }
 
 impl Drop for Supervised {
     fn drop(&mut self) {
-        if let Some(task) = self.task.lock().take() {
+        if let Some(task) = self.state.lock().task.take() {
             task.abort();
         }
     }
@@ -122,5 +144,21 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_task_is_not_started_again() {
+        let task = Supervised::default();
+        assert!(task.ensure(std::future::pending::<()>));
+        task.stop();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!task.is_running());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        assert!(!task.ensure(move || async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 }

@@ -4,8 +4,8 @@
 //! The driver is a [`Supervised`] task: it runs on the runtime of the code
 //! that holds the locks, is started again there when its task is gone (a
 //! dropped runtime, a panic), and stops when it has no lock left or the
-//! client is gone. The list of locks lives here, not in the task, so a new
-//! driver picks them all up. A lock's loss does not wait for a renewal
+//! client is gone (or shut down). The list of locks lives here, not in the
+//! task, so a new driver picks them all up. A lock's loss does not wait for a renewal
 //! round: `HeldLock::lost` fires at the local lease deadline by itself.
 
 use std::collections::HashMap;
@@ -75,6 +75,14 @@ impl Watchdog {
     /// Stops renewing `lock`; returns whether it was being renewed.
     pub(crate) fn forget(&self, lock: &HeldLock) -> bool {
         self.shared.locks.lock().remove(&lock.id).is_some()
+    }
+
+    /// Stops renewing for good (the client shut down): the driver ends and
+    /// is never started again.
+    pub(crate) fn stop(&self) {
+        let mut locks = self.shared.locks.lock();
+        locks.clear();
+        self.shared.driver.stop();
     }
 
     /// How many locks are renewed.

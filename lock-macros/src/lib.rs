@@ -51,9 +51,10 @@ mod template;
 /// - `lease = "30s"`: a fixed lease, not renewed; absent: watchdog mode.
 /// - `on_busy = error` (default): the function returns
 ///   `Result<T, E>` with `E: From<LockError>` and a busy lock (or any lock
-///   error) is returned as `Err`. `on_busy = skip`: a busy lock returns
-///   `Default::default()` (`()`, `None`, ... or `Ok(Default::default())`
-///   for a `Result`) without running the body. Any other lock error (the
+///   error) is returned as `Err`. `on_busy = skip`: a busy lock (or a lock
+///   client that is shutting down) returns `Default::default()` (`()`,
+///   `None`, ... or `Ok(Default::default())` for a `Result`) without running
+///   the body. Any other lock error (the
 ///   backend down or not answering, a bad key) is returned as `Err` by a
 ///   function that returns a `Result` (so `Result<Option<T>, E>` tells busy,
 ///   `Ok(None)`, from failed, `Err`); a function that returns no `Result`

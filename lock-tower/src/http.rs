@@ -109,6 +109,10 @@ const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 /// Logs a lock failure: busy is routine, the others are worth a look.
 pub(crate) fn log_failure(error: &LockError, failure: Failure) {
     match failure {
+        // A shutdown is routine too: the service is going away on purpose.
+        _ if matches!(error, LockError::ShuttingDown { .. }) => {
+            tracing::debug!(key = error.key(), error = %error, "request not locked: shutting down")
+        }
         Failure::Busy | Failure::BadKey => {
             tracing::debug!(key = error.key(), error = %error, "request not locked")
         }
@@ -126,6 +130,9 @@ pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String 
         Failure::Unavailable => match error {
             LockError::LeaseLost { .. } => {
                 format!("lock `{key}` could not be kept; retry later")
+            }
+            LockError::ShuttingDown { .. } => {
+                format!("lock `{key}` is unavailable: the service is shutting down")
             }
             _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
         },

@@ -180,8 +180,9 @@ impl<K> LockLayer<K, Http> {
         self
     }
 
-    /// The status when the lock backend did not answer or failed, or the
-    /// lock could not be kept (default `503 Service Unavailable`).
+    /// The status when the lock backend did not answer or failed, the lock
+    /// could not be kept, or the lock client is shutting down
+    /// (`LockError::ShuttingDown`; default `503 Service Unavailable`).
     pub fn unavailable_status(mut self, status: StatusCode) -> Self {
         self.http_rejection(|r| r.unavailable.status = status);
         self

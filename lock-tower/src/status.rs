@@ -40,7 +40,8 @@ impl Failure {
             | LockError::QuorumNotReached { .. }
             | LockError::Connect { .. }
             | LockError::Authentication { .. }
-            | LockError::LeaseLost { .. } => Failure::Unavailable,
+            | LockError::LeaseLost { .. }
+            | LockError::ShuttingDown { .. } => Failure::Unavailable,
             LockError::NotHeld { .. }
             | LockError::InvalidConfig { .. }
             | LockError::WrongType { .. }
@@ -79,7 +80,7 @@ impl Failure {
 /// |---|---|
 /// | `Busy`, `TimedOut` (held by another owner, after the wait) | `409 Conflict` |
 /// | `Backend`, `Connect`, `QuorumNotReached`, `Authentication` (the backend did not answer or failed) | `503 Service Unavailable` |
-/// | `LeaseLost` (the lock could not be kept) | `503 Service Unavailable` |
+/// | `LeaseLost` (the lock could not be kept), `ShuttingDown` (the client is shutting down) | `503 Service Unavailable` |
 /// | `InvalidKey` (the name from the request is not acceptable) | `400 Bad Request` |
 /// | `NotHeld`, `InvalidConfig`, `WrongType`, `HeldByOtherClient` (a layer and a handler given different clients) | `500 Internal Server Error` |
 /// | a variant added to `LockError` later (it is `#[non_exhaustive]`) | `503` when [`LockError::is_backend`] is true, else `500` |
@@ -195,6 +196,14 @@ mod tests {
                 },
                 StatusCode::INTERNAL_SERVER_ERROR,
                 13,
+            ),
+            (
+                LockError::ShuttingDown {
+                    key: key(),
+                    client: "a".into(),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
             ),
             (
                 LockError::HeldByOtherClient {

@@ -14,6 +14,9 @@ use tokio::time::Instant;
 mod edges;
 #[allow(unused_imports)] // binaries that use only some of the suite (macro_redis.rs)
 pub use edges::*;
+mod shutdown;
+#[allow(unused_imports)]
+pub use shutdown::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {
@@ -112,6 +115,10 @@ macro_rules! behaviour_suite {
             edges_odd_lock_names_work_end_to_end,
             edges_bad_names_get_typed_errors_everywhere,
             edges_siblings_first_acquiring_in_one_scope_are_renewed,
+            shutdown_releases_locks_for_other_clients,
+            shutdown_wakes_waiters_at_once,
+            shutdown_grace_lets_bodies_finish,
+            shutdown_refuses_new_locks_and_stops_renewing,
         );
     };
 }

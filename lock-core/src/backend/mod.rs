@@ -114,6 +114,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// wake one of this client's waiters now, so its attempt follows it.
     fn wake_local(&self, _key: &LockKey) {}
 
+    /// Stops the backend's background work (wake-up subscribers) for good:
+    /// the client shut down and has no waiters any more.
+    fn shut_down(&self) {}
+
     /// What the backend knows about `key`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;
 

@@ -454,6 +454,10 @@ impl Backend for ClusterBackend {
         self.waiters.wake_local(&key.channel);
     }
 
+    fn shut_down(&self) {
+        self.subscriber.stop();
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         async move {
             // The lock's keys share a slot: the pipeline goes to its master.

@@ -327,6 +327,12 @@ impl Backend for RedlockBackend {
         None
     }
 
+    fn shut_down(&self) {
+        for node in &self.nodes {
+            Backend::shut_down(node);
+        }
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedlockBackend::inspect(self, key).boxed()
     }

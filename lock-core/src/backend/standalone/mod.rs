@@ -426,6 +426,10 @@ impl Backend for RedisBackend {
         self.waiters.wake_local(&key.channel);
     }
 
+    fn shut_down(&self) {
+        self.subscriber.stop();
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedisBackend::inspect(self, key).boxed()
     }
