@@ -95,6 +95,7 @@ impl ClientCore {
     pub(crate) fn ensure_background(&self) {
         self.watchdog.ensure_running();
         self.janitor.ensure_running();
+        self.backend.ensure_running();
     }
 
     /// Records `lock` as held by a scope of this client; refuses it (false)

@@ -114,8 +114,15 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// wake one of this client's waiters now, so its attempt follows it.
     fn wake_local(&self, _key: &LockKey) {}
 
-    /// Stops the backend's background work (wake-up subscribers) for good:
-    /// the client shut down and has no waiters any more.
+    /// (Re)starts the backend's own background work that must run whether
+    /// or not anyone waits (Sentinel: following the sentinels' announcements)
+    /// on the runtime in use; called with the client's other background work
+    /// on every acquisition. Cheap while it runs.
+    fn ensure_running(&self) {}
+
+    /// Stops the backend's background work (wake-up subscribers, the
+    /// Sentinel watcher) for good: the client shut down and has no waiters
+    /// any more.
     fn shut_down(&self) {}
 
     /// What the backend knows about `key`.

@@ -163,7 +163,6 @@ impl RedisBackend {
             }
             _ => (pipe, count, self.settings.response_timeout),
         };
-        self.ensure_watcher();
         let scripts = self.scripts.all();
         let node = self.cell.get();
         let mut conn = node.conn.clone();
@@ -426,8 +425,13 @@ impl Backend for RedisBackend {
         self.waiters.wake_local(&key.channel);
     }
 
+    fn ensure_running(&self) {
+        self.ensure_watcher();
+    }
+
     fn shut_down(&self) {
         self.subscriber.stop();
+        self.watcher.stop();
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {

@@ -247,6 +247,12 @@ impl Follower {
         self.resolve_and_move(current).await
     }
 
+    /// Asks the sentinels and moves when the master changed.
+    async fn resolve_now(&self) {
+        let _one = self.resolving.lock().await;
+        self.resolve_and_move(self.cell.get()).await;
+    }
+
     async fn resolve_and_move(&self, current: Arc<Node>) -> Arc<Node> {
         match self.sentinel.resolve(&self.settings).await {
             Ok(client) => self.move_to(current, client).await,
@@ -282,10 +288,11 @@ impl Follower {
     /// Follows the sentinels' `+switch-master` announcements (of every
     /// sentinel: one that has not learned of a failover yet says nothing) for
     /// as long as the backend lives (its `Supervised` handle aborts the
-    /// task): moves to each announced master, and after every
-    /// (re)subscription asks the sentinels once, for a switch announced while
-    /// no subscription ran.
+    /// task): moves to each announced master. The sentinels are asked once
+    /// when the task starts (again after its runtime was gone) and after a
+    /// lost subscription, for a switch announced while none listened.
     pub(crate) async fn watch(self: Arc<Self>) {
+        self.resolve_now().await;
         let watchers = self
             .sentinel
             .sentinels
@@ -296,13 +303,13 @@ impl Follower {
 
     async fn watch_one(&self, sentinel: &redis::Client) {
         let mut backoff = Duration::from_millis(100);
+        let mut first = true;
         loop {
             match Sentinel::subscribe(sentinel, &self.settings).await {
                 Ok(mut stream) => {
                     backoff = Duration::from_millis(100);
-                    {
-                        let _one = self.resolving.lock().await;
-                        self.resolve_and_move(self.cell.get()).await;
+                    if !std::mem::take(&mut first) {
+                        self.resolve_now().await;
                     }
                     while let Some(message) = stream.next().await {
                         let Ok(payload) = message.get_payload::<String>() else {
