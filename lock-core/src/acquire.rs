@@ -41,7 +41,7 @@ pub(crate) async fn acquire(
     core.ensure_background();
     let scope = match Scope::current(&core.id) {
         Some(scope) => {
-            if let Some(lock) = scope.reenter(&key.name) {
+            if let Some(lock) = scope.reenter(&key.id) {
                 if !lock.is_held() {
                     scope.drop_hold(&lock); // not the last: the outer guard holds one
                     return Err(LockError::LeaseLost {
@@ -117,7 +117,7 @@ impl Request<'_> {
         // A lock that another scope of this client holds is busy: a waiter
         // need not ask the server until that holder releases it (its release
         // wakes us) or its lease runs out on the local clock.
-        let held_here = waits && core.held_elsewhere(&key.name, &self.scope.owner).is_some();
+        let held_here = waits && core.held_elsewhere(&key.id, &self.scope.owner).is_some();
         let first = if waiter.is_none() && !held_here {
             match self.attempt().await {
                 Ok(Ok(lock)) => return Ok(lock),
@@ -181,7 +181,7 @@ impl Request<'_> {
             // hold the lock was not sent by that holder (it forgets itself
             // before its release goes out): the lock was deleted behind its
             // back (force-released, expired): ask the server once.
-            let local = match core.held_elsewhere(&key.name, &self.scope.owner) {
+            let local = match core.held_elsewhere(&key.id, &self.scope.owner) {
                 Some(_) if std::mem::take(&mut woken) => None,
                 holder => holder,
             };
@@ -257,7 +257,7 @@ impl Request<'_> {
             // scope (or the attempt is over): a rollback of an abandoned
             // grant of this scope meanwhile would delete what this attempt
             // takes over.
-            claim: Some(self.scope.attempting(&self.key.name)),
+            claim: Some(self.scope.attempting(&self.key.id)),
             lease: self.lease.duration(),
             armed: true,
             uncertain: false,
@@ -375,7 +375,7 @@ async fn rollback(
         // connection) happen under the scope's lock: an acquisition of the
         // scope that starts after the check is queued after the rollback.
         let first = std::future::poll_fn(|cx| {
-            Poll::Ready(scope.if_unclaimed(&key.name, || sent.as_mut().poll(cx)))
+            Poll::Ready(scope.if_unclaimed(&key.id, || sent.as_mut().poll(cx)))
         })
         .await;
         let outcome = match first {

@@ -17,11 +17,20 @@ use crate::backend::Backend;
 use crate::closing::Closing;
 use crate::held::HeldLock;
 use crate::janitor::Janitor;
-use crate::name::LockKey;
+use crate::name::{Kind, LockKey};
 use crate::scope::Scope;
 use crate::sync::Mutex;
 use crate::watchdog::Watchdog;
 use crate::LockError;
+
+/// A holder among a client's holders: the lock's id, and the owner for a
+/// primitive many owners hold at once (reads, permits).
+type HolderId = (Arc<str>, Option<Arc<str>>);
+
+fn holder_id(lock: &HeldLock) -> HolderId {
+    let owner = matches!(lock.key.kind, Kind::Read | Kind::Permits { .. }).then(|| lock.owner.clone());
+    (lock.key.id.clone(), owner)
+}
 
 pub(crate) struct ClientCore {
     pub(crate) id: Arc<str>,
@@ -42,7 +51,7 @@ pub(crate) struct ClientCore {
     /// The locks some scope of this client holds, by lock name: a waiter of
     /// this client knows such a lock is busy without asking the server, and
     /// the shutdown knows what to give back.
-    holders: Mutex<HashMap<Arc<str>, Weak<HeldLock>>>,
+    holders: Mutex<HashMap<HolderId, Weak<HeldLock>>>,
     /// Releases sent and not answered yet (see [`Releasing`]): the shutdown
     /// waits for them.
     releasing: AtomicUsize,
@@ -79,6 +88,11 @@ impl ClientCore {
         LockKey::new(&self.prefix, name)
     }
 
+    /// The keys of `kind` of the family named `name`.
+    pub(crate) fn key_of(&self, name: &str, kind: Kind) -> Result<LockKey, LockError> {
+        LockKey::of_kind(&self.prefix, name, kind)
+    }
+
     /// A new outermost scope, with a fresh owner id `<client-id>:<n>`.
     pub(crate) fn new_scope(&self) -> Arc<Scope> {
         let n = self.next_scope.fetch_add(1, Ordering::Relaxed);
@@ -107,7 +121,7 @@ impl ClientCore {
         if self.closing.is_closing() {
             return false;
         }
-        holders.insert(lock.key.name.clone(), Arc::downgrade(lock));
+        holders.insert(holder_id(lock), Arc::downgrade(lock));
         true
     }
 
@@ -116,7 +130,7 @@ impl ClientCore {
     pub(crate) fn holder_remove(&self, lock: &HeldLock) {
         let mut holders = self.holders.lock();
         // One lookup (this runs on every release).
-        if let Entry::Occupied(entry) = holders.entry(lock.key.name.clone()) {
+        if let Entry::Occupied(entry) = holders.entry(holder_id(lock)) {
             if std::ptr::eq(entry.get().as_ptr(), lock) {
                 entry.remove();
                 if self.closing.is_closing() {
@@ -199,8 +213,8 @@ impl ClientCore {
 
     /// The lock named `name` when a scope of this client holds it (lease
     /// still running on the local clock) under another owner than `owner`.
-    pub(crate) fn held_elsewhere(&self, name: &str, owner: &str) -> Option<Arc<HeldLock>> {
-        let holder = self.holders.lock().get(name)?.upgrade()?;
+    pub(crate) fn held_elsewhere(&self, id: &Arc<str>, owner: &str) -> Option<Arc<HeldLock>> {
+        let holder = self.holders.lock().get(&(id.clone(), None))?.upgrade()?;
         (&*holder.owner != owner && holder.is_held()).then_some(holder)
     }
 }

@@ -29,6 +29,16 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// 0 ms would block forever).
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
+/// How long a waiter queued on a fair lock, or a writer waiting for a
+/// read-write lock, keeps its place without showing that it is alive. A
+/// waiting acquisition refreshes its place every third of it; a waiter whose
+/// process died, hung or lost Redis leaves the queue after it, so it never
+/// blocks the others for longer.
+pub const QUEUE_PRESENCE: Duration = Duration::from_secs(5);
+
+/// How often a queued waiter refreshes its place (a third of [`QUEUE_PRESENCE`]).
+pub(crate) const QUEUE_REFRESH: Duration = Duration::from_millis(1666);
+
 /// How long an acquisition waits for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {

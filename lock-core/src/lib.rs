@@ -133,7 +133,7 @@ pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use info::{LockHolder, LockInfo};
 pub use lease::{
-    DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
+    DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE, QUEUE_PRESENCE,
 };
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};

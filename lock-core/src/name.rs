@@ -18,13 +18,81 @@ use crate::{slot, LockError};
 /// The longest lock name accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// Which primitive of the lock family a key belongs to. Each has its own
+/// keys and channel under the name's hash tag (see the README's "Redis
+/// layout"), so `lock("x")`, `fair_lock("x")`, `read_write_lock("x")` and
+/// `semaphore("x", n)` are four independent things.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// The plain lock: hash `<prefix>{name}`, field owner, value token.
+    Exclusive,
+    /// The fair lock: hash `<prefix>{name}:fair` plus its queue.
+    Fair,
+    /// A read hold of a read-write lock: zset `<prefix>{name}:rw:read`.
+    Read,
+    /// The write hold of a read-write lock: hash `<prefix>{name}:rw:write`.
+    Write,
+    /// `take` of the `total` permits of a semaphore: zset `<prefix>{name}:sem`.
+    Permits { take: u32, total: u32 },
+}
+
+impl Kind {
+    /// The suffix of the family's keys after `<prefix>{tag}`.
+    fn family(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "",
+            Kind::Fair => ":fair",
+            Kind::Read | Kind::Write => ":rw",
+            Kind::Permits { .. } => ":sem",
+        }
+    }
+
+    /// The suffix of the key that holds this kind's holders, after the family's.
+    fn holders(self) -> &'static str {
+        match self {
+            Kind::Read => ":read",
+            Kind::Write => ":write",
+            _ => "",
+        }
+    }
+
+    /// The primitive, for messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "lock",
+            Kind::Fair => "fair lock",
+            Kind::Read => "read lock",
+            Kind::Write => "write lock",
+            Kind::Permits { .. } => "semaphore",
+        }
+    }
+
+    /// Whether holders share the primitive (reads, permits), so that a
+    /// release wakes every waiter instead of one.
+    pub(crate) fn is_shared(self) -> bool {
+        matches!(self, Kind::Read | Kind::Write | Kind::Permits { .. })
+    }
+}
+
 /// A validated lock name with the Redis keys and channel derived from it.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey {
     /// The name as the caller gave it.
     pub(crate) name: Arc<str>,
-    /// The lock's hash.
+    /// The primitive.
+    pub(crate) kind: Kind,
+    /// What a holder is known by in a scope and among a client's holders:
+    /// the key of its holders (`lock`), which differs between the
+    /// primitives, and between a read and a write hold of one name.
+    pub(crate) id: Arc<str>,
+    /// Whether this acquisition waits, so that a busy fair lock queues it
+    /// and a busy write lock records its intent (not kept by holders).
+    pub(crate) queue: bool,
+    /// The key that holds the holders: the lock's hash, the readers' or the
+    /// permits' sorted set.
     pub(crate) lock: Arc<str>,
+    /// `<prefix>{tag}` plus the family's suffix: the stem of its other keys.
+    base: Arc<str>,
     /// The length of the key prefix at the start of `lock`.
     prefix_len: usize,
     /// The wake-up channel.
@@ -36,6 +104,11 @@ pub(crate) struct LockKey {
 impl LockKey {
     /// The keys of lock `name` under `prefix` (checked by [`check_prefix`]).
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
+        Self::of_kind(prefix, name, Kind::Exclusive)
+    }
+
+    /// The keys of `kind` of the family named `name` under `prefix`.
+    pub(crate) fn of_kind(prefix: &str, name: &str, kind: Kind) -> Result<Self, LockError> {
         if name.is_empty() {
             return Err(LockError::InvalidKey {
                 key: String::new(),
@@ -52,20 +125,41 @@ impl LockKey {
         let slot = slot::of_tag(tag.as_bytes());
         // One buffer for the lock key and the channel (this runs on every
         // acquisition).
-        let mut buf = String::with_capacity(prefix.len() + tag.len() + 2 + ":released".len());
+        let family = kind.family();
+        let mut buf = String::with_capacity(
+            prefix.len() + tag.len() + 2 + family.len() + ":released".len() + 6,
+        );
         buf.push_str(prefix);
         buf.push('{');
         buf.push_str(&tag);
         buf.push('}');
-        let lock: Arc<str> = Arc::from(buf.as_str());
+        buf.push_str(family);
+        let base: Arc<str> = Arc::from(buf.as_str());
+        let lock: Arc<str> = match kind.holders() {
+            "" => base.clone(),
+            holders => format!("{base}{holders}").into(),
+        };
         buf.push_str(":released");
         Ok(LockKey {
             name: name.into(),
+            kind,
+            id: lock.clone(),
+            queue: false,
             lock,
+            base,
             prefix_len: prefix.len(),
             channel: buf.into(),
             slot,
         })
+    }
+
+    /// Another key of the lock's family: its stem plus `suffix`
+    /// (`:queue`, `:read`, ...), in the same slot.
+    pub(crate) fn aux(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.base.len() + suffix.len());
+        key.push_str(&self.base);
+        key.push_str(suffix);
+        key
     }
 
     /// The fencing counter of the lock's slot (shared with the other locks

@@ -127,14 +127,14 @@ impl Scope {
         admit: impl FnOnce(&Arc<HeldLock>) -> bool,
     ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
-        if let Some(existing) = state.live(&lock.key.name) {
+        if let Some(existing) = state.live(&lock.key.id) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return Some((existing, false));
         }
         if !admit(&lock) {
             return None;
         }
-        state.locks.entry(lock.key.name.clone()).or_default().held = Arc::downgrade(&lock);
+        state.locks.entry(lock.key.id.clone()).or_default().held = Arc::downgrade(&lock);
         Some((lock, true))
     }
 
@@ -170,12 +170,12 @@ impl Scope {
         if before != 1 {
             return false;
         }
-        if let Some(entry) = state.locks.get_mut(&lock.key.name) {
+        if let Some(entry) = state.locks.get_mut(&lock.key.id) {
             if std::ptr::eq(entry.held.as_ptr(), lock) {
                 entry.held = Weak::new();
             }
         }
-        state.tidy(&lock.key.name);
+        state.tidy(&lock.key.id);
         true
     }
 }

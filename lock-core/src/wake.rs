@@ -32,6 +32,10 @@ struct Entry {
 struct Wake {
     notify: Notify,
     hand_off: Mutex<HandOff>,
+    /// Counts the release messages: waiters of a primitive that many hold
+    /// at once (reads, permits) all look at every release, and one that came
+    /// between a waiter's attempt and its wait is not missed.
+    releases: watch::Sender<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +61,7 @@ impl Wake {
     /// A release message: wakes a waiter, unless one woken earlier (by this
     /// client's own release) is still taking the lock.
     fn message(&self) {
+        self.releases.send_modify(|n| *n = n.wrapping_add(1));
         let mut hand_off = self.hand_off.lock();
         if hand_off.woken && hand_off.until.is_some_and(|until| Instant::now() < until) {
             hand_off.held_message = true;
@@ -91,6 +96,16 @@ pub(crate) struct Waiters {
     /// Told of every channel that gains its first or loses its last waiter,
     /// so the subscriber can reconcile its server-side subscriptions.
     changes: Mutex<Option<mpsc::UnboundedSender<Arc<str>>>>,
+    /// Waiters queued on a fair lock, by channel and owner: a release hands
+    /// the lock to one of them and tells only it, with the new token.
+    grants: Mutex<HashMap<(Arc<str>, Arc<str>), Arc<Grant>>>,
+}
+
+/// Where a fair lock handed to a waiter of this process is announced.
+#[derive(Debug, Default)]
+pub(crate) struct Grant {
+    token: Mutex<Option<u64>>,
+    notify: Notify,
 }
 
 impl Waiters {
@@ -167,6 +182,28 @@ impl Waiters {
         }
     }
 
+    /// A message on `channel`: `g <owner> <token>` hands a fair lock to
+    /// `owner` (only that waiter is told); anything else is a release that
+    /// wakes a waiter (see [`wake_one`](Waiters::wake_one)).
+    pub(crate) fn message(&self, channel: &str, payload: &[u8]) {
+        if let Some(grant) = payload.strip_prefix(b"g ") {
+            let parsed = std::str::from_utf8(grant).ok().and_then(|grant| {
+                let (owner, token) = grant.rsplit_once(' ')?;
+                Some((owner, token.parse::<u64>().ok()?))
+            });
+            if let Some((owner, token)) = parsed {
+                let key = (Arc::<str>::from(channel), Arc::<str>::from(owner));
+                let grant = self.grants.lock().get(&key).cloned();
+                if let Some(grant) = grant {
+                    *grant.token.lock() = Some(token);
+                    grant.notify.notify_one();
+                }
+                return;
+            }
+        }
+        self.wake_one(channel);
+    }
+
     /// A release message for `channel`: wakes one waiter of this process,
     /// if it has any (see [`Wake::message`]).
     pub(crate) fn wake_one(&self, channel: &str) {
@@ -212,6 +249,10 @@ impl Waiters {
         for entry in self.map.lock().values() {
             *entry.wake.hand_off.lock() = HandOff::default();
             entry.wake.notify.notify_waiters();
+            entry.wake.releases.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        for grant in self.grants.lock().values() {
+            grant.notify.notify_one();
         }
     }
 
@@ -249,6 +290,8 @@ pub(crate) struct WakeHandle {
     ready: watch::Receiver<bool>,
     /// This waiter took a wake-up and has not made its attempt yet.
     woken: bool,
+    /// The channel's release count, as last seen.
+    releases: watch::Receiver<u64>,
 }
 
 impl WakeHandle {
@@ -259,6 +302,31 @@ impl WakeHandle {
             wake: entry.wake.clone(),
             ready: entry.ready.subscribe(),
             woken: false,
+            releases: entry.wake.releases.subscribe(),
+        }
+    }
+
+    /// Marks every release so far as seen (before an attempt).
+    pub(crate) fn seen(&mut self) {
+        self.releases.borrow_and_update();
+    }
+
+    /// Until a release after the last [`seen`](WakeHandle::seen).
+    pub(crate) async fn released(&mut self) {
+        if self.releases.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Registers `owner` as queued on this channel's fair lock: a release
+    /// that hands it the lock is announced to the returned slot only.
+    pub(crate) fn expect_grant(&self, owner: &Arc<str>) -> GrantSlot {
+        let key = (self.channel.clone(), owner.clone());
+        let grant = self.waiters.grants.lock().entry(key.clone()).or_default().clone();
+        GrantSlot {
+            waiters: self.waiters.clone(),
+            key,
+            grant,
         }
     }
 
@@ -311,6 +379,39 @@ impl Drop for WakeHandle {
 
 /// The wake-up registrations of one waiting acquisition: one per node that
 /// may publish the release (one, except for Redlock).
+/// A fair-lock waiter's registration for the grant (see
+/// [`WakeHandle::expect_grant`]); gone on drop.
+#[derive(Debug)]
+pub(crate) struct GrantSlot {
+    waiters: Arc<Waiters>,
+    key: (Arc<str>, Arc<str>),
+    grant: Arc<Grant>,
+}
+
+impl GrantSlot {
+    /// The token of a grant announced since the last call, if any.
+    pub(crate) fn take(&self) -> Option<u64> {
+        self.grant.token.lock().take()
+    }
+
+    /// Until a grant is announced (or the connection was lost, when it
+    /// may have been missed).
+    pub(crate) async fn announced(&self) {
+        self.grant.notify.notified().await;
+    }
+}
+
+impl Drop for GrantSlot {
+    fn drop(&mut self) {
+        let mut grants = self.waiters.grants.lock();
+        if let Some(grant) = grants.get(&self.key) {
+            if Arc::ptr_eq(grant, &self.grant) && Arc::strong_count(&self.grant) <= 2 {
+                grants.remove(&self.key);
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct WaitSet {
     handles: Vec<WakeHandle>,
@@ -362,6 +463,30 @@ impl WaitSet {
         for handle in &mut self.handles {
             handle.attempted(acquired);
         }
+    }
+
+    /// Marks every release so far as seen (see [`WakeHandle::seen`]).
+    pub(crate) fn seen(&mut self) {
+        for handle in &mut self.handles {
+            handle.seen();
+        }
+    }
+
+    /// Until a release after the last [`seen`](WaitSet::seen), on any channel.
+    pub(crate) async fn released(&mut self) {
+        match self.handles.as_mut_slice() {
+            [] => std::future::pending().await,
+            [one] => one.released().await,
+            handles => {
+                let all = handles.iter_mut().map(|h| Box::pin(h.released()));
+                futures_util::future::select_all(all).await;
+            }
+        }
+    }
+
+    /// Registers `owner` for a fair lock's grant (see [`WakeHandle::expect_grant`]).
+    pub(crate) fn expect_grant(&self, owner: &Arc<str>) -> Option<GrantSlot> {
+        self.handles.first().map(|h| h.expect_grant(owner))
     }
 }
 

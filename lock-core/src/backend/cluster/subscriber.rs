@@ -111,7 +111,11 @@ impl ShardedSubscriber {
                     match push.kind {
                         PushKind::SMessage | PushKind::Message => {
                             if let Some(channel) = push.data.first().and_then(channel_name) {
-                                waiters.wake_one(&channel);
+                                let payload = match push.data.get(1) {
+                                    Some(Value::BulkString(bytes)) => bytes.as_slice(),
+                                    _ => b"",
+                                };
+                                waiters.message(&channel, payload);
                             }
                         }
                         PushKind::Disconnection => waiters.wake_all(),

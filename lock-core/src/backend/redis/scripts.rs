@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Script};
 
 use crate::lease;
-use crate::name::LockKey;
+use crate::name::{Kind, LockKey};
 
 /// Takes the lock when it is free (or already ours), bumping the fencing
 /// counter of the lock's slot on a first acquisition. The hash field is the
@@ -69,6 +69,269 @@ end
 return 1
 ";
 
+/// The server's clock in milliseconds, for the holders and waiters that
+/// expire one by one inside a key (reads, permits, queued waiters). Redis 7
+/// replicates a script's effects, not the script, so `TIME` is allowed
+/// before writes; Redis 6 needs to be told.
+const NOW: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+";
+
+/// Drops the fair lock's waiters whose place ran out (KEYS[3] the queue,
+/// KEYS[4] the places' deadlines, KEYS[5] the waiters' leases).
+const FAIR_PURGE: &str = r"
+local gone = redis.call('zrangebyscore', KEYS[4], '-inf', now)
+if #gone > 0 then
+  redis.call('zrem', KEYS[3], unpack(gone))
+  redis.call('hdel', KEYS[5], unpack(gone))
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
+end
+";
+
+/// The fair lock. KEYS: the lock's hash (field owner, value token), the
+/// fencing counter, the queue (owner -> arrival), the places' deadlines
+/// (owner -> server ms), the waiters' leases (owner -> ms). ARGV: owner,
+/// lease ms, whether to queue when busy, how long a place lasts.
+///
+/// Takes the lock when it is ours (handed to us by a release) or free with
+/// nobody ahead of us; else queues us (or refreshes our place) and replies
+/// `{0, ms}` until the holder's lease or the head's place runs out.
+const FAIR_ACQUIRE: &str = r"
+local token = redis.call('hget', KEYS[1], ARGV[1])
+if token then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+    redis.call('zrem', KEYS[4], ARGV[1])
+    redis.call('hdel', KEYS[5], ARGV[1])
+  end
+  return {1, tonumber(token)}
+end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+  local head = redis.call('zrange', KEYS[3], 0, 0)[1]
+  if head == nil or head == ARGV[1] then
+    token = redis.call('incr', KEYS[2])
+    redis.call('hset', KEYS[1], ARGV[1], token)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    if head then
+      redis.call('zrem', KEYS[3], ARGV[1])
+      redis.call('zrem', KEYS[4], ARGV[1])
+      redis.call('hdel', KEYS[5], ARGV[1])
+    end
+    return {1, token}
+  end
+  ttl = math.max(1, tonumber(redis.call('zscore', KEYS[4], head)) - now)
+end
+if ARGV[3] == '1' then
+  if redis.call('zscore', KEYS[3], ARGV[1]) == false then
+    redis.call('zadd', KEYS[3], redis.call('incr', KEYS[2]), ARGV[1])
+  end
+  redis.call('zadd', KEYS[4], now + tonumber(ARGV[4]), ARGV[1])
+  redis.call('hset', KEYS[5], ARGV[1], ARGV[2])
+  for i = 3, 5 do redis.call('pexpire', KEYS[i], ARGV[4]) end
+end
+return {0, ttl}
+";
+
+/// Gives the fair lock back (ARGV[2] `release`: ARGV[1]'s hold; `rollback`:
+/// ARGV[1]'s grant and its place in the queue; `force`: whoever holds it)
+/// and hands it straight to the head of the queue: the head becomes the
+/// holder with its own lease and a new token, and only it is told, by
+/// `g <owner> <token>` on the channel. KEYS: as `FAIR_ACQUIRE`, plus the
+/// channel. Replies whether a hold was deleted.
+const FAIR_RELEASE: &str = r"
+local deleted
+if ARGV[2] == 'force' then
+  deleted = redis.call('del', KEYS[1])
+else
+  deleted = redis.call('hdel', KEYS[1], ARGV[1])
+  if ARGV[2] == 'rollback' and redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+    redis.call('zrem', KEYS[4], ARGV[1])
+    redis.call('hdel', KEYS[5], ARGV[1])
+  end
+end
+if deleted == 0 and redis.call('exists', KEYS[1]) == 1 then
+  return 0
+end
+while true do
+  local head = redis.call('zrange', KEYS[3], 0, 0)[1]
+  if head == nil then
+    return deleted
+  end
+  local lease = redis.call('hget', KEYS[5], head)
+  redis.call('zrem', KEYS[3], head)
+  redis.call('zrem', KEYS[4], head)
+  redis.call('hdel', KEYS[5], head)
+  if lease then
+    local token = redis.call('incr', KEYS[2])
+    redis.call('hset', KEYS[1], head, token)
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('publish', KEYS[6], 'g ' .. head .. ' ' .. token)
+    return deleted
+  end
+end
+";
+
+/// A read hold. KEYS: the readers (owner -> expiry, server ms), the
+/// writer's hash, the fencing counter, the waiting writers (owner -> place
+/// deadline). ARGV: owner, lease ms. Refused while another owner writes, and
+/// to a new reader while a writer waits (writers are not starved).
+const READ_ACQUIRE: &str = r"
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local writer = redis.call('hkeys', KEYS[2])[1]
+if writer and writer ~= ARGV[1] then
+  return {0, redis.call('pttl', KEYS[2])}
+end
+if not writer and redis.call('zscore', KEYS[1], ARGV[1]) == false then
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
+  local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')
+  if first[1] then
+    return {0, math.max(1, tonumber(first[2]) - now)}
+  end
+end
+local expires = now + tonumber(ARGV[2])
+redis.call('zadd', KEYS[1], expires, ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('pexpireat', KEYS[1], expires)
+end
+return {1, redis.call('incr', KEYS[3])}
+";
+
+/// The write hold. KEYS: as `READ_ACQUIRE`. ARGV: owner, lease ms, whether
+/// to record the intent when busy, how long the intent lasts. Granted when
+/// nobody writes and nobody reads.
+const WRITE_ACQUIRE: &str = r"
+local token = redis.call('hget', KEYS[2], ARGV[1])
+if token then
+  redis.call('pexpire', KEYS[2], ARGV[2])
+  return {1, tonumber(token)}
+end
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local ttl = redis.call('pttl', KEYS[2])
+if ttl == -2 then
+  local reader = redis.call('zrange', KEYS[1], 0, 0, 'withscores')
+  if reader[1] == nil then
+    redis.call('zrem', KEYS[4], ARGV[1])
+    token = redis.call('incr', KEYS[3])
+    redis.call('hset', KEYS[2], ARGV[1], token)
+    redis.call('pexpire', KEYS[2], ARGV[2])
+    return {1, token}
+  end
+  ttl = math.max(1, tonumber(reader[2]) - now)
+end
+if ARGV[3] == '1' then
+  redis.call('zadd', KEYS[4], now + tonumber(ARGV[4]), ARGV[1])
+  redis.call('pexpire', KEYS[4], ARGV[4])
+end
+return {0, ttl}
+";
+
+/// Gives a read hold back (release and rollback alike). KEYS: the readers,
+/// the channel. Wakes the waiters when the last reader left.
+const READ_RELEASE: &str = r"
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+if redis.call('zcard', KEYS[1]) == 0 then
+  redis.call('publish', KEYS[2], '1')
+end
+return 1
+";
+
+/// Takes back a writer's grant and its intent. KEYS: the writer's hash, the
+/// waiting writers, the channel. Wakes the waiters when that freed the lock
+/// or let readers in.
+const WRITE_ROLLBACK: &str = r"
+local deleted = redis.call('hdel', KEYS[1], ARGV[1])
+local left = redis.call('zrem', KEYS[2], ARGV[1])
+if deleted + left > 0 then
+  redis.call('publish', KEYS[3], '1')
+end
+return deleted
+";
+
+/// `take` permits of a semaphore. KEYS: the holders (owner -> expiry,
+/// server ms), their permits (owner -> count), the fencing counter. ARGV:
+/// owner, lease ms, take, total. Holders whose lease ran out give their
+/// permits back first (a crashed holder leaks nothing).
+const PERMITS_ACQUIRE: &str = r"
+local gone = redis.call('zrangebyscore', KEYS[1], '-inf', now)
+if #gone > 0 then
+  redis.call('hdel', KEYS[2], unpack(gone))
+  redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+end
+local lease = tonumber(ARGV[2])
+local expires = now + lease
+if redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
+  local used = 0
+  for _, n in ipairs(redis.call('hvals', KEYS[2])) do
+    used = used + tonumber(n)
+  end
+  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then
+    local first = redis.call('zrange', KEYS[1], 0, 0, 'withscores')
+    if first[1] then
+      return {0, math.max(1, tonumber(first[2]) - now)}
+    end
+    return {0, -1}
+  end
+  redis.call('hset', KEYS[2], ARGV[1], ARGV[3])
+end
+redis.call('zadd', KEYS[1], expires, ARGV[1])
+for i = 1, 2 do
+  if redis.call('pttl', KEYS[i]) < lease then
+    redis.call('pexpireat', KEYS[i], expires)
+  end
+end
+return {1, redis.call('incr', KEYS[3])}
+";
+
+/// Gives permits back (release and rollback alike). KEYS: the holders,
+/// their permits, the channel. Wakes the waiters.
+const PERMITS_RELEASE: &str = r"
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+  redis.call('hdel', KEYS[2], ARGV[1])
+  return 0
+end
+redis.call('hdel', KEYS[2], ARGV[1])
+redis.call('publish', KEYS[3], '1')
+return 1
+";
+
+/// Renews a hold that expires inside a key (a read, permits): KEYS[1] the
+/// holders (owner -> expiry), the other KEYS expire with it. ARGV: owner,
+/// lease ms.
+const RENEW_MEMBER: &str = r"
+local expires = redis.call('zscore', KEYS[1], ARGV[1])
+if not expires or tonumber(expires) <= now then
+  return 0
+end
+local lease = tonumber(ARGV[2])
+expires = now + lease
+redis.call('zadd', KEYS[1], expires, ARGV[1])
+for i = 1, #KEYS do
+  if redis.call('pttl', KEYS[i]) < lease then
+    redis.call('pexpireat', KEYS[i], expires)
+  end
+end
+return 1
+";
+
+/// Deletes every key of a primitive whoever holds it (operator override;
+/// KEYS: the keys, then the channel), then wakes the waiters.
+const FAMILY_FORCE: &str = r"
+local n = 0
+for i = 1, #KEYS - 1 do
+  n = n + redis.call('del', KEYS[i])
+end
+if n == 0 then
+  return 0
+end
+redis.call('publish', KEYS[#KEYS], '1')
+return 1
+";
+
 /// The lock scripts of one backend, loaded once per node.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -77,6 +340,16 @@ pub(crate) struct Scripts {
     rollback: Script,
     force_release: Script,
     fence_floor: Script,
+    fair_acquire: Script,
+    fair_release: Script,
+    read_acquire: Script,
+    write_acquire: Script,
+    read_release: Script,
+    write_rollback: Script,
+    permits_acquire: Script,
+    permits_release: Script,
+    renew_member: Script,
+    family_force: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
     publish: &'static str,
 }
@@ -91,51 +364,178 @@ impl Scripts {
                 Script::new(script)
             }
         };
+        let timed = |script: &str| publishing(&format!("{NOW}{script}"));
         Scripts {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             rollback: publishing(ROLLBACK),
             force_release: publishing(FORCE_RELEASE),
             fence_floor: Script::new(FENCE_FLOOR),
+            fair_acquire: timed(&format!("{FAIR_PURGE}{FAIR_ACQUIRE}")),
+            fair_release: timed(&format!("{FAIR_PURGE}{FAIR_RELEASE}")),
+            read_acquire: timed(READ_ACQUIRE),
+            write_acquire: timed(WRITE_ACQUIRE),
+            read_release: publishing(READ_RELEASE),
+            write_rollback: publishing(WRITE_ROLLBACK),
+            permits_acquire: timed(PERMITS_ACQUIRE),
+            permits_release: publishing(PERMITS_RELEASE),
+            renew_member: timed(RENEW_MEMBER),
+            family_force: publishing(FAMILY_FORCE),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 5] {
+    pub(crate) fn all(&self) -> [&Script; 15] {
         [
             &self.acquire,
             &self.renew,
             &self.rollback,
             &self.force_release,
             &self.fence_floor,
+            &self.fair_acquire,
+            &self.fair_release,
+            &self.read_acquire,
+            &self.write_acquire,
+            &self.read_release,
+            &self.write_rollback,
+            &self.permits_acquire,
+            &self.permits_release,
+            &self.renew_member,
+            &self.family_force,
         ]
     }
 
-    /// The acquisition of `key` for `owner`, as a pipeline of one.
+    /// An acquisition attempt of `key` (any primitive) for `owner`, as a
+    /// pipeline of one.
     pub(crate) fn acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Pipeline {
-        let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence()]);
-        cmd.arg(owner).arg(lease::millis(lease));
+        let lease_ms = lease::millis(lease);
+        let queue = if key.queue { "1" } else { "0" };
+        let presence = lease::millis(lease::QUEUE_PRESENCE);
+        let cmd = match key.kind {
+            Kind::Exclusive => {
+                let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence()]);
+                cmd.arg(owner).arg(lease_ms);
+                cmd
+            }
+            Kind::Fair => {
+                let keys = fair_keys(key);
+                let mut cmd = evalsha(&self.fair_acquire, &refs(&keys[..5]));
+                cmd.arg(owner).arg(lease_ms).arg(queue).arg(presence);
+                cmd
+            }
+            Kind::Read | Kind::Write => {
+                let keys = rw_keys(key);
+                let script = if key.kind == Kind::Read {
+                    &self.read_acquire
+                } else {
+                    &self.write_acquire
+                };
+                let mut cmd = evalsha(script, &refs(&keys[..4]));
+                cmd.arg(owner).arg(lease_ms).arg(queue).arg(presence);
+                cmd
+            }
+            Kind::Permits { take, total } => {
+                let keys = [key.lock.to_string(), key.aux(":permits"), key.fence()];
+                let mut cmd = evalsha(&self.permits_acquire, &refs(&keys));
+                cmd.arg(owner).arg(lease_ms).arg(take).arg(total);
+                cmd
+            }
+        };
         one(cmd)
     }
 
-    /// The renewal of one lock (to join a pipeline of renewals).
+    /// The renewal of one hold (to join a pipeline of renewals).
     pub(crate) fn renew(&self, key: &LockKey, owner: &str, lease_ms: u64) -> Cmd {
-        let mut cmd = evalsha(&self.renew, &[&key.lock]);
+        let mut cmd = match key.kind {
+            Kind::Exclusive | Kind::Fair | Kind::Write => evalsha(&self.renew, &[&key.lock]),
+            Kind::Read => evalsha(&self.renew_member, &[&key.lock]),
+            Kind::Permits { .. } => {
+                evalsha(&self.renew_member, &[&key.lock, &key.aux(":permits")])
+            }
+        };
         cmd.arg(owner).arg(lease_ms);
         cmd
     }
 
-    /// The quiet rollback of `owner`'s grant, as a pipeline of one.
+    /// The release of `owner`'s hold of `key`, waking the next waiter (a
+    /// fair lock: handing it to the head of its queue). Its one reply is
+    /// whether it deleted the hold.
+    pub(crate) fn release(&self, key: &LockKey, owner: &str) -> Pipeline {
+        match key.kind {
+            Kind::Exclusive | Kind::Write => self.plain_release(key, owner),
+            Kind::Fair => self.fair(key, owner, "release"),
+            Kind::Read | Kind::Permits { .. } => self.give_back(key, owner),
+        }
+    }
+
+    /// The quiet rollback of `owner`'s grant (and of its place in a queue),
+    /// as a pipeline of one.
     pub(crate) fn rollback(&self, key: &LockKey, owner: &str) -> Pipeline {
-        let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
-        cmd.arg(owner);
-        one(cmd)
+        match key.kind {
+            Kind::Exclusive => {
+                let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
+                cmd.arg(owner);
+                one(cmd)
+            }
+            Kind::Fair => self.fair(key, owner, "rollback"),
+            Kind::Write => {
+                let keys = [key.lock.to_string(), key.aux(":wait"), key.channel.to_string()];
+                let mut cmd = evalsha(&self.write_rollback, &refs(&keys));
+                cmd.arg(owner);
+                one(cmd)
+            }
+            Kind::Read | Kind::Permits { .. } => self.give_back(key, owner),
+        }
     }
 
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
-        one(evalsha(&self.force_release, &[&key.lock, &key.channel]))
+        match key.kind {
+            Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
+            Kind::Fair => self.fair(key, "", "force"),
+            Kind::Read | Kind::Write => {
+                let mut keys = rw_keys(key);
+                keys[2] = key.channel.to_string(); // no counter: the channel last
+                keys.swap(2, 3);
+                one(evalsha(&self.family_force, &refs(&keys)))
+            }
+            Kind::Permits { .. } => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.aux(":permits"),
+                    key.channel.to_string(),
+                ];
+                one(evalsha(&self.family_force, &refs(&keys)))
+            }
+        }
+    }
+
+    /// `FAIR_RELEASE` in `mode`.
+    fn fair(&self, key: &LockKey, owner: &str, mode: &str) -> Pipeline {
+        let keys = fair_keys(key);
+        let mut cmd = evalsha(&self.fair_release, &refs(&keys));
+        cmd.arg(owner).arg(mode);
+        one(cmd)
+    }
+
+    /// Gives back a read hold or permits.
+    fn give_back(&self, key: &LockKey, owner: &str) -> Pipeline {
+        let cmd = if key.kind == Kind::Read {
+            let mut cmd = evalsha(&self.read_release, &[&key.lock, &key.channel]);
+            cmd.arg(owner);
+            cmd
+        } else {
+            let keys = [
+                key.lock.to_string(),
+                key.aux(":permits"),
+                key.channel.to_string(),
+            ];
+            let mut cmd = evalsha(&self.permits_release, &refs(&keys));
+            cmd.arg(owner);
+            cmd
+        };
+        one(cmd)
     }
 
     /// Raises the fencing counter of `key`'s slot to `token`, as a pipeline of one.
@@ -145,11 +545,11 @@ impl Scripts {
         one(cmd)
     }
 
-    /// The release: `HDEL` of the owner's field (the hash's only one, so an
-    /// atomic compare-and-delete) and the wake-up (`PUBLISH`/`SPUBLISH`,
-    /// reply ignored), pipelined. Its one reply is how many fields `HDEL`
-    /// deleted.
-    pub(crate) fn release(&self, key: &LockKey, owner: &str) -> Pipeline {
+    /// The release of a hash lock: `HDEL` of the owner's field (the hash's
+    /// only one, so an atomic compare-and-delete) and the wake-up
+    /// (`PUBLISH`/`SPUBLISH`, reply ignored), pipelined. Its one reply is how
+    /// many fields `HDEL` deleted.
+    fn plain_release(&self, key: &LockKey, owner: &str) -> Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("HDEL")
@@ -171,6 +571,29 @@ impl Scripts {
         cmd.arg(&*key.lock).arg(owner);
         one(cmd)
     }
+}
+
+/// The fair lock's keys: its hash, the fencing counter, the queue, the
+/// places' deadlines, the waiters' leases, the channel.
+fn fair_keys(key: &LockKey) -> [String; 6] {
+    [
+        key.lock.to_string(),
+        key.fence(),
+        key.aux(":queue"),
+        key.aux(":timeout"),
+        key.aux(":lease"),
+        key.channel.to_string(),
+    ]
+}
+
+/// A read-write lock's keys: the readers, the writer, the fencing counter,
+/// the waiting writers.
+fn rw_keys(key: &LockKey) -> [String; 4] {
+    [key.aux(":read"), key.aux(":write"), key.fence(), key.aux(":wait")]
+}
+
+fn refs(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
 }
 
 /// `EVALSHA` of `script` with `keys`, as one command; the caller appends the

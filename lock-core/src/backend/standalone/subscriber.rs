@@ -104,7 +104,7 @@ impl Subscriber {
                 message = stream.next() => match message {
                     Some(message) => {
                         if let Some(waiters) = self.waiters.upgrade() {
-                            waiters.wake_one(message.get_channel_name());
+                            waiters.message(message.get_channel_name(), message.get_payload_bytes());
                         }
                     }
                     None => {
