@@ -77,6 +77,44 @@ impl Fixture for Redlock {
 
 behaviour_suite!(Redlock::new(3));
 
+/// The fair lock, the read-write lock and the semaphore are refused on
+/// Redlock with a typed error naming the lock, the primitive and why;
+/// nothing is written to any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_is_refused_on_redlock() {
+    let fixture = Redlock::new(3);
+    let client = fixture.client().await;
+    let rw = client.read_write_lock("family");
+    for (lock, primitive) in [
+        (client.fair_lock("family"), "fair lock"),
+        (rw.read(), "read lock"),
+        (rw.write(), "write lock"),
+        (client.semaphore("family", 2).permit(), "semaphore"),
+    ] {
+        match lock.wait(Duration::from_secs(5)).acquire().await {
+            Err(LockError::Unsupported {
+                key,
+                primitive: got,
+                backend,
+                reason,
+            }) => {
+                assert_eq!(key, "family");
+                assert_eq!(got, primitive);
+                assert_eq!(backend, "Redlock");
+                assert!(reason.contains("Sentinel"), "{reason}");
+            }
+            other => panic!("{primitive}: {other:?}"),
+        }
+    }
+    for server in &fixture.servers {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_masters_down_of_five_still_acquire_renew_and_release() {
     let mut fixture = Redlock::new(5);

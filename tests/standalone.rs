@@ -35,6 +35,7 @@ impl Fixture for Standalone {
 }
 
 behaviour_suite!(Standalone::new());
+family_suite!(Standalone::new());
 
 use std::time::Duration;
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::backend::Attempt;
+use crate::backend::{Attempt, Renewal};
 use crate::core::ClientCore;
 use crate::held::{HeldLock, Lease};
 use crate::lease::{self, Wait};
-use crate::name::LockKey;
+use crate::name::{Kind, LockKey};
 use crate::scope::{Attempting, Scope};
 use crate::wake::WaitSet;
 use crate::LockError;
@@ -27,13 +27,28 @@ pub(crate) struct Acquired {
 
 /// Acquires lock `name` of `core`, waiting as `wait` says, with a fixed
 /// `lease` or (when `None`) in watchdog mode.
+#[cfg(test)]
 pub(crate) async fn acquire(
     core: &Arc<ClientCore>,
     name: &str,
     wait: Wait,
     lease: Option<Duration>,
 ) -> Result<Acquired, LockError> {
-    let key = core.key(name)?;
+    acquire_kind(core, name, Kind::Exclusive, wait, lease).await
+}
+
+/// Acquires `kind` of the primitive named `name` (see [`acquire`]).
+pub(crate) async fn acquire_kind(
+    core: &Arc<ClientCore>,
+    name: &str,
+    kind: Kind,
+    wait: Wait,
+    lease: Option<Duration>,
+) -> Result<Acquired, LockError> {
+    let mut key = core.key_of(name, kind)?;
+    check_kind(core, &key)?;
+    // A waiting fair or write acquisition keeps a place while it waits.
+    key.queue = wait != Wait::Once && matches!(kind, Kind::Fair | Kind::Write);
     let lease = match lease {
         None => Lease::Watchdog(core.lease),
         Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),
@@ -41,6 +56,11 @@ pub(crate) async fn acquire(
     core.ensure_background();
     let scope = match Scope::current(&core.id) {
         Some(scope) => {
+            if kind == Kind::Write && scope.holds(&key.aux(":read")) {
+                return Err(LockError::UpgradeRefused {
+                    key: key.name.to_string(),
+                });
+            }
             if let Some(lock) = scope.reenter(&key.id) {
                 if !lock.is_held() {
                     scope.drop_hold(&lock); // not the last: the outer guard holds one
@@ -57,8 +77,11 @@ pub(crate) async fn acquire(
         None => {
             // Only a waiting acquisition would wait on itself; a single try
             // finds the lock busy, as it is.
+            // (Reads and permits are shared: another client's hold does not
+            // make them wait on themselves.)
             let held = match wait {
                 Wait::Once => None,
+                _ if kind.is_shared() && kind != Kind::Write => None,
                 _ => crate::current::held_by_other_client(&core.store, &key.lock, &core.id),
             };
             if let Some(held) = held {
@@ -87,8 +110,55 @@ pub(crate) async fn acquire(
         scope: &scope,
         lease,
     };
-    let lock = request.run(wait).await?;
+    let lock = if kind == Kind::Exclusive {
+        request.run(wait).await?
+    } else {
+        // The client's shutdown ends every wait at once.
+        tokio::select! {
+            biased;
+            () = core.closing.started() => return Err(core.shutting_down(&key.name)),
+            lock = request.run_family(wait) => lock?,
+        }
+    };
     Ok(Acquired { lock, scope })
+}
+
+/// Refuses what the backend or the request cannot do, naming the lock and
+/// the value.
+fn check_kind(core: &ClientCore, key: &LockKey) -> Result<(), LockError> {
+    if key.kind == Kind::Exclusive {
+        return Ok(());
+    }
+    if let Some((backend, reason)) = core.backend.family_unsupported() {
+        return Err(LockError::Unsupported {
+            key: key.name.to_string(),
+            primitive: key.kind.describe(),
+            backend,
+            reason,
+        });
+    }
+    if let Kind::Permits { take, total } = key.kind {
+        let reason = if total == 0 {
+            Some(format!(
+                "a semaphore needs at least one permit, got {total}"
+            ))
+        } else if take == 0 {
+            Some("an acquisition must take at least one permit, got 0".to_owned())
+        } else if take > total {
+            Some(format!(
+                "cannot take {take} permits of a semaphore of {total}: it would never be granted"
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(LockError::InvalidConfig {
+                key: key.name.to_string(),
+                reason,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One acquisition in progress.
@@ -246,10 +316,115 @@ impl Request<'_> {
         }
     }
 
-    /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
-    async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
-        let sent = Instant::now();
-        let mut pending = PendingGrant {
+    /// Acquires a primitive of the lock family: attempts, and waits between
+    /// attempts for a release (reads, permits, writes: every release wakes
+    /// every local waiter, which asks again), or for the lock handed to it
+    /// (fair: the release makes the head of the queue the holder and tells
+    /// only it). A queued waiter refreshes its place every
+    /// [`QUEUE_REFRESH`](lease::QUEUE_REFRESH); one that ends without the
+    /// lock (timed out, cancelled, failed) leaves the queue in the background.
+    async fn run_family(&self, wait: Wait) -> Result<Arc<HeldLock>, LockError> {
+        let core = self.core;
+        let key = self.key;
+        let started = Instant::now();
+        let deadline = wait.deadline(started);
+        let mut queued = Queued {
+            core,
+            key,
+            scope: self.scope,
+            armed: false,
+        };
+        let mut waiter: Option<WaitSet> = None;
+        let mut grant: Option<crate::wake::GrantSlot> = None;
+        let mut handed: Option<u64> = None;
+        let mut last_sent = started;
+        // The lease a release hands the fair lock over with.
+        let claim = self.lease.duration().min(lease::QUEUE_PRESENCE);
+        loop {
+            let attempt = match handed.take() {
+                // Handed to us after our last attempt was answered (so the
+                // grant came after `last_sent`): the lease is counted from
+                // then. Only while that is recent; else one attempt confirms
+                // it (and restarts the lease).
+                Some(token) if Instant::now().saturating_duration_since(last_sent) <= claim / 2 => {
+                    let pending = self.pending();
+                    self.hold(token, last_sent, pending).map(|lock| {
+                        lock.cap_validity(lease::valid_until(last_sent, claim));
+                        if claim < self.lease.duration() {
+                            extend(core.clone(), lock.clone());
+                        }
+                        Ok(lock)
+                    })
+                }
+                _ => {
+                    if let Some(waiter) = waiter.as_mut() {
+                        waiter.seen();
+                    }
+                    // A grant announced before this attempt is seen by it.
+                    if let Some(grant) = &grant {
+                        let _ = grant.take();
+                    }
+                    last_sent = Instant::now();
+                    self.attempt().await
+                }
+            };
+            let ttl = match attempt {
+                Ok(Ok(lock)) => {
+                    queued.armed = false;
+                    return Ok(lock);
+                }
+                Ok(Err(ttl)) => ttl,
+                Err(err) => return Err(err),
+            };
+            queued.armed = key.queue;
+            let now = Instant::now();
+            if wait == Wait::Once {
+                return Err(LockError::Busy {
+                    key: key.name.to_string(),
+                });
+            }
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Err(LockError::TimedOut {
+                    key: key.name.to_string(),
+                    waited: now.saturating_duration_since(started),
+                });
+            }
+            let Some(waiting) = waiter.as_mut() else {
+                // Register, then attempt again: a release before that attempt
+                // is seen by it, one after it wakes us.
+                let mut registered = core.backend.waiter(key);
+                if !registered.ready(core.response_timeout).await {
+                    tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+                }
+                if key.kind == Kind::Fair {
+                    grant = registered.expect_grant(&self.scope.owner);
+                }
+                waiter = Some(registered);
+                continue;
+            };
+            let mut nap = ttl
+                .unwrap_or(core.lease)
+                .saturating_add(Duration::from_millis(1));
+            if key.queue {
+                nap = nap.min(lease::QUEUE_REFRESH);
+            }
+            let until = lease::nap_until(now, nap, deadline);
+            match &grant {
+                Some(grant) => tokio::select! {
+                    () = grant.announced() => handed = grant.take(),
+                    () = tokio::time::sleep_until(until) => {}
+                },
+                None => tokio::select! {
+                    () = waiting.released() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                },
+            }
+        }
+    }
+
+    /// A grant in progress, taken back if it is not turned into a guard.
+    fn pending(&self) -> PendingGrant<'_> {
+        PendingGrant {
             core: self.core,
             key: self.key,
             scope: self.scope,
@@ -261,7 +436,13 @@ impl Request<'_> {
             lease: self.lease.duration(),
             armed: true,
             uncertain: false,
-        };
+        }
+    }
+
+    /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
+    async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
+        let sent = Instant::now();
+        let mut pending = self.pending();
         let reply = self
             .core
             .backend
@@ -280,6 +461,17 @@ impl Request<'_> {
                 return Err(err);
             }
         };
+        self.hold(token, sent, pending).map(Ok)
+    }
+
+    /// Turns a grant with `token`, whose request was sent at `sent`, into a
+    /// hold of the scope; `pending` takes it back when it cannot be.
+    fn hold(
+        &self,
+        token: u64,
+        sent: Instant,
+        mut pending: PendingGrant<'_>,
+    ) -> Result<Arc<HeldLock>, LockError> {
         let lock = Arc::new(HeldLock::new(
             self.key.clone(),
             self.scope.owner.clone(),
@@ -315,7 +507,54 @@ impl Request<'_> {
             self.core.watchdog.track(&lock);
         }
         tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "lock acquired");
-        Ok(Ok(lock))
+        Ok(lock)
+    }
+}
+
+/// Extends a fair lock handed over with its short claim lease to the
+/// holder's lease, at once and in the background (the holder already runs:
+/// the hand-over cost it no round trip).
+fn extend(core: Arc<ClientCore>, lock: Arc<HeldLock>) {
+    tokio::spawn(async move {
+        let item = [(lock.key.clone(), lock.owner.clone())];
+        let sent = Instant::now();
+        match core.backend.renew(&item, lock.lease.duration()).await.pop() {
+            Some(Renewal::Renewed) => lock.renewed(sent),
+            Some(Renewal::Gone) => {
+                lock.mark_lost("the lock handed over was deleted, expired or taken over")
+            }
+            // The watchdog retries (watchdog mode); a fixed lease keeps the
+            // claim lease, and says so by its deadline.
+            Some(Renewal::Failed(err)) => {
+                tracing::debug!(key = %lock.key.name, error = %err, "could not extend a lock handed over yet")
+            }
+            None => {}
+        }
+    });
+}
+
+/// A waiter's place in a fair lock's queue or a writer's intent: taken back
+/// in the background when the acquisition ends without the lock (timed out,
+/// failed, or its future dropped), so that it stops holding others back.
+struct Queued<'a> {
+    core: &'a Arc<ClientCore>,
+    key: &'a LockKey,
+    scope: &'a Arc<Scope>,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let core = self.core.clone();
+        let key = self.key.clone();
+        let scope = self.scope.clone();
+        let lease = core.lease;
+        self.core.janitor.spawn(Box::new(move || {
+            rollback(core.clone(), key.clone(), scope.clone(), lease, false).boxed()
+        }));
     }
 }
 

@@ -15,9 +15,9 @@ use crate::backend::standalone::RedisBackend;
 use crate::backend::{Backend, MemoryStore};
 use crate::core::ClientCore;
 use crate::lease::{self, DEFAULT_LEASE};
-use crate::name;
+use crate::name::{self, Kind};
 use crate::shutdown;
-use crate::{Lock, LockError, LockInfo, MultiLock, ShutdownReport};
+use crate::{Lock, LockError, LockInfo, MultiLock, ReadWriteLock, Semaphore, ShutdownReport};
 
 /// The default time allowed for one Redis command to answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -137,6 +137,34 @@ impl LockClient {
     /// A lock on `name` (e.g. `"order:42"`), to configure and acquire.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.core.clone(), name.into())
+    }
+
+    /// A fair lock on `name`: granted in arrival order across processes.
+    ///
+    /// A waiting acquisition queues; a release hands the lock straight to
+    /// the head of the queue (its new holder, with a new fencing token) and
+    /// tells only that waiter, which takes it without another round trip. A
+    /// queued waiter that dies, hangs or gives up (timed out, cancelled)
+    /// leaves the queue: at once when it can say so, else within
+    /// [`QUEUE_PRESENCE`](crate::QUEUE_PRESENCE), so it never blocks the
+    /// others for longer. A single try (no wait) never jumps the queue.
+    /// Its keys are its own: `fair_lock("x")` and `lock("x")` are
+    /// different locks. Not available on Redlock
+    /// ([`LockError::Unsupported`]).
+    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::of_kind(self.core.clone(), name.into(), Kind::Fair)
+    }
+
+    /// A read-write lock on `name` (see [`ReadWriteLock`]). Not available
+    /// on Redlock ([`LockError::Unsupported`]).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.core.clone(), name.into())
+    }
+
+    /// A semaphore of `permits` permits on `name` (see [`Semaphore`]). Not
+    /// available on Redlock ([`LockError::Unsupported`]).
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.core.clone(), name.into(), permits)
     }
 
     /// Several locks to take together, all or nothing, in sorted order (so two

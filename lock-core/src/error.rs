@@ -124,6 +124,31 @@ pub enum LockError {
         /// The id of the client that tried to acquire it.
         client: String,
     },
+    /// The calling async call chain holds the read lock of this read-write
+    /// lock and asked for its write lock. Upgrading would wait for its own
+    /// read hold to end (and two chains upgrading at once would wait for each
+    /// other forever), so it is refused at once: release the read lock first,
+    /// or take the write lock from the start (a writer may take the read
+    /// lock: downgrading is allowed).
+    #[error("lock `{key}`: this call chain holds its read lock and cannot upgrade to the write lock (release the read lock first, or take the write lock from the start)")]
+    UpgradeRefused {
+        /// The read-write lock's name.
+        key: String,
+    },
+    /// The primitive is not available on this backend: the fair lock, the
+    /// read-write lock and the semaphore need one store that orders their
+    /// holders and waiters, which Redlock's independent masters are not.
+    #[error("lock `{key}`: the {primitive} is not available on {backend}: {reason}")]
+    Unsupported {
+        /// The lock name.
+        key: String,
+        /// The primitive asked for: `fair lock`, `read lock`, `write lock`, `semaphore`.
+        primitive: &'static str,
+        /// The backend: `Redlock`.
+        backend: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
     /// Connecting to the server failed.
     #[error("cannot connect to {server}: {source}")]
     Connect {
@@ -157,7 +182,9 @@ impl LockError {
             | LockError::WrongType { key, .. }
             | LockError::Backend { key, .. }
             | LockError::QuorumNotReached { key, .. }
-            | LockError::HeldByOtherClient { key, .. } => Some(key),
+            | LockError::HeldByOtherClient { key, .. }
+            | LockError::UpgradeRefused { key }
+            | LockError::Unsupported { key, .. } => Some(key),
             LockError::Connect { .. } | LockError::Authentication { .. } => None,
         }
     }

@@ -95,6 +95,13 @@ impl HeldLock {
         }
     }
 
+    /// Counts the lease as running out at `until` at the latest (a fair lock
+    /// handed over with a short claim lease, until its holder extends it).
+    pub(crate) fn cap_validity(&self, until: Instant) {
+        let mut status = self.status.lock();
+        status.valid_until = status.valid_until.min(until);
+    }
+
     pub(crate) fn is_watchdog(&self) -> bool {
         matches!(self.lease, Lease::Watchdog(_))
     }

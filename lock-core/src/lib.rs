@@ -103,6 +103,7 @@ mod closing;
 mod core;
 mod current;
 mod error;
+mod family;
 mod global;
 mod guard;
 mod held;
@@ -129,11 +130,13 @@ pub use client::{
 pub use closing::ShutdownReport;
 pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError, NodeAnswer};
+pub use family::{ReadWriteLock, Semaphore};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use info::{LockHolder, LockInfo};
 pub use lease::{
-    DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE, QUEUE_PRESENCE,
+    DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
+    QUEUE_PRESENCE,
 };
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};

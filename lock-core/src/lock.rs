@@ -7,11 +7,16 @@ use std::time::Duration;
 use crate::acquire::{self, Acquired};
 use crate::core::ClientCore;
 use crate::lease::Wait;
+use crate::name::Kind;
 use crate::{LockError, LockGuard};
 
 /// A lock to acquire: its name, how long to wait and which lease to use.
 ///
-/// Made by [`LockClient::lock`](crate::LockClient::lock). By default it tries
+/// Made by [`LockClient::lock`](crate::LockClient::lock), and for the rest of
+/// the lock family by [`LockClient::fair_lock`](crate::LockClient::fair_lock),
+/// [`ReadWriteLock::read`](crate::ReadWriteLock::read) /
+/// [`write`](crate::ReadWriteLock::write) and
+/// [`Semaphore::permits`](crate::Semaphore::permits). By default it tries
 /// once (no waiting) and runs in watchdog mode (the client's lease, renewed
 /// while the guard lives).
 ///
@@ -29,6 +34,7 @@ use crate::{LockError, LockGuard};
 pub struct Lock {
     core: Arc<ClientCore>,
     name: String,
+    kind: Kind,
     wait: Wait,
     lease: Option<Duration>,
 }
@@ -37,6 +43,7 @@ impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
             .field("name", &self.name)
+            .field("kind", &self.kind.describe())
             .field("wait", &self.wait)
             .field("lease", &self.lease)
             .finish()
@@ -45,9 +52,14 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(core: Arc<ClientCore>, name: String) -> Self {
+        Self::of_kind(core, name, Kind::Exclusive)
+    }
+
+    pub(crate) fn of_kind(core: Arc<ClientCore>, name: String, kind: Kind) -> Self {
         Lock {
             core,
             name,
+            kind,
             wait: Wait::Once,
             lease: None,
         }
@@ -87,19 +99,24 @@ impl Lock {
     /// [`LockError::Backend`] when Redis fails or does not answer in time, and
     /// [`LockError::ShuttingDown`] once the client's
     /// [`shutdown`](crate::LockClient::shutdown) has begun (also for a wait
-    /// under way then).
+    /// under way then). For the lock family also:
+    /// [`LockError::UpgradeRefused`] for a write lock asked for by a call
+    /// chain that holds the read lock, [`LockError::Unsupported`] on Redlock,
+    /// and [`LockError::InvalidConfig`] for a semaphore asked for no permits
+    /// or more than it has.
     ///
     /// Inside the [`scope`](LockGuard::scope) of a guard of this client, the
     /// lock is acquired as that guard's owner: a lock already held there is
-    /// re-entered at no cost.
+    /// re-entered at no cost (for a semaphore: without taking more permits).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future at any point leaves the lock not held
     /// by this caller. A grant that the server made for a request whose
-    /// answer was never read is taken back in the background.
+    /// answer was never read is taken back in the background, and so is a
+    /// place in a fair lock's queue or a waiting writer's intent.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let Acquired { lock, scope } =
-            acquire::acquire(&self.core, &self.name, self.wait, self.lease).await?;
+            acquire::acquire_kind(&self.core, &self.name, self.kind, self.wait, self.lease).await?;
         Ok(LockGuard::new(self.core, lock, scope))
     }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::core::ClientCore;
 use crate::held::HeldLock;
+use crate::name::Kind;
 use crate::LockError;
 
 /// Releases `lock` in the backend after its last hold was dropped.
@@ -53,15 +54,19 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
     // until this future is dropped): a shutdown waits for it.
     let _releasing = core.releasing();
     core.watchdog.forget(lock);
+    // (The lock family's waiters ask the server on every release message.)
+    let exclusive = lock.key.kind == Kind::Exclusive;
     // Waiters of this client wait for this release's wake-up instead of
     // racing to the server when the holder is forgotten.
-    core.backend.expect_wake(&lock.key, true);
+    if exclusive {
+        core.backend.expect_wake(&lock.key, true);
+    }
     core.holder_remove(lock);
     let mut release = std::pin::pin!(core.backend.release(&lock.key, &lock.owner));
     let mut first_poll = true;
     let result = std::future::poll_fn(|cx| {
         let poll = release.as_mut().poll(cx);
-        if std::mem::take(&mut first_poll) && poll.is_pending() {
+        if std::mem::take(&mut first_poll) && poll.is_pending() && exclusive {
             // The release is queued on the multiplexed connection: a waiter
             // of this client woken now queues its attempt behind it, so the
             // lock changes hands in one round trip instead of release,
@@ -72,7 +77,7 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
         poll
     })
     .await;
-    if !matches!(result, Ok(true)) {
+    if exclusive && !matches!(result, Ok(true)) {
         core.backend.expect_wake(&lock.key, false);
     }
     result

@@ -97,6 +97,11 @@ impl Scope {
     }
 
     /// Adds a hold to the lock named `name` when this scope holds it.
+    /// Whether this scope holds the lock known as `id`.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.state.lock().live(id).is_some()
+    }
+
     pub(crate) fn reenter(&self, name: &str) -> Option<Arc<HeldLock>> {
         let state = self.state.lock();
         let lock = state.live(name)?;

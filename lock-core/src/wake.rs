@@ -322,7 +322,13 @@ impl WakeHandle {
     /// that hands it the lock is announced to the returned slot only.
     pub(crate) fn expect_grant(&self, owner: &Arc<str>) -> GrantSlot {
         let key = (self.channel.clone(), owner.clone());
-        let grant = self.waiters.grants.lock().entry(key.clone()).or_default().clone();
+        let grant = self
+            .waiters
+            .grants
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
         GrantSlot {
             waiters: self.waiters.clone(),
             key,

@@ -45,7 +45,9 @@ impl Failure {
             LockError::NotHeld { .. }
             | LockError::InvalidConfig { .. }
             | LockError::WrongType { .. }
-            | LockError::HeldByOtherClient { .. } => Failure::Internal,
+            | LockError::HeldByOtherClient { .. }
+            | LockError::UpgradeRefused { .. }
+            | LockError::Unsupported { .. } => Failure::Internal,
             error if error.is_backend() => Failure::Unavailable,
             _ => Failure::Internal,
         }
@@ -82,7 +84,7 @@ impl Failure {
 /// | `Backend`, `Connect`, `QuorumNotReached`, `Authentication` (the backend did not answer or failed) | `503 Service Unavailable` |
 /// | `LeaseLost` (the lock could not be kept), `ShuttingDown` (the client is shutting down) | `503 Service Unavailable` |
 /// | `InvalidKey` (the name from the request is not acceptable) | `400 Bad Request` |
-/// | `NotHeld`, `InvalidConfig`, `WrongType`, `HeldByOtherClient` (a layer and a handler given different clients) | `500 Internal Server Error` |
+/// | `NotHeld`, `InvalidConfig`, `WrongType`, `HeldByOtherClient` (a layer and a handler given different clients), `UpgradeRefused`, `Unsupported` | `500 Internal Server Error` |
 /// | a variant added to `LockError` later (it is `#[non_exhaustive]`) | `503` when [`LockError::is_backend`] is true, else `500` |
 ///
 /// The layer's own answers follow this table, except where

@@ -17,6 +17,9 @@ pub use edges::*;
 mod shutdown;
 #[allow(unused_imports)]
 pub use shutdown::*;
+mod family;
+#[allow(unused_imports)]
+pub use family::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {

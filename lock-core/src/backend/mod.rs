@@ -125,6 +125,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// any more.
     fn shut_down(&self) {}
 
+    /// Why the lock family (fair lock, read-write lock, semaphore) is not
+    /// available here, if it is not: the backend's name and the reason.
+    fn family_unsupported(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     /// What the backend knows about `key`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;
 

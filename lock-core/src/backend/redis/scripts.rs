@@ -138,8 +138,10 @@ return {0, ttl}
 /// Gives the fair lock back (ARGV[2] `release`: ARGV[1]'s hold; `rollback`:
 /// ARGV[1]'s grant and its place in the queue; `force`: whoever holds it)
 /// and hands it straight to the head of the queue: the head becomes the
-/// holder with its own lease and a new token, and only it is told, by
-/// `g <owner> <token>` on the channel. KEYS: as `FAIR_ACQUIRE`, plus the
+/// holder with a new token, and only it is told, by `g <owner> <token>` on
+/// the channel. The hand-over lease is the head's own, but at most ARGV[3]
+/// (the place's lifetime): a head that died while queued holds the lock no
+/// longer than that; a live one extends it to its lease at once. KEYS: as `FAIR_ACQUIRE`, plus the
 /// channel. Replies whether a hold was deleted.
 const FAIR_RELEASE: &str = r"
 local deleted
@@ -167,7 +169,7 @@ while true do
   if lease then
     local token = redis.call('incr', KEYS[2])
     redis.call('hset', KEYS[1], head, token)
-    redis.call('pexpire', KEYS[1], lease)
+    redis.call('pexpire', KEYS[1], math.min(tonumber(lease), tonumber(ARGV[3])))
     redis.call('publish', KEYS[6], 'g ' .. head .. ' ' .. token)
     return deleted
   end
@@ -450,9 +452,7 @@ impl Scripts {
         let mut cmd = match key.kind {
             Kind::Exclusive | Kind::Fair | Kind::Write => evalsha(&self.renew, &[&key.lock]),
             Kind::Read => evalsha(&self.renew_member, &[&key.lock]),
-            Kind::Permits { .. } => {
-                evalsha(&self.renew_member, &[&key.lock, &key.aux(":permits")])
-            }
+            Kind::Permits { .. } => evalsha(&self.renew_member, &[&key.lock, &key.aux(":permits")]),
         };
         cmd.arg(owner).arg(lease_ms);
         cmd
@@ -480,7 +480,11 @@ impl Scripts {
             }
             Kind::Fair => self.fair(key, owner, "rollback"),
             Kind::Write => {
-                let keys = [key.lock.to_string(), key.aux(":wait"), key.channel.to_string()];
+                let keys = [
+                    key.lock.to_string(),
+                    key.aux(":wait"),
+                    key.channel.to_string(),
+                ];
                 let mut cmd = evalsha(&self.write_rollback, &refs(&keys));
                 cmd.arg(owner);
                 one(cmd)
@@ -515,7 +519,9 @@ impl Scripts {
     fn fair(&self, key: &LockKey, owner: &str, mode: &str) -> Pipeline {
         let keys = fair_keys(key);
         let mut cmd = evalsha(&self.fair_release, &refs(&keys));
-        cmd.arg(owner).arg(mode);
+        cmd.arg(owner)
+            .arg(mode)
+            .arg(lease::millis(lease::QUEUE_PRESENCE));
         one(cmd)
     }
 
@@ -589,7 +595,12 @@ fn fair_keys(key: &LockKey) -> [String; 6] {
 /// A read-write lock's keys: the readers, the writer, the fencing counter,
 /// the waiting writers.
 fn rw_keys(key: &LockKey) -> [String; 4] {
-    [key.aux(":read"), key.aux(":write"), key.fence(), key.aux(":wait")]
+    [
+        key.aux(":read"),
+        key.aux(":write"),
+        key.fence(),
+        key.aux(":wait"),
+    ]
 }
 
 fn refs(keys: &[String]) -> Vec<&str> {

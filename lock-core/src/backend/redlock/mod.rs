@@ -333,6 +333,14 @@ impl Backend for RedlockBackend {
         }
     }
 
+    fn family_unsupported(&self) -> Option<(&'static str, &'static str)> {
+        Some((
+            "Redlock",
+            "its masters are independent, so no one of them orders a queue, counts readers or \
+             permits for all; use a single node, Sentinel or Cluster for it",
+        ))
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedlockBackend::inspect(self, key).boxed()
     }

@@ -1,0 +1,481 @@
+//! The lock family's behavioural suite (fair lock, read-write lock,
+//! semaphore), run per backend by `family_suite!`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distributed_lock::{LockClient, LockError};
+use tokio::time::Instant;
+
+use super::Fixture;
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// Four waiters from four clients queue one after another on a held fair
+/// lock; they get it in that order, each with a higher token.
+pub async fn family_fair_lock_grants_in_arrival_order<F: Fixture>(fixture: &F) {
+    let holder = fixture.client().await;
+    let guard = holder.fair_lock("fair:order").acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let client = fixture.client().await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .fair_lock("fair:order")
+                .wait(LONG)
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push((i, guard.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.unwrap();
+        }));
+        // Let it make its first attempt (and queue) before the next comes.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let arrival: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(arrival, [0, 1, 2, 3], "grants in arrival order");
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens grow: {order:?}"
+    );
+}
+
+/// While a waiter is queued, a single try by another client does not take
+/// the lock as it is handed over.
+pub async fn family_fair_single_try_does_not_jump_the_queue<F: Fixture>(fixture: &F) {
+    let [holder, queued, jumper] = super::clients::<F, 3>(fixture).await;
+    let guard = holder.fair_lock("fair:jump").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        queued
+            .fair_lock("fair:jump")
+            .wait(LONG)
+            .acquire()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        jumper.fair_lock("fair:jump").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    guard.release().await.unwrap();
+    // Right after the release: the queued waiter has it (handed over).
+    let tried = jumper.fair_lock("fair:jump").acquire().await;
+    assert!(
+        matches!(tried, Err(LockError::Busy { .. })),
+        "the single try took the lock from the queue: {tried:?}"
+    );
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the queued waiter got the lock")
+        .unwrap();
+    assert!(got.is_held());
+    got.release().await.unwrap();
+    // With nobody queued, a single try takes it.
+    jumper
+        .fair_lock("fair:jump")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A queued waiter that is cancelled, and one that times out, leave the
+/// queue at once: the waiter behind them gets the lock right after the
+/// release, not a queue place's lifetime later.
+pub async fn family_fair_cancelled_and_timed_out_waiters_leave_the_queue<F: Fixture>(fixture: &F) {
+    let [holder, cancelled, timing_out, last] = super::clients::<F, 4>(fixture).await;
+    let guard = holder.fair_lock("fair:leave").acquire().await.unwrap();
+    let dropped = tokio::spawn(async move {
+        cancelled
+            .fair_lock("fair:leave")
+            .wait(LONG)
+            .acquire()
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let timed = tokio::spawn(async move {
+        timing_out
+            .fair_lock("fair:leave")
+            .wait(Duration::from_millis(400))
+            .acquire()
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let waiting = tokio::spawn(async move {
+        let guard = last
+            .fair_lock("fair:leave")
+            .wait(LONG)
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    dropped.abort();
+    assert!(matches!(
+        timed.await.unwrap(),
+        Err(LockError::TimedOut { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, guard) = waiting.await.unwrap();
+    let took = got.saturating_duration_since(released);
+    assert!(
+        took < Duration::from_secs(2),
+        "the last waiter got the lock {took:?} after the release: gone waiters blocked it"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Readers share the lock; a writer excludes readers and other writers.
+pub async fn family_readers_share_and_a_writer_excludes<F: Fixture>(fixture: &F) {
+    let [a, b, c] = super::clients::<F, 3>(fixture).await;
+    let (ra, rb) = (a.read_write_lock("rw:share"), b.read_write_lock("rw:share"));
+    let rc = c.read_write_lock("rw:share");
+    let read_a = ra.read().acquire().await.unwrap();
+    let read_b = rb.read().acquire().await.unwrap();
+    assert!(matches!(
+        rc.write().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    read_a.release().await.unwrap();
+    assert!(matches!(
+        rc.write().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    read_b.release().await.unwrap();
+    let write = rc.write().acquire().await.unwrap();
+    assert!(matches!(
+        ra.read().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    assert!(matches!(
+        rb.write().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    let woken = tokio::spawn(async move { ra.read().wait(LONG).acquire().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    write.release().await.unwrap();
+    let read = woken.await.unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "the reader was woken by the writer's release"
+    );
+    read.release().await.unwrap();
+}
+
+/// Once a writer waits, new readers wait behind it (readers already
+/// holding finish); when it is done they read.
+pub async fn family_a_waiting_writer_is_not_starved_by_readers<F: Fixture>(fixture: &F) {
+    use std::sync::atomic::AtomicBool;
+    let [a, b, w] = super::clients::<F, 3>(fixture).await;
+    let first = a
+        .read_write_lock("rw:starve")
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    // Set while the writer holds the lock, and once it got it.
+    let writing = Arc::new(AtomicBool::new(false));
+    let wrote = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (writing, wrote) = (writing.clone(), wrote.clone());
+        async move {
+            let guard = w
+                .read_write_lock("rw:starve")
+                .write()
+                .wait(LONG)
+                .acquire()
+                .await
+                .unwrap();
+            writing.store(true, Ordering::SeqCst);
+            wrote.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            writing.store(false, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = b.read_write_lock("rw:starve");
+    assert!(
+        matches!(late.read().acquire().await, Err(LockError::Busy { .. })),
+        "a new reader went ahead of the waiting writer"
+    );
+    let reader = tokio::spawn({
+        let (writing, wrote) = (writing.clone(), wrote.clone());
+        async move {
+            let guard = late.read().wait(LONG).acquire().await.unwrap();
+            assert!(
+                !writing.load(Ordering::SeqCst),
+                "the reader read while the writer wrote"
+            );
+            assert!(
+                wrote.load(Ordering::SeqCst),
+                "the reader went before the waiting writer"
+            );
+            guard
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await.unwrap();
+    writer.await.unwrap();
+    let read = reader.await.unwrap();
+    read.release().await.unwrap();
+}
+
+/// A writer may take the read lock (downgrade) and keep it after releasing
+/// the write lock; a reader asking for the write lock is refused at once.
+pub async fn family_downgrade_is_allowed_and_upgrade_refused<F: Fixture>(fixture: &F) {
+    let [a, b] = super::clients::<F, 2>(fixture).await;
+    let rw = a.read_write_lock("rw:grade");
+    let other = b.read_write_lock("rw:grade");
+    let write = rw.write().acquire().await.unwrap();
+    let read = write.scope(rw.read().acquire()).await.unwrap();
+    write.release().await.unwrap();
+    assert!(read.is_held());
+    assert!(matches!(
+        other.write().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    let shared = other.read().acquire().await.unwrap();
+    shared.release().await.unwrap();
+    let started = Instant::now();
+    let upgrade = read.scope(rw.write().wait(LONG).acquire()).await;
+    assert!(
+        matches!(upgrade, Err(LockError::UpgradeRefused { ref key }) if key == "rw:grade"),
+        "{upgrade:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    read.release().await.unwrap();
+    other
+        .write()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// 8 tasks of 4 clients share a semaphore of 3 permits: never more than 3
+/// holders at once (counted outside the lock), every round done.
+pub async fn family_semaphore_never_exceeds_its_permits<F: Fixture>(fixture: &F) {
+    let clients = super::clients::<F, 4>(fixture).await;
+    let in_use = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let semaphore = clients[i % 4].semaphore("sem:limit", 3);
+        let (in_use, most, done) = (in_use.clone(), most.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let permit = semaphore.permit().wait(LONG).acquire().await.unwrap();
+                let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                in_use.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 24);
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders of 3 permits at once");
+    assert!(most >= 2, "the permits were shared ({most} at most)");
+}
+
+/// A holder that takes several permits counts for all of them; a waiter is
+/// woken when they are given back.
+pub async fn family_semaphore_counts_permits_and_wakes_waiters<F: Fixture>(fixture: &F) {
+    let [a, b] = super::clients::<F, 2>(fixture).await;
+    let big = a
+        .semaphore("sem:wake", 3)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    let one = b.semaphore("sem:wake", 3).permit().acquire().await.unwrap();
+    assert!(matches!(
+        b.semaphore("sem:wake", 3).permit().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    let waiting = tokio::spawn(async move {
+        let guard = b
+            .semaphore("sem:wake", 3)
+            .permits(2)
+            .wait(LONG)
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let released = Instant::now();
+    big.release().await.unwrap();
+    let (got, guard) = waiting.await.unwrap();
+    assert!(
+        got.saturating_duration_since(released) < Duration::from_secs(2),
+        "woken by the release, not by a lease"
+    );
+    guard.release().await.unwrap();
+    one.release().await.unwrap();
+}
+
+/// A holder that never gives its permits back (a crash) loses them after
+/// its lease: another holder gets them then.
+pub async fn family_crashed_permit_holder_leaks_nothing<F: Fixture>(fixture: &F) {
+    let [a, b] = super::clients::<F, 2>(fixture).await;
+    let lease = Duration::from_millis(400);
+    let taken = Instant::now();
+    let crashed = a
+        .semaphore("sem:crash", 2)
+        .permits(2)
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(crashed);
+    let got = b
+        .semaphore("sem:crash", 2)
+        .permits(2)
+        .wait(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let after = taken.elapsed();
+    assert!(after >= lease - Duration::from_millis(50), "{after:?}");
+    assert!(after < Duration::from_secs(3), "{after:?}");
+    got.release().await.unwrap();
+}
+
+/// The watchdog renews read holds, write holds, permits and fair locks
+/// alike: past several leases they are still held and still exclude.
+pub async fn family_watchdog_renews_every_primitive<F: Fixture>(fixture: &F) {
+    let a = super::client_with_lease(fixture, Duration::from_millis(300)).await;
+    let b = fixture.client().await;
+    let read = a.read_write_lock("wd:rw").read().acquire().await.unwrap();
+    let write = a.read_write_lock("wd:rw2").write().acquire().await.unwrap();
+    let permit = a.semaphore("wd:sem", 1).permit().acquire().await.unwrap();
+    let fair = a.fair_lock("wd:fair").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for guard in [&read, &write, &permit, &fair] {
+        assert!(guard.is_held(), "{} lost", guard.key());
+    }
+    assert!(matches!(
+        b.read_write_lock("wd:rw").write().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    assert!(matches!(
+        b.read_write_lock("wd:rw2").read().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    assert!(matches!(
+        b.semaphore("wd:sem", 1).permit().acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    assert!(matches!(
+        b.fair_lock("wd:fair").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    for guard in [read, write, permit, fair] {
+        guard.release().await.unwrap();
+    }
+}
+
+/// Reentrancy per call chain works for every primitive, and a cancelled
+/// acquisition leaves nothing held.
+pub async fn family_reentry_and_cancellation<F: Fixture>(fixture: &F) {
+    let [a, b] = super::clients::<F, 2>(fixture).await;
+    let fair = a.fair_lock("re:fair").acquire().await.unwrap();
+    let inner = fair.scope(a.fair_lock("re:fair").acquire()).await.unwrap();
+    assert_eq!(inner.fencing_token(), fair.fencing_token());
+    inner.release().await.unwrap();
+    assert!(matches!(
+        b.fair_lock("re:fair").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    fair.release().await.unwrap();
+    let permit = a.semaphore("re:sem", 1).permit().acquire().await.unwrap();
+    let again = permit
+        .scope(a.semaphore("re:sem", 1).permit().acquire())
+        .await
+        .unwrap();
+    again.release().await.unwrap();
+    permit.release().await.unwrap();
+    // Cancelled at every point of a wait: nothing stays held or queued.
+    let held = b.fair_lock("re:cancel").acquire().await.unwrap();
+    for ms in [0, 1, 5, 20, 80] {
+        let attempt = a.fair_lock("re:cancel").wait(LONG).acquire();
+        let _ = tokio::time::timeout(Duration::from_millis(ms), attempt).await;
+    }
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let retaken = b.fair_lock("re:cancel").acquire().await;
+    assert!(
+        retaken.is_ok(),
+        "a cancelled waiter kept the lock: {retaken:?}"
+    );
+}
+
+/// Bad permits are typed errors naming the semaphore.
+pub async fn family_bad_permits_are_typed_errors<F: Fixture>(fixture: &F) {
+    let client: LockClient = fixture.client().await;
+    for lock in [
+        client.semaphore("sem:bad", 0).permit(),
+        client.semaphore("sem:bad", 3).permits(0),
+        client.semaphore("sem:bad", 3).permits(4),
+    ] {
+        match lock.acquire().await {
+            Err(LockError::InvalidConfig { key, reason }) => {
+                assert_eq!(key, "sem:bad");
+                assert!(reason.chars().any(|c| c.is_ascii_digit()), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Generates one `#[tokio::test]` per family suite test, on the fixture `$make`.
+#[macro_export]
+macro_rules! family_suite {
+    ($make:expr) => {
+        behaviour_suite!($make;
+            family_fair_lock_grants_in_arrival_order,
+            family_fair_single_try_does_not_jump_the_queue,
+            family_fair_cancelled_and_timed_out_waiters_leave_the_queue,
+            family_readers_share_and_a_writer_excludes,
+            family_a_waiting_writer_is_not_starved_by_readers,
+            family_downgrade_is_allowed_and_upgrade_refused,
+            family_semaphore_never_exceeds_its_permits,
+            family_semaphore_counts_permits_and_wakes_waiters,
+            family_crashed_permit_holder_leaks_nothing,
+            family_watchdog_renews_every_primitive,
+            family_reentry_and_cancellation,
+            family_bad_permits_are_typed_errors,
+        );
+    };
+}
