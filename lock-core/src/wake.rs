@@ -98,8 +98,11 @@ pub(crate) struct Waiters {
     changes: Mutex<Option<mpsc::UnboundedSender<Arc<str>>>>,
     /// Waiters queued on a fair lock, by channel and owner: a release hands
     /// the lock to one of them and tells only it, with the new token.
-    grants: Mutex<HashMap<(Arc<str>, Arc<str>), Arc<Grant>>>,
+    grants: Mutex<HashMap<GrantKey, Arc<Grant>>>,
 }
+
+/// A queued waiter: its channel and its owner.
+type GrantKey = (Arc<str>, Arc<str>);
 
 /// Where a fair lock handed to a waiter of this process is announced.
 #[derive(Debug, Default)]
@@ -390,7 +393,7 @@ impl Drop for WakeHandle {
 #[derive(Debug)]
 pub(crate) struct GrantSlot {
     waiters: Arc<Waiters>,
-    key: (Arc<str>, Arc<str>),
+    key: GrantKey,
     grant: Arc<Grant>,
 }
 
