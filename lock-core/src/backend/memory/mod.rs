@@ -1,6 +1,12 @@
 //! The in-memory backend: the same lock semantics inside one process.
+//!
+//! Every primitive of the lock family behaves as its Lua scripts do on Redis
+//! (`redis/scripts.rs`), with `tokio::time::Instant` as the clock instead of
+//! the server's `TIME`: the plain lock, the fair lock with its queue and
+//! direct hand-off, the write-preferring read-write lock, and the semaphore
+//! whose holders expire one by one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +14,8 @@ use futures_util::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::{Attempt, Backend, RenewItem, Renewal};
-use crate::name::{self, LockKey};
+use crate::lease::QUEUE_PRESENCE;
+use crate::name::{self, Kind, LockKey};
 use crate::sync::Mutex;
 use crate::wake::{WaitSet, Waiters};
 use crate::{LockError, LockHolder, LockInfo};
@@ -43,7 +50,15 @@ impl Default for Inner {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The plain locks, by their key.
     locks: HashMap<Arc<str>, Entry>,
+    /// The fair locks, by their key (`<prefix>{name}:fair`).
+    fair: HashMap<Arc<str>, Fair>,
+    /// The read-write locks, by the stem of their keys (`<prefix>{name}:rw`):
+    /// a read and a write hold of one name share one state.
+    rw: HashMap<Arc<str>, ReadWrite>,
+    /// The semaphores, by their key (`<prefix>{name}:sem`).
+    permits: HashMap<Arc<str>, Permits>,
     /// The last fencing token issued (one counter for the whole store: a
     /// lock's tokens strictly increase, with gaps).
     fence: u64,
@@ -51,11 +66,288 @@ struct State {
     swept: usize,
 }
 
+/// One holder: of a plain or fair lock, or the writer of a read-write lock.
 #[derive(Debug)]
 struct Entry {
     owner: Box<str>,
     token: u64,
     expires_at: Instant,
+}
+
+impl Entry {
+    fn live(&self, now: Instant) -> bool {
+        self.expires_at > now
+    }
+}
+
+/// A fair lock: its holder and the waiters queued for it, in arrival order.
+#[derive(Debug, Default)]
+struct Fair {
+    holder: Option<Entry>,
+    queue: VecDeque<Queued>,
+}
+
+/// A waiter queued on a fair lock.
+#[derive(Debug)]
+struct Queued {
+    owner: Box<str>,
+    /// Until when it keeps its place without another attempt.
+    place: Instant,
+    /// The lease it gets when the lock is handed to it.
+    lease: Duration,
+}
+
+/// A read-write lock: its readers (each expiring on its own), its writer,
+/// and the writers waiting for it (whose intent keeps new readers out).
+#[derive(Debug, Default)]
+struct ReadWrite {
+    readers: HashMap<Box<str>, Instant>,
+    writer: Option<Entry>,
+    /// Waiting writers: owner -> until when its intent lasts.
+    intents: HashMap<Box<str>, Instant>,
+}
+
+/// A semaphore's holders: owner -> the permits it took, until when.
+#[derive(Debug, Default)]
+struct Permits {
+    holders: HashMap<Box<str>, Permit>,
+}
+
+#[derive(Debug)]
+struct Permit {
+    permits: u32,
+    expires_at: Instant,
+}
+
+/// `now + d`, or `now` when that overflows (an entry that expires at once:
+/// the safe side; leases and presence are range-checked, so it cannot).
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or(now)
+}
+
+/// The wait until `at`, at least 1 ms (a waiter never spins on a zero TTL).
+fn until(at: Instant, now: Instant) -> Duration {
+    at.saturating_duration_since(now)
+        .max(Duration::from_millis(1))
+}
+
+/// The next fencing token of the store's one counter.
+fn next_token(fence: &mut u64) -> u64 {
+    *fence = fence.saturating_add(1);
+    *fence
+}
+
+impl Fair {
+    /// Drops the waiters whose place ran out.
+    fn purge(&mut self, now: Instant) {
+        self.queue.retain(|q| q.place > now);
+    }
+
+    /// The holder, while its lease runs.
+    fn live_holder(&self, now: Instant) -> Option<&Entry> {
+        self.holder.as_ref().filter(|h| h.live(now))
+    }
+
+    /// Nobody holds it and nobody waits for it: the state can go.
+    fn idle(&self, now: Instant) -> bool {
+        self.live_holder(now).is_none() && self.queue.iter().all(|q| q.place <= now)
+    }
+
+    /// `owner` leaves the queue (if it was in it).
+    fn leave(&mut self, owner: &str) {
+        self.queue.retain(|q| *q.owner != *owner);
+    }
+
+    /// Queues `owner` at the tail, or keeps its place, and refreshes its
+    /// place's deadline and its lease.
+    fn wait(&mut self, owner: &str, lease: Duration, now: Instant) {
+        let place = after(now, QUEUE_PRESENCE);
+        match self.queue.iter_mut().find(|q| *q.owner == *owner) {
+            Some(queued) => {
+                queued.place = place;
+                queued.lease = lease;
+            }
+            None => self.queue.push_back(Queued {
+                owner: owner.into(),
+                place,
+                lease,
+            }),
+        }
+    }
+
+    /// `FAIR_ACQUIRE` (after `FAIR_PURGE`).
+    fn acquire(
+        &mut self,
+        owner: &str,
+        lease: Duration,
+        queue: bool,
+        now: Instant,
+        fence: &mut u64,
+    ) -> Attempt {
+        let ttl = match self.holder.as_mut().filter(|h| h.live(now)) {
+            Some(holder) if *holder.owner == *owner => {
+                holder.expires_at = after(now, lease);
+                let token = holder.token;
+                self.leave(owner);
+                return Attempt::Acquired { token };
+            }
+            Some(holder) => holder.expires_at.saturating_duration_since(now),
+            None => match self.queue.front() {
+                Some(head) if *head.owner != *owner => until(head.place, now),
+                _ => {
+                    let token = next_token(fence);
+                    self.holder = Some(Entry {
+                        owner: owner.into(),
+                        token,
+                        expires_at: after(now, lease),
+                    });
+                    self.leave(owner);
+                    return Attempt::Acquired { token };
+                }
+            },
+        };
+        if queue {
+            self.wait(owner, lease, now);
+        }
+        Attempt::Busy { ttl: Some(ttl) }
+    }
+
+    /// Hands the (free) lock to the head of the queue: it becomes the holder
+    /// with its own lease and a new token. Returns whom, with which token.
+    fn hand_off(&mut self, now: Instant, fence: &mut u64) -> Option<(Box<str>, u64)> {
+        // Purged: every waiter left has a live place.
+        let head = self.queue.pop_front()?;
+        let token = next_token(fence);
+        self.holder = Some(Entry {
+            owner: head.owner.clone(),
+            token,
+            expires_at: after(now, head.lease),
+        });
+        Some((head.owner, token))
+    }
+}
+
+impl ReadWrite {
+    /// Drops the expired readers, writer and intents.
+    fn purge(&mut self, now: Instant) {
+        self.readers.retain(|_, expires_at| *expires_at > now);
+        self.intents.retain(|_, deadline| *deadline > now);
+        if self.writer.as_ref().is_some_and(|w| !w.live(now)) {
+            self.writer = None;
+        }
+    }
+
+    /// Nothing live is left (after `purge`).
+    fn idle(&self) -> bool {
+        self.readers.is_empty() && self.writer.is_none() && self.intents.is_empty()
+    }
+
+    /// `READ_ACQUIRE`.
+    fn read(&mut self, owner: &str, lease: Duration, now: Instant, fence: &mut u64) -> Attempt {
+        self.purge(now);
+        match &self.writer {
+            Some(writer) if *writer.owner != *owner => {
+                return Attempt::Busy {
+                    ttl: Some(writer.expires_at.saturating_duration_since(now)),
+                };
+            }
+            Some(_) => {} // the writer may read
+            None if !self.readers.contains_key(owner) => {
+                // A waiting writer keeps new readers out (not those in).
+                if let Some(first) = self.intents.values().min() {
+                    return Attempt::Busy {
+                        ttl: Some(until(*first, now)),
+                    };
+                }
+            }
+            None => {}
+        }
+        self.readers.insert(owner.into(), after(now, lease));
+        Attempt::Acquired {
+            token: next_token(fence),
+        }
+    }
+
+    /// `WRITE_ACQUIRE`.
+    fn write(
+        &mut self,
+        owner: &str,
+        lease: Duration,
+        queue: bool,
+        now: Instant,
+        fence: &mut u64,
+    ) -> Attempt {
+        self.purge(now);
+        let ttl = match &mut self.writer {
+            Some(writer) if *writer.owner == *owner => {
+                writer.expires_at = after(now, lease);
+                return Attempt::Acquired {
+                    token: writer.token,
+                };
+            }
+            Some(writer) => writer.expires_at.saturating_duration_since(now),
+            None => match self.readers.values().min() {
+                Some(first) => until(*first, now),
+                None => {
+                    self.intents.remove(owner);
+                    let token = next_token(fence);
+                    self.writer = Some(Entry {
+                        owner: owner.into(),
+                        token,
+                        expires_at: after(now, lease),
+                    });
+                    return Attempt::Acquired { token };
+                }
+            },
+        };
+        if queue {
+            self.intents
+                .insert(owner.into(), after(now, QUEUE_PRESENCE));
+        }
+        Attempt::Busy { ttl: Some(ttl) }
+    }
+}
+
+impl Permits {
+    /// Drops the holders whose lease ran out: their permits come back.
+    fn purge(&mut self, now: Instant) {
+        self.holders.retain(|_, p| p.expires_at > now);
+    }
+
+    /// `PERMITS_ACQUIRE`: `take` of `total` permits.
+    fn acquire(
+        &mut self,
+        owner: &str,
+        lease: Duration,
+        take: u32,
+        total: u32,
+        now: Instant,
+        fence: &mut u64,
+    ) -> Attempt {
+        self.purge(now);
+        let expires_at = after(now, lease);
+        if let Some(held) = self.holders.get_mut(owner) {
+            held.expires_at = expires_at; // keeps the permits it took
+        } else {
+            let used: u64 = self.holders.values().map(|p| u64::from(p.permits)).sum();
+            if used.saturating_add(u64::from(take)) > u64::from(total) {
+                let first = self.holders.values().map(|p| p.expires_at).min();
+                return Attempt::Busy {
+                    ttl: first.map(|first| until(first, now)),
+                };
+            }
+            self.holders.insert(
+                owner.into(),
+                Permit {
+                    permits: take,
+                    expires_at,
+                },
+            );
+        }
+        Attempt::Acquired {
+            token: next_token(fence),
+        }
+    }
 }
 
 impl State {
@@ -64,14 +356,38 @@ impl State {
         self.locks.get_mut(lock).filter(|e| e.expires_at > now)
     }
 
-    /// Drops expired entries once the map has doubled since the last sweep
-    /// (amortised O(1) per acquisition; memory stays O(held locks)).
+    /// Every entry kept, of every primitive.
+    fn len(&self) -> usize {
+        self.locks.len() + self.fair.len() + self.rw.len() + self.permits.len()
+    }
+
+    /// Drops expired entries once the store has doubled since the last sweep
+    /// (amortised O(1) per acquisition; memory stays O(held locks)). Called
+    /// before an acquisition adds an entry.
     fn sweep(&mut self, now: Instant) {
-        if self.locks.len() > 2 * self.swept.max(32) {
+        if self.len() > 2 * self.swept.max(32) {
             self.locks.retain(|_, e| e.expires_at > now);
-            self.swept = self.locks.len();
+            self.fair.retain(|_, fair| {
+                fair.purge(now);
+                !fair.idle(now)
+            });
+            self.rw.retain(|_, rw| {
+                rw.purge(now);
+                !rw.idle()
+            });
+            self.permits.retain(|_, permits| {
+                permits.purge(now);
+                !permits.holders.is_empty()
+            });
+            self.swept = self.len();
         }
     }
+}
+
+/// The map key of a read-write lock's state: the stem shared by its read and
+/// write keys.
+fn rw_stem(key: &LockKey) -> Arc<str> {
+    key.aux("").into()
 }
 
 impl MemoryStore {
@@ -80,21 +396,54 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// The number of locks currently held (unexpired).
+    /// The number of holds currently live (unexpired): each plain or fair
+    /// lock held, each writer, each reader and each semaphore holder counts
+    /// one.
     pub fn held(&self) -> usize {
         let now = Instant::now();
         let state = self.inner.state.lock();
-        state.locks.values().filter(|e| e.expires_at > now).count()
+        let locks = state.locks.values().filter(|e| e.live(now)).count();
+        let fair = state
+            .fair
+            .values()
+            .filter(|f| f.live_holder(now).is_some())
+            .count();
+        let rw: usize = state
+            .rw
+            .values()
+            .map(|rw| {
+                let writer = rw.writer.as_ref().is_some_and(|w| w.live(now));
+                let readers = rw.readers.values().filter(|e| **e > now).count();
+                usize::from(writer) + readers
+            })
+            .sum();
+        let permits: usize = state
+            .permits
+            .values()
+            .map(|p| p.holders.values().filter(|h| h.expires_at > now).count())
+            .sum();
+        locks + fair + rw + permits
     }
 
-    /// The number of lock entries the store keeps: the held locks plus
-    /// expired ones not swept yet. It stays below about twice the most
-    /// locks held at once (and at least 64), however many names were used.
+    /// The number of entries the store keeps (a lock, or the state of a fair
+    /// lock, read-write lock or semaphore): the held ones plus expired ones
+    /// not swept yet. It stays below about twice the most held at once (and
+    /// at least 64), however many names were used.
     pub fn entries(&self) -> usize {
-        self.inner.state.lock().locks.len()
+        self.inner.state.lock().len()
     }
 
+    /// One acquisition attempt of `key`, whatever its kind.
     fn acquire_now(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
+        match key.kind {
+            Kind::Exclusive => self.exclusive_acquire(key, owner, lease),
+            Kind::Fair => self.fair_acquire(key, owner, lease),
+            Kind::Read | Kind::Write => self.rw_acquire(key, owner, lease),
+            Kind::Permits { take, total } => self.permits_acquire(key, owner, lease, take, total),
+        }
+    }
+
+    fn exclusive_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
         let now = Instant::now();
         // The lease was range-checked: this cannot overflow; if it could,
         // the entry would expire at once (the safe side).
@@ -123,6 +472,89 @@ impl MemoryStore {
         Attempt::Acquired { token }
     }
 
+    fn fair_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
+        let now = Instant::now();
+        let mut guard = self.inner.state.lock();
+        if !guard.fair.contains_key(&*key.lock) {
+            guard.sweep(now);
+        }
+        let State { fair, fence, .. } = &mut *guard;
+        let lock = fair.entry(key.lock.clone()).or_default();
+        lock.purge(now);
+        let attempt = lock.acquire(owner, lease, key.queue, now, fence);
+        if lock.idle(now) {
+            fair.remove(&*key.lock);
+        }
+        attempt
+    }
+
+    fn rw_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
+        let now = Instant::now();
+        let stem = rw_stem(key);
+        let mut guard = self.inner.state.lock();
+        if !guard.rw.contains_key(&stem) {
+            guard.sweep(now);
+        }
+        let State { rw, fence, .. } = &mut *guard;
+        let lock = rw.entry(stem.clone()).or_default();
+        let attempt = if key.kind == Kind::Read {
+            lock.read(owner, lease, now, fence)
+        } else {
+            lock.write(owner, lease, key.queue, now, fence)
+        };
+        if lock.idle() {
+            rw.remove(&stem);
+        }
+        attempt
+    }
+
+    fn permits_acquire(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        lease: Duration,
+        take: u32,
+        total: u32,
+    ) -> Attempt {
+        let now = Instant::now();
+        let mut guard = self.inner.state.lock();
+        if !guard.permits.contains_key(&*key.lock) {
+            guard.sweep(now);
+        }
+        let State { permits, fence, .. } = &mut *guard;
+        let semaphore = permits.entry(key.lock.clone()).or_default();
+        let attempt = semaphore.acquire(owner, lease, take, total, now, fence);
+        if semaphore.holders.is_empty() {
+            permits.remove(&*key.lock);
+        }
+        attempt
+    }
+
+    /// Gives `owner`'s hold of `key` back (`rollback`: its grant, and its
+    /// place in a fair lock's queue or its writer's intent), waking waiters
+    /// as the scripts do. Returns whether a hold was deleted.
+    fn release_now(&self, key: &LockKey, owner: &str, rollback: bool) -> bool {
+        match key.kind {
+            Kind::Exclusive => self.delete(key, Some(owner)),
+            Kind::Fair => self.fair_release(key, Some(owner), rollback),
+            Kind::Read => self.read_release(key, owner),
+            Kind::Write => self.write_release(key, owner, rollback),
+            Kind::Permits { .. } => self.permits_release(key, Some(owner)),
+        }
+    }
+
+    /// Deletes `key` whoever holds it (a fair lock: hands it to the head of
+    /// its queue; a read-write lock: every reader, the writer and the
+    /// waiting writers' intents; a semaphore: every holder).
+    fn force_now(&self, key: &LockKey) -> bool {
+        match key.kind {
+            Kind::Exclusive => self.delete(key, None),
+            Kind::Fair => self.fair_release(key, None, false),
+            Kind::Read | Kind::Write => self.rw_force(key),
+            Kind::Permits { .. } => self.permits_release(key, None),
+        }
+    }
+
     /// Deletes the lock when `owner` holds it (or unconditionally when `owner`
     /// is `None`) and wakes a waiter. Returns whether a lock was deleted.
     fn delete(&self, key: &LockKey, owner: Option<&str>) -> bool {
@@ -141,15 +573,178 @@ impl MemoryStore {
         ours
     }
 
-    fn renew_now(&self, key: &LockKey, owner: &str, lease: Duration) -> Renewal {
+    /// `FAIR_RELEASE`: deletes `owner`'s hold (`None`: whoever's; `rollback`:
+    /// `owner` also leaves the queue), then, unless another owner still
+    /// holds the lock, hands it to the head of the queue and tells only it.
+    fn fair_release(&self, key: &LockKey, owner: Option<&str>, rollback: bool) -> bool {
+        let now = Instant::now();
+        let mut guard = self.inner.state.lock();
+        let State { fair, fence, .. } = &mut *guard;
+        let Some(lock) = fair.get_mut(&*key.lock) else {
+            return false;
+        };
+        lock.purge(now);
+        let held = lock.live_holder(now).is_some();
+        let deleted = lock
+            .live_holder(now)
+            .is_some_and(|h| owner.is_none_or(|o| *h.owner == *o));
+        if deleted {
+            lock.holder = None;
+        }
+        if rollback {
+            if let Some(owner) = owner {
+                lock.leave(owner);
+            }
+        }
+        // Held by another owner: nothing to hand off.
+        let handed = if held && !deleted {
+            None
+        } else {
+            lock.hand_off(now, fence)
+        };
+        if lock.idle(now) {
+            fair.remove(&*key.lock);
+        }
+        drop(guard);
+        if let Some((head, token)) = handed {
+            let grant = format!("g {head} {token}");
+            self.inner.waiters.message(&key.channel, grant.as_bytes());
+        }
+        deleted
+    }
+
+    /// `READ_RELEASE`: deletes `owner`'s read hold; wakes the waiters when
+    /// the last reader left.
+    fn read_release(&self, key: &LockKey, owner: &str) -> bool {
+        let now = Instant::now();
+        let stem = rw_stem(key);
+        let mut state = self.inner.state.lock();
+        let Some(lock) = state.rw.get_mut(&stem) else {
+            return false;
+        };
+        lock.purge(now);
+        let removed = lock.readers.remove(owner).is_some();
+        let last = removed && lock.readers.is_empty();
+        if lock.idle() {
+            state.rw.remove(&stem);
+        }
+        drop(state);
+        if last {
+            self.inner.waiters.wake_one(&key.channel);
+        }
+        removed
+    }
+
+    /// The write hold's release (deletes it when `owner` holds it) or
+    /// `WRITE_ROLLBACK` (also withdraws `owner`'s intent). Wakes the waiters
+    /// when that freed the lock or let readers in.
+    fn write_release(&self, key: &LockKey, owner: &str, rollback: bool) -> bool {
+        let now = Instant::now();
+        let stem = rw_stem(key);
+        let mut state = self.inner.state.lock();
+        let Some(lock) = state.rw.get_mut(&stem) else {
+            return false;
+        };
+        lock.purge(now);
+        let deleted = lock.writer.as_ref().is_some_and(|w| *w.owner == *owner);
+        if deleted {
+            lock.writer = None;
+        }
+        let left = rollback && lock.intents.remove(owner).is_some();
+        if lock.idle() {
+            state.rw.remove(&stem);
+        }
+        drop(state);
+        if deleted || left {
+            self.inner.waiters.wake_one(&key.channel);
+        }
+        deleted
+    }
+
+    /// `FAMILY_FORCE` of a read-write lock: drops its whole state.
+    fn rw_force(&self, key: &LockKey) -> bool {
         let now = Instant::now();
         let mut state = self.inner.state.lock();
-        match state.live(&key.lock, now) {
-            Some(entry) if *entry.owner == *owner => {
-                entry.expires_at = now.checked_add(lease).unwrap_or(now);
+        let existed = state.rw.remove(&*rw_stem(key)).is_some_and(|mut lock| {
+            lock.purge(now);
+            !lock.idle()
+        });
+        drop(state);
+        if existed {
+            self.inner.waiters.wake_one(&key.channel);
+        }
+        existed
+    }
+
+    /// `PERMITS_RELEASE` of `owner`'s permits, or (`None`) `FAMILY_FORCE`
+    /// of every holder's. Wakes the waiters when permits came back.
+    fn permits_release(&self, key: &LockKey, owner: Option<&str>) -> bool {
+        let now = Instant::now();
+        let mut state = self.inner.state.lock();
+        let Some(semaphore) = state.permits.get_mut(&*key.lock) else {
+            return false;
+        };
+        semaphore.purge(now);
+        let removed = match owner {
+            Some(owner) => semaphore.holders.remove(owner).is_some(),
+            None => {
+                let any = !semaphore.holders.is_empty();
+                semaphore.holders.clear();
+                any
+            }
+        };
+        if semaphore.holders.is_empty() {
+            state.permits.remove(&*key.lock);
+        }
+        drop(state);
+        if removed {
+            self.inner.waiters.wake_one(&key.channel);
+        }
+        removed
+    }
+
+    /// Extends `owner`'s hold of `key` by `lease` from now when it is still
+    /// live (`RENEW`, or `RENEW_MEMBER` for a read hold or permits).
+    fn renew_now(&self, key: &LockKey, owner: &str, lease: Duration) -> Renewal {
+        let now = Instant::now();
+        let expires_at = now.checked_add(lease).unwrap_or(now);
+        let mut state = self.inner.state.lock();
+        let hold = match key.kind {
+            Kind::Exclusive => state
+                .locks
+                .get_mut(&*key.lock)
+                .filter(|e| e.live(now) && *e.owner == *owner)
+                .map(|e| &mut e.expires_at),
+            Kind::Fair => state
+                .fair
+                .get_mut(&*key.lock)
+                .and_then(|f| f.holder.as_mut())
+                .filter(|h| h.live(now) && *h.owner == *owner)
+                .map(|h| &mut h.expires_at),
+            Kind::Write => state
+                .rw
+                .get_mut(&*rw_stem(key))
+                .and_then(|rw| rw.writer.as_mut())
+                .filter(|w| w.live(now) && *w.owner == *owner)
+                .map(|w| &mut w.expires_at),
+            Kind::Read => state
+                .rw
+                .get_mut(&*rw_stem(key))
+                .and_then(|rw| rw.readers.get_mut(owner))
+                .filter(|e| **e > now),
+            Kind::Permits { .. } => state
+                .permits
+                .get_mut(&*key.lock)
+                .and_then(|p| p.holders.get_mut(owner))
+                .map(|p| &mut p.expires_at)
+                .filter(|e| **e > now),
+        };
+        match hold {
+            Some(expires) => {
+                *expires = expires_at;
                 Renewal::Renewed
             }
-            _ => Renewal::Gone,
+            None => Renewal::Gone,
         }
     }
 }
@@ -194,7 +789,7 @@ impl Backend for MemoryStore {
         key: &'a LockKey,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        async move { Ok(self.delete(key, Some(owner))) }.boxed()
+        async move { Ok(self.release_now(key, owner, false)) }.boxed()
     }
 
     fn rollback<'a>(
@@ -202,12 +797,13 @@ impl Backend for MemoryStore {
         key: &'a LockKey,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        // Wakes only when it deleted something, as `delete` does.
-        async move { Ok(self.delete(key, Some(owner))) }.boxed()
+        // A plain lock wakes only when it deleted something, as `delete`
+        // does; the family as its scripts do.
+        async move { Ok(self.release_now(key, owner, true)) }.boxed()
     }
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        async move { Ok(self.delete(key, None)) }.boxed()
+        async move { Ok(self.force_now(key)) }.boxed()
     }
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
@@ -232,10 +828,20 @@ impl Backend for MemoryStore {
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         async move {
             let now = Instant::now();
-            let mut state = self.inner.state.lock();
-            let fence = state.fence;
-            let entry = state.live(&key.lock, now).map(|e| &*e);
-            Ok(info(key, entry, fence, now))
+            let state = self.inner.state.lock();
+            // The holder of a plain or fair lock or of a write hold; reads
+            // and permits have many holders, not shown here.
+            let entry = match key.kind {
+                Kind::Exclusive => state.locks.get(&*key.lock),
+                Kind::Fair => state.fair.get(&*key.lock).and_then(|f| f.holder.as_ref()),
+                Kind::Write => state
+                    .rw
+                    .get(&*rw_stem(key))
+                    .and_then(|rw| rw.writer.as_ref()),
+                Kind::Read | Kind::Permits { .. } => None,
+            };
+            let entry = entry.filter(|e| e.live(now));
+            Ok(info(key, entry, state.fence, now))
         }
         .boxed()
     }
@@ -289,5 +895,428 @@ mod tests {
             store.acquire_now(&key, "b:1", Duration::from_millis(10)),
             Attempt::Acquired { token } if token > last
         ));
+    }
+
+    const LEASE: Duration = Duration::from_secs(10);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The keys of `kind` of the family `x`, for an attempt that does not wait.
+    fn try_key(kind: Kind) -> LockKey {
+        LockKey::of_kind("lock:", "x", kind).unwrap()
+    }
+
+    /// The keys of `kind` of the family `x`, for an attempt that waits.
+    fn wait_key(kind: Kind) -> LockKey {
+        let mut key = try_key(kind);
+        key.queue = true;
+        key
+    }
+
+    #[track_caller]
+    fn granted(attempt: Attempt) -> u64 {
+        match attempt {
+            Attempt::Acquired { token } => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn busy(attempt: Attempt) -> Option<Duration> {
+        match attempt {
+            Attempt::Busy { ttl } => ttl,
+            other => panic!("expected busy, got {other:?}"),
+        }
+    }
+
+    /// Whether a wake-up is pending for `handle` (taking it).
+    async fn woken(handle: &mut crate::wake::WakeHandle) -> bool {
+        let woken = tokio::time::timeout(MS, handle.notified()).await.is_ok();
+        if woken {
+            handle.attempted(false);
+        }
+        woken
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fair_lock_is_handed_to_the_head_of_its_queue_in_arrival_order() {
+        let store = MemoryStore::new();
+        let key = wait_key(Kind::Fair);
+        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
+        let mut handle = store.inner.waiters.register(&key.channel);
+        let slot_b = handle.expect_grant(&b);
+        let slot_c = handle.expect_grant(&c);
+
+        let a = granted(store.acquire_now(&key, "a:1", LEASE));
+        assert_eq!(busy(store.acquire_now(&key, &b, LEASE)), Some(LEASE));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            busy(store.acquire_now(&key, &c, LEASE)),
+            Some(LEASE - 1000 * MS)
+        );
+        // b's next attempt keeps its place ahead of c.
+        busy(store.acquire_now(&key, &b, LEASE));
+        // An attempt that does not wait takes no place.
+        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
+
+        assert!(store.release_now(&key, "a:1", false));
+        let tb = slot_b.take().expect("the head was handed the lock");
+        assert!(tb > a, "{tb} > {a}");
+        assert_eq!(slot_c.take(), None, "only the head is told");
+        assert!(!woken(&mut handle).await, "a hand-off wakes nobody else");
+        assert_eq!(store.held(), 1, "b holds it before its next attempt");
+        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
+        busy(store.acquire_now(&key, &c, LEASE));
+        assert_eq!(granted(store.acquire_now(&key, &b, LEASE)), tb);
+
+        assert!(!store.release_now(&key, "a:1", false), "a holds it no more");
+        assert_eq!(slot_c.take(), None, "a's late release handed nothing off");
+        assert!(store.release_now(&key, &b, false));
+        let tc = slot_c.take().expect("the next in line was handed the lock");
+        assert!(tc > tb);
+        assert_eq!(slot_b.take(), None);
+        assert_eq!(granted(store.acquire_now(&key, &c, LEASE)), tc);
+
+        // Nobody waits any more: free for anyone.
+        assert!(store.release_now(&key, &c, false));
+        assert_eq!(store.entries(), 0, "an empty fair lock is dropped");
+        assert!(granted(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE)) > tc);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fair_lock_whose_holder_expired_waits_for_the_head_of_its_queue() {
+        let store = MemoryStore::new();
+        let key = wait_key(Kind::Fair);
+        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
+        let handle = store.inner.waiters.register(&key.channel);
+        let slot_b = handle.expect_grant(&b);
+
+        granted(store.acquire_now(&key, "a:1", Duration::from_secs(1)));
+        busy(store.acquire_now(&key, &b, LEASE));
+        busy(store.acquire_now(&key, &c, LEASE));
+        tokio::time::advance(Duration::from_secs(1)).await; // a crashed
+                                                            // Free, but b is ahead: c waits at most until b's place runs out.
+        assert_eq!(
+            busy(store.acquire_now(&key, &c, LEASE)),
+            Some(QUEUE_PRESENCE - Duration::from_secs(1))
+        );
+        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
+        // A release of the lapsed hold deletes nothing but hands it to b.
+        assert!(!store.release_now(&key, "a:1", false));
+        let tb = slot_b.take().expect("handed to the head");
+        assert_eq!(granted(store.acquire_now(&key, &b, LEASE)), tb);
+
+        // The head may also just take the free lock on its next attempt.
+        assert!(store.force_now(&key), "force deletes b's hold...");
+        assert!(granted(store.acquire_now(&key, &c, LEASE)) > tb, "...for c");
+        assert!(store.force_now(&key));
+        assert_eq!(store.entries(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_waiter_that_stops_attempting_loses_its_place() {
+        let store = MemoryStore::new();
+        let key = wait_key(Kind::Fair);
+        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
+        let handle = store.inner.waiters.register(&key.channel);
+        let slot_b = handle.expect_grant(&b);
+        let slot_c = handle.expect_grant(&c);
+
+        granted(store.acquire_now(&key, "a:1", Duration::from_secs(60)));
+        busy(store.acquire_now(&key, &b, LEASE)); // b's process then hangs
+        for _ in 0..3 {
+            busy(store.acquire_now(&key, &c, LEASE)); // c keeps attempting
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        // b's place ran out at 5 s; c's lasts until 9 s.
+        assert!(store.release_now(&key, "a:1", false));
+        assert_eq!(slot_b.take(), None, "the stale waiter was skipped");
+        let tc = slot_c.take().expect("handed to the live waiter");
+        assert_eq!(granted(store.acquire_now(&key, &c, LEASE)), tc);
+        // b comes back: at the tail, behind nobody but the holder.
+        assert_eq!(busy(store.acquire_now(&key, &b, LEASE)), Some(LEASE));
+
+        // A waiter that gives up (rollback) leaves the queue at once.
+        busy(store.acquire_now(&key, "d:1", LEASE));
+        assert!(!store.release_now(&key, &b, true), "b held nothing");
+        assert!(store.release_now(&key, &c, false));
+        assert_eq!(slot_b.take(), None, "b left the queue");
+        assert!(slot_c.take().is_none());
+        assert_eq!(store.held(), 1, "d was handed the lock");
+        // Rolling a hand-off back passes the lock on.
+        busy(store.acquire_now(&key, &b, LEASE));
+        assert!(store.release_now(&key, "d:1", true));
+        assert!(slot_b.take().is_some(), "the rollback handed it on to b");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_share_and_a_writer_excludes_readers_and_writers() {
+        let store = MemoryStore::new();
+        let (read, write) = (try_key(Kind::Read), try_key(Kind::Write));
+        let mut handle = store.inner.waiters.register(&read.channel);
+
+        let r1 = granted(store.acquire_now(&read, "r1:1", LEASE));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let r2 = granted(store.acquire_now(&read, "r2:1", LEASE));
+        assert!(r2 > r1);
+        assert_eq!(store.held(), 2);
+        // A writer waits for the reader that expires first.
+        assert_eq!(
+            busy(store.acquire_now(&write, "w1:1", LEASE)),
+            Some(LEASE - Duration::from_secs(1))
+        );
+        assert!(store.release_now(&read, "r1:1", false));
+        assert!(!woken(&mut handle).await, "a reader is left");
+        assert!(!store.release_now(&read, "r1:1", false), "released once");
+        busy(store.acquire_now(&write, "w1:1", LEASE));
+        assert!(store.release_now(&read, "r2:1", true));
+        assert!(woken(&mut handle).await, "the last reader left");
+
+        let w = granted(store.acquire_now(&write, "w1:1", LEASE));
+        assert!(w > r2);
+        assert_eq!(granted(store.acquire_now(&write, "w1:1", LEASE)), w);
+        assert_eq!(busy(store.acquire_now(&read, "r3:1", LEASE)), Some(LEASE));
+        assert_eq!(busy(store.acquire_now(&write, "w2:1", LEASE)), Some(LEASE));
+        // Another kind of the same name is another lock.
+        granted(store.acquire_now(&try_key(Kind::Exclusive), "r3:1", LEASE));
+        granted(store.acquire_now(&try_key(Kind::Fair), "r3:1", LEASE));
+
+        assert!(!store.release_now(&write, "w2:1", false), "not w2's");
+        assert!(!woken(&mut handle).await);
+        assert!(store.release_now(&write, "w1:1", false));
+        assert!(woken(&mut handle).await, "the writer left");
+        assert!(granted(store.acquire_now(&read, "r3:1", LEASE)) > w);
+
+        // Force drops every reader (and writer).
+        granted(store.acquire_now(&read, "r4:1", LEASE));
+        assert!(store.force_now(&write));
+        assert!(woken(&mut handle).await);
+        assert!(!store.force_now(&read), "nothing left");
+        granted(store.acquire_now(&write, "w2:1", LEASE));
+        assert!(store.force_now(&read));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_writer_keeps_new_readers_out_until_its_intent_expires() {
+        let store = MemoryStore::new();
+        let read = try_key(Kind::Read);
+        let mut handle = store.inner.waiters.register(&read.channel);
+
+        granted(store.acquire_now(&read, "r1:1", LEASE));
+        // A writer that only tries records no intent.
+        busy(store.acquire_now(&try_key(Kind::Write), "w:1", LEASE));
+        granted(store.acquire_now(&read, "r2:1", LEASE));
+        assert!(store.release_now(&read, "r2:1", false));
+
+        // A waiting one does: new readers wait, those in stay in.
+        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
+        assert_eq!(
+            busy(store.acquire_now(&read, "r2:1", LEASE)),
+            Some(QUEUE_PRESENCE)
+        );
+        granted(store.acquire_now(&read, "r1:1", LEASE));
+        // Its intent expires when it stops attempting.
+        tokio::time::advance(QUEUE_PRESENCE - MS).await;
+        busy(store.acquire_now(&read, "r2:1", LEASE));
+        tokio::time::advance(MS).await;
+        granted(store.acquire_now(&read, "r2:1", LEASE));
+
+        // A writer that gives up withdraws its intent and wakes the readers.
+        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
+        busy(store.acquire_now(&read, "r3:1", LEASE));
+        assert!(!store.release_now(&wait_key(Kind::Write), "w:1", true));
+        assert!(woken(&mut handle).await, "the intent was withdrawn");
+        granted(store.acquire_now(&read, "r3:1", LEASE));
+
+        // Once the readers left, the waiting writer gets it and its intent
+        // goes with the grant.
+        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
+        for reader in ["r1:1", "r2:1", "r3:1"] {
+            assert!(store.release_now(&read, reader, false));
+        }
+        granted(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
+        assert!(store.release_now(&wait_key(Kind::Write), "w:1", false));
+        granted(store.acquire_now(&read, "r4:1", LEASE));
+        assert!(store.release_now(&read, "r4:1", false));
+        assert_eq!(store.entries(), 0, "an empty read-write lock is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_writer_may_take_the_read_lock() {
+        let store = MemoryStore::new();
+        let (read, write) = (try_key(Kind::Read), try_key(Kind::Write));
+        let w = granted(store.acquire_now(&write, "w:1", LEASE));
+        busy(store.acquire_now(&wait_key(Kind::Write), "w2:1", LEASE)); // an intent
+        assert!(granted(store.acquire_now(&read, "w:1", LEASE)) > w);
+        assert_eq!(busy(store.acquire_now(&read, "r:1", LEASE)), Some(LEASE));
+        // Downgrade: the write hold goes, the read hold stays.
+        assert!(store.release_now(&write, "w:1", false));
+        assert_eq!(store.held(), 1);
+        busy(store.acquire_now(&write, "w2:1", LEASE));
+        assert_eq!(
+            busy(store.acquire_now(&read, "r:1", LEASE)),
+            Some(QUEUE_PRESENCE),
+            "w2 waits"
+        );
+        granted(store.acquire_now(&read, "w:1", LEASE));
+        tokio::time::advance(QUEUE_PRESENCE).await;
+        granted(store.acquire_now(&read, "r:1", LEASE));
+        assert_eq!(store.held(), 2);
+    }
+
+    /// The permits held (unexpired) of the semaphore `x`.
+    fn permits_in_use(store: &MemoryStore, key: &LockKey) -> u32 {
+        let now = Instant::now();
+        let state = store.inner.state.lock();
+        state.permits.get(&*key.lock).map_or(0, |s| {
+            s.holders
+                .values()
+                .filter(|h| h.expires_at > now)
+                .map(|h| h.permits)
+                .sum()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permits_never_exceed_the_total() {
+        let store = MemoryStore::new();
+        let (two, one) = (
+            try_key(Kind::Permits { take: 2, total: 3 }),
+            try_key(Kind::Permits { take: 1, total: 3 }),
+        );
+        let mut handle = store.inner.waiters.register(&two.channel);
+        let a = granted(store.acquire_now(&two, "a:1", LEASE));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            busy(store.acquire_now(&two, "b:1", LEASE)),
+            Some(LEASE - Duration::from_secs(1))
+        );
+        granted(store.acquire_now(&one, "c:1", LEASE));
+        busy(store.acquire_now(&one, "d:1", LEASE));
+        // A holder's next attempt renews its permits, taking no more.
+        assert!(granted(store.acquire_now(&two, "a:1", LEASE)) > a);
+        assert_eq!(permits_in_use(&store, &two), 3);
+        assert!(store.release_now(&two, "a:1", false));
+        assert!(woken(&mut handle).await);
+        assert!(!store.release_now(&two, "a:1", true));
+        granted(store.acquire_now(&two, "b:1", LEASE));
+        busy(store.acquire_now(&one, "d:1", LEASE));
+        assert!(store.force_now(&one));
+        assert_eq!(store.entries(), 0);
+        // More than the total is never granted (and has no holder to wait for).
+        let too_many = try_key(Kind::Permits { take: 4, total: 3 });
+        assert_eq!(busy(store.acquire_now(&too_many, "e:1", LEASE)), None);
+        assert_eq!(store.entries(), 0);
+
+        // Any mix of takes, leases and releases stays within the total.
+        for i in 0u32..2_000 {
+            let owner = format!("o{}:1", i % 7);
+            let take = i * 7 % 3 + 1;
+            let key = try_key(Kind::Permits { take, total: 4 });
+            if i % 5 == 0 {
+                store.release_now(&key, &owner, false);
+            } else {
+                let lease = Duration::from_millis(u64::from(i * 13 % 2_000 + 100));
+                store.acquire_now(&key, &owner, lease);
+            }
+            assert!(permits_in_use(&store, &key) <= 4, "step {i}");
+            tokio::time::advance(Duration::from_millis(u64::from(i % 300))).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crashed_holders_permits_come_back_after_its_lease() {
+        let store = MemoryStore::new();
+        let all = try_key(Kind::Permits { take: 3, total: 3 });
+        let one = try_key(Kind::Permits { take: 1, total: 3 });
+        granted(store.acquire_now(&all, "a:1", Duration::from_secs(1)));
+        assert_eq!(
+            busy(store.acquire_now(&one, "b:1", LEASE)),
+            Some(Duration::from_secs(1))
+        );
+        tokio::time::advance(Duration::from_secs(1)).await; // a crashed
+        granted(store.acquire_now(&one, "b:1", LEASE));
+        assert!(!store.release_now(&all, "a:1", false), "a's lease ran out");
+        assert_eq!(store.held(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_kind_renews_while_held_and_is_gone_after() {
+        let kinds = [
+            Kind::Exclusive,
+            Kind::Fair,
+            Kind::Read,
+            Kind::Write,
+            Kind::Permits { take: 1, total: 2 },
+        ];
+        for kind in kinds {
+            let store = MemoryStore::new();
+            let key = try_key(kind);
+            let items: Vec<RenewItem> =
+                vec![(key.clone(), "a:1".into()), (key.clone(), "b:1".into())];
+            granted(store.acquire_now(&key, "a:1", Duration::from_secs(1)));
+            let renewed = store.renew(&items, LEASE).await;
+            assert!(
+                matches!(renewed[..], [Renewal::Renewed, Renewal::Gone]),
+                "{kind:?}: {renewed:?}"
+            );
+            tokio::time::advance(LEASE - MS).await;
+            assert_eq!(store.held(), 1, "{kind:?}: the renewal kept it");
+            assert!(matches!(
+                store.renew_now(&key, "a:1", LEASE),
+                Renewal::Renewed
+            ));
+            tokio::time::advance(LEASE).await;
+            assert!(
+                matches!(store.renew_now(&key, "a:1", LEASE), Renewal::Gone),
+                "{kind:?}: expired"
+            );
+            granted(store.acquire_now(&key, "a:1", LEASE));
+            assert!(store.release_now(&key, "a:1", false));
+            assert!(
+                matches!(store.renew_now(&key, "a:1", LEASE), Renewal::Gone),
+                "{kind:?}: released"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crashed_family_holders_and_waiters_are_swept() {
+        let store = MemoryStore::new();
+        let lease = Duration::from_millis(10);
+        for i in 0..10_000 {
+            let kind = match i % 5 {
+                0 => Kind::Fair,
+                1 => Kind::Read,
+                2 => Kind::Write,
+                3 => Kind::Permits { take: 1, total: 1 },
+                _ => Kind::Exclusive,
+            };
+            let mut key = LockKey::of_kind("lock:", &format!("job:{i}"), kind).unwrap();
+            key.queue = true;
+            granted(store.acquire_now(&key, "a:1", lease));
+            // A waiter that goes away too (a place or an intent).
+            if kind == Kind::Read {
+                key = LockKey::of_kind("lock:", &format!("job:{i}"), Kind::Write).unwrap();
+                key.queue = true;
+            }
+            busy(store.acquire_now(&key, "b:1", lease));
+            tokio::time::advance(QUEUE_PRESENCE).await;
+        }
+        assert!(store.entries() <= 64, "{} entries kept", store.entries());
+        assert_eq!(store.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspect_shows_the_holder_of_a_fair_or_write_lock() {
+        let store = MemoryStore::new();
+        for kind in [Kind::Fair, Kind::Write, Kind::Read] {
+            let key = try_key(kind);
+            granted(store.acquire_now(&key, "a:1", LEASE));
+            let info = store.inspect(&key).await.unwrap();
+            let owner = info.holder.map(|h| h.owner);
+            let expected = (kind != Kind::Read).then(|| "a:1".to_owned());
+            assert_eq!(owner, expected, "{kind:?}");
+            store.release_now(&key, "a:1", false);
+        }
     }
 }
