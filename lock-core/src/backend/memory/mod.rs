@@ -221,7 +221,10 @@ impl Fair {
         self.holder = Some(Entry {
             owner: head.owner.clone(),
             token,
-            expires_at: after(now, head.lease),
+            // The hand-over lease (`FAIR_RELEASE`): the head's own, at most
+            // a queue place's lifetime, so a head that died while queued
+            // holds it no longer than that; a live one extends it at once.
+            expires_at: after(now, head.lease.min(crate::lease::QUEUE_PRESENCE)),
         });
         Some((head.owner, token))
     }

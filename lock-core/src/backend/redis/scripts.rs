@@ -231,13 +231,20 @@ return {0, ttl}
 ";
 
 /// Gives a read hold back (release and rollback alike). KEYS: the readers,
-/// the channel. Wakes the waiters when the last reader left.
+/// the channel. Replies whether a live hold was deleted (an expired one was
+/// not held any more); wakes the waiters when no live reader is left.
 const READ_RELEASE: &str = r"
-if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+local expires = redis.call('zscore', KEYS[1], ARGV[1])
+if not expires then
   return 0
 end
+redis.call('zrem', KEYS[1], ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 if redis.call('zcard', KEYS[1]) == 0 then
   redis.call('publish', KEYS[2], '1')
+end
+if tonumber(expires) <= now then
+  return 0
 end
 return 1
 ";
@@ -290,14 +297,19 @@ return {1, redis.call('incr', KEYS[3])}
 ";
 
 /// Gives permits back (release and rollback alike). KEYS: the holders,
-/// their permits, the channel. Wakes the waiters.
+/// their permits, the channel. Replies whether a live hold was deleted (an
+/// expired one was not held any more); wakes the waiters.
 const PERMITS_RELEASE: &str = r"
-if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
-  redis.call('hdel', KEYS[2], ARGV[1])
+local expires = redis.call('zscore', KEYS[1], ARGV[1])
+redis.call('hdel', KEYS[2], ARGV[1])
+if not expires then
   return 0
 end
-redis.call('hdel', KEYS[2], ARGV[1])
+redis.call('zrem', KEYS[1], ARGV[1])
 redis.call('publish', KEYS[3], '1')
+if tonumber(expires) <= now then
+  return 0
+end
 return 1
 ";
 
@@ -377,10 +389,10 @@ impl Scripts {
             fair_release: timed(&format!("{FAIR_PURGE}{FAIR_RELEASE}")),
             read_acquire: timed(READ_ACQUIRE),
             write_acquire: timed(WRITE_ACQUIRE),
-            read_release: publishing(READ_RELEASE),
+            read_release: timed(READ_RELEASE),
             write_rollback: publishing(WRITE_ROLLBACK),
             permits_acquire: timed(PERMITS_ACQUIRE),
-            permits_release: publishing(PERMITS_RELEASE),
+            permits_release: timed(PERMITS_RELEASE),
             renew_member: timed(RENEW_MEMBER),
             family_force: publishing(FAMILY_FORCE),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
