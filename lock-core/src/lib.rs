@@ -24,6 +24,13 @@
 //!   should check it.
 //! - **Cancel safety.** Dropping an acquire future never leaks the lock;
 //!   dropping a guard releases it in the background.
+//! - **The lock family.** [`LockClient::fair_lock`] (granted in arrival
+//!   order, handed straight to the head of the queue),
+//!   [`LockClient::read_write_lock`] (many readers or one writer, writers
+//!   first, downgrade allowed, upgrade refused) and [`LockClient::semaphore`]
+//!   (at most N permits in use, each holder's permits expiring on its own
+//!   lease) hand out [`Lock`]s held like any other: watchdog, fencing token,
+//!   reentrancy, cancel safety. Not on Redlock ([`LockError::Unsupported`]).
 //! - **Graceful shutdown.** [`LockClient::shutdown`] refuses new locks, wakes
 //!   the waiters, lets the holders finish within a grace period, then
 //!   releases what they still hold and stops the background work, so a
@@ -49,6 +56,7 @@
 //!
 //! ```text
 //! client.rs  lock.rs  guard.rs  multi.rs  global.rs  current.rs     public API
+//!     |    family.rs     |         |                                (family: ReadWriteLock, Semaphore)
 //!     |         |        |         |
 //!  shutdown.rs  |        |         |                                graceful shutdown
 //!     |      acquire.rs  release.rs                                 the protocol: attempt, wait,
@@ -79,6 +87,14 @@
 //! wakes the waiters through `closing.rs`) -> its driver task: the grace
 //! period, then `release::give_back` of every lock still held, the janitor
 //! drained, the watchdog and the subscribers stopped.
+//!
+//! The lock family takes the same path: a [`Lock`] of another
+//! `name::Kind` (fair, read, write, permits) has its own keys, and the
+//! backends pick the kind's script; `acquire::acquire_kind` waits in
+//! `Request::run_family` (every release wakes every local waiter of a shared
+//! primitive; a fair waiter is told by a grant message that the release made
+//! it the holder), and a waiter that gives up leaves its queue place through
+//! the janitor.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
 // No panics in library code, on any input or runtime state (tests may).
