@@ -34,7 +34,7 @@ pub(crate) async fn acquire(
     wait: Wait,
     lease: Option<Duration>,
 ) -> Result<Acquired, LockError> {
-    acquire_kind(core, name, Kind::Exclusive, wait, lease).await
+    acquire_kind(core, name, Kind::Exclusive, wait, lease, None).await
 }
 
 /// Acquires `kind` of the primitive named `name` (see [`acquire`]).
@@ -44,9 +44,11 @@ pub(crate) async fn acquire_kind(
     kind: Kind,
     wait: Wait,
     lease: Option<Duration>,
+    at_least: Option<Duration>,
 ) -> Result<Acquired, LockError> {
     let mut key = core.key_of(name, kind)?;
     check_kind(core, &key)?;
+    let at_least = lease::check_at_least(&key.name, at_least, lease)?;
     // A waiting fair or write acquisition keeps a place while it waits.
     key.queue = wait != Wait::Once && matches!(kind, Kind::Fair | Kind::Write);
     let lease = match lease {
@@ -109,6 +111,7 @@ pub(crate) async fn acquire_kind(
         key: &key,
         scope: &scope,
         lease,
+        at_least,
     };
     let lock = if kind == Kind::Exclusive {
         request.run(wait).await?
@@ -167,6 +170,8 @@ struct Request<'a> {
     key: &'a LockKey,
     scope: &'a Arc<Scope>,
     lease: Lease,
+    /// Held at least this long after the grant, even if released earlier.
+    at_least: Option<Duration>,
 }
 
 impl Request<'_> {
@@ -472,13 +477,16 @@ impl Request<'_> {
         sent: Instant,
         mut pending: PendingGrant<'_>,
     ) -> Result<Arc<HeldLock>, LockError> {
-        let lock = Arc::new(HeldLock::new(
-            self.key.clone(),
-            self.scope.owner.clone(),
-            token,
-            self.lease,
-            sent,
-        ));
+        let lock = Arc::new(
+            HeldLock::new(
+                self.key.clone(),
+                self.scope.owner.clone(),
+                token,
+                self.lease,
+                sent,
+            )
+            .holding_at_least(self.at_least),
+        );
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock
             // (a server that hung): no lock to hand out. `pending` takes it back.

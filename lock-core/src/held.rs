@@ -63,6 +63,9 @@ pub(crate) struct HeldLock {
     pub(crate) lease: Lease,
     /// Guards alive on this lock; changed only under the scope's mutex.
     pub(crate) holds: AtomicUsize,
+    /// Held at least until then (ShedLock's `lockAtLeastFor`): a release
+    /// before it shortens the lease to what is left instead of deleting.
+    hold_until: Option<Instant>,
     status: Mutex<Status>,
     /// Woken when the state turns to `Lost`.
     lost: Notify,
@@ -86,6 +89,7 @@ impl HeldLock {
             token,
             lease,
             holds: AtomicUsize::new(1),
+            hold_until: None,
             status: Mutex::new(Status {
                 state: HoldState::Held,
                 valid_until: lease::valid_until(sent, lease.duration()),
@@ -93,6 +97,20 @@ impl HeldLock {
             }),
             lost: Notify::new(),
         }
+    }
+
+    /// Keeps the lock held at least `at_least` from now (see `hold_until`).
+    pub(crate) fn holding_at_least(mut self, at_least: Option<Duration>) -> Self {
+        let now = Instant::now();
+        self.hold_until = at_least.and_then(|d| now.checked_add(d));
+        self
+    }
+
+    /// How long the lock must still be held before it may be deleted, when
+    /// that is at least a millisecond (Redis counts in milliseconds).
+    pub(crate) fn hold_left(&self) -> Option<Duration> {
+        let left = self.hold_until?.saturating_duration_since(Instant::now());
+        (left >= Duration::from_millis(1)).then_some(left)
     }
 
     /// Counts the lease as running out at `until` at the latest (a fair lock

@@ -39,6 +39,33 @@ pub const QUEUE_PRESENCE: Duration = Duration::from_secs(5);
 /// How often a queued waiter refreshes its place (a third of [`QUEUE_PRESENCE`]).
 pub(crate) const QUEUE_REFRESH: Duration = Duration::from_millis(1666);
 
+/// Checks a minimum hold (`Lock::hold_at_least`): at most [`MAX_LEASE`],
+/// and with a fixed lease at most that lease (ShedLock's `lockAtLeastFor`
+/// cannot exceed `lockAtMostFor`). Zero is no minimum.
+pub(crate) fn check_at_least(
+    name: &str,
+    at_least: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<Option<Duration>, LockError> {
+    let Some(at_least) = at_least.filter(|d| !d.is_zero()) else {
+        return Ok(None);
+    };
+    let reason = match lease {
+        Some(lease) if at_least > lease => format!(
+            "a lock held at least {at_least:?} needs a fixed lease at least as long, got {lease:?} (leave the lease out for a watchdog-renewed lock)"
+        ),
+        _ if at_least > MAX_LEASE => format!(
+            "a minimum hold must be at most {}s, got {at_least:?}",
+            MAX_LEASE.as_secs()
+        ),
+        _ => return Ok(Some(at_least)),
+    };
+    Err(LockError::InvalidConfig {
+        key: crate::name::display_name(name),
+        reason,
+    })
+}
+
 /// How long an acquisition waits for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {

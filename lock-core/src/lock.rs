@@ -37,6 +37,7 @@ pub struct Lock {
     kind: Kind,
     wait: Wait,
     lease: Option<Duration>,
+    at_least: Option<Duration>,
 }
 
 impl fmt::Debug for Lock {
@@ -46,6 +47,7 @@ impl fmt::Debug for Lock {
             .field("kind", &self.kind.describe())
             .field("wait", &self.wait)
             .field("lease", &self.lease)
+            .field("hold_at_least", &self.at_least)
             .finish()
     }
 }
@@ -62,6 +64,7 @@ impl Lock {
             kind,
             wait: Wait::Once,
             lease: None,
+            at_least: None,
         }
     }
 
@@ -90,6 +93,22 @@ impl Lock {
         self
     }
 
+    /// Keeps the lock held at least `at_least` after it was acquired, even
+    /// when it is released earlier: ShedLock's `lockAtLeastFor`, for
+    /// scheduled jobs whose replicas fire a little apart (clock skew, timer
+    /// jitter). A release before then does not delete the lock: it cuts its
+    /// lease to what is left, so it expires at that moment and no other
+    /// replica runs the same round meanwhile (the fixed
+    /// [`lease`](Lock::lease) plays `lockAtMostFor`). The client's
+    /// [`shutdown`](crate::LockClient::shutdown) keeps it too. Only the
+    /// outermost hold counts; `Duration::ZERO` is no minimum. With a fixed
+    /// lease it must not exceed that lease, and never [`MAX_LEASE`](crate::MAX_LEASE):
+    /// `acquire` refuses either with [`LockError::InvalidConfig`].
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.at_least = Some(at_least);
+        self
+    }
+
     /// Acquires the lock, waiting as configured.
     ///
     /// Errors: [`LockError::Busy`] when it is held and no wait was asked for,
@@ -115,8 +134,15 @@ impl Lock {
     /// answer was never read is taken back in the background, and so is a
     /// place in a fair lock's queue or a waiting writer's intent.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let Acquired { lock, scope } =
-            acquire::acquire_kind(&self.core, &self.name, self.kind, self.wait, self.lease).await?;
+        let Acquired { lock, scope } = acquire::acquire_kind(
+            &self.core,
+            &self.name,
+            self.kind,
+            self.wait,
+            self.lease,
+            self.at_least,
+        )
+        .await?;
         Ok(LockGuard::new(self.core, lock, scope))
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use crate::backend::Renewal;
 use crate::core::ClientCore;
 use crate::held::HeldLock;
 use crate::name::Kind;
@@ -54,6 +55,9 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
     // until this future is dropped): a shutdown waits for it.
     let _releasing = core.releasing();
     core.watchdog.forget(lock);
+    if let Some(left) = lock.hold_left() {
+        return keep_until_at_least(core, lock, left).await;
+    }
     // (The lock family's waiters ask the server on every release message.)
     let exclusive = lock.key.kind == Kind::Exclusive;
     // Waiters of this client wait for this release's wake-up instead of
@@ -81,6 +85,31 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
         core.backend.expect_wake(&lock.key, false);
     }
     result
+}
+
+/// The release of a lock held at least until a moment still `left` away
+/// (ShedLock's `lockAtLeastFor`): instead of deleting it, its lease is cut
+/// to `left` (the renewal script, so only while its owner holds it) and it
+/// expires then; no waiter is woken before. Returns whether it was ours.
+async fn keep_until_at_least(
+    core: &ClientCore,
+    lock: &HeldLock,
+    left: Duration,
+) -> Result<bool, LockError> {
+    core.holder_remove(lock);
+    let item = [(lock.key.clone(), lock.owner.clone())];
+    match core.backend.renew(&item, left).await.pop() {
+        Some(Renewal::Renewed) => {
+            tracing::debug!(key = %lock.key.name, left = ?left, "lock kept until its at-least hold ends");
+            Ok(true)
+        }
+        Some(Renewal::Gone) | None => Ok(false),
+        Some(Renewal::Failed(source)) => Err(LockError::Backend {
+            key: lock.key.name.to_string(),
+            server: core.backend.server().to_owned(),
+            source,
+        }),
+    }
 }
 
 /// Finishes the release of `lock` in the background (a janitor job),

@@ -482,6 +482,62 @@ pub async fn family_renewals_do_not_outlive_release<F: Fixture>(fixture: &F) {
         .unwrap();
 }
 
+/// ShedLock's `lockAtLeastFor`: a job lock released (or dropped) right
+/// after it was taken stays held until its minimum hold ends, then another
+/// replica gets it; a shutdown keeps it too; a minimum longer than a fixed
+/// lease is refused.
+pub async fn scheduled_hold_at_least_outlives_an_early_release<F: Fixture>(fixture: &F) {
+    let [a, b] = super::clients::<F, 2>(fixture).await;
+    let at_least = Duration::from_millis(700);
+
+    for how in ["release", "drop", "shutdown"] {
+        let name = format!("job:{how}");
+        let holder = fixture.client().await;
+        let taken = Instant::now();
+        let guard = holder
+            .lock(name.as_str())
+            .hold_at_least(at_least)
+            .acquire()
+            .await
+            .unwrap();
+        match how {
+            "release" => guard.release().await.unwrap(),
+            "drop" => drop(guard),
+            _ => {
+                let report = holder.shutdown(Duration::ZERO).await.unwrap();
+                assert_eq!(report.released_at_deadline, 1, "{report:?}");
+                drop(guard);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            matches!(
+                b.lock(name.as_str()).acquire().await,
+                Err(LockError::Busy { .. })
+            ),
+            "{how}: the lock was deleted before its minimum hold"
+        );
+        let next = b.lock(name.as_str()).wait(LONG).acquire().await.unwrap();
+        let after = taken.elapsed();
+        assert!(
+            after >= at_least - Duration::from_millis(20),
+            "{how}: {after:?}"
+        );
+        assert!(after < Duration::from_secs(4), "{how}: {after:?}");
+        next.release().await.unwrap();
+    }
+    let refused = a
+        .lock("job:bad")
+        .lease(Duration::from_millis(100))
+        .hold_at_least(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidConfig { ref key, .. }) if key == "job:bad"),
+        "{refused:?}"
+    );
+}
+
 /// Bad permits are typed errors naming the semaphore.
 pub async fn family_bad_permits_are_typed_errors<F: Fixture>(fixture: &F) {
     let client: LockClient = fixture.client().await;
@@ -518,6 +574,7 @@ macro_rules! family_suite {
             family_reentry_and_cancellation,
             family_bad_permits_are_typed_errors,
             family_renewals_do_not_outlive_release,
+            scheduled_hold_at_least_outlives_an_early_release,
         );
     };
 }
