@@ -1,8 +1,12 @@
 //! A gRPC order service on tonic: calls of `orders.v1.Orders/Pay` run under
 //! the lock `order:{x-order-id}`, taken by the tower `LockLayer` in
 //! `Server::builder().layer(..)`. A busy order answers `ABORTED`, an
-//! unreachable lock backend `UNAVAILABLE`. The service definition is in the
-//! `orders-proto` crate next to this file, built without `protoc`.
+//! unreachable lock backend `UNAVAILABLE`. A second layer, in the
+//! concurrency-limit mode, lets at most 2 payments per merchant
+//! (`x-merchant-id`) run at once across every replica (the payment
+//! provider's limit); a third answers `RESOURCE_EXHAUSTED`. The service
+//! definition is in the `orders-proto` crate next to this file, built
+//! without `protoc`.
 //!
 //! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
 //! otherwise the in-memory backend, and says which.
@@ -22,6 +26,7 @@ use orders_proto::{
     PAY_METHOD,
 };
 use tokio::net::TcpListener;
+use tonic::metadata::MetadataValue;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
@@ -112,19 +117,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Only Pay is locked, on the order id the client sends as metadata.
     let locks = LockLayer::new(
-        client,
+        client.clone(),
         GrpcKey::new(PAY_METHOD, "x-order-id").prefix("order:"),
     )
     .grpc()
     .fencing_token_header(HeaderName::from_static("x-fencing-token"));
+    // At most 2 payments per merchant at once, fleet-wide: one semaphore per
+    // merchant (`payments:merchant:m1`, 2 permits). Calls without
+    // x-merchant-id are not limited.
+    let limits = LockLayer::new(
+        client,
+        GrpcKey::new(PAY_METHOD, "x-merchant-id").prefix("payments:merchant:"),
+    )
+    .grpc()
+    .concurrency_limit(2);
     let server = tokio::spawn(
         Server::builder()
+            // The first layer added is the outer one: a call over its
+            // merchant's limit is refused before it locks its order.
+            .layer(limits)
             .layer(locks)
             .add_service(OrdersServer::new(OrderService::default()))
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
     if !demo {
-        println!("serving orders.v1.Orders on {addr}; Pay calls must carry x-order-id metadata");
+        println!(
+            "serving orders.v1.Orders on {addr}; Pay calls must carry x-order-id metadata \
+             (and may carry x-merchant-id: at most 2 payments per merchant at once)"
+        );
         return Ok(server.await??);
     }
 
@@ -161,6 +181,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let status = orders.clone().status(StatusRequest { order_id: 1 }).await?;
     println!("Status order 1 -> paid: {}", status.get_ref().paid);
+
+    // Five payments of merchant m1 at once, of different orders: two run,
+    // three are over the merchant's limit.
+    let calls: Vec<_> = (11..=15)
+        .map(|order_id| {
+            let mut orders = orders.clone();
+            tokio::spawn(async move {
+                let mut request = Request::new(PayRequest {
+                    order_id,
+                    amount_cents: 990,
+                });
+                request.metadata_mut().insert("x-order-id", order_id.into());
+                request
+                    .metadata_mut()
+                    .insert("x-merchant-id", MetadataValue::from_static("m1"));
+                (order_id, orders.pay(request).await)
+            })
+        })
+        .collect();
+    for call in calls {
+        match call.await? {
+            (id, Ok(_)) => println!("Pay order {id} (merchant m1) -> OK"),
+            (id, Err(status)) => println!(
+                "Pay order {id} (merchant m1) -> {:?}: {}",
+                status.code(),
+                status.message()
+            ),
+        }
+    }
     server.abort();
     Ok(())
 }

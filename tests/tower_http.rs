@@ -1,5 +1,6 @@
 //! The tower `LockLayer` in front of a real axum app, against a real
-//! `redis-server`, driven by real HTTP/1 connections on loopback.
+//! `redis-server`, driven by real HTTP/1 connections on loopback; its modes
+//! (read-write, fair, concurrency limit) at the end.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,7 +14,9 @@ use axum::extract::{Path, Request};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
-use distributed_lock::tower::{FencingToken, LockLayer, PathTemplate};
+use distributed_lock::tower::{
+    ConcurrencyLimit, FencingToken, HeaderKey, LockLayer, PathTemplate, SafeMethods,
+};
 use distributed_lock::LockClient;
 use http::{HeaderName, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -1154,4 +1157,542 @@ fn slow_first_call(
         }
     };
     (handler, entered, calls)
+}
+
+// ---------------------------------------------------------------------------
+// The layer's modes: read-write, fair, concurrency limit.
+// ---------------------------------------------------------------------------
+
+/// Sends a request with extra headers and reads the whole response (30 s at most).
+async fn send_with(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let exchange = async {
+        let response = open_with(addr, method, path, headers).await;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    };
+    timeout(Duration::from_secs(30), exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no answer within 30 s"))
+}
+
+/// Polls `condition` every 10 ms until it holds; panics with `what` after 15 s.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(Instant::now() < deadline, "{what}: not within 15 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// What the handlers behind a read-write layer saw: readers and writers
+/// inside at once, and every time a reader met a writer or two writers met.
+struct ReadWriteProbe {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    violations: AtomicUsize,
+    /// Requests sent with `x-meet` wait here for two others.
+    meet: Barrier,
+    /// Requests sent with `x-hold` wait here for a permit from the test.
+    hold: tokio::sync::Semaphore,
+}
+
+impl ReadWriteProbe {
+    fn new() -> Self {
+        ReadWriteProbe {
+            readers: AtomicUsize::new(0),
+            writers: AtomicUsize::new(0),
+            violations: AtomicUsize::new(0),
+            meet: Barrier::new(3),
+            hold: tokio::sync::Semaphore::new(0),
+        }
+    }
+
+    fn check(&self) {
+        let (readers, writers) = (
+            self.readers.load(Ordering::SeqCst),
+            self.writers.load(Ordering::SeqCst),
+        );
+        if writers > 1 || (writers == 1 && readers > 0) {
+            self.violations.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    async fn handle(
+        &self,
+        write: bool,
+        headers: &http::HeaderMap,
+    ) -> Result<&'static str, StatusCode> {
+        let counter = if write { &self.writers } else { &self.readers };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.check();
+        let mut outcome = Ok(if write { "written" } else { "read" });
+        if headers.contains_key("x-meet")
+            && timeout(Duration::from_secs(20), self.meet.wait())
+                .await
+                .is_err()
+        {
+            // The other readers never ran alongside this one.
+            outcome = Err(StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        if headers.contains_key("x-hold") {
+            self.hold.acquire().await.unwrap().forget();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.check();
+        counter.fetch_sub(1, Ordering::SeqCst);
+        outcome
+    }
+}
+
+/// `GET /prices/{sku}` reads and `POST /prices/{sku}` writes, behind a
+/// read-write layer on `price:{sku}` with `SafeMethods`.
+async fn serve_prices(client: &LockClient, probe: &Arc<ReadWriteProbe>) -> SocketAddr {
+    let read = {
+        let probe = probe.clone();
+        move |headers: http::HeaderMap| async move { probe.handle(false, &headers).await }
+    };
+    let write = {
+        let probe = probe.clone();
+        move |headers: http::HeaderMap| async move { probe.handle(true, &headers).await }
+    };
+    let locks = LockLayer::new(
+        client.clone(),
+        PathTemplate::new("/prices/{sku}", "price:{sku}"),
+    )
+    .read_write(SafeMethods)
+    .wait(Duration::from_secs(20))
+    .fencing_token_header(HeaderName::from_static(TOKEN_HEADER));
+    serve(
+        Router::new()
+            .route("/prices/{sku}", get(read).post(write))
+            .layer(locks),
+    )
+    .await
+}
+
+/// Read-write mode: three GETs of one SKU are inside their handlers at once
+/// (a barrier of three that only opens if they are); a POST waits for a
+/// GET that holds the read lock and runs once it is done, and a GET waits
+/// for a POST in the same way; a mixed burst of reads and writes never has
+/// a writer next to anyone. With the plain lock the barrier never opens;
+/// without the write lock the POST would run next to the GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_run_together_and_a_write_runs_alone() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let probe = Arc::new(ReadWriteProbe::new());
+    let addr = serve_prices(&client, &probe).await;
+
+    // Readers share.
+    let meets: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(send_with(addr, "GET", "/prices/7", &[("x-meet", "1")])))
+        .collect();
+    for meet in meets {
+        let reply = meet.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "read"),
+            "{reply:?}"
+        );
+    }
+
+    // A writer waits for a reader.
+    let reader = tokio::spawn(send_with(addr, "GET", "/prices/7", &[("x-hold", "1")]));
+    eventually("the holding reader entered", || {
+        probe.readers.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let writer = tokio::spawn(send(addr, "POST", "/prices/7"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!writer.is_finished(), "the write ran next to a read");
+    assert_eq!(
+        probe.writers.load(Ordering::SeqCst),
+        0,
+        "the write ran next to a read"
+    );
+    probe.hold.add_permits(1);
+    assert_eq!(reader.await.unwrap().status, StatusCode::OK);
+    let written = writer.await.unwrap();
+    assert_eq!(
+        (written.status, written.body.as_str()),
+        (StatusCode::OK, "written")
+    );
+    let write_token = written.token();
+
+    // A reader waits for a writer, and reads under a later token.
+    let writer = tokio::spawn(send_with(addr, "POST", "/prices/7", &[("x-hold", "1")]));
+    eventually("the holding writer entered", || {
+        probe.writers.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let reader = tokio::spawn(send(addr, "GET", "/prices/7"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!reader.is_finished(), "the read ran next to a write");
+    assert_eq!(
+        probe.readers.load(Ordering::SeqCst),
+        0,
+        "the read ran next to a write"
+    );
+    probe.hold.add_permits(1);
+    let written = writer.await.unwrap();
+    assert_eq!(written.status, StatusCode::OK);
+    assert!(written.token() > write_token);
+    let read = reader.await.unwrap();
+    assert_eq!(read.status, StatusCode::OK);
+    assert!(read.token() > written.token());
+
+    // A burst of both: everyone is served, no writer ever had company.
+    let burst: Vec<_> = (0..12)
+        .map(|i| {
+            tokio::spawn(send(
+                addr,
+                if i % 3 == 0 { "POST" } else { "GET" },
+                "/prices/7",
+            ))
+        })
+        .collect();
+    for request in burst {
+        assert_eq!(request.await.unwrap().status, StatusCode::OK);
+    }
+    assert_eq!(
+        probe.violations.load(Ordering::SeqCst),
+        0,
+        "a writer had company"
+    );
+    // Another SKU is another lock: a write there does not wait for this one.
+    let reader = tokio::spawn(send_with(addr, "GET", "/prices/7", &[("x-hold", "1")]));
+    eventually("the holding reader entered", || {
+        probe.readers.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let elsewhere = send(addr, "POST", "/prices/8").await;
+    assert_eq!(elsewhere.status, StatusCode::OK);
+    probe.hold.add_permits(1);
+    assert_eq!(reader.await.unwrap().status, StatusCode::OK);
+}
+
+/// Per-tenant export handlers: tenant `acme`'s wait for the test's permits
+/// (`hold`), other tenants' answer at once. Each tenant's overlap is counted.
+struct Exports {
+    acme: Overlap,
+    globex: Overlap,
+    hold: tokio::sync::Semaphore,
+}
+
+impl Exports {
+    fn new() -> Arc<Self> {
+        Arc::new(Exports {
+            acme: Overlap::default(),
+            globex: Overlap::default(),
+            hold: tokio::sync::Semaphore::new(0),
+        })
+    }
+
+    fn inside(&self, tenant: &str) -> usize {
+        let overlap = if tenant == "acme" {
+            &self.acme
+        } else {
+            &self.globex
+        };
+        overlap.inside.load(Ordering::SeqCst)
+    }
+
+    async fn export(&self, headers: http::HeaderMap, blocking: bool, pause: Duration) -> String {
+        let tenant = headers["x-tenant"].to_str().unwrap().to_owned();
+        let overlap = if tenant == "acme" {
+            &self.acme
+        } else {
+            &self.globex
+        };
+        let _inside = overlap.enter();
+        if blocking && tenant == "acme" {
+            self.hold.acquire().await.unwrap().forget();
+        }
+        tokio::time::sleep(pause).await;
+        format!("exported {tenant}")
+    }
+}
+
+fn exports_layer(
+    client: &LockClient,
+    max: u32,
+) -> LockLayer<HeaderKey, distributed_lock::tower::Http, ConcurrencyLimit> {
+    LockLayer::new(
+        client.clone(),
+        HeaderKey::new("x-tenant").prefix("exports:tenant:"),
+    )
+    .concurrency_limit(max)
+}
+
+async fn serve_exports(
+    exports: &Arc<Exports>,
+    layer: LockLayer<HeaderKey, distributed_lock::tower::Http, ConcurrencyLimit>,
+    blocking: bool,
+    pause: Duration,
+) -> SocketAddr {
+    let exports = exports.clone();
+    let handler = move |headers: http::HeaderMap| async move {
+        exports.export(headers, blocking, pause).await
+    };
+    serve(Router::new().route("/exports", post(handler)).layer(layer)).await
+}
+
+/// `concurrency_limit(2)`, no wait: of 6 concurrent exports of one tenant,
+/// 2 run (and stay in their handlers) while the 4 others are answered
+/// `429 Too Many Requests` with `Retry-After: 1`, naming the semaphore and
+/// the limit; another tenant's export runs meanwhile; once the two are done
+/// the tenant gets in again. With the plain lock only one would run (and
+/// the others get 409), without a limit all six.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit_answers_429_over_the_limit() {
+    const REQUESTS: usize = 6;
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let exports = Exports::new();
+    let addr = serve_exports(&exports, exports_layer(&client, 2), true, Duration::ZERO).await;
+
+    const ACME: &[(&str, &str)] = &[("x-tenant", "acme")];
+    let requests: Vec<_> = (0..REQUESTS)
+        .map(|_| tokio::spawn(send_with(addr, "POST", "/exports", ACME)))
+        .collect();
+    eventually("two acme exports running", || exports.inside("acme") == 2).await;
+    eventually("four acme exports answered", || {
+        requests.iter().filter(|r| r.is_finished()).count() == REQUESTS - 2
+    })
+    .await;
+    let other = send_with(addr, "POST", "/exports", &[("x-tenant", "globex")]).await;
+    assert_eq!(
+        (other.status, other.body.as_str()),
+        (StatusCode::OK, "exported globex")
+    );
+    let late = send_with(addr, "POST", "/exports", ACME).await;
+    assert_eq!(late.status, StatusCode::TOO_MANY_REQUESTS, "{late:?}");
+    assert_eq!(exports.inside("acme"), 2);
+
+    exports.hold.add_permits(2);
+    let mut replies = Vec::new();
+    for request in requests {
+        replies.push(request.await.unwrap());
+    }
+    let ok = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .count();
+    assert_eq!(ok, 2, "{replies:#?}");
+    for reply in replies.iter().filter(|r| r.status != StatusCode::OK) {
+        assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{reply:?}");
+        assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+        assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
+        assert!(
+            reply.body.contains("exports:tenant:acme"),
+            "names the semaphore: {reply:?}"
+        );
+        assert!(
+            reply.body.contains("at most 2"),
+            "names the limit: {reply:?}"
+        );
+    }
+    assert_eq!(exports.acme.max(), 2);
+    // The permits came back with the answers.
+    exports.hold.add_permits(2);
+    let again = send_with(addr, "POST", "/exports", ACME).await;
+    assert_eq!(again.status, StatusCode::OK, "{again:?}");
+}
+
+/// `concurrency_limit(2)` with a wait: 6 concurrent exports of one tenant
+/// all succeed, never more than 2 at once, and 2 did run together. With the
+/// plain lock at most one would run at once, without a limit all six.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit_with_a_wait_serves_everyone_in_turn() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let exports = Exports::new();
+    let layer = exports_layer(&client, 2).wait(Duration::from_secs(20));
+    let addr = serve_exports(&exports, layer, false, Duration::from_millis(200)).await;
+
+    let requests: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(send_with(addr, "POST", "/exports", &[("x-tenant", "acme")])))
+        .collect();
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "exported acme")
+        );
+    }
+    assert_eq!(
+        exports.acme.max(),
+        2,
+        "at most 2 at once, and 2 did run together"
+    );
+}
+
+/// The over-the-limit answer can be a 503 with its own Retry-After, body and
+/// content type; a busy answer's settings stay apart from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit_answer_is_configurable() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let exports = Exports::new();
+    let layer = exports_layer(&client, 1)
+        .limit_status(StatusCode::SERVICE_UNAVAILABLE)
+        .limit_retry_after(Some(Duration::from_millis(2500)))
+        .limit_body(r#"{"error":"too many exports"}"#)
+        .limit_content_type(http::HeaderValue::from_static("application/json"));
+    let addr = serve_exports(&exports, layer, true, Duration::ZERO).await;
+
+    const ACME: &[(&str, &str)] = &[("x-tenant", "acme")];
+    let running = tokio::spawn(send_with(addr, "POST", "/exports", ACME));
+    eventually("one acme export running", || exports.inside("acme") == 1).await;
+    let limited = send_with(addr, "POST", "/exports", ACME).await;
+    assert_eq!(limited.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(limited.headers["retry-after"], "3");
+    assert_eq!(limited.headers["content-type"], "application/json");
+    assert_eq!(limited.body, r#"{"error":"too many exports"}"#);
+    exports.hold.add_permits(1);
+    assert_eq!(running.await.unwrap().status, StatusCode::OK);
+}
+
+/// Fair mode: while one payout of an account runs, five more arrive one
+/// after another (each sent once the previous one is in the fair lock's
+/// queue, as Redis shows); they run in that order. With the plain lock
+/// nothing ever queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_serves_queued_requests_in_arrival_order() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = {
+        let (order, hold) = (order.clone(), hold.clone());
+        move |headers: http::HeaderMap| async move {
+            let seq: usize = headers["x-seq"].to_str().unwrap().parse().unwrap();
+            order.lock().unwrap().push(seq);
+            if seq == 0 {
+                hold.acquire().await.unwrap().forget();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            format!("payout {seq}")
+        }
+    };
+    let locks = LockLayer::new(
+        client.clone(),
+        PathTemplate::new("/accounts/{id}/payouts", "payouts:{id}"),
+    )
+    .fair()
+    .wait(Duration::from_secs(30));
+    let addr = serve(
+        Router::new()
+            .route("/accounts/{id}/payouts", post(handler))
+            .layer(locks),
+    )
+    .await;
+
+    let first = tokio::spawn(send_with(
+        addr,
+        "POST",
+        "/accounts/1/payouts",
+        &[("x-seq", "0")],
+    ));
+    eventually("the first payout running", || {
+        order.lock().unwrap().len() == 1
+    })
+    .await;
+    let mut conn = server.conn();
+    let mut queued = Vec::new();
+    for seq in 1..=5usize {
+        let header = seq.to_string();
+        queued.push(tokio::spawn(async move {
+            send_with(addr, "POST", "/accounts/1/payouts", &[("x-seq", &header)]).await
+        }));
+        eventually(&format!("payout {seq} queued"), || {
+            let waiting: usize = redis::cmd("ZCARD")
+                .arg("lock:{payouts:1}:fair:queue")
+                .query(&mut conn)
+                .unwrap();
+            waiting == seq
+        })
+        .await;
+    }
+    hold.add_permits(1);
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    for (i, request) in queued.into_iter().enumerate() {
+        let reply = request.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.body),
+            (StatusCode::OK, format!("payout {}", i + 1))
+        );
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+}
+
+/// On Redlock the lock family is refused: a fair, read-write or limited
+/// route answers 500 naming the lock (`LockError::Unsupported`) and its
+/// handler does not run, while a plain-locked route works. The backend is
+/// not known when the layer is built, so the refusal comes per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_refuses_the_family_modes_with_500() {
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let client = LockClient::redlock(servers.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let calls = calls.clone();
+        move || async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            "done"
+        }
+    };
+    let key = |prefix: &'static str| {
+        move |req: &Request| Some(format!("{prefix}:{}", req.uri().path().rsplit('/').next()?))
+    };
+    let app = Router::new()
+        .merge(
+            Router::new()
+                .route("/fair/{id}", post(handler.clone()))
+                .route_layer(LockLayer::new(client.clone(), key("fair")).fair()),
+        )
+        .merge(
+            Router::new()
+                .route("/rw/{id}", get(handler.clone()))
+                .route_layer(LockLayer::new(client.clone(), key("rw")).read_write(SafeMethods)),
+        )
+        .merge(
+            Router::new()
+                .route("/limit/{id}", post(handler.clone()))
+                .route_layer(LockLayer::new(client.clone(), key("limit")).concurrency_limit(3)),
+        )
+        .merge(
+            Router::new()
+                .route("/plain/{id}", post(handler))
+                .route_layer(LockLayer::new(client.clone(), key("plain"))),
+        );
+    let addr = serve(app).await;
+
+    for (method, path, name) in [
+        ("POST", "/fair/1", "fair:1"),
+        ("GET", "/rw/1", "rw:1"),
+        ("POST", "/limit/1", "limit:1"),
+    ] {
+        let reply = send(addr, method, path).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{path}: {reply:?}"
+        );
+        assert!(reply.body.contains(name), "{reply:?}");
+        assert!(!reply.headers.contains_key("retry-after"), "{reply:?}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "a refused request ran");
+    let plain = send(addr, "POST", "/plain/1").await;
+    assert_eq!(
+        (plain.status, plain.body.as_str()),
+        (StatusCode::OK, "done")
+    );
 }

@@ -14,6 +14,7 @@ use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::http::Responder;
+use crate::status::Failure;
 
 pub(crate) type Acquire = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
 pub(crate) type Release = Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
@@ -39,11 +40,15 @@ pub(crate) struct Pending<S, R> {
     /// Runs on the request before it is handed to the service.
     pub(crate) prepare: fn(&Responder, &mut R, &LockGuard),
     pub(crate) responder: Option<Arc<Responder>>,
+    /// The layer's concurrency limit, in that mode: a busy permit means the
+    /// limit was reached.
+    pub(crate) limit: Option<u32>,
 }
 
 /// Why a locked request did not produce a response.
 pub(crate) enum Failed<E> {
-    Lock(LockError),
+    /// The lock was not taken, and how to answer that.
+    Lock(LockError, Failure),
     Service(E),
 }
 
@@ -66,7 +71,7 @@ pin_project! {
         // Hand the guard out with the response instead of releasing it first.
         hand_over: bool,
         // The request was refused before any lock was asked for.
-        refused: Option<LockError>,
+        refused: Option<(LockError, Failure)>,
         release: Option<(String, Release)>,
         output: Option<Result<S::Response, S::Error>>,
     }
@@ -93,7 +98,7 @@ where
 
     /// A request refused before its lock was asked for (its key failed the
     /// layer's check): fails with `error`, the service is not called.
-    pub(crate) fn refused(error: LockError) -> Self {
+    pub(crate) fn refused(error: LockError, failure: Failure) -> Self {
         Locked {
             future: None,
             guard: None,
@@ -101,7 +106,7 @@ where
             acquire: None,
             pending: None,
             hand_over: false,
-            refused: Some(error),
+            refused: Some((error, failure)),
             release: None,
             output: None,
         }
@@ -144,8 +149,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if let Some(error) = this.refused.take() {
-            return Poll::Ready(Err(Failed::Lock(error)));
+        if let Some((error, failure)) = this.refused.take() {
+            return Poll::Ready(Err(Failed::Lock(error, failure)));
         }
         if let Some(acquire) = this.acquire.as_mut() {
             let acquired = ready!(acquire.as_mut().poll(cx));
@@ -158,13 +163,17 @@ where
                 .expect("a locked request has its service and request");
             let guard = match acquired {
                 Ok(guard) => guard,
-                Err(error) => return Poll::Ready(Err(Failed::Lock(error))),
+                Err(error) => {
+                    let failure = Failure::of_request(&error, pending.limit);
+                    return Poll::Ready(Err(Failed::Lock(error, failure)));
+                }
             };
             let Pending {
                 mut service,
                 mut request,
                 prepare,
                 responder,
+                limit: _,
             } = pending;
             if let Some(responder) = &responder {
                 prepare(responder, &mut request, &guard);
@@ -265,7 +274,7 @@ where
         let this = self.project();
         Poll::Ready(match ready!(this.locked.poll(cx)) {
             Ok(answer) => Ok(this.responder.respond(answer)),
-            Err(Failed::Lock(error)) => Ok(this.responder.reject(&error)),
+            Err(Failed::Lock(error, failure)) => Ok(this.responder.reject(&error, failure)),
             Err(Failed::Service(error)) => Err(error),
         })
     }
@@ -320,7 +329,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Poll::Ready(match ready!(self.project().locked.poll(cx)) {
             Ok(answer) => Ok(answer.response),
-            Err(Failed::Lock(error)) => Err(error.into()),
+            Err(Failed::Lock(error, _)) => Err(error.into()),
             Err(Failed::Service(error)) => Err(error),
         })
     }

@@ -1,5 +1,6 @@
 //! The gRPC flavour ([`Grpc`]): lock failures become gRPC statuses
-//! (`ABORTED`, `UNAVAILABLE`), sent as trailers-only responses.
+//! (`ABORTED`, `RESOURCE_EXHAUSTED`, `UNAVAILABLE`), sent as trailers-only
+//! responses.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,12 +25,16 @@ use crate::status::Failure;
 /// | lock error | status |
 /// |---|---|
 /// | held by another owner after the wait (`Busy`, `TimedOut`) | `ABORTED` (10) |
+/// | [`concurrency_limit`](crate::LockLayer::concurrency_limit) mode: the limit was reached after the wait | `RESOURCE_EXHAUSTED` (8) |
 /// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `UNAVAILABLE` (14) |
 /// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `INVALID_ARGUMENT` (3) |
 /// | anything else | `INTERNAL` (13) |
 ///
 /// `ABORTED` is what gRPC prescribes for concurrency conflicts that the
-/// client should retry at a higher level (re-read, then retry).
+/// client should retry at a higher level (re-read, then retry);
+/// `RESOURCE_EXHAUSTED` is its code for a quota or a limit that was reached,
+/// kept apart from it so that a client can back off instead. gRPC has no
+/// `Retry-After`: the message names the semaphore and its limit.
 #[derive(Clone)]
 pub struct Grpc(pub(crate) Arc<Responder>);
 
@@ -104,5 +109,20 @@ mod tests {
         assert_eq!(headers["grpc-status"], "10");
         let message = headers["grpc-message"].to_str().unwrap();
         assert!(message.contains("order:1"), "{message}");
+    }
+
+    #[test]
+    fn limit_reached_is_resource_exhausted() {
+        let error = LockError::Busy {
+            key: "exports:tenant:7".into(),
+        };
+        let failure = Failure::of_request(&error, Some(5));
+        let response: Response<ResponseBody<()>> =
+            status_response("exports:tenant:7", &error, failure);
+        let headers = response.headers();
+        assert_eq!(headers["grpc-status"], "8");
+        let message = headers["grpc-message"].to_str().unwrap();
+        assert!(message.contains("exports:tenant:7"), "{message}");
+        assert!(message.contains("at most 5"), "{message}");
     }
 }

@@ -1,5 +1,6 @@
-//! The HTTP flavour ([`Http`]): lock failures become responses (409 and 503
-//! with `Retry-After`, 400, 500), so the service stays infallible for axum.
+//! The HTTP flavour ([`Http`]): lock failures become responses (409, 429 and
+//! 503 with `Retry-After`, 400, 500), so the service stays infallible for
+//! axum.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::FencingToken;
 /// | lock error | response |
 /// |---|---|
 /// | held by another owner after the wait (`Busy`, `TimedOut`) | `409 Conflict` with `Retry-After: 1` (configurable) |
+/// | [`concurrency_limit`](crate::LockLayer::concurrency_limit) mode: the limit was reached after the wait (its semaphore's `Busy`, `TimedOut`) | `429 Too Many Requests` with `Retry-After: 1` (configurable, e.g. to 503) |
 /// | the backend did not answer or failed (`Backend`, `Connect`, ...), or the lock could not be kept (`LeaseLost`) | `503 Service Unavailable` with `Retry-After: 1` (configurable) |
 /// | invalid lock name from the extractor (`InvalidKey`), or one refused by [`validate_key`](crate::LockLayer::validate_key) | `400 Bad Request` |
 /// | anything else (a bad lease, a Redis key of another type) | `500 Internal Server Error` |
@@ -44,14 +46,15 @@ impl fmt::Debug for Http {
 }
 
 impl Http {
-    /// The defaults: 409 and 503, both with `Retry-After: 1`, the token
+    /// The defaults: 409, 429 and 503, all with `Retry-After: 1`, the token
     /// extension on.
     pub(crate) fn new() -> Self {
         Http(Arc::new(Responder {
-            reject: Reject::Http(HttpRejection {
+            reject: Reject::Http(Box::new(HttpRejection {
                 busy: Answer::new(Failure::Busy.status()),
+                limited: Answer::new(StatusCode::TOO_MANY_REQUESTS),
                 unavailable: Answer::new(Failure::Unavailable.status()),
-            }),
+            })),
             token_extension: true,
             token_header: None,
             hold_until_body_end: false,
@@ -71,15 +74,17 @@ pub(crate) struct Responder {
 /// How a lock failure is answered.
 #[derive(Clone, Debug)]
 pub(crate) enum Reject {
-    Http(HttpRejection),
+    // Boxed: three configurable answers make it large, and `Grpc` is empty.
+    Http(Box<HttpRejection>),
     Grpc,
 }
 
-/// The configurable HTTP answers: to a busy lock and to an unavailable
-/// backend.
+/// The configurable HTTP answers: to a busy lock, to a reached concurrency
+/// limit and to an unavailable backend.
 #[derive(Clone, Debug)]
 pub(crate) struct HttpRejection {
     pub(crate) busy: Answer,
+    pub(crate) limited: Answer,
     pub(crate) unavailable: Answer,
 }
 
@@ -113,7 +118,7 @@ pub(crate) fn log_failure(error: &LockError, failure: Failure) {
         _ if matches!(error, LockError::ShuttingDown { .. }) => {
             tracing::debug!(key = error.key(), error = %error, "request not locked: shutting down")
         }
-        Failure::Busy | Failure::BadKey => {
+        Failure::Busy | Failure::Limited { .. } | Failure::BadKey => {
             tracing::debug!(key = error.key(), error = %error, "request not locked")
         }
         Failure::Unavailable => {
@@ -127,6 +132,9 @@ pub(crate) fn log_failure(error: &LockError, failure: Failure) {
 pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String {
     match failure {
         Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
+        Failure::Limited { limit } => {
+            format!("too many requests for `{key}` at once (at most {limit}); retry later")
+        }
         Failure::Unavailable => match error {
             LockError::LeaseLost { .. } => {
                 format!("lock `{key}` could not be kept; retry later")
@@ -161,9 +169,13 @@ impl Responder {
         Response::from_parts(parts, ResponseBody::inner(body, answer.guard))
     }
 
-    /// The answer to a request whose lock was not taken.
-    pub(crate) fn reject<B>(&self, error: &LockError) -> Response<ResponseBody<B>> {
-        let failure = Failure::of(error);
+    /// The answer to a request whose lock was not taken, for `error` of
+    /// class `failure`.
+    pub(crate) fn reject<B>(
+        &self,
+        error: &LockError,
+        failure: Failure,
+    ) -> Response<ResponseBody<B>> {
         log_failure(error, failure);
         let key = error.key().unwrap_or("*");
         match &self.reject {
@@ -182,6 +194,7 @@ impl HttpRejection {
     ) -> Response<ResponseBody<B>> {
         let configured = match failure {
             Failure::Busy => Some(&self.busy),
+            Failure::Limited { .. } => Some(&self.limited),
             Failure::Unavailable => Some(&self.unavailable),
             Failure::BadKey | Failure::Internal => None,
         };

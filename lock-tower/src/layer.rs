@@ -10,6 +10,7 @@ use lock_core::{Lock, LockClient, LockError};
 use tower_layer::Layer;
 
 use crate::http::Reject;
+use crate::mode::{ConcurrencyLimit, Exclusive, Fair, LockMode, LockingMode, ReadWrite};
 use crate::{Grpc, Http, LockService, Plain};
 
 /// How long a request waits for a busy lock.
@@ -23,19 +24,20 @@ pub(crate) enum Wait {
 /// [`LockLayer::validate_key`].
 pub(crate) type KeyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-/// What a [`LockService`] needs: the client, the extractor, the lock options
-/// and the flavour.
+/// What a [`LockService`] needs: the client, the extractor, the lock options,
+/// the flavour and the mode.
 #[derive(Clone)]
-pub(crate) struct Config<K, P> {
+pub(crate) struct Config<K, P, M> {
     pub(crate) client: LockClient,
     pub(crate) extractor: K,
     pub(crate) check: Option<KeyCheck>,
     pub(crate) wait: Wait,
     pub(crate) lease: Option<Duration>,
     pub(crate) protocol: P,
+    pub(crate) mode: M,
 }
 
-impl<K, P> Config<K, P> {
+impl<K, P, M> Config<K, P, M> {
     /// Refuses `key` when the layer's [`validate_key`](LockLayer::validate_key)
     /// check does, as an invalid lock name.
     pub(crate) fn check(&self, key: &str) -> Result<(), LockError> {
@@ -48,9 +50,13 @@ impl<K, P> Config<K, P> {
         }
     }
 
-    /// The lock on `key`, with the layer's wait and lease.
-    pub(crate) fn lock(&self, key: String) -> Lock {
-        let lock = self.client.lock(key);
+    /// The lock `request` takes on `key` in the layer's mode, with the
+    /// layer's wait and lease.
+    pub(crate) fn lock<R>(&self, key: String, request: &R) -> Lock
+    where
+        M: LockMode<R>,
+    {
+        let lock = self.mode.lock_for(&self.client, key, request);
         let lock = match self.wait {
             Wait::For(wait) => lock.wait(wait),
             Wait::Forever => lock.wait_forever(),
@@ -89,6 +95,29 @@ impl<K, P> Config<K, P> {
 ///   error type is `From<LockError>`; the [`LockError`](lock_core::LockError)
 ///   is the service's error.
 ///
+/// # Modes
+/// By default a request takes the plain lock of its name ([`Exclusive`]).
+/// One of these, called on a layer in that default mode, picks another
+/// primitive of the lock family instead (see [`mode`](crate::mode)):
+///
+/// - [`fair`](LockLayer::fair): the fair lock, granted in arrival order;
+/// - [`read_write`](LockLayer::read_write): the read or the write lock of a
+///   read-write lock, chosen per request (e.g. [`SafeMethods`](crate::SafeMethods):
+///   `GET` reads, `POST` writes);
+/// - [`concurrency_limit`](LockLayer::concurrency_limit): a permit of a
+///   semaphore, so that at most `max` requests per name run at once, across
+///   every replica; the others get `429 Too Many Requests` (gRPC
+///   `RESOURCE_EXHAUSTED`).
+///
+/// The mode is a type parameter: the mode methods exist only in the default
+/// mode, so two modes cannot be combined (`.fair().concurrency_limit(5)` is
+/// a compile error, not a surprise at run time), and the options of the
+/// busy and the over-the-limit answers exist only in the modes that give
+/// them (busy options set before
+/// [`concurrency_limit`](LockLayer::concurrency_limit) compile and stay
+/// unused: set the mode first). The other options (wait, lease, key check,
+/// token, flavour) apply in every mode, set before or after it.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use lock_core::LockClient;
@@ -104,13 +133,14 @@ impl<K, P> Config<K, P> {
 /// ```
 #[derive(Clone)]
 #[must_use]
-pub struct LockLayer<K, P = Http> {
-    pub(crate) config: Config<K, P>,
+pub struct LockLayer<K, P = Http, M = Exclusive> {
+    pub(crate) config: Config<K, P, M>,
 }
 
 impl<K> LockLayer<K, Http> {
     /// A layer locking, on `client`, the name `extractor` gives each request;
-    /// the HTTP flavour, trying each lock once (no wait), in watchdog mode.
+    /// the HTTP flavour, trying each lock once (no wait), in watchdog mode,
+    /// with the plain lock ([`Exclusive`]).
     pub fn new(client: LockClient, extractor: K) -> Self {
         LockLayer {
             config: Config {
@@ -120,13 +150,119 @@ impl<K> LockLayer<K, Http> {
                 wait: Wait::For(Duration::ZERO),
                 lease: None,
                 protocol: Http::new(),
+                mode: Exclusive,
             },
         }
     }
+}
 
+impl<K, P> LockLayer<K, P, Exclusive> {
+    /// The fair mode: each request takes the fair lock of its name
+    /// (`client.fair_lock(name)`) instead of the plain lock. Requests that
+    /// wait are granted the lock in the order they asked for it, across
+    /// every replica; a release hands it straight to the next in line.
+    ///
+    /// It matters for requests that [`wait`](LockLayer::wait): a single try
+    /// (the default) never jumps the queue, so while requests wait it is
+    /// answered as busy. The fair lock's keys are its own: a fair layer and a
+    /// plain lock on the same name do not exclude each other. Not available
+    /// on Redlock: each request is answered `500` (`INTERNAL`) with
+    /// [`LockError::Unsupported`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// // Payouts of one account run one at a time, first come first served.
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/accounts/{id}/payouts", "payouts:{id}"))
+    ///     .fair()
+    ///     .wait(Duration::from_secs(30));
+    /// # let _ = layer;
+    /// ```
+    pub fn fair(self) -> LockLayer<K, P, Fair> {
+        self.with_mode(Fair)
+    }
+
+    /// The read-write mode: each request takes the read or the write lock of
+    /// the read-write lock of its name (`client.read_write_lock(name)`), as
+    /// `select` says for it: requests that read run together, one that
+    /// writes runs alone. `select` is a [`SelectAccess`](crate::SelectAccess):
+    /// [`SafeMethods`](crate::SafeMethods) (`GET`, `HEAD`, `OPTIONS`,
+    /// `TRACE` read, other methods write), or a closure
+    /// `Fn(&Request<B>) -> Access`.
+    ///
+    /// The lock is writers-first: once a writer waits, new readers wait
+    /// behind it, so a stream of reads cannot starve writes. A handler may
+    /// take the read lock of its name while the request holds the write lock
+    /// (downgrade), not the other way round ([`LockError::UpgradeRefused`],
+    /// answered `500`). The read-write lock's keys are its own. Not
+    /// available on Redlock ([`LockError::Unsupported`], answered `500`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate, SafeMethods};
+    ///
+    /// // GET /prices/{sku} runs alongside other GETs; PUT waits for them and runs alone.
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/prices/{sku}", "price:{sku}"))
+    ///     .read_write(SafeMethods)
+    ///     .wait(Duration::from_secs(5));
+    /// # let _ = layer;
+    /// ```
+    pub fn read_write<A>(self, select: A) -> LockLayer<K, P, ReadWrite<A>> {
+        self.with_mode(ReadWrite::new(select))
+    }
+
+    /// The concurrency-limit mode: each request takes one permit of the
+    /// semaphore of its name (`client.semaphore(name, max)`), so that at
+    /// most `max` requests per name run at once, across every replica that
+    /// uses the same name and limit. Name the semaphore after what is
+    /// limited, e.g. `exports:tenant:{id}` for a per-tenant limit.
+    ///
+    /// A request that finds the limit reached (after the
+    /// [`wait`](LockLayer::wait), by default none) is answered
+    /// `429 Too Many Requests` with `Retry-After: 1` (see
+    /// [`limit_status`](LockLayer::limit_status) and
+    /// [`limit_retry_after`](LockLayer::limit_retry_after)), `RESOURCE_EXHAUSTED`
+    /// in the gRPC flavour, and `LockError::Busy` / `TimedOut` in the plain
+    /// one. A crashed replica's permits come back after one lease.
+    ///
+    /// The permit is given back when the handler returns the response; a
+    /// response body streamed from the limited work keeps it until its end
+    /// with [`hold_until_body_end`](LockLayer::hold_until_body_end).
+    ///
+    /// Every replica must use the same `max` for a name (the total is not
+    /// stored in Redis). `max` must be at least 1: a layer built with 0 logs
+    /// an error now and answers every request `500` (`INTERNAL`) with
+    /// lock-core's [`LockError::InvalidConfig`]. Not available on Redlock
+    /// ([`LockError::Unsupported`], answered `500`).
+    ///
+    /// ```
+    /// use lock_core::LockClient;
+    /// use lock_tower::{HeaderKey, LockLayer};
+    ///
+    /// // At most 5 exports per tenant at once, fleet-wide; the sixth gets 429.
+    /// let layer = LockLayer::new(LockClient::memory(), HeaderKey::new("x-tenant").prefix("exports:tenant:"))
+    ///     .concurrency_limit(5);
+    /// # let _ = layer;
+    /// ```
+    pub fn concurrency_limit(self, max: u32) -> LockLayer<K, P, ConcurrencyLimit> {
+        if max == 0 {
+            tracing::error!(
+                "LockLayer::concurrency_limit(0): a limit of 0 admits no request; every request \
+                 will be answered as an internal error (lock-core refuses a semaphore without \
+                 permits)"
+            );
+        }
+        self.with_mode(ConcurrencyLimit::new(max))
+    }
+}
+
+impl<K, M> LockLayer<K, Http, M> {
     /// The gRPC flavour: lock failures become gRPC statuses. The options set
-    /// so far (wait, lease, fencing token, body hold) are kept.
-    pub fn grpc(self) -> LockLayer<K, Grpc> {
+    /// so far (wait, lease, mode, fencing token, body hold) are kept.
+    pub fn grpc(self) -> LockLayer<K, Grpc, M> {
         let protocol = Grpc::from_http(&self.config.protocol);
         self.with_protocol(protocol)
     }
@@ -134,50 +270,9 @@ impl<K> LockLayer<K, Http> {
     /// The plain tower flavour, for services that are not HTTP: the
     /// [`LockError`](lock_core::LockError) becomes the service's error
     /// (which must implement `From<LockError>`, as `tower::BoxError` does).
-    /// The wait and lease set so far are kept.
-    pub fn plain(self) -> LockLayer<K, Plain> {
+    /// The wait, lease and mode set so far are kept.
+    pub fn plain(self) -> LockLayer<K, Plain, M> {
         self.with_protocol(Plain)
-    }
-
-    /// The status of a busy lock, after the wait (default `409 Conflict`).
-    pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.busy.status = status);
-        self
-    }
-
-    /// The body of a busy answer (default: a `text/plain` message naming the
-    /// lock). Its content type stays `text/plain; charset=utf-8` unless
-    /// [`busy_content_type`](LockLayer::busy_content_type) changes it.
-    pub fn busy_body(mut self, body: impl Into<Bytes>) -> Self {
-        let body = body.into();
-        self.http_rejection(|r| r.busy.body = Some(body));
-        self
-    }
-
-    /// The `Content-Type` of a busy answer (default
-    /// `text/plain; charset=utf-8`), for a [`busy_body`](LockLayer::busy_body)
-    /// in another format:
-    ///
-    /// ```
-    /// use http::HeaderValue;
-    /// use lock_core::LockClient;
-    /// use lock_tower::{LockLayer, PathTemplate};
-    ///
-    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}", "item:{sku}"))
-    ///     .busy_body(r#"{"error":"busy","retry":true}"#)
-    ///     .busy_content_type(HeaderValue::from_static("application/json"));
-    /// # let _ = layer;
-    /// ```
-    pub fn busy_content_type(mut self, content_type: HeaderValue) -> Self {
-        self.http_rejection(|r| r.busy.content_type = content_type);
-        self
-    }
-
-    /// The `Retry-After` of a busy answer, in whole seconds rounded up
-    /// (default 1 s); `None` leaves the header out.
-    pub fn retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.busy.retry_after = after);
-        self
     }
 
     /// The status when the lock backend did not answer or failed, the lock
@@ -243,7 +338,92 @@ impl<K> LockLayer<K, Http> {
     }
 }
 
-impl<K> LockLayer<K, Grpc> {
+/// The busy answer, in the modes that lock ([`Exclusive`], [`Fair`],
+/// [`ReadWrite`]).
+impl<K, M: LockingMode> LockLayer<K, Http, M> {
+    /// The status of a busy lock, after the wait (default `409 Conflict`).
+    pub fn busy_status(mut self, status: StatusCode) -> Self {
+        self.http_rejection(|r| r.busy.status = status);
+        self
+    }
+
+    /// The body of a busy answer (default: a `text/plain` message naming the
+    /// lock). Its content type stays `text/plain; charset=utf-8` unless
+    /// [`busy_content_type`](LockLayer::busy_content_type) changes it.
+    pub fn busy_body(mut self, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        self.http_rejection(|r| r.busy.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of a busy answer (default
+    /// `text/plain; charset=utf-8`), for a [`busy_body`](LockLayer::busy_body)
+    /// in another format:
+    ///
+    /// ```
+    /// use http::HeaderValue;
+    /// use lock_core::LockClient;
+    /// use lock_tower::{LockLayer, PathTemplate};
+    ///
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}", "item:{sku}"))
+    ///     .busy_body(r#"{"error":"busy","retry":true}"#)
+    ///     .busy_content_type(HeaderValue::from_static("application/json"));
+    /// # let _ = layer;
+    /// ```
+    pub fn busy_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.busy.content_type = content_type);
+        self
+    }
+
+    /// The `Retry-After` of a busy answer, in whole seconds rounded up
+    /// (default 1 s); `None` leaves the header out.
+    pub fn retry_after(mut self, after: Option<Duration>) -> Self {
+        self.http_rejection(|r| r.busy.retry_after = after);
+        self
+    }
+}
+
+/// The over-the-limit answer, in the [`ConcurrencyLimit`] mode.
+impl<K> LockLayer<K, Http, ConcurrencyLimit> {
+    /// The status of a request that found the concurrency limit reached,
+    /// after the wait (default `429 Too Many Requests`; `503 Service
+    /// Unavailable` is the other usual choice).
+    pub fn limit_status(mut self, status: StatusCode) -> Self {
+        self.http_rejection(|r| r.limited.status = status);
+        self
+    }
+
+    /// The body of an over-the-limit answer (default: a `text/plain` message
+    /// naming the semaphore and its limit). Its content type stays
+    /// `text/plain; charset=utf-8` unless
+    /// [`limit_content_type`](LockLayer::limit_content_type) changes it.
+    pub fn limit_body(mut self, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        self.http_rejection(|r| r.limited.body = Some(body));
+        self
+    }
+
+    /// The `Content-Type` of an over-the-limit answer (default
+    /// `text/plain; charset=utf-8`).
+    pub fn limit_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.http_rejection(|r| r.limited.content_type = content_type);
+        self
+    }
+
+    /// The `Retry-After` of an over-the-limit answer, in whole seconds
+    /// rounded up, never 0 (default 1 s); `None` leaves the header out.
+    ///
+    /// The layer does not guess when a permit comes back: a request holding
+    /// one in watchdog mode keeps it as long as it runs. Set about the time
+    /// a limited request usually takes, so that a client that retries then
+    /// is likely to find a permit free.
+    pub fn limit_retry_after(mut self, after: Option<Duration>) -> Self {
+        self.http_rejection(|r| r.limited.retry_after = after);
+        self
+    }
+}
+
+impl<K, M> LockLayer<K, Grpc, M> {
     /// Puts a [`FencingToken`](crate::FencingToken) in the extensions of each
     /// locked call, where tonic hands it on in `Request::extensions()`
     /// (default: on).
@@ -267,8 +447,8 @@ impl<K> LockLayer<K, Grpc> {
     }
 }
 
-impl<K, P> LockLayer<K, P> {
-    fn with_protocol<Q>(self, protocol: Q) -> LockLayer<K, Q> {
+impl<K, P, M> LockLayer<K, P, M> {
+    fn with_protocol<Q>(self, protocol: Q) -> LockLayer<K, Q, M> {
         let Config {
             client,
             extractor,
@@ -276,6 +456,7 @@ impl<K, P> LockLayer<K, P> {
             wait,
             lease,
             protocol: _,
+            mode,
         } = self.config;
         LockLayer {
             config: Config {
@@ -285,10 +466,33 @@ impl<K, P> LockLayer<K, P> {
                 wait,
                 lease,
                 protocol,
+                mode,
             },
         }
     }
 
+    fn with_mode<N>(self, mode: N) -> LockLayer<K, P, N> {
+        let Config {
+            client,
+            extractor,
+            check,
+            wait,
+            lease,
+            protocol,
+            mode: _,
+        } = self.config;
+        LockLayer {
+            config: Config {
+                client,
+                extractor,
+                check,
+                wait,
+                lease,
+                protocol,
+                mode,
+            },
+        }
+    }
     /// Waits up to `wait` for a busy lock (woken by the holder's release);
     /// `Duration::ZERO`, the default, tries once.
     pub fn wait(mut self, wait: Duration) -> Self {
@@ -356,19 +560,20 @@ impl<K, P> LockLayer<K, P> {
     }
 }
 
-impl<S, K, P> Layer<S> for LockLayer<K, P>
+impl<S, K, P, M> Layer<S> for LockLayer<K, P, M>
 where
     K: Clone,
     P: Clone,
+    M: Clone,
 {
-    type Service = LockService<S, K, P>;
+    type Service = LockService<S, K, P, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(inner, self.clone())
     }
 }
 
-impl<K, P: fmt::Debug> fmt::Debug for LockLayer<K, P> {
+impl<K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockLayer<K, P, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
             .field("client", &self.config.client)
@@ -377,6 +582,7 @@ impl<K, P: fmt::Debug> fmt::Debug for LockLayer<K, P> {
             .field("wait", &self.config.wait)
             .field("lease", &self.config.lease)
             .field("protocol", &self.config.protocol)
+            .field("mode", &self.config.mode)
             .finish()
     }
 }

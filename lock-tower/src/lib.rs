@@ -9,14 +9,23 @@
 //! - The lock options are lock-core's: [`wait`](LockLayer::wait) (default:
 //!   try once) and a fixed [`lease`](LockLayer::lease) (default: watchdog,
 //!   renewed while the handler runs).
+//! - The [`mode`] picks the primitive of the lock family a request
+//!   takes on its name: the plain lock (default), the fair lock
+//!   ([`fair`](LockLayer::fair)), the read or write lock of a read-write
+//!   lock chosen per request ([`read_write`](LockLayer::read_write), e.g.
+//!   with [`SafeMethods`]), or a permit of a semaphore, for a fleet-wide
+//!   per-key limit of requests in flight
+//!   ([`concurrency_limit`](LockLayer::concurrency_limit)). A layer has one
+//!   mode, part of its type.
 //! - The guard lives in the [`ResponseFuture`] (or, with
 //!   [`hold_until_body_end`](LockLayer::hold_until_body_end), in the
 //!   [`ResponseBody`]), and the handler runs in its ownership scope: a
 //!   domain function that takes the same lock re-enters it.
 //! - A request that does not get its lock gets an answer from its flavour:
-//!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 503
-//!   with `Retry-After` when the backend did not answer; never an error, so
-//!   axum can serve it), [`Grpc`] (`ABORTED`, `UNAVAILABLE`), or [`Plain`]
+//!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 429
+//!   with `Retry-After` over a concurrency limit, 503 with `Retry-After`
+//!   when the backend did not answer; never an error, so axum can serve it),
+//!   [`Grpc`] (`ABORTED`, `RESOURCE_EXHAUSTED`, `UNAVAILABLE`), or [`Plain`]
 //!   (the [`LockError`](lock_core::LockError) as the service's error).
 //!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
 //!   `grpc_status`) give the same answers to handlers that meet a
@@ -108,6 +117,7 @@ mod future;
 mod grpc;
 mod http;
 mod layer;
+pub mod mode;
 mod plain;
 mod service;
 mod status;
@@ -119,6 +129,7 @@ pub use future::{PlainResponseFuture, ResponseFuture};
 pub use grpc::Grpc;
 pub use http::Http;
 pub use layer::LockLayer;
+pub use mode::{Access, ConcurrencyLimit, Exclusive, Fair, ReadWrite, SafeMethods, SelectAccess};
 pub use plain::Plain;
 pub use service::LockService;
 pub use status::http_status;

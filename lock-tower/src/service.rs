@@ -12,6 +12,8 @@ use crate::body::ResponseBody;
 use crate::future::{Locked, Pending, PlainResponseFuture, ResponseFuture};
 use crate::http::Responder;
 use crate::layer::Config;
+use crate::mode::{Exclusive, LockMode};
+use crate::status::Failure;
 use crate::{Grpc, Http, KeyExtractor, LockLayer, Plain};
 
 /// The service made by [`LockLayer`]: takes the lock its extractor names for
@@ -25,14 +27,14 @@ use crate::{Grpc, Http, KeyExtractor, LockLayer, Plain};
 /// # Cancel safety
 /// The response futures ([`ResponseFuture`], [`PlainResponseFuture`]) never
 /// leave a lock held when they are dropped; see their docs.
-pub struct LockService<S, K, P = Http> {
+pub struct LockService<S, K, P = Http, M = Exclusive> {
     inner: S,
-    config: Arc<Config<K, P>>,
+    config: Arc<Config<K, P, M>>,
 }
 
-impl<S, K, P> LockService<S, K, P> {
+impl<S, K, P, M> LockService<S, K, P, M> {
     /// Wraps `inner` with the lock configured on `layer`.
-    pub fn new(inner: S, layer: LockLayer<K, P>) -> Self {
+    pub fn new(inner: S, layer: LockLayer<K, P, M>) -> Self {
         LockService {
             inner,
             config: Arc::new(layer.config),
@@ -66,16 +68,19 @@ impl<S, K, P> LockService<S, K, P> {
     where
         S: Service<R> + Clone,
         K: KeyExtractor<R>,
+        M: LockMode<R>,
     {
         let Some(key) = self.config.extractor.extract_key(&request) else {
             return Locked::unlocked(self.inner.call(request));
         };
         if let Err(error) = self.config.check(&key) {
-            return Locked::refused(error);
+            let failure = Failure::of(&error);
+            return Locked::refused(error, failure);
         }
         let clone = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, clone);
-        let acquire = Box::pin(self.config.lock(key).acquire());
+        let limit = self.config.mode.limit();
+        let acquire = Box::pin(self.config.lock(key, &request).acquire());
         let hand_over = responder
             .as_ref()
             .is_some_and(|responder| responder.hold_until_body_end);
@@ -86,13 +91,14 @@ impl<S, K, P> LockService<S, K, P> {
                 request,
                 prepare,
                 responder,
+                limit,
             },
             hand_over,
         )
     }
 }
 
-impl<S: Clone, K, P> Clone for LockService<S, K, P> {
+impl<S: Clone, K, P, M> Clone for LockService<S, K, P, M> {
     fn clone(&self) -> Self {
         LockService {
             inner: self.inner.clone(),
@@ -101,7 +107,7 @@ impl<S: Clone, K, P> Clone for LockService<S, K, P> {
     }
 }
 
-impl<S: fmt::Debug, K, P: fmt::Debug> fmt::Debug for LockService<S, K, P> {
+impl<S: fmt::Debug, K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockService<S, K, P, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)
@@ -111,6 +117,7 @@ impl<S: fmt::Debug, K, P: fmt::Debug> fmt::Debug for LockService<S, K, P> {
             .field("wait", &self.config.wait)
             .field("lease", &self.config.lease)
             .field("protocol", &self.config.protocol)
+            .field("mode", &self.config.mode)
             .finish()
     }
 }
@@ -139,11 +146,12 @@ impl Answers for Grpc {
 
 /// The HTTP ([`Http`]) and gRPC ([`Grpc`]) flavours: infallible towards the
 /// client, a request that cannot be locked is answered with a response.
-impl<S, K, P, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, P>
+impl<S, K, P, M, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, K, P, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     K: KeyExtractor<Request<ReqBody>>,
     P: Answers,
+    M: LockMode<Request<ReqBody>>,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -164,11 +172,12 @@ where
 
 fn prepare_nothing<R>(_: &Responder, _: &mut R, _: &LockGuard) {}
 
-impl<S, K, R> Service<R> for LockService<S, K, Plain>
+impl<S, K, M, R> Service<R> for LockService<S, K, Plain, M>
 where
     S: Service<R> + Clone,
     S::Error: From<LockError>,
     K: KeyExtractor<R>,
+    M: LockMode<R>,
 {
     type Response = S::Response;
     type Error = S::Error;

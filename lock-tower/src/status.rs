@@ -11,6 +11,9 @@ use lock_core::LockError;
 pub(crate) enum Failure {
     /// Held by another owner (after the wait): the client may retry later.
     Busy,
+    /// The concurrency limit of `limit` requests per name was reached (after
+    /// the wait): the client may retry later.
+    Limited { limit: u32 },
     /// The backend did not answer, failed, or the lock could not be kept.
     Unavailable,
     /// The lock name from the request is not acceptable.
@@ -23,6 +26,7 @@ pub(crate) enum Failure {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GrpcCode {
     InvalidArgument = 3,
+    ResourceExhausted = 8,
     Aborted = 10,
     Internal = 13,
     Unavailable = 14,
@@ -53,10 +57,21 @@ impl Failure {
         }
     }
 
+    /// The class of `error` for a request of a layer whose concurrency limit
+    /// is `limit` (`None` in the modes that lock): in that mode, a busy
+    /// semaphore means the limit was reached.
+    pub(crate) fn of_request(error: &LockError, limit: Option<u32>) -> Self {
+        match (Failure::of(error), limit) {
+            (Failure::Busy, Some(limit)) => Failure::Limited { limit },
+            (failure, _) => failure,
+        }
+    }
+
     /// The default HTTP status of this class.
     pub(crate) fn status(self) -> StatusCode {
         match self {
             Failure::Busy => StatusCode::CONFLICT,
+            Failure::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Failure::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Failure::BadKey => StatusCode::BAD_REQUEST,
             Failure::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -67,6 +82,7 @@ impl Failure {
     pub(crate) fn grpc_code(self) -> GrpcCode {
         match self {
             Failure::Busy => GrpcCode::Aborted,
+            Failure::Limited { .. } => GrpcCode::ResourceExhausted,
             Failure::Unavailable => GrpcCode::Unavailable,
             Failure::BadKey => GrpcCode::InvalidArgument,
             Failure::Internal => GrpcCode::Internal,
@@ -90,7 +106,12 @@ impl Failure {
 /// The layer's own answers follow this table, except where
 /// [`busy_status`](crate::LockLayer::busy_status) or
 /// [`unavailable_status`](crate::LockLayer::unavailable_status) changed the
-/// status of a class.
+/// status of a class, and in the
+/// [`concurrency_limit`](crate::LockLayer::concurrency_limit) mode, which
+/// answers its semaphore's `Busy` and `TimedOut` with
+/// `429 Too Many Requests` (or its [`limit_status`](crate::LockLayer::limit_status)):
+/// the error alone does not tell a busy lock from a reached limit, so this
+/// function, given one, says 409.
 ///
 /// ```
 /// use http::StatusCode;
@@ -107,7 +128,8 @@ pub fn http_status(error: &LockError) -> StatusCode {
 /// the classes of [`http_status`], as `ABORTED` (busy), `UNAVAILABLE`
 /// (backend, lease lost), `INVALID_ARGUMENT` (invalid name) and `INTERNAL`
 /// (everything else, including a variant added later that is not
-/// [`is_backend`](LockError::is_backend)).
+/// [`is_backend`](LockError::is_backend)). As for [`http_status`], the
+/// `concurrency_limit` mode's `RESOURCE_EXHAUSTED` is not among them.
 ///
 /// ```
 /// use lock_core::LockError;
@@ -268,6 +290,29 @@ mod tests {
                 "{error:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_busy_semaphore_under_a_limit_is_429_and_resource_exhausted() {
+        let busy = LockError::Busy { key: "t:1".into() };
+        let timed_out = LockError::TimedOut {
+            key: "t:1".into(),
+            waited: Duration::from_secs(1),
+        };
+        for error in [&busy, &timed_out] {
+            let failure = Failure::of_request(error, Some(2));
+            assert_eq!(failure, Failure::Limited { limit: 2 });
+            assert_eq!(failure.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(failure.grpc_code() as u16, 8);
+            // Without a limit (the modes that lock), busy stays busy.
+            assert_eq!(Failure::of_request(error, None), Failure::Busy);
+        }
+        // Other failures keep their class under a limit.
+        let config = LockError::InvalidConfig {
+            key: "t:1".into(),
+            reason: "a semaphore needs at least one permit, got 0".into(),
+        };
+        assert_eq!(Failure::of_request(&config, Some(0)), Failure::Internal);
     }
 
     #[cfg(feature = "tonic")]

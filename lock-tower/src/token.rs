@@ -15,6 +15,11 @@
 /// resource, which rejects tokens lower than the highest it has seen (see
 /// "Guarantees" in the README).
 ///
+/// In the layer's other [modes](crate::mode) it names the primitive of the
+/// family the request holds: the fair lock, the read-write lock (a read and
+/// a write hold both get a token; a writer's is the one a resource checks),
+/// or the semaphore of a concurrency limit (the permit's token).
+///
 /// With the `serde` feature it is `Serialize` and `Deserialize`, as
 /// `{"key": "order:42", "token": 7}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

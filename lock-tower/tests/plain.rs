@@ -240,3 +240,100 @@ async fn refused_key_takes_no_lock() {
         "an accepted name is locked"
     );
 }
+
+/// A job that holds on until `release` has a permit for it, and counts the
+/// jobs inside at once.
+fn held_job(
+    overlap: Arc<Overlap>,
+    release: Arc<tokio::sync::Semaphore>,
+) -> impl Service<Job, Response = (), Error = LockError, Future = impl Send> + Clone {
+    service_fn(move |_: Job| {
+        let (overlap, release) = (overlap.clone(), release.clone());
+        async move {
+            let now = overlap.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            overlap.max.fetch_max(now, Ordering::SeqCst);
+            release.acquire().await.unwrap().forget();
+            overlap.inside.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, LockError>(())
+        }
+    })
+}
+
+async fn until_inside(overlap: &Overlap, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while overlap.inside.load(Ordering::SeqCst) != n {
+        assert!(Instant::now() < deadline, "{n} jobs never ran at once");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The modes in the plain flavour: under `concurrency_limit(2)` two jobs of
+/// one account run at once and a third fails with `Busy` (the plain flavour
+/// hands the lock error on as it is), while another account is not held
+/// back; the semaphore is the account's own (`semaphore("account:1", 2)`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit_in_the_plain_flavour() {
+    let client = LockClient::memory();
+    let overlap = Arc::new(Overlap::default());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let service = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .concurrency_limit(2)
+        .layer(held_job(overlap.clone(), release.clone()));
+    let running: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(service.clone().oneshot(Job { account: Some(1) })))
+        .collect();
+    until_inside(&overlap, 2).await;
+    let third = service.clone().oneshot(Job { account: Some(1) }).await;
+    assert!(
+        matches!(third, Err(LockError::Busy { ref key }) if key == "account:1"),
+        "{third:?}"
+    );
+    // Two permits held by others: a third taker of the same semaphore is refused too.
+    let direct = client
+        .semaphore("account:1", 2)
+        .permit()
+        .try_acquire()
+        .await;
+    assert!(matches!(direct, Ok(None)), "{direct:?}");
+    let other = tokio::spawn(service.clone().oneshot(Job { account: Some(2) }));
+    until_inside(&overlap, 3).await;
+    release.add_permits(3);
+    for job in running {
+        job.await.unwrap().unwrap();
+    }
+    other.await.unwrap().unwrap();
+    assert_eq!(overlap.max.load(Ordering::SeqCst), 3);
+}
+
+/// Read-write mode chosen per job by a closure: readers share the lock, a
+/// writer that may not wait is refused while they hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_in_the_plain_flavour() {
+    let client = LockClient::memory();
+    let overlap = Arc::new(Overlap::default());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    // Jobs without an account write, the others read: all lock `ledger`.
+    let layer = LockLayer::new(client, |_: &Job| Some("ledger".to_owned()))
+        .plain()
+        .read_write(|job: &Job| {
+            if job.account.is_some() {
+                lock_tower::Access::Read
+            } else {
+                lock_tower::Access::Write
+            }
+        });
+    let service = layer.layer(held_job(overlap.clone(), release.clone()));
+    let readers: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(service.clone().oneshot(Job { account: Some(1) })))
+        .collect();
+    until_inside(&overlap, 3).await;
+    let writer = service.clone().oneshot(Job { account: None }).await;
+    assert!(matches!(writer, Err(LockError::Busy { .. })), "{writer:?}");
+    release.add_permits(3);
+    for reader in readers {
+        reader.await.unwrap().unwrap();
+    }
+    release.add_permits(1);
+    service.oneshot(Job { account: None }).await.unwrap();
+}
