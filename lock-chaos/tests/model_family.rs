@@ -16,9 +16,8 @@
 //!   ever waits here, so there are no writer intents once a cancelled writer has left); a
 //!   write is granted iff nobody else reads or writes; readers and a writer never overlap;
 //!   the owner that downgraded may read while it writes; a read guard's scope asking for the
-//!   write lock is refused at once with `UpgradeRefused`, and so (as the library decides it:
-//!   the call chain holds the read lock) is a write guard's scope asking for the write lock
-//!   again once its owner also reads; the lock's fencing tokens strictly increase from one
+//!   write lock is refused at once with `UpgradeRefused`, while a write guard's scope that
+//!   also reads (it downgraded) re-enters its write hold; the lock's fencing tokens strictly increase from one
 //!   grant to the next, so a writer's token is above every earlier reader's and writer's;
 //! * semaphore: `k` permits are granted iff the permits of the live, unexpired holders plus
 //!   `k` are at most the total, so never more than the total are in use; re-entry takes no
@@ -605,22 +604,6 @@ impl Harness {
                     Prim::Permits(_) => Prim::Permits(take),
                     prim => prim,
                 };
-                if m.prim == Prim::Write && self.reads(m.owner, m.name) {
-                    // The call chain reads (it downgraded): asking for the write lock again
-                    // is an upgrade.
-                    let refused = m
-                        .guard
-                        .scope(family_lock(&client, &name, Prim::Write).acquire())
-                        .await;
-                    return match refused {
-                        Err(LockError::UpgradeRefused { ref key }) if *key == name => {
-                            self.check().await
-                        }
-                        other => Err(format!(
-                            "the write lock asked for by a writer that also reads gave {other:?}, expected UpgradeRefused"
-                        )),
-                    };
-                }
                 if self.valid(g) != Truth::Yes {
                     return Ok(());
                 }
@@ -676,7 +659,17 @@ impl Harness {
                 .map_err(|e| format!("downgrade: {e}"))?;
             }
             Op::Upgrade { guard } => {
-                let Some(g) = self.pick(guard, |m| m.prim == Prim::Read) else {
+                // A reader that also writes (it downgraded) re-enters its write
+                // hold instead (`Reenter`): only a reader alone is refused.
+                let writers: Vec<(usize, usize)> = self
+                    .guards
+                    .iter()
+                    .filter(|m| m.prim == Prim::Write)
+                    .map(|m| (m.owner, m.name))
+                    .collect();
+                let Some(g) = self.pick(guard, |m| {
+                    m.prim == Prim::Read && !writers.contains(&(m.owner, m.name))
+                }) else {
                     return Ok(());
                 };
                 let m = &self.guards[g];
@@ -917,7 +910,7 @@ fn scenarios() -> Vec<Vec<Op>> {
         vec![
             acquire(0, Prim::Write, None),
             Downgrade { guard: 0 },
-            Reenter { guard: 0, take: 1 }, // the writer that reads: UpgradeRefused
+            Reenter { guard: 0, take: 1 }, // the writer that reads re-enters its write hold
             Upgrade { guard: 0 },
             acquire(1, Prim::Read, None), // refused: another owner writes
             Release { guard: 0 },         // the write guard

@@ -58,11 +58,6 @@ pub(crate) async fn acquire_kind(
     core.ensure_background();
     let scope = match Scope::current(&core.id) {
         Some(scope) => {
-            if kind == Kind::Write && scope.holds(&key.aux(":read")) {
-                return Err(LockError::UpgradeRefused {
-                    key: key.name.to_string(),
-                });
-            }
             if let Some(lock) = scope.reenter(&key.id) {
                 if !lock.is_held() {
                     scope.drop_hold(&lock); // not the last: the outer guard holds one
@@ -73,6 +68,12 @@ pub(crate) async fn acquire_kind(
                 }
                 tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
                 return Ok(Acquired { lock, scope });
+            }
+            // (A writer that also reads re-entered its write hold above.)
+            if kind == Kind::Write && scope.holds(&key.aux(":read")) {
+                return Err(LockError::UpgradeRefused {
+                    key: key.name.to_string(),
+                });
             }
             scope
         }
