@@ -5,10 +5,14 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
     let __lock_acquired = ::distributed_lock::__private::acquire(
             ::core::option::Option::None,
             ::std::vec![::std::format!("order:{}", id)],
-            ::distributed_lock::__private::Wait::For(
-                ::core::time::Duration::new(10u64, 0u32),
-            ),
-            ::core::option::Option::None,
+            ::distributed_lock::__private::Settings {
+                kind: ::distributed_lock::__private::Kind::Plain,
+                wait: ::distributed_lock::__private::Wait::For(
+                    ::core::time::Duration::new(10u64, 0u32),
+                ),
+                lease: ::core::option::Option::None,
+                at_least: ::core::option::Option::None,
+            },
         )
         .await;
     let __lock_guard = match __lock_acquired {
@@ -28,7 +32,7 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::MultiLockGuard::scope(
+    let __lock_output = ::distributed_lock::__private::Guard::scope(
             &__lock_guard,
             __lock_body,
         )

@@ -11,8 +11,14 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             ::std::vec![
                 ::std::format!("account:{}", from.id), ::std::format!("account:{}", to)
             ],
-            ::distributed_lock::__private::Wait::Once,
-            ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
+            ::distributed_lock::__private::Settings {
+                kind: ::distributed_lock::__private::Kind::Plain,
+                wait: ::distributed_lock::__private::Wait::Once,
+                lease: ::core::option::Option::Some(
+                    ::core::time::Duration::new(5u64, 0u32),
+                ),
+                at_least: ::core::option::Option::None,
+            },
         )
         .await;
     let __lock_guard = match __lock_acquired {
@@ -31,7 +37,7 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = match ::distributed_lock::MultiLockGuard::scope_or_lost(
+    let __lock_output = match ::distributed_lock::__private::Guard::scope_or_lost(
             &__lock_guard,
             __lock_body,
         )
