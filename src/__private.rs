@@ -111,71 +111,37 @@ pub struct Settings {
     pub at_least: Option<Duration>,
 }
 
-/// The guard a generated function holds while its body runs: one lock's,
-/// or several locks' (`keys = [...]`).
-#[derive(Debug)]
-pub enum Guard {
-    /// One lock (every kind).
-    One(LockGuard),
-    /// Several plain locks.
-    All(MultiLockGuard),
-}
-
-impl Guard {
-    /// Runs `fut` in the lock's scope: [`LockGuard::scope`], [`MultiLockGuard::scope`].
-    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
-        match self {
-            Guard::One(guard) => guard.scope(fut).await,
-            Guard::All(guard) => guard.scope(fut).await,
-        }
-    }
-
-    /// Runs `fut` in the lock's scope unless its lease is lost first:
-    /// [`LockGuard::scope_or_lost`], [`MultiLockGuard::scope_or_lost`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe as far as the lock goes; `fut` is dropped with it.
-    pub async fn scope_or_lost<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
-        match self {
-            Guard::One(guard) => guard.scope_or_lost(fut).await,
-            Guard::All(guard) => guard.scope_or_lost(fut).await,
-        }
+/// The client to lock with: `client`, or the global client.
+fn client_or_global(
+    client: Option<&LockClient>,
+    names: impl FnOnce() -> String,
+) -> Result<std::borrow::Cow<'_, LockClient>, LockError> {
+    match client {
+        Some(client) => Ok(std::borrow::Cow::Borrowed(client)),
+        None => match global_client() {
+            Some(client) => Ok(std::borrow::Cow::Owned(client)),
+            None => Err(LockError::InvalidConfig {
+                key: names(),
+                reason: "no lock client: install one at start-up with \
+                         `distributed_lock::set_global_client(client)` or pass \
+                         `client = ...` to #[distributed_lock]"
+                    .to_owned(),
+            }),
+        },
     }
 }
 
-/// Acquires the locks named `names` with `client`, or with the global client.
+/// Acquires the lock `name` of the kind and with the settings `settings`
+/// (`key = "..."`), with `client` or the global client.
 ///
 /// # Cancel safety
-/// Cancel safe, as [`Lock::acquire`] and
-/// [`MultiLock::acquire`](crate::MultiLock::acquire).
+/// Cancel safe, as [`Lock::acquire`].
 pub async fn acquire(
     client: Option<&LockClient>,
-    names: Vec<String>,
+    name: String,
     settings: Settings,
-) -> Result<Guard, LockError> {
-    let global;
-    let client = match client {
-        Some(client) => client,
-        None => match global_client() {
-            Some(client) => {
-                global = client;
-                &global
-            }
-            None => {
-                return Err(LockError::InvalidConfig {
-                    key: names.join(", "),
-                    reason: "no lock client: install one at start-up with \
-                             `distributed_lock::set_global_client(client)` or pass \
-                             `client = ...` to #[distributed_lock]"
-                        .to_owned(),
-                })
-            }
-        },
-    };
-    let name = match <[String; 1]>::try_from(names) {
-        Ok([name]) => name,
-        Err(names) => return acquire_all(client, names, settings).await,
-    };
+) -> Result<LockGuard, LockError> {
+    let client = client_or_global(client, || name.clone())?;
     let Settings {
         kind,
         wait,
@@ -200,44 +166,32 @@ pub async fn acquire(
     if let Some(at_least) = at_least {
         lock = lock.hold_at_least(at_least);
     }
-    lock.acquire().await.map(Guard::One)
+    lock.acquire().await
 }
 
-/// `keys = [...]`: several plain locks, all or nothing. The attribute
-/// refuses the rest of the family and a minimum hold for several keys while
-/// compiling; they are refused here too rather than ignored.
-async fn acquire_all(
-    client: &LockClient,
+/// Acquires the plain locks named `names` together (`keys = [...]`), with
+/// `client` or the global client. The attribute allows only `wait` and
+/// `lease` with several keys.
+///
+/// # Cancel safety
+/// Cancel safe, as [`MultiLock::acquire`](crate::MultiLock::acquire).
+pub async fn acquire_all(
+    client: Option<&LockClient>,
     names: Vec<String>,
-    settings: Settings,
-) -> Result<Guard, LockError> {
-    let refused = match settings {
-        Settings {
-            kind: Kind::Plain,
-            at_least: None,
-            ..
-        } => None,
-        Settings {
-            kind: Kind::Plain, ..
-        } => Some("a minimum hold (`at_least`) needs a single key"),
-        _ => Some("the fair lock, the read-write lock and the semaphore take a single key"),
-    };
-    if let Some(reason) = refused {
-        return Err(LockError::InvalidConfig {
-            key: names.join(", "),
-            reason: reason.to_owned(),
-        });
-    }
+    wait: Wait,
+    lease: Option<Duration>,
+) -> Result<MultiLockGuard, LockError> {
+    let client = client_or_global(client, || names.join(", "))?;
     let mut lock = client.lock_all(names);
-    lock = match settings.wait {
+    lock = match wait {
         Wait::Once => lock,
         Wait::For(wait) => lock.wait(wait),
         Wait::Forever => lock.wait_forever(),
     };
-    if let Some(lease) = settings.lease {
+    if let Some(lease) = lease {
         lock = lock.lease(lease);
     }
-    lock.acquire().await.map(Guard::All)
+    lock.acquire().await
 }
 
 /// The `tracing` target of the events of generated code (documented in the
@@ -278,17 +232,15 @@ pub fn skip(error: LockError, function: &str) -> Option<LockError> {
     }
 }
 
-/// Releases the locks after the body; a lock that was lost or no longer
-/// held is logged (the body's result is returned regardless).
+/// Awaits the release of the locks after the body
+/// ([`LockGuard::release`] or [`MultiLockGuard::release`]); a lock that was
+/// lost or no longer held is logged (the body's result is returned
+/// regardless).
 ///
 /// # Cancel safety
-/// Cancel safe, as [`LockGuard::release`] and [`MultiLockGuard::release`].
-pub async fn release(guard: Guard, function: &str) {
-    let released = match guard {
-        Guard::One(guard) => guard.release().await,
-        Guard::All(guard) => guard.release().await,
-    };
-    if let Err(error) = released {
+/// Cancel safe, as the releases are.
+pub async fn release(released: impl Future<Output = Result<(), LockError>>, function: &str) {
+    if let Err(error) = released.await {
         tracing::warn!(
             target: target!(),
             key = error.key().unwrap_or(""),

@@ -60,6 +60,7 @@ on_memory_and_redis!(
     at_least_keeps_a_job_lock_after_an_early_return,
     runtime_wait_is_honoured,
     runtime_values_out_of_range_are_invalid_config,
+    nested_family_fns_downgrade_but_never_upgrade,
 );
 
 /// Records its turn; the first caller holds the lock until `gate` opens.
@@ -474,4 +475,48 @@ async fn runtime_values_out_of_range_are_invalid_config(backend: &Backend) {
         "take > permits",
     );
     export_some(&client, 3, 2, 2).await.unwrap();
+}
+
+#[distributed_lock(key = "catalog:{id}", read, client = client)]
+async fn read_catalog(client: &LockClient, id: u32) -> Result<u64, LockError> {
+    Ok(distributed_lock::current().unwrap().fencing_token())
+}
+
+#[distributed_lock(key = "catalog:{id}", write, client = client)]
+async fn write_catalog(client: &LockClient, id: u32) -> Result<u64, LockError> {
+    // Downgrade: the writer's call chain may read (re-entered, no wait).
+    read_catalog(client, id).await
+}
+
+#[distributed_lock(key = "catalog:{id}", read, client = client)]
+async fn read_then_write_catalog(client: &LockClient, id: u32) -> Result<u64, LockError> {
+    // Upgrade: refused at once rather than waiting on itself.
+    write_catalog(client, id).await
+}
+
+/// Annotated fns calling each other on one key: a `write` fn may call a
+/// `read` fn (downgrade); a `read` fn calling a `write` fn gets
+/// `UpgradeRefused` at once (no wait), and nothing stays held after either.
+async fn nested_family_fns_downgrade_but_never_upgrade(backend: &Backend) {
+    let client = backend.client().await;
+    write_catalog(&client, 1).await.unwrap();
+    let started = Instant::now();
+    let refused = read_then_write_catalog(&client, 1).await;
+    assert!(
+        matches!(refused, Err(LockError::UpgradeRefused { ref key }) if key == "catalog:1"),
+        "{refused:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let other = backend.client().await;
+    let write = other
+        .read_write_lock("catalog:1")
+        .write()
+        .try_acquire()
+        .await;
+    write
+        .unwrap()
+        .expect("the catalog stayed locked")
+        .release()
+        .await
+        .unwrap();
 }

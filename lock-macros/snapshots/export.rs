@@ -10,7 +10,7 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
                     ::distributed_lock::LockClient,
                 >::borrow(&(self.locks)),
             ),
-            ::std::vec![::std::format!("export:{}", tenant)],
+            ::std::format!("export:{}", tenant),
             ::distributed_lock::__private::Settings {
                 kind: ::distributed_lock::__private::Kind::Permits {
                     total: __lock_permits,
@@ -36,11 +36,12 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
         let __lock_return: Result<(), AppError> = { self.exporter.run(tenant).await };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::__private::Guard::scope(
-            &__lock_guard,
-            __lock_body,
+    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+        .await;
+    ::distributed_lock::__private::release(
+            ::distributed_lock::LockGuard::release(__lock_guard),
+            "export",
         )
         .await;
-    ::distributed_lock::__private::release(__lock_guard, "export").await;
     __lock_output
 }

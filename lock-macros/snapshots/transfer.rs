@@ -2,7 +2,7 @@
 // pub async fn transfer (& self , from : & Account , to : u64) -> anyhow :: Result < () > { self . ledger . move_funds (from . id , to) . await }
 
 pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
-    let __lock_acquired = ::distributed_lock::__private::acquire(
+    let __lock_acquired = ::distributed_lock::__private::acquire_all(
             ::core::option::Option::Some(
                 ::core::borrow::Borrow::<
                     ::distributed_lock::LockClient,
@@ -11,14 +11,8 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             ::std::vec![
                 ::std::format!("account:{}", from.id), ::std::format!("account:{}", to)
             ],
-            ::distributed_lock::__private::Settings {
-                kind: ::distributed_lock::__private::Kind::Plain,
-                wait: ::distributed_lock::__private::Wait::Once,
-                lease: ::core::option::Option::Some(
-                    ::core::time::Duration::new(5u64, 0u32),
-                ),
-                at_least: ::core::option::Option::None,
-            },
+            ::distributed_lock::__private::Wait::Once,
+            ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
         )
         .await;
     let __lock_guard = match __lock_acquired {
@@ -37,7 +31,7 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = match ::distributed_lock::__private::Guard::scope_or_lost(
+    let __lock_output = match ::distributed_lock::MultiLockGuard::scope_or_lost(
             &__lock_guard,
             __lock_body,
         )
@@ -52,6 +46,10 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             return __lock_error;
         }
     };
-    ::distributed_lock::__private::release(__lock_guard, "transfer").await;
+    ::distributed_lock::__private::release(
+            ::distributed_lock::MultiLockGuard::release(__lock_guard),
+            "transfer",
+        )
+        .await;
     __lock_output
 }

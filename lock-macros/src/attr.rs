@@ -61,6 +61,8 @@ pub(crate) enum OnBusy {
 pub(crate) struct Args {
     /// The key templates (one for `key`, any number for `keys`).
     pub(crate) keys: Vec<LitStr>,
+    /// Whether they came as `keys = [...]`: several plain locks together.
+    pub(crate) multi: bool,
     pub(crate) kind: Kind,
     pub(crate) wait: Wait,
     pub(crate) lease: Option<Setting<Duration>>,
@@ -139,6 +141,7 @@ impl Args {
         };
         let mut args = Args {
             keys: Vec::new(),
+            multi: false,
             kind: Kind::Plain,
             wait: Wait::Once,
             lease: None,
@@ -194,6 +197,7 @@ impl Args {
             "keys" => match item.value {
                 Some(Value::Strs(strs)) if !strs.is_empty() => {
                     self.keys = strs;
+                    self.multi = true;
                     seen.keys = Some(item.name);
                     Ok(())
                 }

@@ -182,15 +182,33 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             }
         }
     };
+    // One key: a `LockGuard` (any kind of lock); `keys`: a `MultiLockGuard`.
+    let (acquire, guard_type) = if args.multi {
+        let (wait, lease) = (&settings.wait, &settings.lease);
+        (
+            quote! {
+                #krate::__private::acquire_all(#client, ::std::vec![#(#keys),*], #wait, #lease)
+            },
+            quote!(#krate::MultiLockGuard),
+        )
+    } else {
+        let all = &settings.all;
+        (
+            quote! {
+                #krate::__private::acquire(#client, #(#keys)*, #all)
+            },
+            quote!(#krate::LockGuard),
+        )
+    };
     let run = if args.abort_on_lost.is_some() {
         quote! {
-            match #krate::__private::Guard::scope_or_lost(&#guard, #body_fut).await {
+            match #guard_type::scope_or_lost(&#guard, #body_fut).await {
                 ::core::result::Result::Ok(#output_var) => #output_var,
                 ::core::result::Result::Err(#error) => #return_err,
             }
         }
     } else {
-        quote!(#krate::__private::Guard::scope(&#guard, #body_fut).await)
+        quote!(#guard_type::scope(&#guard, #body_fut).await)
     };
 
     let body = match &shape {
@@ -213,12 +231,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let wrapped = quote! {
         {
             #lets
-            let #acquired = #krate::__private::acquire(
-                #client,
-                ::std::vec![#(#keys),*],
-                #settings,
-            )
-            .await;
+            let #acquired = #acquire.await;
             let #guard = match #acquired {
                 ::core::result::Result::Ok(#guard) => #guard,
                 ::core::result::Result::Err(#error) => { #on_error }
@@ -229,7 +242,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
                 #ret
             };
             let #output_var = #run;
-            #krate::__private::release(#guard, #fn_name).await;
+            #krate::__private::release(#guard_type::release(#guard), #fn_name).await;
             #output_var
         }
     };
@@ -262,7 +275,7 @@ fn local(name: &str) -> Ident {
 /// are visible, as to the key templates). Each goes through a conversion
 /// spanned at the expression, so a value of a wrong type is reported there,
 /// with what to write instead.
-fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, TokenStream) {
+fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
     let mut lets = TokenStream::new();
     let mut runtime = |name: &str, expr: &Expr, duration: bool| {
         let var = local(name);
@@ -321,7 +334,7 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, TokenStream) {
             quote!(#krate::__private::Kind::Permits { total: #total, take: #take })
         }
     };
-    let settings = quote! {
+    let all = quote! {
         #krate::__private::Settings {
             kind: #kind,
             wait: #wait,
@@ -329,7 +342,15 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, TokenStream) {
             at_least: #at_least,
         }
     };
-    (lets, settings)
+    (lets, Settings { wait, lease, all })
+}
+
+/// The settings of the call: `wait` and `lease` alone for several keys,
+/// all of them as a `__private::Settings` for one.
+struct Settings {
+    wait: TokenStream,
+    lease: TokenStream,
+    all: TokenStream,
 }
 
 /// Which body to wrap; an error at `fn` when there is no async body.
