@@ -120,7 +120,10 @@ struct Seen {
     keys: Option<Ident>,
     /// The first of `fair`, `read`, `write`, `permits` given.
     kind: Option<Ident>,
+    /// `permits`' value, when valid.
     permits: Option<Setting<u32>>,
+    /// Whether `permits` was given at all (valid or not).
+    permits_named: bool,
     /// `take`'s name, value and the value's span.
     take: Option<(Ident, Setting<u32>, Span)>,
     /// `lease`'s literal, for the check of `at_least`.
@@ -273,6 +276,7 @@ impl Args {
                 kind_once(seen, item.name)
             }
             "permits" => {
+                seen.permits_named = true;
                 let (total, value_span) = count_value(&item.name, item.value, "permits = 5")?;
                 if let Setting::Literal(0) = total {
                     return Err(syn::Error::new(
@@ -377,11 +381,11 @@ impl Args {
                 };
                 self.kind = Kind::Permits { total, take };
             }
-            (None, Some((take, _, _))) => push(syn::Error::new(
+            (None, Some((take, _, _))) if !seen.permits_named => push(syn::Error::new(
                 take.span(),
                 "`take` needs `permits = N`: it says how many of the semaphore's N permits a call takes; add `permits` or remove `take`",
             )),
-            (None, None) => {}
+            (None, _) => {}
         }
         if let (Some(keys), Some(kind)) = (&seen.keys, &seen.kind) {
             push(syn::Error::new(
@@ -594,6 +598,13 @@ mod tests {
         ))
         .unwrap();
         parse(quote::quote!(key = "x", lease = "1m", at_least = "1m")).unwrap();
+    }
+
+    #[test]
+    fn a_bad_permits_is_one_error_not_two() {
+        let message = error(quote::quote!(key = "x", permits = 0, take = 1));
+        assert!(message.contains("`permits = 0`"), "{message}");
+        assert!(!message.contains("`take` needs"), "{message}");
     }
 
     #[test]

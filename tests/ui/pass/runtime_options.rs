@@ -42,6 +42,11 @@ async fn export(client: &LockClient, settings: &Settings, tenant: u32, n: u32) -
     Ok(n)
 }
 
+#[distributed_lock(keys = ["account:{from}", "account:{to}"], wait = cfg.lock_wait, lease = cfg.lock_wait * 10, client = client)]
+async fn transfer(client: &LockClient, cfg: LockConfig, from: u32, to: u32) -> Result<Duration, LockError> {
+    Ok(cfg.lock_wait)
+}
+
 #[distributed_lock(key = "job:{__lock_guard}", wait = __lock_wait, client = client)]
 async fn clashing_names(client: &LockClient, __lock_guard: u8, __lock_wait: Duration) -> Result<u8, LockError> {
     Ok(__lock_guard)
@@ -97,6 +102,7 @@ async fn main() {
     assert_eq!(pay(&client, &config(), &settings, 9).await.unwrap(), 9);
     assert_eq!(export(&client, &settings, 1, 2).await.unwrap(), 2);
     assert_eq!(clashing_names(&client, 4, Duration::ZERO).await.unwrap(), 4);
+    assert_eq!(transfer(&client, config(), 1, 2).await.unwrap(), Duration::from_millis(100));
     let mut jobs = Jobs {
         locks: client,
         wait: Duration::from_millis(50),
