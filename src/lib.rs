@@ -101,13 +101,23 @@ pub use lock_core::*;
 /// |---|---|
 /// | `key = "order:{id}"` | lock name template: `{arg}`, `{arg.field}`, `{self.field}`, `{arg.method()}`, `<arg>`; `{{`, `}}`, `<<` for literal `{`, `}`, `<` |
 /// | `keys = ["a:{x}", "a:{y}"]` | several locks, all or nothing, acquired in sorted order (no deadlock with swapped arguments) |
-/// | `wait = "10s"` | wait for a busy lock (humantime, checked at compile time); `"0s"`/absent tries once; `"forever"` |
-/// | `lease = "30s"` | fixed lease, not renewed; absent: watchdog renews every lease/3 |
+/// | `wait = "10s"` | wait for a busy lock (humantime, checked at compile time); `"0s"`/absent tries once; `"forever"`; or a `Duration` expression |
+/// | `lease = "30s"` | fixed lease, not renewed (ShedLock's `lockAtMostFor`); absent: watchdog renews every lease/3; or a `Duration` expression |
+/// | `at_least = "5m"` | keep the lock at least this long after it was taken, even when the fn returns sooner (ShedLock's `lockAtLeastFor`, [`Lock::hold_at_least`]); at most a fixed `lease`; or a `Duration` expression |
+/// | `fair` | the [fair lock](LockClient::fair_lock) named by `key` |
+/// | `read` / `write` | the read or write lock of the [read-write lock](LockClient::read_write_lock) named by `key` |
+/// | `permits = 5`, `take = 2` | `take` (default 1) permits of the [semaphore](LockClient::semaphore) named by `key` with `permits` in all; `u32` literals or expressions |
 /// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
 /// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distributed_lock` otherwise |
 /// | `client = expr` | the `LockClient` (or `&LockClient`, `Arc<LockClient>`) to use; default: [`set_global_client`]'s |
 /// | `crate = "path"` | the path of this crate when renamed in `Cargo.toml` |
 /// | `abort_on_lost` | cancel the body and return `LockError::LeaseLost` when the lease is lost mid-body |
+///
+/// At most one of `fair`, `read`, `write`, `permits`, each with one `key`.
+/// Option expressions (`wait = cfg.lock_wait`, `permits = self.limit`) are
+/// evaluated at each call before the lock is taken, in the fn's scope, as
+/// the key templates are; a value the lock refuses is its
+/// [`LockError::InvalidConfig`] naming the key, handled as any lock error.
 ///
 /// Inside the body, [`current`] gives the lock's key and fencing token;
 /// calls of annotated functions on the same key in one call chain are

@@ -4,9 +4,13 @@
 async fn nightly() {
     let __lock_acquired = locks::__private::acquire(
             ::core::option::Option::None,
-            ::std::vec![::std::format!("job:nightly")],
-            locks::__private::Wait::Once,
-            ::core::option::Option::None,
+            ::std::format!("job:nightly"),
+            locks::__private::Settings {
+                kind: locks::__private::Kind::Plain,
+                wait: locks::__private::Wait::Once,
+                lease: ::core::option::Option::None,
+                at_least: ::core::option::Option::None,
+            },
         )
         .await;
     let __lock_guard = match __lock_acquired {
@@ -22,7 +26,7 @@ async fn nightly() {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = locks::MultiLockGuard::scope(&__lock_guard, __lock_body).await;
-    locks::__private::release(__lock_guard, "nightly").await;
+    let __lock_output = locks::LockGuard::scope(&__lock_guard, __lock_body).await;
+    locks::__private::release(locks::LockGuard::release(__lock_guard), "nightly").await;
     __lock_output
 }

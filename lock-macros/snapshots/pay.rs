@@ -4,11 +4,15 @@
 async fn pay(id: u64) -> Result<Receipt, AppError> {
     let __lock_acquired = ::distributed_lock::__private::acquire(
             ::core::option::Option::None,
-            ::std::vec![::std::format!("order:{}", id)],
-            ::distributed_lock::__private::Wait::For(
-                ::core::time::Duration::new(10u64, 0u32),
-            ),
-            ::core::option::Option::None,
+            ::std::format!("order:{}", id),
+            ::distributed_lock::__private::Settings {
+                kind: ::distributed_lock::__private::Kind::Plain,
+                wait: ::distributed_lock::__private::Wait::For(
+                    ::core::time::Duration::new(10u64, 0u32),
+                ),
+                lease: ::core::option::Option::None,
+                at_least: ::core::option::Option::None,
+            },
         )
         .await;
     let __lock_guard = match __lock_acquired {
@@ -28,11 +32,12 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::MultiLockGuard::scope(
-            &__lock_guard,
-            __lock_body,
+    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+        .await;
+    ::distributed_lock::__private::release(
+            ::distributed_lock::LockGuard::release(__lock_guard),
+            "pay",
         )
         .await;
-    ::distributed_lock::__private::release(__lock_guard, "pay").await;
     __lock_output
 }

@@ -2,7 +2,7 @@
 // pub async fn transfer (& self , from : & Account , to : u64) -> anyhow :: Result < () > { self . ledger . move_funds (from . id , to) . await }
 
 pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
-    let __lock_acquired = ::distributed_lock::__private::acquire(
+    let __lock_acquired = ::distributed_lock::__private::acquire_all(
             ::core::option::Option::Some(
                 ::core::borrow::Borrow::<
                     ::distributed_lock::LockClient,
@@ -46,6 +46,10 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             return __lock_error;
         }
     };
-    ::distributed_lock::__private::release(__lock_guard, "transfer").await;
+    ::distributed_lock::__private::release(
+            ::distributed_lock::MultiLockGuard::release(__lock_guard),
+            "transfer",
+        )
+        .await;
     __lock_output
 }

@@ -1,5 +1,6 @@
 //! Parsing of the attribute's arguments: `key`, `keys`, `wait`, `lease`,
-//! `on_busy`, `client`, `crate`, `abort_on_lost`.
+//! `at_least`, `fair`, `read`, `write`, `permits`, `take`, `on_busy`,
+//! `client`, `crate`, `abort_on_lost`, and the checks between them.
 
 use std::time::Duration;
 
@@ -7,18 +8,46 @@ use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitStr, Path, Token};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, Lit, LitStr, Path, Token};
 
 /// The options, in the order the error message lists them.
-pub(crate) const OPTIONS: &str =
-    "`key`, `keys`, `wait`, `lease`, `on_busy`, `client`, `crate`, `abort_on_lost`";
+pub(crate) const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `at_least`, `fair`, `read`, \
+     `write`, `permits`, `take`, `on_busy`, `client`, `crate`, `abort_on_lost`";
+
+/// The lock's own range of fixed leases (`lock_core::MIN_LEASE..=MAX_LEASE`),
+/// checked here so that a bad literal fails the build.
+const MIN_LEASE: Duration = Duration::from_millis(10);
+const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A value given as a literal (checked while compiling) or as an expression
+/// of the option's type, evaluated at each call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Setting<T> {
+    Literal(T),
+    Runtime(Box<Expr>),
+}
 
 /// How long to wait for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wait {
     Once,
     For(Duration),
     Forever,
+    /// An expression of type `Duration` (zero tries once).
+    Runtime(Expr),
+}
+
+/// Which member of the lock family the function takes.
+pub(crate) enum Kind {
+    Plain,
+    Fair,
+    Read,
+    Write,
+    Permits {
+        total: Setting<u32>,
+        take: Setting<u32>,
+    },
 }
 
 /// What to do when the lock cannot be had.
@@ -32,8 +61,12 @@ pub(crate) enum OnBusy {
 pub(crate) struct Args {
     /// The key templates (one for `key`, any number for `keys`).
     pub(crate) keys: Vec<LitStr>,
+    /// Whether they came as `keys = [...]`: several plain locks together.
+    pub(crate) multi: bool,
+    pub(crate) kind: Kind,
     pub(crate) wait: Wait,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) lease: Option<Setting<Duration>>,
+    pub(crate) at_least: Option<Setting<Duration>>,
     pub(crate) on_busy: OnBusy,
     /// The `on_busy` value's span, for errors about the return type.
     pub(crate) on_busy_span: Option<Span>,
@@ -80,6 +113,25 @@ impl Parse for Item {
     }
 }
 
+/// What the options said, before the checks between them.
+#[derive(Default)]
+struct Seen {
+    /// `keys = [...]`'s name.
+    keys: Option<Ident>,
+    /// The first of `fair`, `read`, `write`, `permits` given.
+    kind: Option<Ident>,
+    /// `permits`' value, when valid.
+    permits: Option<Setting<u32>>,
+    /// Whether `permits` was given at all (valid or not).
+    permits_named: bool,
+    /// `take`'s name, value and the value's span.
+    take: Option<(Ident, Setting<u32>, Span)>,
+    /// `lease`'s literal, for the check of `at_least`.
+    lease_literal: Option<(Duration, LitStr)>,
+    /// `at_least`'s name, and its literal when it is one.
+    at_least: Option<(Ident, Option<(Duration, LitStr)>)>,
+}
+
 impl Args {
     /// Parses the attribute's arguments; every problem found is reported,
     /// each at its own token.
@@ -92,34 +144,41 @@ impl Args {
         };
         let mut args = Args {
             keys: Vec::new(),
+            multi: false,
+            kind: Kind::Plain,
             wait: Wait::Once,
             lease: None,
+            at_least: None,
             on_busy: OnBusy::Error,
             on_busy_span: None,
             client: None,
             krate: None,
             abort_on_lost: None,
         };
-        let mut seen: Vec<String> = Vec::new();
+        let mut seen = Seen::default();
+        let mut names: Vec<String> = Vec::new();
         for item in items {
             let name = item.name.to_string();
-            if seen.contains(&name) {
+            if names.contains(&name) {
                 push(syn::Error::new(
                     item.name.span(),
                     format!("duplicate option `{name}`"),
                 ));
                 continue;
             }
-            seen.push(name.clone());
-            if let Err(err) = args.apply(&name, item) {
+            names.push(name.clone());
+            if let Err(err) = args.apply(&name, item, &mut seen) {
                 push(err);
             }
         }
-        if args.keys.is_empty() && !seen.iter().any(|n| n == "key" || n == "keys") {
+        if args.keys.is_empty() && !names.iter().any(|n| n == "key" || n == "keys") {
             push(syn::Error::new(
                 Span::call_site(),
                 "missing option `key`: say which lock to take, e.g. `key = \"order:{id}\"`",
             ));
+        }
+        if let Err(err) = args.check(seen) {
+            push(err);
         }
         match errors {
             Some(errors) => Err(errors),
@@ -127,7 +186,7 @@ impl Args {
         }
     }
 
-    fn apply(&mut self, name: &str, item: Item) -> syn::Result<()> {
+    fn apply(&mut self, name: &str, item: Item, seen: &mut Seen) -> syn::Result<()> {
         let span = item.name.span();
         match name {
             "key" | "keys" if !self.keys.is_empty() => Err(syn::Error::new(
@@ -141,6 +200,8 @@ impl Args {
             "keys" => match item.value {
                 Some(Value::Strs(strs)) if !strs.is_empty() => {
                     self.keys = strs;
+                    self.multi = true;
+                    seen.keys = Some(item.name);
                     Ok(())
                 }
                 Some(Value::Strs(_)) => Err(syn::Error::new(
@@ -153,36 +214,88 @@ impl Args {
                 )),
             },
             "wait" => {
-                let lit = string_value(&item.name, item.value)?;
-                self.wait = match lit.value().trim() {
-                    "forever" => Wait::Forever,
-                    text => {
-                        let wait = duration(&lit, text, true)?;
-                        if wait.is_zero() {
-                            Wait::Once
-                        } else {
-                            Wait::For(wait)
-                        }
-                    }
+                self.wait = match duration_value(&item.name, item.value)? {
+                    Setting::Runtime(expr) => Wait::Runtime(*expr),
+                    Setting::Literal(lit) => match lit.value().trim() {
+                        "forever" => Wait::Forever,
+                        text => match duration(&lit, text, true)? {
+                            wait if wait.is_zero() => Wait::Once,
+                            wait => Wait::For(wait),
+                        },
+                    },
                 };
                 Ok(())
             }
             "lease" => {
-                let lit = string_value(&item.name, item.value)?;
-                let lease = duration(&lit, lit.value().trim(), false)?;
-                // The lock's own range (lock_core::MIN_LEASE..=MAX_LEASE),
-                // checked here so that a bad literal fails the build.
-                let (min, max) = (
-                    Duration::from_millis(10),
-                    Duration::from_secs(365 * 24 * 3600),
-                );
-                if !(min..=max).contains(&lease) {
+                self.lease = Some(match duration_value(&item.name, item.value)? {
+                    Setting::Runtime(expr) => Setting::Runtime(expr),
+                    Setting::Literal(lit) => {
+                        let lease = duration(&lit, lit.value().trim(), false)?;
+                        if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                "a lease must be between 10ms and 365days (leave `lease` out for a watchdog-renewed lock)",
+                            ));
+                        }
+                        seen.lease_literal = Some((lease, lit));
+                        Setting::Literal(lease)
+                    }
+                });
+                Ok(())
+            }
+            "at_least" => {
+                let (setting, literal) = match duration_value(&item.name, item.value)? {
+                    Setting::Runtime(expr) => (Setting::Runtime(expr), None),
+                    Setting::Literal(lit) => {
+                        let at_least = duration(&lit, lit.value().trim(), false)?;
+                        if at_least > MAX_LEASE {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                "a minimum hold must be at most 365days (no lock is held longer)",
+                            ));
+                        }
+                        (Setting::Literal(at_least), Some((at_least, lit)))
+                    }
+                };
+                self.at_least = Some(setting);
+                seen.at_least = Some((item.name, literal));
+                Ok(())
+            }
+            "fair" | "read" | "write" => {
+                if item.value.is_some() {
                     return Err(syn::Error::new(
-                        lit.span(),
-                        "a lease must be between 10ms and 365days (leave `lease` out for a watchdog-renewed lock)",
+                        span,
+                        format!("`{name}` takes no value: write `{name}` alone"),
                     ));
                 }
-                self.lease = Some(lease);
+                self.kind = match name {
+                    "fair" => Kind::Fair,
+                    "read" => Kind::Read,
+                    _ => Kind::Write,
+                };
+                kind_once(seen, item.name)
+            }
+            "permits" => {
+                seen.permits_named = true;
+                let (total, value_span) = count_value(&item.name, item.value, "permits = 5")?;
+                if let Setting::Literal(0) = total {
+                    return Err(syn::Error::new(
+                        value_span,
+                        "`permits = 0`: a semaphore needs at least one permit, or no call would ever run; give the number of calls that may run at once",
+                    ));
+                }
+                seen.permits = Some(total);
+                kind_once(seen, item.name)
+            }
+            "take" => {
+                let (take, value_span) = count_value(&item.name, item.value, "take = 2")?;
+                if let Setting::Literal(0) = take {
+                    return Err(syn::Error::new(
+                        value_span,
+                        "`take = 0`: a call must take at least one permit; leave `take` out to take one",
+                    ));
+                }
+                seen.take = Some((item.name, take, value_span));
                 Ok(())
             }
             "on_busy" => {
@@ -240,6 +353,94 @@ impl Args {
             )),
         }
     }
+
+    /// The checks between options, once all are known.
+    fn check(&mut self, seen: Seen) -> syn::Result<()> {
+        let mut errors: Option<syn::Error> = None;
+        let mut push = |err: syn::Error| match &mut errors {
+            Some(errors) => errors.combine(err),
+            None => errors = Some(err),
+        };
+        match (seen.permits, seen.take) {
+            (Some(total), take) => {
+                let take = match take {
+                    Some((_, take, span)) => {
+                        if let (Setting::Literal(total), Setting::Literal(take)) = (&total, &take) {
+                            if take > total {
+                                push(syn::Error::new(
+                                    span,
+                                    format!(
+                                        "`take = {take}` is more than `permits = {total}`: the call would never get the lock; take at most {total}"
+                                    ),
+                                ));
+                            }
+                        }
+                        take
+                    }
+                    None => Setting::Literal(1),
+                };
+                self.kind = Kind::Permits { total, take };
+            }
+            (None, Some((take, _, _))) if !seen.permits_named => push(syn::Error::new(
+                take.span(),
+                "`take` needs `permits = N`: it says how many of the semaphore's N permits a call takes; add `permits` or remove `take`",
+            )),
+            (None, _) => {}
+        }
+        if let (Some(keys), Some(kind)) = (&seen.keys, &seen.kind) {
+            push(syn::Error::new(
+                kind.span(),
+                format!(
+                    "`{kind}` locks one key, and `{keys} = [...]` names several: use `key = \"...\"` with `{kind}`, or drop `{kind}` to take several plain locks together"
+                ),
+            ));
+        }
+        if let Some((at_least, literal)) = &seen.at_least {
+            if let Some(keys) = &seen.keys {
+                push(syn::Error::new(
+                    at_least.span(),
+                    format!(
+                        "`{at_least}` needs one key, and `{keys} = [...]` names several: use `key = \"...\"` for a scheduled job"
+                    ),
+                ));
+            }
+            if let (Some((at_least, at_least_lit)), Some((lease, lease_lit))) =
+                (literal, &seen.lease_literal)
+            {
+                if at_least > lease {
+                    push(syn::Error::new(
+                        at_least_lit.span(),
+                        format!(
+                            "`at_least = {}` is longer than `lease = {}`: the lock would expire before its minimum hold; make the lease (ShedLock's lockAtMostFor) at least as long, or `at_least` shorter",
+                            at_least_lit.token(),
+                            lease_lit.token()
+                        ),
+                    ));
+                }
+            }
+        }
+        match errors {
+            Some(errors) => Err(errors),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Records `name` as the function's kind of lock; an error at `name` when
+/// another kind was given before.
+fn kind_once(seen: &mut Seen, name: Ident) -> syn::Result<()> {
+    match &seen.kind {
+        Some(first) => Err(syn::Error::new(
+            name.span(),
+            format!(
+                "`{name}` conflicts with `{first}`: a function takes one kind of lock, plain (the default), `fair`, `read`, `write` or `permits = N`; keep one"
+            ),
+        )),
+        None => {
+            seen.kind = Some(name);
+            Ok(())
+        }
+    }
 }
 
 /// The string literal of `name = "..."`.
@@ -257,6 +458,68 @@ fn string_value(name: &Ident, value: Option<Value>) -> syn::Result<LitStr> {
     }
 }
 
+/// A duration option: a humantime string literal, or an expression of type
+/// `Duration`.
+fn duration_value(name: &Ident, value: Option<Value>) -> syn::Result<Setting<LitStr>> {
+    let expected = || {
+        format!(
+            "expected `{name} = \"10s\"` (a duration checked while compiling) or `{name} = <expression of type std::time::Duration>` (evaluated at each call)"
+        )
+    };
+    match value {
+        Some(Value::Str(lit)) => Ok(Setting::Literal(lit)),
+        Some(Value::Expr(Expr::Lit(lit))) => match lit.lit {
+            Lit::Str(lit) => Ok(Setting::Literal(lit)),
+            other => Err(syn::Error::new(other.span(), expected())),
+        },
+        Some(Value::Expr(expr)) => Ok(Setting::Runtime(Box::new(expr))),
+        Some(Value::Strs(_)) | None => Err(syn::Error::new(name.span(), expected())),
+    }
+}
+
+/// A count option (`permits`, `take`): a `u32` literal, or an expression of
+/// type `u32`.
+/// Returns the value's span too.
+fn count_value(
+    name: &Ident,
+    value: Option<Value>,
+    example: &str,
+) -> syn::Result<(Setting<u32>, Span)> {
+    let expected = || {
+        format!(
+            "expected `{example}` (a number checked while compiling) or `{name} = <expression of type u32>` (evaluated at each call)"
+        )
+    };
+    match value {
+        Some(Value::Expr(Expr::Lit(lit))) => match &lit.lit {
+            Lit::Int(int) if matches!(int.suffix(), "" | "u32") => int
+                .base10_parse::<u32>()
+                .map(|n| (Setting::Literal(n), int.span()))
+                .map_err(|_| {
+                    syn::Error::new(
+                        int.span(),
+                        format!("`{name} = {int}` does not fit a u32: {}", expected()),
+                    )
+                }),
+            other => Err(syn::Error::new(other.span(), expected())),
+        },
+        Some(Value::Expr(Expr::Unary(unary)))
+            if matches!(unary.op, syn::UnOp::Neg(_)) && matches!(&*unary.expr, Expr::Lit(_)) =>
+        {
+            Err(syn::Error::new(
+                unary.span(),
+                format!("`{name}` cannot be negative: {}", expected()),
+            ))
+        }
+        Some(Value::Expr(expr)) => {
+            let span = expr.span();
+            Ok((Setting::Runtime(Box::new(expr)), span))
+        }
+        Some(Value::Str(lit)) => Err(syn::Error::new(lit.span(), expected())),
+        Some(Value::Strs(_)) | None => Err(syn::Error::new(name.span(), expected())),
+    }
+}
+
 /// A humantime duration such as `500ms`, `10s` or `1m 30s`.
 fn duration(lit: &LitStr, text: &str, forever: bool) -> syn::Result<Duration> {
     humantime::parse_duration(text).map_err(|err| {
@@ -268,4 +531,154 @@ fn duration(lit: &LitStr, text: &str, forever: bool) -> syn::Result<Duration> {
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
+        syn::parse::Parser::parse2(Args::parse, tokens)
+    }
+
+    fn error(tokens: proc_macro2::TokenStream) -> String {
+        match parse(tokens) {
+            Ok(_) => panic!("expected an error"),
+            Err(err) => err
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    #[test]
+    fn family_kinds_and_counts() {
+        let args = parse(quote::quote!(key = "x", permits = 5, take = 2)).unwrap();
+        assert!(matches!(
+            args.kind,
+            Kind::Permits {
+                total: Setting::Literal(5),
+                take: Setting::Literal(2)
+            }
+        ));
+        let args = parse(quote::quote!(key = "x", permits = cfg.limit)).unwrap();
+        assert!(matches!(
+            args.kind,
+            Kind::Permits {
+                total: Setting::Runtime(_),
+                take: Setting::Literal(1)
+            }
+        ));
+        assert!(matches!(
+            parse(quote::quote!(key = "x", write)).unwrap().kind,
+            Kind::Write
+        ));
+        // A runtime total is checked by the lock (`InvalidConfig`), not here.
+        parse(quote::quote!(key = "x", permits = n, take = 9)).unwrap();
+    }
+
+    #[test]
+    fn durations_are_literals_or_expressions() {
+        let args = parse(quote::quote!(
+            key = "x",
+            wait = cfg.wait,
+            lease = "1m",
+            at_least = Duration::from_secs(5)
+        ))
+        .unwrap();
+        assert!(matches!(args.wait, Wait::Runtime(_)));
+        assert_eq!(args.lease, Some(Setting::Literal(Duration::from_secs(60))));
+        assert!(matches!(args.at_least, Some(Setting::Runtime(_))));
+        // A runtime lease leaves a literal minimum to the lock's own check.
+        parse(quote::quote!(
+            key = "x",
+            lease = self.lease,
+            at_least = "1h"
+        ))
+        .unwrap();
+        parse(quote::quote!(key = "x", lease = "1m", at_least = "1m")).unwrap();
+    }
+
+    #[test]
+    fn a_bad_permits_is_one_error_not_two() {
+        let message = error(quote::quote!(key = "x", permits = 0, take = 1));
+        assert!(message.contains("`permits = 0`"), "{message}");
+        assert!(!message.contains("`take` needs"), "{message}");
+    }
+
+    #[test]
+    fn misuse_is_named() {
+        let cases = [
+            (
+                quote::quote!(key = "x", read, write),
+                "`write` conflicts with `read`",
+            ),
+            (
+                quote::quote!(key = "x", permits = 2, fair),
+                "`fair` conflicts with `permits`",
+            ),
+            (
+                quote::quote!(key = "x", take = 2),
+                "`take` needs `permits = N`",
+            ),
+            (
+                quote::quote!(key = "x", permits = 2, take = 3),
+                "`take = 3` is more than `permits = 2`",
+            ),
+            (quote::quote!(key = "x", permits = 0), "`permits = 0`"),
+            (
+                quote::quote!(key = "x", permits = 1, take = 0),
+                "`take = 0`",
+            ),
+            (
+                quote::quote!(key = "x", permits = 4294967296),
+                "does not fit a u32",
+            ),
+            (
+                quote::quote!(key = "x", permits = 2u64),
+                "expected `permits = 5`",
+            ),
+            (
+                quote::quote!(key = "x", permits = "2"),
+                "expected `permits = 5`",
+            ),
+            (
+                quote::quote!(key = "x", take = -1, permits = 1),
+                "cannot be negative",
+            ),
+            (
+                quote::quote!(keys = ["a", "b"], read),
+                "`read` locks one key",
+            ),
+            (
+                quote::quote!(keys = ["a", "b"], at_least = "1s"),
+                "`at_least` needs one key",
+            ),
+            (
+                quote::quote!(key = "x", at_least = "2m", lease = "1m"),
+                "is longer than `lease = \"1m\"`",
+            ),
+            (
+                quote::quote!(key = "x", at_least = "400days"),
+                "at most 365days",
+            ),
+            (
+                quote::quote!(key = "x", wait = 10),
+                "expected `wait = \"10s\"`",
+            ),
+            (
+                quote::quote!(key = "x", fair = true),
+                "`fair` takes no value",
+            ),
+            (
+                quote::quote!(key = "x", lease),
+                "expected `lease = \"10s\"`",
+            ),
+        ];
+        for (tokens, expected) in cases {
+            let message = error(tokens.clone());
+            assert!(message.contains(expected), "{tokens}: {message}");
+        }
+    }
 }

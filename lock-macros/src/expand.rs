@@ -1,7 +1,7 @@
 //! Code generation: wraps the function body in acquire / run in the lock's
 //! scope / release.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{
@@ -9,8 +9,8 @@ use syn::{
     TypeParamBound,
 };
 
-use crate::attr::{Args, OnBusy, Wait};
-use crate::template::{Scope, Template};
+use crate::attr::{Args, Kind, OnBusy, Setting, Wait};
+use crate::template::{respan, Scope, Template};
 
 /// Expands `#[distributed_lock(attr)] item`. On an error in the arguments the
 /// original function is emitted next to the errors, so the rest of the crate
@@ -131,6 +131,18 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         return Err(errors);
     }
 
+    // Generated locals are invisible to the user's tokens (the body, the
+    // option expressions) and never shadow an argument.
+    let acquired = local("__lock_acquired");
+    let guard = local("__lock_guard");
+    // The error is bound only where no user token is in scope, and with
+    // call-site hygiene: its conversion is spanned at the return type, so a
+    // missing `From<LockError>` is reported there.
+    let error = Ident::new("__lock_error", Span::call_site());
+    let body_fut = local("__lock_body");
+    let ret = local("__lock_return");
+    let output_var = local("__lock_output");
+
     let client = match &args.client {
         Some(expr) => quote_spanned! {expr.span()=>
             ::core::option::Option::Some(
@@ -139,59 +151,64 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         },
         None => quote!(::core::option::Option::None),
     };
-    let wait = match args.wait {
-        Wait::Once => quote!(#krate::__private::Wait::Once),
-        Wait::Forever => quote!(#krate::__private::Wait::Forever),
-        Wait::For(d) => {
-            let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
-            quote!(#krate::__private::Wait::For(::core::time::Duration::new(#secs, #nanos)))
-        }
-    };
-    let lease = match args.lease {
-        None => quote!(::core::option::Option::None),
-        Some(d) => {
-            let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
-            quote!(::core::option::Option::Some(::core::time::Duration::new(#secs, #nanos)))
-        }
-    };
+    let (lets, settings) = settings(&args, &krate);
     // Conversions into the user's error type are spanned at the return
     // type, so a missing `From<LockError>` is reported there. Where the
     // error type is `LockError` itself the conversion is the identity, which
     // clippy must not blame on the user.
+    let error_at_output = Ident::new("__lock_error", output_span);
     let return_err = quote_spanned! {output_span=>
         {
             #[allow(clippy::useless_conversion)]
-            let __lock_error = ::core::result::Result::Err(::core::convert::From::from(__lock_error));
-            return __lock_error;
+            let #error_at_output = ::core::result::Result::Err(::core::convert::From::from(#error_at_output));
+            return #error_at_output;
         }
     };
     let on_error = match (args.on_busy, returns_result) {
         (OnBusy::Error, _) => return_err.clone(),
         (OnBusy::Skip, true) => quote! {
-            match #krate::__private::skip(__lock_error, #fn_name) {
+            match #krate::__private::skip(#error, #fn_name) {
                 ::core::option::Option::None => {
                     return ::core::result::Result::Ok(::core::default::Default::default());
                 }
-                ::core::option::Option::Some(__lock_error) => #return_err,
+                ::core::option::Option::Some(#error) => #return_err,
             }
         },
         (OnBusy::Skip, false) => {
             let default = quote_spanned! {output_span=> ::core::default::Default::default() };
             quote! {
-                #krate::__private::skip(__lock_error, #fn_name);
+                #krate::__private::skip(#error, #fn_name);
                 return #default;
             }
         }
     };
+    // One key: a `LockGuard` (any kind of lock); `keys`: a `MultiLockGuard`.
+    let (acquire, guard_type) = if args.multi {
+        let (wait, lease) = (&settings.wait, &settings.lease);
+        (
+            quote! {
+                #krate::__private::acquire_all(#client, ::std::vec![#(#keys),*], #wait, #lease)
+            },
+            quote!(#krate::MultiLockGuard),
+        )
+    } else {
+        let all = &settings.all;
+        (
+            quote! {
+                #krate::__private::acquire(#client, #(#keys)*, #all)
+            },
+            quote!(#krate::LockGuard),
+        )
+    };
     let run = if args.abort_on_lost.is_some() {
         quote! {
-            match #krate::MultiLockGuard::scope_or_lost(&__lock_guard, __lock_body).await {
-                ::core::result::Result::Ok(__lock_output) => __lock_output,
-                ::core::result::Result::Err(__lock_error) => #return_err,
+            match #guard_type::scope_or_lost(&#guard, #body_fut).await {
+                ::core::result::Result::Ok(#output_var) => #output_var,
+                ::core::result::Result::Err(#error) => #return_err,
             }
         }
     } else {
-        quote!(#krate::MultiLockGuard::scope(&__lock_guard, __lock_body).await)
+        quote!(#guard_type::scope(&#guard, #body_fut).await)
     };
 
     let body = match &shape {
@@ -213,25 +230,20 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let wrapped = quote! {
         {
-            let __lock_acquired = #krate::__private::acquire(
-                #client,
-                ::std::vec![#(#keys),*],
-                #wait,
-                #lease,
-            )
-            .await;
-            let __lock_guard = match __lock_acquired {
-                ::core::result::Result::Ok(__lock_guard) => __lock_guard,
-                ::core::result::Result::Err(__lock_error) => { #on_error }
+            #lets
+            let #acquired = #acquire.await;
+            let #guard = match #acquired {
+                ::core::result::Result::Ok(#guard) => #guard,
+                ::core::result::Result::Err(#error) => { #on_error }
             };
-            let __lock_body = async move {
-                let __lock_return #output_ty = #body;
+            let #body_fut = async move {
+                let #ret #output_ty = #body;
                 #[allow(unreachable_code)]
-                __lock_return
+                #ret
             };
-            let __lock_output = #run;
-            #krate::__private::release(__lock_guard, #fn_name).await;
-            __lock_output
+            let #output_var = #run;
+            #krate::__private::release(#guard_type::release(#guard), #fn_name).await;
+            #output_var
         }
     };
 
@@ -250,6 +262,95 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             quote! { #(#attrs)* #vis #sig #block }
         }
     })
+}
+
+/// A generated local variable, with mixed-site hygiene.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// The `__private::Settings` of the call, and the `let`s before it that
+/// evaluate the options given as expressions. Those run at each call, before
+/// the lock is taken, in the function's scope (the arguments and `self`
+/// are visible, as to the key templates). Each goes through a conversion
+/// spanned at the expression, so a value of a wrong type is reported there,
+/// with what to write instead.
+fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
+    let mut lets = TokenStream::new();
+    let mut runtime = |name: &str, expr: &Expr, duration: bool| {
+        let var = local(name);
+        let span = expr.span();
+        // All of the call at the expression, so that rustc's labels stay there.
+        let krate = respan(krate.clone(), span);
+        let convert = if duration {
+            quote_spanned!(span=> #krate::__private::duration)
+        } else {
+            quote_spanned!(span=> #krate::__private::count)
+        };
+        lets.extend(quote_spanned! {span=> let #var = #convert(#expr); });
+        var.into_token_stream()
+    };
+    let literal = |d: std::time::Duration| {
+        let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+        quote!(::core::time::Duration::new(#secs, #nanos))
+    };
+    let wait = match &args.wait {
+        Wait::Once => quote!(#krate::__private::Wait::Once),
+        Wait::Forever => quote!(#krate::__private::Wait::Forever),
+        Wait::For(d) => {
+            let d = literal(*d);
+            quote!(#krate::__private::Wait::For(#d))
+        }
+        Wait::Runtime(expr) => {
+            let d = runtime("__lock_wait", expr, true);
+            quote!(#krate::__private::Wait::For(#d))
+        }
+    };
+    let mut optional = |setting: &Option<Setting<std::time::Duration>>, name: &str| match setting {
+        None => quote!(::core::option::Option::None),
+        Some(Setting::Literal(d)) => {
+            let d = literal(*d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        Some(Setting::Runtime(expr)) => {
+            let d = runtime(name, expr, true);
+            quote!(::core::option::Option::Some(#d))
+        }
+    };
+    let lease = optional(&args.lease, "__lock_lease");
+    let at_least = optional(&args.at_least, "__lock_at_least");
+    let kind = match &args.kind {
+        Kind::Plain => quote!(#krate::__private::Kind::Plain),
+        Kind::Fair => quote!(#krate::__private::Kind::Fair),
+        Kind::Read => quote!(#krate::__private::Kind::Read),
+        Kind::Write => quote!(#krate::__private::Kind::Write),
+        Kind::Permits { total, take } => {
+            let mut count = |setting: &Setting<u32>, name: &str| match setting {
+                Setting::Literal(n) => quote!(#n),
+                Setting::Runtime(expr) => runtime(name, expr, false),
+            };
+            let total = count(total, "__lock_permits");
+            let take = count(take, "__lock_take");
+            quote!(#krate::__private::Kind::Permits { total: #total, take: #take })
+        }
+    };
+    let all = quote! {
+        #krate::__private::Settings {
+            kind: #kind,
+            wait: #wait,
+            lease: #lease,
+            at_least: #at_least,
+        }
+    };
+    (lets, Settings { wait, lease, all })
+}
+
+/// The settings of the call: `wait` and `lease` alone for several keys,
+/// all of them as a `__private::Settings` for one.
+struct Settings {
+    wait: TokenStream,
+    lease: TokenStream,
+    all: TokenStream,
 }
 
 /// Which body to wrap; an error at `fn` when there is no async body.
@@ -447,6 +548,43 @@ mod snapshots {
             quote! {
                 pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
                     self.ledger.move_funds(from.id, to).await
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn scheduled_job_with_a_minimum_hold() {
+        check(
+            "scheduled",
+            quote!(
+                key = "job:cleanup",
+                lease = "10m",
+                at_least = "5m",
+                on_busy = skip
+            ),
+            quote! {
+                async fn cleanup() {
+                    purge_expired().await;
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn export_with_runtime_permits_and_wait() {
+        check(
+            "export",
+            quote!(
+                key = "export:{tenant}",
+                permits = self.limits.exports,
+                take = 2,
+                wait = self.config.lock_wait,
+                client = self.locks
+            ),
+            quote! {
+                async fn export(&self, tenant: u32) -> Result<(), AppError> {
+                    self.exporter.run(tenant).await
                 }
             },
         );

@@ -47,8 +47,18 @@ mod template;
 ///   deadlock.
 /// - `wait = "10s"`: how long to wait for a busy lock (humantime, checked at
 ///   compile time); `"0s"` or absent tries once; `"forever"` waits as long as
-///   it takes.
-/// - `lease = "30s"`: a fixed lease, not renewed; absent: watchdog mode.
+///   it takes. Or an expression of type `Duration`, evaluated at each call.
+/// - `lease = "30s"`: a fixed lease, not renewed (ShedLock's
+///   `lockAtMostFor`); absent: watchdog mode. Or a `Duration` expression.
+/// - `at_least = "5m"`: keep the lock at least this long after it was taken,
+///   even when the function returns sooner (ShedLock's `lockAtLeastFor`,
+///   `Lock::hold_at_least`); at most a fixed `lease`; one `key`. Or a
+///   `Duration` expression.
+/// - `fair`: the fair lock named by `key`. `read` / `write`: the read or
+///   write lock of the read-write lock named by `key`. `permits = 5`: the
+///   semaphore named by `key` with that many permits (a `u32` literal of at
+///   least 1, or a `u32` expression), with `take = k` permits per call
+///   (default 1). At most one of them; each takes one `key`, not `keys`.
 /// - `on_busy = error` (default): the function returns
 ///   `Result<T, E>` with `E: From<LockError>` and a busy lock (or any lock
 ///   error) is returned as `Err`. `on_busy = skip`: a busy lock (or a lock
@@ -65,6 +75,11 @@ mod template;
 /// - `crate = "path"`: where the `distributed_lock` crate is, when renamed.
 /// - `abort_on_lost`: cancel the body and return `LockError::LeaseLost` when
 ///   the lease is lost while it runs.
+///
+/// Option expressions are evaluated at each call, before the lock is taken,
+/// in the function's scope (the arguments and `self` are visible, as to the
+/// key templates). A value the lock refuses is its own
+/// `LockError::InvalidConfig`, taking the path of any other lock error.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(attr.into(), item.into()).into()

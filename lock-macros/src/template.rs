@@ -135,8 +135,9 @@ fn root(expr: &Expr) -> Option<String> {
 }
 
 /// Gives every token `span`, so that errors in a placeholder (a field that
-/// does not exist, a type without `Display`) point at the key template.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+/// does not exist, a type without `Display`) point at the key template, and
+/// errors about an option's value at that value.
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tree| {

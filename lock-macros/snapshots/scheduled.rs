@@ -1,0 +1,41 @@
+// #[distributed_lock(key = "job:cleanup" , lease = "10m" , at_least = "5m" , on_busy = skip)]
+// async fn cleanup () { purge_expired () . await ; }
+
+async fn cleanup() {
+    let __lock_acquired = ::distributed_lock::__private::acquire(
+            ::core::option::Option::None,
+            ::std::format!("job:cleanup"),
+            ::distributed_lock::__private::Settings {
+                kind: ::distributed_lock::__private::Kind::Plain,
+                wait: ::distributed_lock::__private::Wait::Once,
+                lease: ::core::option::Option::Some(
+                    ::core::time::Duration::new(600u64, 0u32),
+                ),
+                at_least: ::core::option::Option::Some(
+                    ::core::time::Duration::new(300u64, 0u32),
+                ),
+            },
+        )
+        .await;
+    let __lock_guard = match __lock_acquired {
+        ::core::result::Result::Ok(__lock_guard) => __lock_guard,
+        ::core::result::Result::Err(__lock_error) => {
+            ::distributed_lock::__private::skip(__lock_error, "cleanup");
+            return ::core::default::Default::default();
+        }
+    };
+    let __lock_body = async move {
+        let __lock_return: () = {
+            purge_expired().await;
+        };
+        #[allow(unreachable_code)] __lock_return
+    };
+    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+        .await;
+    ::distributed_lock::__private::release(
+            ::distributed_lock::LockGuard::release(__lock_guard),
+            "cleanup",
+        )
+        .await;
+    __lock_output
+}

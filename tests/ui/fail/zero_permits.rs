@@ -1,0 +1,10 @@
+use distributed_lock::{distributed_lock, LockError};
+
+#[distributed_lock(key = "exports:{tenant}", permits = 0)]
+async fn export(tenant: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {
+    let _ = export(7);
+}
