@@ -18,9 +18,17 @@
 //! W4 safety (W3 with a read-modify-write counter), W5 many held locks,
 //! W6 many waiters. Each figure is printed with its ratio to the floor and to
 //! rslock measured in the same run, as a table and as JSON lines.
+//!
+//! W7-W9 measure the lock family, which rslock and the floor do not have, so
+//! they run for distributed-lock only: W7 fair lock (W3's loop, against the
+//! plain lock), W8 read-write lock (read throughput against the plain lock;
+//! writer wait under read load), W9 semaphore (W3's loop on 4 permits,
+//! against its ceiling). Their references are measured in the same run and
+//! printed as figures of their own, with the ratios as further figures.
 #![deny(unreachable_pub)]
 
 mod contenders;
+mod family;
 mod machine;
 mod report;
 mod workloads;
@@ -44,8 +52,12 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W6).
-    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6")]
+    /// Workloads to run, comma separated (W1..W9).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9"
+    )]
     only: Vec<String>,
     /// Contenders to run, comma separated (ours, rslock, floor).
     #[arg(long, value_delimiter = ',', default_value = "ours,rslock,floor")]
@@ -65,16 +77,16 @@ struct Args {
     /// W2: seconds per contender.
     #[arg(long, default_value_t = 5.0)]
     w2_secs: f64,
-    /// W3/W4: workers on the one key.
+    /// W3/W4/W7/W9: workers on the one key.
     #[arg(long, default_value_t = 16)]
     w3_workers: usize,
-    /// W3/W4: acquisitions in all.
+    /// W3/W4/W7: acquisitions in all (W9: twice as many).
     #[arg(long, default_value_t = 400)]
     w3_acquisitions: usize,
-    /// W3/W4: milliseconds the lock is held.
+    /// W3/W4/W7/W9 (and W8's read and write holds): milliseconds the lock is held.
     #[arg(long, default_value_t = 1.0)]
     w3_hold_ms: f64,
-    /// W3/W4: milliseconds of work outside the lock.
+    /// W3/W4/W7/W9: milliseconds of work outside the lock.
     #[arg(long, default_value_t = 1.0)]
     w3_work_ms: f64,
     /// W5: locks held at once.
@@ -92,6 +104,22 @@ struct Args {
     /// W6: microseconds between the holder's releases of successive keys.
     #[arg(long, default_value_t = 1000)]
     w6_pace_us: u64,
+    /// W8: tasks of the read throughput part.
+    #[arg(long, default_value_t = 16)]
+    w8_tasks: usize,
+    /// W8: seconds per configuration of the read throughput part, and of
+    /// the writer-wait part.
+    #[arg(long, default_value_t = 3.0)]
+    w8_secs: f64,
+    /// W8: reader tasks of the writer-wait part.
+    #[arg(long, default_value_t = 8)]
+    w8_readers: usize,
+    /// W8: milliseconds between the writer's requests.
+    #[arg(long, default_value_t = 50)]
+    w8_writer_every_ms: u64,
+    /// W9: the semaphore's permits.
+    #[arg(long, default_value_t = 4)]
+    w9_permits: u32,
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
@@ -112,8 +140,10 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     for workload in &args.only {
-        if !["W1", "W2", "W3", "W4", "W5", "W6"].contains(&workload.to_uppercase().as_str()) {
-            bail!("unknown workload {workload:?}: expected W1..W6");
+        if !["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9"]
+            .contains(&workload.to_uppercase().as_str())
+        {
+            bail!("unknown workload {workload:?}: expected W1..W9");
         }
     }
     for contender in &args.contenders {
@@ -330,6 +360,84 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         });
     }
 
+    let family = ["W7", "W8", "W9"];
+    if family.iter().any(|id| wants(&args, id)) && !runs(&args, "ours") {
+        eprintln!("# W7-W9 measure distributed-lock only: skipped without the `ours` contender");
+    } else {
+        let bench = family::Bench {
+            client: &ours.client,
+            admin: &admin,
+            rtt,
+            server_stats: args.server_stats,
+        };
+        if wants(&args, "W7") {
+            let figures = alone(&args, "W7", async || family::w7(&bench, contention).await).await?;
+            results.push(WorkloadResult {
+                id: "W7",
+                title: "fair lock (ours only; reference: the plain lock, same run)".into(),
+                figures,
+                notes: vec![
+                    format!(
+                        "W3's loop on `fair_lock(key)`, then on `lock(key)` (another key, flushed Redis in between): {} workers, one shared client; loop: acquire (wait up to 30 s), hold {:?}, release, {:?} of work; {} acquisitions each",
+                        contention.workers, contention.hold, contention.work, contention.acquisitions
+                    ),
+                    "hand-off as in W3 (release sent -> next holder's acquire returned, when the owner changes); owner changes / (acquisitions - 1) = 1 when every acquisition after the first changed owner; wait = acquire called -> returned; FIFO bound = workers x (measured hold + hand-off p50), the most a waiter queued behind every other worker should wait; PING RTT = back-to-back PING p50".into(),
+                ],
+            });
+        }
+        if wants(&args, "W8") {
+            let settings = family::ReadWrite {
+                tasks: args.w8_tasks,
+                duration: Duration::from_secs_f64(args.w8_secs),
+                readers: args.w8_readers,
+                writer_every: Duration::from_millis(args.w8_writer_every_ms),
+                hold: contention.hold,
+            };
+            let figures = alone(&args, "W8a", async || {
+                family::w8_reads(&bench, settings).await
+            })
+            .await?;
+            results.push(WorkloadResult {
+                id: "W8a",
+                title: "read-write lock, read throughput (ours only; references: the plain lock, same run)".into(),
+                figures,
+                notes: vec![format!(
+                    "{} tasks on one shared client, each loop acquire (wait up to 30 s) + release at once, {:?} per configuration: `read_write_lock(key).read()` on one key; `lock(key)` on {} distinct keys (the uncontended ceiling); `lock(key)` on one key (exclusive)",
+                    settings.tasks, settings.duration, settings.tasks
+                )],
+            });
+            let figures = alone(&args, "W8b", async || {
+                family::w8_writer(&bench, settings).await
+            })
+            .await?;
+            results.push(WorkloadResult {
+                id: "W8b",
+                title: "read-write lock, writer wait under read load (ours only)".into(),
+                figures,
+                notes: vec![format!(
+                    "{} reader tasks loop read acquire / hold {:?} / release without pause; one writer asks `write().wait(30 s)` every {:?} and holds {:?}; {:?} in all; writer wait = acquire called -> returned; overlaps = a reader inside its hold saw the writer inside its hold or the other way round (must be 0)",
+                    settings.readers, settings.hold, settings.writer_every, settings.hold, settings.duration
+                )],
+            });
+        }
+        if wants(&args, "W9") {
+            let (acquisitions, permits) = (contention.acquisitions * 2, args.w9_permits);
+            let figures = alone(&args, "W9", async || {
+                family::w9(&bench, contention, acquisitions, permits).await
+            })
+            .await?;
+            results.push(WorkloadResult {
+                id: "W9",
+                title: "semaphore (ours only; reference: its ceiling)".into(),
+                figures,
+                notes: vec![format!(
+                    "{} workers on `semaphore(key, {permits}).permit()`, one shared client; loop: acquire (wait up to 30 s), hold {:?}, release, {:?} of work; {acquisitions} acquisitions; permits in use counted by the workers (in after acquire returned, out before release sent); ceiling = {permits} / (measured hold + PING RTT p50)",
+                    contention.workers, contention.hold, contention.work
+                )],
+            });
+        }
+    }
+
     if args.json {
         for line in report::json_lines(&results) {
             println!("{line}");
@@ -346,6 +454,19 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// Runs `workload` once, for distributed-lock only (each of its parts flushes
+/// Redis and prints its own server statistics); the figures go in its
+/// column, rslock's and the floor's stay empty.
+async fn alone<F>(args: &Args, id: &str, workload: F) -> Result<[Vec<Metric>; 3]>
+where
+    F: AsyncFn() -> Result<Vec<Metric>>,
+{
+    if !args.json {
+        eprintln!("# {id}: {} ...", CONTENDERS[0]);
+    }
+    Ok([workload().await?, Vec::new(), Vec::new()])
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -379,21 +500,23 @@ where
         }
         figures[i] = workload(which).await?;
         if args.server_stats {
-            let mut calls: Vec<_> = admin.command_calls().await?.into_iter().collect();
-            calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
-            let calls: Vec<String> = calls
-                .iter()
-                .map(|(name, n)| format!("{name}={n}"))
-                .collect();
-            eprintln!(
-                "#   commandstats {id} {}: {}",
-                CONTENDERS[i],
-                calls.join(" ")
-            );
-            for entry in admin.slowlog(5).await? {
-                eprintln!("#   slowlog {id} {}: {entry}", CONTENDERS[i]);
-            }
+            server_stats(admin, id, CONTENDERS[i]).await?;
         }
     }
     Ok(figures)
+}
+
+/// Prints `INFO commandstats` and the SLOWLOG since the last reset.
+async fn server_stats(admin: &Admin, id: &str, contender: &str) -> Result<()> {
+    let mut calls: Vec<_> = admin.command_calls().await?.into_iter().collect();
+    calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let calls: Vec<String> = calls
+        .iter()
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    eprintln!("#   commandstats {id} {contender}: {}", calls.join(" "));
+    for entry in admin.slowlog(5).await? {
+        eprintln!("#   slowlog {id} {contender}: {entry}");
+    }
+    Ok(())
 }

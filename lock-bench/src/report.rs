@@ -1,5 +1,6 @@
 //! Figures, percentiles, the table and the JSON lines.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// Which direction is better for a figure (for the reader; ratios are plain
@@ -15,34 +16,44 @@ pub(crate) enum Better {
 /// One figure of one workload for one contender.
 #[derive(Debug, Clone)]
 pub(crate) struct Metric {
-    pub(crate) name: &'static str,
+    /// The figure's name; names built at run time (the lock family's
+    /// figures and their references) are owned.
+    pub(crate) name: Cow<'static, str>,
     pub(crate) unit: &'static str,
     pub(crate) value: f64,
     pub(crate) better: Better,
 }
 
 impl Metric {
-    pub(crate) fn higher(name: &'static str, unit: &'static str, value: f64) -> Self {
+    pub(crate) fn higher(
+        name: impl Into<Cow<'static, str>>,
+        unit: &'static str,
+        value: f64,
+    ) -> Self {
         Metric {
-            name,
+            name: name.into(),
             unit,
             value,
             better: Better::Higher,
         }
     }
 
-    pub(crate) fn lower(name: &'static str, unit: &'static str, value: f64) -> Self {
+    pub(crate) fn lower(
+        name: impl Into<Cow<'static, str>>,
+        unit: &'static str,
+        value: f64,
+    ) -> Self {
         Metric {
-            name,
+            name: name.into(),
             unit,
             value,
             better: Better::Lower,
         }
     }
 
-    pub(crate) fn info(name: &'static str, unit: &'static str, value: f64) -> Self {
+    pub(crate) fn info(name: impl Into<Cow<'static, str>>, unit: &'static str, value: f64) -> Self {
         Metric {
-            name,
+            name: name.into(),
             unit,
             value,
             better: Better::Info,
@@ -106,15 +117,23 @@ fn fmt_ratio(ratio: Option<f64>) -> String {
 /// The table: per workload, one row per figure, with ours / floor and
 /// ours / rslock.
 pub(crate) fn table(results: &[WorkloadResult]) -> String {
+    // The figure column fits the longest label (52 characters at least).
+    let width = results
+        .iter()
+        .flat_map(|result| &result.figures[0])
+        .map(|metric| label(metric).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(52);
     let mut out = String::new();
     out.push_str(&format!(
-        "| {:<4} | {:<52} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
+        "| {:<4} | {:<width$} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
         "", "figure", CONTENDERS[0], CONTENDERS[1], CONTENDERS[2], "x floor", "x rslock"
     ));
     out.push_str(&format!(
         "|{}|{}|{}|{}|{}|{}|{}|\n",
         "-".repeat(6),
-        "-".repeat(54),
+        "-".repeat(width + 2),
         "-".repeat(18),
         "-".repeat(12),
         "-".repeat(12),
@@ -123,18 +142,12 @@ pub(crate) fn table(results: &[WorkloadResult]) -> String {
     ));
     for result in results {
         for metric in &result.figures[0] {
-            let rs = find(&result.figures[1], metric.name);
-            let fl = find(&result.figures[2], metric.name);
-            let arrow = match metric.better {
-                Better::Higher => " (higher better)",
-                Better::Lower => " (lower better)",
-                Better::Info => "",
-            };
-            let label = format!("{} [{}]{}", metric.name, metric.unit, arrow);
+            let rs = find(&result.figures[1], &metric.name);
+            let fl = find(&result.figures[2], &metric.name);
             out.push_str(&format!(
-                "| {:<4} | {:<52} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
+                "| {:<4} | {:<width$} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
                 result.id,
-                label,
+                label(metric),
                 fmt_value(metric.value),
                 rs.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
                 fl.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
@@ -144,6 +157,16 @@ pub(crate) fn table(results: &[WorkloadResult]) -> String {
         }
     }
     out
+}
+
+/// A figure's label in the table: name, unit and which way is better.
+fn label(metric: &Metric) -> String {
+    let arrow = match metric.better {
+        Better::Higher => " (higher better)",
+        Better::Lower => " (lower better)",
+        Better::Info => "",
+    };
+    format!("{} [{}]{}", metric.name, metric.unit, arrow)
 }
 
 /// The notes of every workload, one bullet each.
@@ -165,8 +188,8 @@ pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
     for result in results {
         for (i, contender) in CONTENDERS.iter().enumerate() {
             for metric in &result.figures[i] {
-                let rs = find(&result.figures[1], metric.name);
-                let fl = find(&result.figures[2], metric.name);
+                let rs = find(&result.figures[1], &metric.name);
+                let fl = find(&result.figures[2], &metric.name);
                 let line = serde_json::json!({
                     "workload": result.id,
                     "contender": contender,
