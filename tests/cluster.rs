@@ -232,6 +232,72 @@ async fn inspect_and_list_see_locks_on_every_master() {
     assert!(client.list("listed:").await.unwrap().is_empty());
 }
 
+/// The family's inspection goes to the master of each name's slot: names on
+/// every master show their own holders, and their force-release empties them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn family_inspection_reads_each_name_on_its_master() {
+    let cluster = shared_cluster();
+    let client = LockClient::cluster(cluster.urls()).await.unwrap();
+    let operator = LockClient::cluster(cluster.urls()).await.unwrap();
+    let names: Vec<String> = (0..9).map(|i| format!("family-inspect:{i}")).collect();
+    let masters: std::collections::BTreeSet<_> = names
+        .iter()
+        .map(|name| cluster.master_of_slot(cluster.slot_of(&redis_key(name))))
+        .collect();
+    assert!(
+        masters.len() > 1,
+        "the names should spread over the masters"
+    );
+    let mut guards = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let take = u32::try_from(i % 3).unwrap() + 1;
+        guards.push((
+            client.fair_lock(name.clone()).acquire().await.unwrap(),
+            client
+                .read_write_lock(name.clone())
+                .read()
+                .acquire()
+                .await
+                .unwrap(),
+            client
+                .semaphore(name.clone(), 3)
+                .permits(take)
+                .acquire()
+                .await
+                .unwrap(),
+            take,
+        ));
+    }
+    for (name, (fair, read, permits, take)) in names.iter().zip(&guards) {
+        let info = operator.inspect_fair(name).await.unwrap();
+        assert_eq!(info.holder.map(|h| h.owner).as_deref(), Some(fair.owner()));
+        let info = operator.inspect_read_write(name).await.unwrap();
+        let readers: Vec<&str> = info.readers.iter().map(|r| r.owner.as_str()).collect();
+        assert_eq!(readers, [read.owner()]);
+        let info = operator.inspect_semaphore(name).await.unwrap();
+        assert_eq!(info.in_use, *take);
+        assert_eq!(info.holders[0].owner, permits.owner());
+    }
+    for name in &names {
+        assert!(operator.force_release_fair(name).await.unwrap());
+        assert!(operator.force_release_read_write(name).await.unwrap());
+        assert!(operator.force_release_semaphore(name).await.unwrap());
+        assert!(operator.inspect_fair(name).await.unwrap().holder.is_none());
+        assert!(operator
+            .inspect_read_write(name)
+            .await
+            .unwrap()
+            .readers
+            .is_empty());
+        assert_eq!(operator.inspect_semaphore(name).await.unwrap().in_use, 0);
+    }
+    for (fair, read, permits, _) in guards {
+        assert!(fair.release().await.is_err());
+        assert!(read.release().await.is_err());
+        assert!(permits.release().await.is_err());
+    }
+}
+
 #[distributed_lock::distributed_lock(keys = ["account:{from}", "account:{to}"], wait = "20s", client = client)]
 async fn transfer(
     client: &LockClient,

@@ -266,3 +266,248 @@ async fn the_readme_operator_acl_rule_is_sufficient() {
     assert!(client.list("").await.unwrap().is_empty());
     drop(guard);
 }
+
+/// The server's clock in milliseconds (`TIME`).
+fn server_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Family entries written by hand around the server's clock: those whose
+/// deadline passed (by the server's `TIME`, not the client's clock) are not
+/// shown, though still stored; the fair queue keeps its arrival order
+/// whatever the places' deadlines; members without a permit count hold none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_family_inspection_hides_what_expired_by_the_servers_clock() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let now = server_ms(&mut conn);
+    let mut pipe = redis::pipe();
+    // Fair: holder h, queue first < dead < last by arrival.
+    pipe.cmd("HSET")
+        .arg("lock:{raw}:fair")
+        .arg("h:1")
+        .arg(5)
+        .ignore();
+    pipe.cmd("PEXPIRE")
+        .arg("lock:{raw}:fair")
+        .arg(60_000)
+        .ignore();
+    pipe.cmd("ZADD")
+        .arg("lock:{raw}:fair:queue")
+        .arg(&[(1, "first:1"), (2, "dead:1"), (3, "last:1")])
+        .ignore();
+    pipe.cmd("ZADD")
+        .arg("lock:{raw}:fair:timeout")
+        .arg(&[
+            (now + 5_000, "first:1"),
+            (now - 5, "dead:1"),
+            (now + 3_000, "last:1"),
+        ])
+        .ignore();
+    // Read-write: a live and an expired reader, a writer, a live and an
+    // expired waiting writer.
+    pipe.cmd("ZADD")
+        .arg("lock:{raw}:rw:read")
+        .arg(&[(now + 60_000, "live:1"), (now - 1_000, "gone:1")])
+        .ignore();
+    pipe.cmd("HSET")
+        .arg("lock:{raw}:rw:write")
+        .arg("w:1")
+        .arg(7)
+        .ignore();
+    pipe.cmd("ZADD")
+        .arg("lock:{raw}:rw:wait")
+        .arg(&[(now + 4_000, "waiting:1"), (now - 10, "left:1")])
+        .ignore();
+    // Semaphore: a (2 permits), b expired (3), c (1), d without a count.
+    pipe.cmd("ZADD")
+        .arg("lock:{raw}:sem")
+        .arg(&[
+            (now + 60_000, "a:1"),
+            (now - 1, "b:1"),
+            (now + 30_000, "c:1"),
+            (now + 50_000, "d:1"),
+        ])
+        .ignore();
+    pipe.cmd("HSET")
+        .arg("lock:{raw}:sem:permits")
+        .arg(&[("a:1", 2), ("b:1", 3), ("c:1", 1)])
+        .ignore();
+    let () = pipe.query(&mut conn).unwrap();
+
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let fence_key = client.inspect("raw").await.unwrap().fence_key;
+    let () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(41)
+        .query(&mut conn)
+        .unwrap();
+
+    let fair = client.inspect_fair("raw").await.unwrap();
+    let holder = fair.holder.expect("held");
+    assert_eq!((holder.owner.as_str(), holder.fencing_token), ("h:1", 5));
+    assert!(holder.ttl.unwrap() <= Duration::from_secs(60));
+    let queue: Vec<&str> = fair.queue.iter().map(|q| q.owner.as_str()).collect();
+    assert_eq!(queue, ["first:1", "last:1"]);
+    assert!(fair.queue[0].place_ttl <= Duration::from_secs(5));
+    assert!(fair.queue[0].place_ttl > Duration::from_secs(3));
+    assert_eq!(fair.last_fencing_token, Some(41));
+
+    let rw = client.inspect_read_write("raw").await.unwrap();
+    let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
+    assert_eq!(readers, ["live:1"]);
+    let writer = rw.writer.expect("written");
+    assert_eq!((writer.owner.as_str(), writer.fencing_token), ("w:1", 7));
+    assert_eq!(writer.ttl, None, "written by hand without a TTL");
+    let waiting: Vec<&str> = rw
+        .waiting_writers
+        .iter()
+        .map(|w| w.owner.as_str())
+        .collect();
+    assert_eq!(waiting, ["waiting:1"]);
+
+    let sem = client.inspect_semaphore("raw").await.unwrap();
+    let holders: Vec<(&str, u32)> = sem
+        .holders
+        .iter()
+        .map(|h| (h.owner.as_str(), h.permits))
+        .collect();
+    assert_eq!(holders, [("c:1", 1), ("a:1", 2)]);
+    assert_eq!(sem.in_use, 3);
+    assert_eq!(sem.last_fencing_token, Some(41));
+
+    // Inspection wrote nothing: the expired entries are still there.
+    let stored: i64 = redis::cmd("ZCARD")
+        .arg("lock:{raw}:sem")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(stored, 4);
+    let stored: i64 = redis::cmd("ZCARD")
+        .arg("lock:{raw}:fair:queue")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(stored, 3);
+}
+
+/// A key of a family primitive holding another type is `WrongType` naming
+/// it (as is a fencing counter that is not a number), for each primitive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_family_inspection_reports_keys_of_another_type() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for key in [
+        "lock:{a}:fair:queue",
+        "lock:{b}:rw:write",
+        "lock:{c}:sem:permits",
+    ] {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query(&mut conn)
+            .unwrap();
+    }
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let wrong = |result: Result<(), LockError>| match result {
+        Err(LockError::WrongType { key, redis_key }) => (key, redis_key),
+        other => panic!("{other:?}"),
+    };
+    let (key, redis_key) = wrong(client.inspect_fair("a").await.map(drop));
+    assert_eq!(
+        (key.as_str(), redis_key.as_str()),
+        ("a", "lock:{a}:fair:queue")
+    );
+    let (_, redis_key) = wrong(client.inspect_read_write("b").await.map(drop));
+    assert_eq!(redis_key, "lock:{b}:rw:write");
+    let (_, redis_key) = wrong(client.inspect_semaphore("c").await.map(drop));
+    assert_eq!(redis_key, "lock:{c}:sem:permits");
+
+    let fence_key = client.inspect("d").await.unwrap().fence_key;
+    let () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg("not a number")
+        .query(&mut conn)
+        .unwrap();
+    let (_, redis_key) = wrong(client.inspect_semaphore("d").await.map(drop));
+    assert_eq!(redis_key, fence_key);
+}
+
+/// The family's ACL rule of the README (the lock rule plus the commands the
+/// family's scripts call) is enough to take, inspect and force-release
+/// every primitive of the family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_family_acl_rule_is_sufficient() {
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
+                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +hkeys +hvals +pexpireat +type +hgetall +get";
+    let mut options = ServerOptions::new().arg("--user").arg("family");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let url = server.url_with_auth("family", "pw");
+    let client = LockClient::connect(&url).await.unwrap();
+    let other = LockClient::connect(&url).await.unwrap();
+
+    let fair = client.fair_lock("acl:fair").acquire().await.unwrap();
+    let queued = tokio::spawn({
+        let other = other.clone();
+        async move {
+            other
+                .fair_lock("acl:fair")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        client.inspect_fair("acl:fair").await.unwrap().queue.len(),
+        1
+    );
+    fair.release().await.unwrap();
+    let handed = queued.await.unwrap();
+    assert!(client.force_release_fair("acl:fair").await.unwrap());
+    assert!(handed.release().await.is_err());
+
+    let rw = client.read_write_lock("acl:rw");
+    let read = rw.read().acquire().await.unwrap();
+    assert_eq!(
+        client
+            .inspect_read_write("acl:rw")
+            .await
+            .unwrap()
+            .readers
+            .len(),
+        1
+    );
+    read.release().await.unwrap();
+    let write = rw.write().acquire().await.unwrap();
+    assert!(client
+        .inspect_read_write("acl:rw")
+        .await
+        .unwrap()
+        .writer
+        .is_some());
+    assert!(client.force_release_read_write("acl:rw").await.unwrap());
+    assert!(write.release().await.is_err());
+
+    let permits = client
+        .semaphore("acl:sem", 3)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(client.inspect_semaphore("acl:sem").await.unwrap().in_use, 2);
+    permits.release().await.unwrap();
+    let permits = client
+        .semaphore("acl:sem", 3)
+        .permit()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(client.force_release_semaphore("acl:sem").await.unwrap());
+    assert!(permits.release().await.is_err());
+}

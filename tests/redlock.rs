@@ -106,6 +106,42 @@ async fn the_lock_family_is_refused_on_redlock() {
             other => panic!("{primitive}: {other:?}"),
         }
     }
+    // So are their inspection and force-release.
+    let refused = |result: Result<(), LockError>, primitive: &str| match result {
+        Err(LockError::Unsupported {
+            key,
+            primitive: got,
+            backend,
+            ..
+        }) => {
+            assert_eq!(
+                (key.as_str(), got, backend),
+                ("family", primitive, "Redlock")
+            );
+        }
+        other => panic!("{primitive}: {other:?}"),
+    };
+    refused(client.inspect_fair("family").await.map(drop), "fair lock");
+    refused(
+        client.inspect_read_write("family").await.map(drop),
+        "read-write lock",
+    );
+    refused(
+        client.inspect_semaphore("family").await.map(drop),
+        "semaphore",
+    );
+    refused(
+        client.force_release_fair("family").await.map(drop),
+        "fair lock",
+    );
+    refused(
+        client.force_release_read_write("family").await.map(drop),
+        "read-write lock",
+    );
+    refused(
+        client.force_release_semaphore("family").await.map(drop),
+        "semaphore",
+    );
     for server in &fixture.servers {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")

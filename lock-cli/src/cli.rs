@@ -31,6 +31,13 @@ const RUN_HELP: &str = "\
 Acquires lock KEY, runs COMMAND with LOCK_KEY and LOCK_FENCING_TOKEN in its environment, \
 renews the lease while it runs, releases the lock when it exits and exits with its code.
 
+By default KEY is a plain (exclusive) lock. With --read or --write it is the read lock or the \
+write lock of read-write lock KEY (many readers or one writer; once a writer waits, new readers \
+wait behind it); with --fair, fair lock KEY (granted in arrival order); with --permits N, \
+--take K (default 1) of the N permits of semaphore KEY (every user of KEY must pass the same \
+N). Each of these is its own lock: `--key x` and `--key x --fair` do not exclude each other. \
+They are not available with --redlock.
+
 The command runs in a process group of its own. SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to \
 lockctl are forwarded to that group; lockctl waits for the command, releases the lock and \
 exits with the command's code (128+N for a signal N). If lockctl itself is killed, the \
@@ -52,17 +59,31 @@ Examples:
   lockctl run --key deploy --wait forever --lease 10s -- make deploy
 
   # Pass the fencing token to the resource the lock protects.
-  lockctl run --key export -- sh -c 'export-data --fence \"$LOCK_FENCING_TOKEN\"'";
+  lockctl run --key export -- sh -c 'export-data --fence \"$LOCK_FENCING_TOKEN\"'
+
+  # Many readers of the price table at once, or one writer.
+  lockctl run --key prices --read --wait 1m -- ./report-prices.sh
+  lockctl run --key prices --write --wait 10m -- ./import-prices.sh
+
+  # At most 4 exports at once across every host; this one takes 2 of the 4.
+  lockctl run --key exports --permits 4 --take 2 --wait forever -- ./export.sh
+
+  # Deploys in the order they asked, one at a time.
+  lockctl run --key deploy --fair --wait 30m -- make deploy";
 
 const STATUS_EXAMPLES: &str = "\
 Examples:
   lockctl status report:nightly
   lockctl status report:nightly --json | jq .ttl_ms
+  lockctl status deploy --fair             # the holder and the queue, in order
+  lockctl status prices --read-write       # readers, writer, waiting writers
+  lockctl status exports --semaphore --json | jq .in_use
 
 The backend records one holder per lock, not a hold count: nested (reentrant) holds are \
 counted inside the holder's process. `holds` is what the backend sees: 1 for a held lock, \
 0 for a free one. `last token` is the last fencing token issued for the lock; it survives \
-releases and expiry.";
+releases and expiry. Holders and waiters whose lease or place ran out (by the server's \
+clock) are not shown.";
 
 const LIST_EXAMPLES: &str = "\
 Examples:
@@ -76,9 +97,15 @@ or released during the walk may or may not be listed.";
 const RELEASE_EXAMPLES: &str = "\
 Examples:
   lockctl release --force report:nightly
+  lockctl release --force deploy --fair
+  lockctl release --force prices --read-write
+  lockctl release --force exports --semaphore
 
 This deletes the lock whoever holds it and wakes a waiter. A holder under lockctl run finds \
-out at its next renewal (a third of its lease), terminates its command and exits 80.";
+out at its next renewal (a third of its lease), terminates its command and exits 80. With \
+--fair the lock goes to the head of its queue, as on a release; with --read-write every reader, \
+the writer and the waiting writers' places are deleted; with --semaphore every holder's \
+permits.";
 
 /// Run a command under a distributed lock on Redis (a distributed flock), and
 /// inspect or force-release locks.
@@ -184,7 +211,8 @@ pub(crate) enum Command {
     /// Run a command while holding a lock (a distributed flock).
     #[command(long_about = RUN_HELP, after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}"))]
     Run(RunArgs),
-    /// Show who holds a lock, its remaining lease and its fencing tokens.
+    /// Show who holds a lock, its remaining lease and its fencing tokens (a fair lock's
+    /// queue, a read-write lock's readers and writers, a semaphore's permits in use).
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
     /// List the locks held (found with SCAN, never KEYS).
@@ -227,6 +255,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub(crate) kill_after: Duration,
 
+    #[command(flatten)]
+    pub(crate) primitive: PrimitiveArgs,
+
+    /// With --permits: how many of the N permits to take, all or none (at most N).
+    #[arg(long, value_name = "K", requires = "permits", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) take: Option<u32>,
+
     /// The command to run and its arguments (after `--`).
     #[arg(
         value_name = "COMMAND",
@@ -238,12 +273,115 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// Which lock of name KEY `run` takes (at most one of these; none: the
+/// plain lock).
+#[derive(Debug, Args)]
+#[group(id = "primitive", multiple = false)]
+pub(crate) struct PrimitiveArgs {
+    /// Take the read lock of read-write lock KEY, shared with other readers.
+    #[arg(long)]
+    pub(crate) read: bool,
+
+    /// Take the write lock of read-write lock KEY: no readers, no other writer.
+    #[arg(long)]
+    pub(crate) write: bool,
+
+    /// Take fair lock KEY: granted in the order the waiters asked.
+    #[arg(long)]
+    pub(crate) fair: bool,
+
+    /// Take permits (--take, default 1) of semaphore KEY, which has N in all.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) permits: Option<u32>,
+}
+
+/// The lock `run` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    /// The plain lock.
+    Lock,
+    /// The read lock of a read-write lock.
+    Read,
+    /// The write lock of a read-write lock.
+    Write,
+    /// The fair lock.
+    Fair,
+    /// `take` of the `total` permits of a semaphore.
+    Permits { total: u32, take: u32 },
+}
+
+impl RunArgs {
+    /// The lock to take, from the options (which clap made exclusive).
+    pub(crate) fn primitive(&self) -> Primitive {
+        let which = &self.primitive;
+        match which.permits {
+            Some(total) => Primitive::Permits {
+                total,
+                take: self.take.unwrap_or(1),
+            },
+            None if which.read => Primitive::Read,
+            None if which.write => Primitive::Write,
+            None if which.fair => Primitive::Fair,
+            None => Primitive::Lock,
+        }
+    }
+}
+
+/// Which lock of name KEY `status` and `release` look at (at most one of
+/// these; none: the plain lock).
+#[derive(Debug, Args)]
+#[group(id = "family", multiple = false)]
+pub(crate) struct FamilyArgs {
+    /// Fair lock KEY (`run --fair`): its holder and its queue.
+    #[arg(long)]
+    pub(crate) fair: bool,
+
+    /// Read-write lock KEY (`run --read`, `run --write`): readers, writer, waiting writers.
+    #[arg(long)]
+    pub(crate) read_write: bool,
+
+    /// Semaphore KEY (`run --permits`): its holders and the permits in use.
+    #[arg(long)]
+    pub(crate) semaphore: bool,
+}
+
+/// The lock `status` and `release` look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// The plain lock.
+    Lock,
+    /// The fair lock.
+    Fair,
+    /// The read-write lock.
+    ReadWrite,
+    /// The semaphore.
+    Semaphore,
+}
+
+impl FamilyArgs {
+    /// The lock to look at, from the options (which clap made exclusive).
+    pub(crate) fn family(&self) -> Family {
+        if self.fair {
+            Family::Fair
+        } else if self.read_write {
+            Family::ReadWrite
+        } else if self.semaphore {
+            Family::Semaphore
+        } else {
+            Family::Lock
+        }
+    }
+}
+
 /// Options of `lockctl status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// The lock name.
     #[arg(value_name = "KEY")]
     pub(crate) key: String,
+
+    #[command(flatten)]
+    pub(crate) family: FamilyArgs,
 
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -272,6 +410,9 @@ pub(crate) struct ReleaseArgs {
     /// Confirm: delete the lock whoever holds it.
     #[arg(long)]
     pub(crate) force: bool,
+
+    #[command(flatten)]
+    pub(crate) family: FamilyArgs,
 }
 
 /// What `run` does when the lock stays busy.
@@ -345,6 +486,68 @@ mod tests {
         assert!(parse_lease("1ms").is_err());
         assert!(parse_lease("366days").is_err());
         assert!(parse_positive("0s").is_err());
+    }
+
+    #[test]
+    fn one_primitive_at_a_time() {
+        let run = |args: &[&str]| {
+            let mut argv = vec!["lockctl", "run", "--key", "k"];
+            argv.extend_from_slice(args);
+            argv.extend_from_slice(&["--", "true"]);
+            match Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(Command::Run(run)) => Ok(run.primitive()),
+                Ok(other) => panic!("{other:?}"),
+                Err(err) => Err(err.kind()),
+            }
+        };
+        assert_eq!(run(&[]), Ok(Primitive::Lock));
+        assert_eq!(run(&["--read"]), Ok(Primitive::Read));
+        assert_eq!(run(&["--write"]), Ok(Primitive::Write));
+        assert_eq!(run(&["--fair"]), Ok(Primitive::Fair));
+        assert_eq!(
+            run(&["--permits", "3"]),
+            Ok(Primitive::Permits { total: 3, take: 1 })
+        );
+        assert_eq!(
+            run(&["--permits", "3", "--take", "2"]),
+            Ok(Primitive::Permits { total: 3, take: 2 })
+        );
+        use clap::error::ErrorKind;
+        assert_eq!(
+            run(&["--read", "--write"]),
+            Err(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(
+            run(&["--fair", "--permits", "2"]),
+            Err(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(
+            run(&["--take", "2"]),
+            Err(ErrorKind::MissingRequiredArgument)
+        );
+        assert_eq!(run(&["--permits", "0"]), Err(ErrorKind::ValueValidation));
+        assert_eq!(
+            run(&["--permits", "2", "--take", "0"]),
+            Err(ErrorKind::ValueValidation)
+        );
+
+        let status = |args: &[&str]| {
+            let mut argv = vec!["lockctl", "status", "k"];
+            argv.extend_from_slice(args);
+            match Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(Command::Status(status)) => Ok(status.family.family()),
+                Ok(other) => panic!("{other:?}"),
+                Err(err) => Err(err.kind()),
+            }
+        };
+        assert_eq!(status(&[]), Ok(Family::Lock));
+        assert_eq!(status(&["--fair"]), Ok(Family::Fair));
+        assert_eq!(status(&["--read-write"]), Ok(Family::ReadWrite));
+        assert_eq!(status(&["--semaphore"]), Ok(Family::Semaphore));
+        assert_eq!(
+            status(&["--fair", "--semaphore"]),
+            Err(ErrorKind::ArgumentConflict)
+        );
     }
 
     #[test]

@@ -53,7 +53,9 @@ impl Failure {
         let code = match err {
             LockError::Busy { .. } | LockError::TimedOut { .. } => conflict,
             LockError::LeaseLost { .. } | LockError::NotHeld { .. } => LEASE_LOST,
-            LockError::InvalidKey { .. } | LockError::InvalidConfig { .. } => USAGE,
+            LockError::InvalidKey { .. }
+            | LockError::InvalidConfig { .. }
+            | LockError::Unsupported { .. } => USAGE,
             LockError::WrongType { .. } => DATA,
             LockError::ShuttingDown { .. } => UNAVAILABLE,
             _ if err.is_backend() => UNAVAILABLE,

@@ -3,11 +3,11 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use lock_core::{LockClient, LockError};
+use lock_core::{Lock, LockClient, LockError};
 use tokio::process::Child;
 
 use crate::child::{self, Signals};
-use crate::cli::{ConnectionArgs, OnBusy, RunArgs, Wait};
+use crate::cli::{ConnectionArgs, OnBusy, Primitive, RunArgs, Wait};
 use crate::connect::{connect, server_of};
 use crate::exit::{self, Failure};
 
@@ -18,15 +18,28 @@ pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8
     let mut signals = Signals::new()
         .map_err(|err| Failure::new(exit::SOFTWARE, format!("cannot listen for signals: {err}")))?;
     let key = args.key.as_str();
+    let primitive = args.primitive();
+    if let Primitive::Permits { total, take } = primitive {
+        if take > total {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "cannot take {take} permits of semaphore `{key}` of {total}: \
+                     --take must be at most --permits"
+                ),
+            ));
+        }
+    }
     let client = tokio::select! {
         client = connect(connection, key, Some(args.lease)) => client?,
         signo = signals.recv() => return Err(interrupted(signo, key, &server_of(&connection.url))),
     };
     let server = client.server().to_owned();
 
+    let lock = lock_of(&client, key, primitive);
     let lock = match args.wait {
-        Wait::For(wait) => client.lock(key).wait(wait),
-        Wait::Forever => client.lock(key).wait_forever(),
+        Wait::For(wait) => lock.wait(wait),
+        Wait::Forever => lock.wait_forever(),
     };
     let acquired = tokio::select! {
         acquired = lock.acquire() => acquired,
@@ -40,7 +53,7 @@ pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8
             return Ok(exit::SUCCESS)
         }
         Err(err @ (LockError::Busy { .. } | LockError::TimedOut { .. })) => {
-            let holder = held_by(&client, key).await;
+            let holder = held_by(&client, key, primitive).await;
             return Err(Failure::new(
                 args.conflict_exit_code,
                 format!("{err} (server {server}{holder})"),
@@ -147,15 +160,73 @@ fn interrupted(signo: i32, key: &str, server: &str) -> Failure {
     )
 }
 
-/// `", held by <owner>"` when the holder can be found out, for messages.
-async fn held_by(client: &LockClient, key: &str) -> String {
-    match client.inspect(key).await {
-        Ok(info) => info
-            .holder
-            .map(|holder| format!(", held by {}", holder.owner))
-            .unwrap_or_default(),
-        Err(_) => String::new(),
+/// The lock `primitive` of name `key`.
+fn lock_of(client: &LockClient, key: &str, primitive: Primitive) -> Lock {
+    match primitive {
+        Primitive::Lock => client.lock(key),
+        Primitive::Read => client.read_write_lock(key).read(),
+        Primitive::Write => client.read_write_lock(key).write(),
+        Primitive::Fair => client.fair_lock(key),
+        Primitive::Permits { total, take } => client.semaphore(key, total).permits(take),
     }
+}
+
+/// Who keeps lock `primitive` of `key` busy, when that can be found out,
+/// for messages: `", held by <owner>"`, `", 2 readers"`, ...
+async fn held_by(client: &LockClient, key: &str, primitive: Primitive) -> String {
+    let held = |owner: &str| format!(", held by {owner}");
+    let detail = match primitive {
+        Primitive::Lock => client
+            .inspect(key)
+            .await
+            .map(|info| info.holder.map(|h| held(&h.owner))),
+        Primitive::Fair => client.inspect_fair(key).await.map(|info| {
+            let queued = match info.queue.len() {
+                0 => String::new(),
+                n => format!(", {n} queued"),
+            };
+            Some(format!(
+                "{}{queued}",
+                info.holder.map(|h| held(&h.owner)).unwrap_or_default()
+            ))
+        }),
+        Primitive::Read | Primitive::Write => read_write_detail(client, key).await,
+        Primitive::Permits { total, .. } => client.inspect_semaphore(key).await.map(|info| {
+            Some(format!(
+                ", {} of {total} permits in use by {}",
+                info.in_use,
+                count(info.holders.len(), "holder")
+            ))
+        }),
+    };
+    detail.ok().flatten().unwrap_or_default()
+}
+
+/// `"1 reader"`, `"2 readers"`.
+fn count(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    }
+}
+
+/// What keeps read-write lock `key` busy, for messages.
+async fn read_write_detail(client: &LockClient, key: &str) -> Result<Option<String>, LockError> {
+    let info = client.inspect_read_write(key).await?;
+    let mut parts = Vec::new();
+    if let Some(writer) = &info.writer {
+        parts.push(format!("written by {}", writer.owner));
+    }
+    if !info.readers.is_empty() {
+        parts.push(format!("read by {}", count(info.readers.len(), "reader")));
+    }
+    if !info.waiting_writers.is_empty() {
+        parts.push(format!(
+            "{} waiting (writers go first)",
+            count(info.waiting_writers.len(), "writer")
+        ));
+    }
+    Ok((!parts.is_empty()).then(|| format!(", {}", parts.join(", "))))
 }
 
 /// The command line, for messages, cut to a readable length.

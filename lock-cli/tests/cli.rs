@@ -814,3 +814,540 @@ fn stop_holder((mut child, _dir): (Child, tempfile::TempDir)) {
     signal(child.id(), libc::SIGTERM);
     let _ = child.wait();
 }
+
+/// The sorted keys of a JSON object.
+fn fields(value: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// `lockctl status <args> --json`, parsed.
+fn status_json(server: &RedisServer, args: &[&str]) -> serde_json::Value {
+    json(&complete(
+        lockctl(server).arg("status").args(args).arg("--json"),
+    ))
+}
+
+/// Waits until `path` exists, failing early (with its output) if `child`
+/// exited first.
+fn wait_for_file(path: &Path, child: &mut Child) {
+    let deadline = Instant::now() + LONG;
+    while !path.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(stderr) = child.stderr.as_mut() {
+                let _ = std::io::Read::read_to_string(stderr, &mut err);
+            }
+            panic!(
+                "lockctl exited ({status}) before {} appeared: {err}",
+                path.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {}",
+            path.display()
+        );
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// `lockctl run --key <key> <options> -- sh -c <script>` with `D` = `dir`.
+fn spawn_run(server: &RedisServer, dir: &Path, key: &str, options: &[&str], script: &str) -> Child {
+    lockctl(server)
+        .args(["run", "--key", key])
+        .args(options)
+        .args(["--", "sh", "-c", script])
+        .env("D", dir)
+        .spawn()
+        .unwrap()
+}
+
+/// A script that records the start of `$0` (its name), waits for the file
+/// `go`, and records its end.
+const HOLD_UNTIL_GO: &str =
+    "touch \"$D/$0.in\"; while [ ! -e \"$D/go\" ]; do sleep 0.05; done; touch \"$D/$0.out\"";
+
+/// 4 concurrent `run --permits 2` processes: never more than 2 commands run
+/// at once, and 2 do run together.
+#[test]
+fn run_permits_runs_at_most_n_commands_at_once() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let script = "touch \"$D/run.$$\"; ls \"$D\" | grep -c '^run\\.' >> \"$D/counts\"; \
+                  sleep 2; rm \"$D/run.$$\"";
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            spawn_run(
+                &server,
+                dir.path(),
+                "pool",
+                &["--permits", "2", "--wait", "60s"],
+                script,
+            )
+        })
+        .collect();
+    for child in children {
+        let output = finish(child, LONG);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    let counts: Vec<u32> = read(&dir.path().join("counts"))
+        .lines()
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 4, "every command ran: {counts:?}");
+    assert_eq!(
+        counts.iter().max(),
+        Some(&2),
+        "at most 2 at once, and 2 together: {counts:?}"
+    );
+    // The permits were given back.
+    let status = status_json(&server, &["pool", "--semaphore"]);
+    assert_eq!(status["in_use"], 0);
+}
+
+/// Two `run --read` hold the read lock together; `run --write` waits for
+/// both and keeps new readers out while it waits (writers first); `status
+/// --read-write` shows the readers, the waiting writer, then the writer.
+#[test]
+fn run_read_shares_and_run_write_waits_for_the_readers() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let d = dir.path();
+    let mut r1 = lockctl(&server)
+        .args([
+            "run",
+            "--key",
+            "prices",
+            "--read",
+            "--",
+            "sh",
+            "-c",
+            HOLD_UNTIL_GO,
+            "r1",
+        ])
+        .env("D", d)
+        .spawn()
+        .unwrap();
+    wait_for_file(&d.join("r1.in"), &mut r1);
+    // A second reader gets in at once, without waiting.
+    let mut r2 = lockctl(&server)
+        .args([
+            "run",
+            "--key",
+            "prices",
+            "--read",
+            "--",
+            "sh",
+            "-c",
+            HOLD_UNTIL_GO,
+            "r2",
+        ])
+        .env("D", d)
+        .spawn()
+        .unwrap();
+    wait_for_file(&d.join("r2.in"), &mut r2);
+
+    let writer_script = "test -e \"$D/r1.out\" && test -e \"$D/r2.out\" || exit 9; \
+                         echo $LOCK_FENCING_TOKEN > \"$D/w.token.tmp\"; mv \"$D/w.token.tmp\" \"$D/w.token\"; \
+                         while [ ! -e \"$D/go2\" ]; do sleep 0.05; done";
+    let mut writer = spawn_run(
+        &server,
+        d,
+        "prices",
+        &["--write", "--wait", "60s"],
+        writer_script,
+    );
+    wait_until("the writer to wait", || {
+        status_json(&server, &["prices", "--read-write"])["waiting_writers"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1)
+    });
+    // Writers first: a new reader is busy while the writer waits.
+    let late = complete(lockctl(&server).args(["run", "--key", "prices", "--read", "--", "true"]));
+    assert_eq!(code(&late), 75, "{}", stderr(&late));
+    assert!(one_error_line(&late).contains("1 writer waiting"));
+
+    let status = status_json(&server, &["prices", "--read-write"]);
+    assert_eq!(
+        fields(&status),
+        [
+            "key",
+            "kind",
+            "last_fencing_token",
+            "name",
+            "readers",
+            "server",
+            "state",
+            "waiting_writers",
+            "writer"
+        ]
+    );
+    assert_eq!(status["name"], "prices");
+    assert_eq!(status["kind"], "read_write");
+    assert_eq!(status["key"], "lock:{prices}:rw");
+    assert_eq!(status["state"], "read");
+    assert_eq!(status["writer"], serde_json::Value::Null);
+    let readers = status["readers"].as_array().unwrap();
+    assert_eq!(readers.len(), 2);
+    for reader in readers {
+        assert_eq!(fields(reader), ["client_id", "owner", "ttl_ms"]);
+        let ttl = reader["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+    }
+    assert_ne!(readers[0]["owner"], readers[1]["owner"]);
+    let waiting = &status["waiting_writers"][0];
+    assert_eq!(fields(waiting), ["client_id", "owner", "place_ttl_ms"]);
+    let place = waiting["place_ttl_ms"].as_u64().unwrap();
+    assert!(place > 0 && place <= 5_000, "{place}");
+    let text = stdout(&complete(lockctl(&server).args([
+        "status",
+        "prices",
+        "--read-write",
+    ])));
+    assert!(text.contains("read-held by 2 readers"), "{text}");
+    assert!(text.contains("1 writer"), "{text}");
+    assert!(
+        text.contains(readers[0]["owner"].as_str().unwrap()),
+        "{text}"
+    );
+
+    std::fs::write(d.join("go"), "").unwrap();
+    for reader in [r1, r2] {
+        let output = finish(reader, LONG);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    wait_for_file(&d.join("w.token"), &mut writer);
+    let token: u64 = read(&d.join("w.token")).trim().parse().unwrap();
+    let status = status_json(&server, &["prices", "--read-write"]);
+    assert_eq!(status["state"], "write");
+    assert_eq!(status["readers"], serde_json::json!([]));
+    assert_eq!(status["waiting_writers"], serde_json::json!([]));
+    let holder = &status["writer"];
+    assert_eq!(
+        fields(holder),
+        ["client_id", "fencing_token", "owner", "ttl_ms"]
+    );
+    assert_eq!(holder["fencing_token"], token);
+    std::fs::write(d.join("go2"), "").unwrap();
+    let output = finish(writer, LONG);
+    assert_eq!(
+        code(&output),
+        0,
+        "the writer ran after both readers: {}",
+        stderr(&output)
+    );
+    assert_eq!(
+        status_json(&server, &["prices", "--read-write"])["state"],
+        "free"
+    );
+}
+
+/// `run --fair` waiters run in the order they asked; `status --fair` shows
+/// the holder and the queue in that order; `release --force --fair` hands
+/// the lock to the head of the queue.
+#[test]
+fn run_fair_goes_in_arrival_order_and_status_shows_the_queue() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let d = dir.path();
+    let mut holder = lockctl(&server)
+        .args([
+            "run",
+            "--key",
+            "deploy",
+            "--fair",
+            "--lease",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            HOLD_UNTIL_GO,
+            "h",
+        ])
+        .env("D", d)
+        .spawn()
+        .unwrap();
+    wait_for_file(&d.join("h.in"), &mut holder);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let script = format!("echo {i} >> \"$D/order\"; sleep 0.2");
+        waiters.push(spawn_run(
+            &server,
+            d,
+            "deploy",
+            &["--fair", "--wait", "60s"],
+            &script,
+        ));
+        wait_until("the waiter to queue", || {
+            status_json(&server, &["deploy", "--fair"])["queue"]
+                .as_array()
+                .is_some_and(|q| q.len() == i)
+        });
+    }
+    let status = status_json(&server, &["deploy", "--fair"]);
+    assert_eq!(
+        fields(&status),
+        [
+            "client_id",
+            "fencing_token",
+            "held",
+            "holds",
+            "key",
+            "kind",
+            "last_fencing_token",
+            "name",
+            "owner",
+            "queue",
+            "server",
+            "ttl_ms"
+        ]
+    );
+    assert_eq!(status["kind"], "fair");
+    assert_eq!(status["key"], "lock:{deploy}:fair");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["holds"], 1);
+    let queue = status["queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 3);
+    for waiter in queue {
+        assert_eq!(fields(waiter), ["client_id", "owner", "place_ttl_ms"]);
+        assert_ne!(waiter["owner"], status["owner"]);
+    }
+    let text = stdout(&complete(
+        lockctl(&server).args(["status", "deploy", "--fair"]),
+    ));
+    assert!(text.contains("3 waiting"), "{text}");
+    assert!(
+        text.contains(&format!("1. {}", queue[0]["owner"].as_str().unwrap())),
+        "{text}"
+    );
+    // The plain lock of the same name is another lock.
+    assert_eq!(status_json(&server, &["deploy"])["held"], false);
+
+    // An operator takes the lock from the stuck holder: the head gets it.
+    let released = complete(lockctl(&server).args(["release", "--force", "deploy", "--fair"]));
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    let line = stdout(&released);
+    assert!(line.contains("released fair lock `deploy`"), "{line}");
+    assert!(line.contains("handed to the head of its queue"), "{line}");
+    for waiter in waiters {
+        let output = finish(waiter, LONG);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    assert_eq!(read(&d.join("order")), "1\n2\n3\n", "arrival order");
+    // The old holder finds out at its next renewal.
+    let output = finish(holder, LONG);
+    assert_eq!(code(&output), 80, "{}", stderr(&output));
+    let status = status_json(&server, &["deploy", "--fair"]);
+    assert_eq!(status["held"], false);
+    assert_eq!(status["queue"], serde_json::json!([]));
+}
+
+/// `status --semaphore` shows each holder's permits and the permits in use;
+/// `release --force --semaphore` gives them all back.
+#[test]
+fn status_and_release_of_a_semaphore() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let d = dir.path();
+    let mut holders = Vec::new();
+    for (name, take) in [("two", "2"), ("one", "1")] {
+        let mut holder = lockctl(&server)
+            .args([
+                "run",
+                "--key",
+                "exports",
+                "--permits",
+                "5",
+                "--take",
+                take,
+                "--lease",
+                "3s",
+            ])
+            .args(["--", "sh", "-c", HOLD_UNTIL_GO, name])
+            .env("D", d)
+            .spawn()
+            .unwrap();
+        wait_for_file(&d.join(format!("{name}.in")), &mut holder);
+        holders.push(holder);
+    }
+    // 3 of 5 in use: 3 more do not fit.
+    let busy = complete(lockctl(&server).args([
+        "run",
+        "--key",
+        "exports",
+        "--permits",
+        "5",
+        "--take",
+        "3",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&busy), 75);
+    assert!(one_error_line(&busy).contains("3 of 5 permits in use by 2 holders"));
+
+    let status = status_json(&server, &["exports", "--semaphore"]);
+    assert_eq!(
+        fields(&status),
+        [
+            "holders",
+            "in_use",
+            "key",
+            "kind",
+            "last_fencing_token",
+            "name",
+            "server"
+        ]
+    );
+    assert_eq!(status["kind"], "semaphore");
+    assert_eq!(status["key"], "lock:{exports}:sem");
+    assert_eq!(status["in_use"], 3);
+    let mut permits: Vec<u64> = status["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            assert_eq!(fields(h), ["client_id", "owner", "permits", "ttl_ms"]);
+            assert!(h["ttl_ms"].as_u64().unwrap() <= 3_000);
+            h["permits"].as_u64().unwrap()
+        })
+        .collect();
+    permits.sort_unstable();
+    assert_eq!(permits, [1, 2]);
+    let text = stdout(&complete(lockctl(&server).args([
+        "status",
+        "exports",
+        "--semaphore",
+    ])));
+    assert!(text.contains("3 permits by 2 holders"), "{text}");
+
+    let released =
+        complete(lockctl(&server).args(["release", "--force", "exports", "--semaphore"]));
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    let line = stdout(&released);
+    assert!(
+        line.contains("released semaphore `exports`")
+            && line.contains("3 permits held by 2 holders"),
+        "{line}"
+    );
+    assert_eq!(
+        status_json(&server, &["exports", "--semaphore"])["in_use"],
+        0
+    );
+    for holder in holders {
+        let output = finish(holder, LONG);
+        assert_eq!(code(&output), 80, "{}", stderr(&output));
+    }
+    let again = stdout(&complete(lockctl(&server).args([
+        "release",
+        "--force",
+        "exports",
+        "--semaphore",
+    ])));
+    assert!(
+        again.contains("semaphore `exports`") && again.contains("was not held"),
+        "{again}"
+    );
+    let again = stdout(&complete(lockctl(&server).args([
+        "release",
+        "--force",
+        "exports",
+        "--read-write",
+    ])));
+    assert!(
+        again.contains("read-write lock `exports`") && again.contains("was not held"),
+        "{again}"
+    );
+}
+
+/// Conflicting or out-of-range lock options, and the family on Redlock, are
+/// usage errors (64) on one line, before anything is taken.
+#[test]
+fn family_options_are_checked() {
+    let server = RedisServer::start();
+    let usage = |cmd: &mut Command| {
+        let output = complete(cmd);
+        assert_eq!(code(&output), 64, "{}", stderr(&output));
+        one_error_line(&output)
+    };
+    let run = |options: &[&str]| {
+        let mut cmd = lockctl(&server);
+        cmd.args(["run", "--key", "k"])
+            .args(options)
+            .args(["--", "true"]);
+        usage(&mut cmd)
+    };
+    assert!(run(&["--read", "--write"]).contains("--write"));
+    assert!(run(&["--fair", "--permits", "2"]).contains("--permits"));
+    assert!(run(&["--take", "2"]).contains("--permits"));
+    assert!(run(&["--permits", "0"]).contains("--permits"));
+    assert!(run(&["--permits", "2", "--take", "3"]).contains("at most --permits"));
+    assert!(
+        usage(lockctl(&server).args(["status", "k", "--fair", "--semaphore"]))
+            .contains("--semaphore")
+    );
+    assert!(
+        usage(lockctl(&server).args(["release", "--force", "k", "--read-write", "--fair"]))
+            .contains("--fair")
+    );
+    for args in [
+        &["run", "--key", "k", "--read", "--", "true"][..],
+        &["status", "k", "--semaphore"],
+        &["release", "--force", "k", "--fair"],
+    ] {
+        let line = usage(bare_lockctl().args(["--redlock", &server.url()]).args(args));
+        assert!(line.contains("not available on Redlock"), "{line}");
+    }
+    assert!(!exists(&server, "lock:{k}:rw:read"));
+    let help = stdout(&complete(bare_lockctl().args(["run", "--help"])));
+    for needle in ["--read", "--write", "--fair", "--permits", "--take"] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+}
+
+/// The README's ACL rule for the lock family is enough for lockctl's
+/// family options.
+#[test]
+fn the_readme_family_acl_rule_is_enough_for_lockctl() {
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
+                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +hkeys +hvals +pexpireat +type +hgetall +get";
+    let mut options = ServerOptions::new().arg("--user").arg("ops");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let url = server.url_with_auth("ops", "pw");
+    let with_acl = |args: &[&str]| {
+        let output = complete(bare_lockctl().arg("--url").arg(&url).args(args));
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+        stdout(&output)
+    };
+    let me = env!("CARGO_BIN_EXE_lockctl");
+    for (option, status) in [
+        (&["--read"][..], &["--read-write"][..]),
+        (&["--write"], &["--read-write"]),
+        (&["--fair"], &["--fair"]),
+        (&["--permits", "2", "--take", "2"], &["--semaphore"]),
+    ] {
+        let mut args = vec!["run", "--key", "acl"];
+        args.extend_from_slice(option);
+        args.extend_from_slice(&["--", me, "--url", &url, "status", "acl", "--json"]);
+        args.extend_from_slice(status);
+        let seen: serde_json::Value = serde_json::from_str(&with_acl(&args)).unwrap();
+        let held = seen["held"] == true
+            || seen["state"] != "free" && seen["state"].is_string()
+            || seen["in_use"] == 2;
+        assert!(held, "{option:?}: {seen}");
+    }
+    for family in ["--fair", "--read-write", "--semaphore"] {
+        assert!(with_acl(&["release", "--force", "acl", family]).contains("was not held"));
+    }
+}

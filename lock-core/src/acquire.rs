@@ -733,6 +733,12 @@ mod tests {
         fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
             self.store.inspect(key)
         }
+        fn inspect_family<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<crate::info::FamilyState, LockError>> {
+            self.store.inspect_family(key)
+        }
         fn list<'a>(
             &'a self,
             prefix: &'a str,

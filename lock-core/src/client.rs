@@ -14,10 +14,15 @@ use crate::backend::standalone::sentinel::Sentinel;
 use crate::backend::standalone::RedisBackend;
 use crate::backend::{Backend, MemoryStore};
 use crate::core::ClientCore;
+use crate::info::FamilyState;
 use crate::lease::{self, DEFAULT_LEASE};
+use crate::name::LockKey;
 use crate::name::{self, Kind};
 use crate::shutdown;
-use crate::{Lock, LockError, LockInfo, MultiLock, ReadWriteLock, Semaphore, ShutdownReport};
+use crate::{
+    FairLockInfo, Lock, LockError, LockInfo, MultiLock, ReadWriteLock, ReadWriteLockInfo,
+    Semaphore, SemaphoreInfo, ShutdownReport,
+};
 
 /// The default time allowed for one Redis command to answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -250,6 +255,207 @@ impl LockClient {
             .await?;
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(locks)
+    }
+
+    /// What the backend records of fair lock `name`
+    /// ([`fair_lock`](LockClient::fair_lock)): its holder, and the waiters
+    /// queued for it in the order they will get it, each with how long it
+    /// keeps its place without another attempt.
+    ///
+    /// Read-only, one round trip on Redis (one script, so the holder and
+    /// the queue are read at one instant). Waiters whose place ran out by
+    /// the server's clock (dead or hung processes) are not shown.
+    ///
+    /// Errors: [`LockError::InvalidKey`], [`LockError::WrongType`] when a key
+    /// of the fair lock holds another type, [`LockError::Backend`], and
+    /// [`LockError::Unsupported`] on Redlock (as acquiring it is).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// let client = lock_core::LockClient::memory();
+    /// let turn = client.fair_lock("payout:batch").acquire().await?;
+    /// let waiter = tokio::spawn({
+    ///     let client = client.clone();
+    ///     async move { client.fair_lock("payout:batch").wait(Duration::from_secs(5)).acquire().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(50)).await; // it queues
+    /// let info = client.inspect_fair("payout:batch").await?;
+    /// assert_eq!(info.holder.expect("held").owner, turn.owner());
+    /// assert_eq!(info.queue.len(), 1);
+    /// turn.release().await?; // handed to the head of the queue
+    /// waiter.await.unwrap()?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect_fair(&self, name: &str) -> Result<FairLockInfo, LockError> {
+        let (key, state) = self.inspect_family(name, Kind::Fair, "fair lock").await?;
+        Ok(FairLockInfo {
+            name: key.name.to_string(),
+            key: key.lock.to_string(),
+            fence_key: key.fence(),
+            holder: state.holder,
+            queue: state.waiters,
+            last_fencing_token: state.last_fencing_token,
+        })
+    }
+
+    /// What the backend records of read-write lock `name`
+    /// ([`read_write_lock`](LockClient::read_write_lock)): its readers, its
+    /// writer, and the writers waiting for it (which keep new readers out).
+    ///
+    /// Read-only, one round trip on Redis (one script, so everything is read
+    /// at one instant). Readers whose lease and waiting writers whose place
+    /// ran out by the server's clock are not shown.
+    ///
+    /// Errors: as [`inspect_fair`](LockClient::inspect_fair).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::memory();
+    /// let prices = client.read_write_lock("prices");
+    /// let a = prices.read().acquire().await?;
+    /// let b = tokio::spawn({
+    ///     let prices = prices.clone();
+    ///     async move { prices.read().acquire().await } // another owner
+    /// })
+    /// .await
+    /// .unwrap()?;
+    /// let info = client.inspect_read_write("prices").await?;
+    /// assert_eq!(info.readers.len(), 2);
+    /// assert!(info.writer.is_none() && info.waiting_writers.is_empty());
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect_read_write(&self, name: &str) -> Result<ReadWriteLockInfo, LockError> {
+        let (key, state) = self
+            .inspect_family(name, Kind::Write, "read-write lock")
+            .await?;
+        Ok(ReadWriteLockInfo {
+            name: key.name.to_string(),
+            key: key.aux(""),
+            fence_key: key.fence(),
+            readers: state
+                .shares
+                .into_iter()
+                .map(|share| crate::Reader {
+                    owner: share.owner,
+                    ttl: share.ttl,
+                })
+                .collect(),
+            writer: state.holder,
+            waiting_writers: state.waiters,
+            last_fencing_token: state.last_fencing_token,
+        })
+    }
+
+    /// What the backend records of semaphore `name`
+    /// ([`semaphore`](LockClient::semaphore)): who holds how many permits,
+    /// and how many are in use. The total is not stored (every acquirer
+    /// passes it), so the free permits are the caller's total minus
+    /// [`in_use`](SemaphoreInfo::in_use).
+    ///
+    /// Read-only, one round trip on Redis (one script, so everything is read
+    /// at one instant). Holders whose lease ran out by the server's clock
+    /// are not shown (their permits are free).
+    ///
+    /// Errors: as [`inspect_fair`](LockClient::inspect_fair).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::memory();
+    /// let two = client.semaphore("exports", 5).permits(2).acquire().await?;
+    /// let info = client.inspect_semaphore("exports").await?;
+    /// assert_eq!(info.in_use, 2);
+    /// assert_eq!(info.holders[0].owner, two.owner());
+    /// assert_eq!(info.holders[0].permits, 2);
+    /// two.release().await?;
+    /// assert_eq!(client.inspect_semaphore("exports").await?.in_use, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let kind = Kind::Permits { take: 1, total: 1 }; // neither matters here
+        let (key, state) = self.inspect_family(name, kind, "semaphore").await?;
+        Ok(SemaphoreInfo {
+            name: key.name.to_string(),
+            key: key.lock.to_string(),
+            fence_key: key.fence(),
+            in_use: state
+                .shares
+                .iter()
+                .fold(0u32, |sum, share| sum.saturating_add(share.permits)),
+            holders: state.shares,
+            last_fencing_token: state.last_fencing_token,
+        })
+    }
+
+    /// Deletes the holder of fair lock `name` whoever it is, as an
+    /// operator's override, and hands the lock to the head of its queue as
+    /// a release does (the queue is kept). The holder is told at its next
+    /// renewal or release. Returns whether it was held.
+    ///
+    /// Errors: [`LockError::InvalidKey`], [`LockError::WrongType`],
+    /// [`LockError::Backend`], and [`LockError::Unsupported`] on Redlock.
+    pub async fn force_release_fair(&self, name: &str) -> Result<bool, LockError> {
+        let key = self.family_key(name, Kind::Fair, "fair lock")?;
+        self.core.backend.force_release(&key).await
+    }
+
+    /// Deletes every hold of read-write lock `name` (the readers, the
+    /// writer) and the waiting writers' places, as an operator's override,
+    /// and wakes the waiters. The holders are told at their next renewal or
+    /// release. Returns whether anything was deleted.
+    ///
+    /// Errors: as [`force_release_fair`](LockClient::force_release_fair).
+    pub async fn force_release_read_write(&self, name: &str) -> Result<bool, LockError> {
+        let key = self.family_key(name, Kind::Write, "read-write lock")?;
+        self.core.backend.force_release(&key).await
+    }
+
+    /// Deletes every holder's permits of semaphore `name`, as an operator's
+    /// override, and wakes the waiters. The holders are told at their next
+    /// renewal or release. Returns whether anything was deleted.
+    ///
+    /// Errors: as [`force_release_fair`](LockClient::force_release_fair).
+    pub async fn force_release_semaphore(&self, name: &str) -> Result<bool, LockError> {
+        let kind = Kind::Permits { take: 1, total: 1 }; // neither matters here
+        let key = self.family_key(name, kind, "semaphore")?;
+        self.core.backend.force_release(&key).await
+    }
+
+    /// The keys of `kind` of the family named `name`, refused with
+    /// `Unsupported` (naming `primitive`) where the family is not available.
+    fn family_key(
+        &self,
+        name: &str,
+        kind: Kind,
+        primitive: &'static str,
+    ) -> Result<LockKey, LockError> {
+        let key = self.core.key_of(name, kind)?;
+        match self.core.backend.family_unsupported() {
+            Some((backend, reason)) => Err(LockError::Unsupported {
+                key: key.name.to_string(),
+                primitive,
+                backend,
+                reason,
+            }),
+            None => Ok(key),
+        }
+    }
+
+    /// The keys of `kind` of `name` and what the backend records of it.
+    async fn inspect_family(
+        &self,
+        name: &str,
+        kind: Kind,
+        primitive: &'static str,
+    ) -> Result<(LockKey, FamilyState), LockError> {
+        let key = self.family_key(name, kind, primitive)?;
+        let state = self.core.backend.inspect_family(&key).await?;
+        Ok((key, state))
     }
 
     /// This client's random id (hex), the prefix of its owner ids.

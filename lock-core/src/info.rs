@@ -1,4 +1,7 @@
-//! What inspection reports about a lock: [`LockInfo`] and [`LockHolder`].
+//! What inspection reports about a lock: [`LockInfo`] and [`LockHolder`];
+//! about the lock family: [`FairLockInfo`] (with its [`QueuedWaiter`]s),
+//! [`ReadWriteLockInfo`] (with its [`Reader`]s) and [`SemaphoreInfo`] (with
+//! its [`PermitHolder`]s).
 
 use std::time::Duration;
 
@@ -65,10 +68,211 @@ pub struct LockHolder {
 impl LockHolder {
     /// The id of the client holding the lock (the owner id up to its last `:`).
     pub fn client_id(&self) -> &str {
-        self.owner
-            .rsplit_once(':')
-            .map_or(&*self.owner, |(client, _)| client)
+        client_of(&self.owner)
     }
+}
+
+/// The client id in owner id `owner` (`<client-id>:<scope>`).
+fn client_of(owner: &str) -> &str {
+    owner.rsplit_once(':').map_or(owner, |(client, _)| client)
+}
+
+/// What the backend records of a fair lock, as returned by
+/// [`LockClient::inspect_fair`](crate::LockClient::inspect_fair): its holder
+/// and the waiters queued for it, in the order they will get it.
+///
+/// A snapshot read at one instant (one script on Redis); only live entries
+/// are shown: a waiter whose place ran out by the server's clock (it died or
+/// hung) is left out, although the store drops it only at its next write.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, field for
+/// field (durations as whole milliseconds, see [`LockHolder`] and
+/// [`QueuedWaiter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct FairLockInfo {
+    /// The lock name (`payout:batch`), without the key prefix.
+    pub name: String,
+    /// The backend's key of the holder (`lock:{payout:batch}:fair` with the
+    /// default prefix); the queue is in `<key>:queue` and `<key>:timeout`.
+    pub key: String,
+    /// The backend's key of the counter its fencing tokens come from, as
+    /// [`LockInfo::fence_key`].
+    pub fence_key: String,
+    /// The current holder, or `None` when the lock is free. A waiter the
+    /// lock was just handed to is its holder before its process took it up.
+    pub holder: Option<LockHolder>,
+    /// The waiters queued for it, the next holder first.
+    pub queue: Vec<QueuedWaiter>,
+    /// The value of the counter its fencing tokens come from, as
+    /// [`LockInfo::last_fencing_token`].
+    pub last_fencing_token: Option<u64>,
+}
+
+/// A waiter that holds a place: in a fair lock's queue, or as a waiting
+/// writer of a read-write lock (which keeps new readers out).
+///
+/// A waiter refreshes its place with every attempt while it waits (every
+/// 1.7 s at least); one that died or hung loses it after
+/// [`QUEUE_PRESENCE`](crate::QUEUE_PRESENCE).
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, with
+/// `place_ttl` written as `place_ttl_ms` (whole milliseconds):
+/// `{"owner": "...", "place_ttl_ms": 4200}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The owner id, `<client-id>:<scope>`.
+    pub owner: String,
+    /// How long the waiter keeps its place if it makes no further attempt.
+    #[cfg_attr(feature = "serde", serde(rename = "place_ttl_ms", with = "millis"))]
+    pub place_ttl: Duration,
+}
+
+impl QueuedWaiter {
+    /// The id of the waiting client (the owner id up to its last `:`).
+    pub fn client_id(&self) -> &str {
+        client_of(&self.owner)
+    }
+}
+
+/// What the backend records of a read-write lock, as returned by
+/// [`LockClient::inspect_read_write`](crate::LockClient::inspect_read_write):
+/// its readers, its writer and the writers waiting for it.
+///
+/// A snapshot read at one instant (one script on Redis); only live entries
+/// are shown: readers whose lease and waiting writers whose place ran out by
+/// the server's clock are left out, although the store drops them only at
+/// its next write.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, field for
+/// field (durations as whole milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct ReadWriteLockInfo {
+    /// The lock name (`prices`), without the key prefix.
+    pub name: String,
+    /// The stem of the backend's keys of the lock (`lock:{prices}:rw` with
+    /// the default prefix): the readers are in `<key>:read`, the writer in
+    /// `<key>:write`, the waiting writers in `<key>:wait`.
+    pub key: String,
+    /// The backend's key of the counter its fencing tokens come from, as
+    /// [`LockInfo::fence_key`].
+    pub fence_key: String,
+    /// The readers, the one whose lease ends first first.
+    pub readers: Vec<Reader>,
+    /// The writer, or `None` when nobody writes. A writer that also took the
+    /// read lock (a downgrade under way) is among the readers too.
+    pub writer: Option<LockHolder>,
+    /// The writers waiting for it, the one whose place ends first first.
+    /// While any waits, new readers wait behind them (writers first).
+    pub waiting_writers: Vec<QueuedWaiter>,
+    /// The value of the counter its fencing tokens come from, as
+    /// [`LockInfo::last_fencing_token`].
+    pub last_fencing_token: Option<u64>,
+}
+
+/// A reader of a read-write lock.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, with `ttl`
+/// written as `ttl_ms` (whole milliseconds): `{"owner": "...", "ttl_ms": 29500}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Reader {
+    /// The owner id, `<client-id>:<scope>`.
+    pub owner: String,
+    /// The remaining lease of its read hold.
+    #[cfg_attr(feature = "serde", serde(rename = "ttl_ms", with = "millis"))]
+    pub ttl: Duration,
+}
+
+impl Reader {
+    /// The id of the reading client (the owner id up to its last `:`).
+    pub fn client_id(&self) -> &str {
+        client_of(&self.owner)
+    }
+}
+
+/// What the backend records of a semaphore, as returned by
+/// [`LockClient::inspect_semaphore`](crate::LockClient::inspect_semaphore):
+/// who holds how many permits.
+///
+/// The total is not stored (every acquirer passes it), so it is not shown:
+/// the free permits are the total minus [`in_use`](SemaphoreInfo::in_use).
+/// Waiters are not queued and not shown.
+///
+/// A snapshot read at one instant (one script on Redis); only live holders
+/// are shown: holders whose lease ran out by the server's clock are left
+/// out (their permits are free), although the store drops them only at its
+/// next write.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, field for
+/// field (durations as whole milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The semaphore's name (`exports:tenant:7`), without the key prefix.
+    pub name: String,
+    /// The backend's key of the holders (`lock:{exports:tenant:7}:sem` with
+    /// the default prefix); their permits are in `<key>:permits`.
+    pub key: String,
+    /// The backend's key of the counter its fencing tokens come from, as
+    /// [`LockInfo::fence_key`].
+    pub fence_key: String,
+    /// The holders, the one whose lease ends first first.
+    pub holders: Vec<PermitHolder>,
+    /// The permits in use: the sum of the holders' permits.
+    pub in_use: u32,
+    /// The value of the counter its fencing tokens come from, as
+    /// [`LockInfo::last_fencing_token`].
+    pub last_fencing_token: Option<u64>,
+}
+
+/// A holder of permits of a semaphore.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`, with `ttl`
+/// written as `ttl_ms` (whole milliseconds):
+/// `{"owner": "...", "permits": 2, "ttl_ms": 29500}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct PermitHolder {
+    /// The owner id, `<client-id>:<scope>`.
+    pub owner: String,
+    /// How many permits it holds.
+    pub permits: u32,
+    /// The remaining lease of its permits.
+    #[cfg_attr(feature = "serde", serde(rename = "ttl_ms", with = "millis"))]
+    pub ttl: Duration,
+}
+
+impl PermitHolder {
+    /// The id of the holding client (the owner id up to its last `:`).
+    pub fn client_id(&self) -> &str {
+        client_of(&self.owner)
+    }
+}
+
+/// What a backend records of one primitive of the lock family, live entries
+/// only, read at one instant; `client.rs` turns it into the public type of
+/// the primitive.
+#[derive(Debug, Default)]
+pub(crate) struct FamilyState {
+    /// The one holder: of a fair (or plain) lock, or a read-write lock's writer.
+    pub(crate) holder: Option<LockHolder>,
+    /// The holders that share it: a read-write lock's readers (1 permit
+    /// each) or a semaphore's holders, the soonest to expire first.
+    pub(crate) shares: Vec<PermitHolder>,
+    /// The waiters that keep a place: a fair lock's queue in its order, or
+    /// a read-write lock's waiting writers, the soonest to expire first.
+    pub(crate) waiters: Vec<QueuedWaiter>,
+    /// The fencing counter.
+    pub(crate) last_fencing_token: Option<u64>,
 }
 
 /// `LockHolder::ttl` as whole milliseconds.
@@ -90,6 +294,29 @@ mod ttl_millis {
         deserializer: D,
     ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_millis))
+    }
+}
+
+/// A `Duration` as whole milliseconds.
+#[cfg(feature = "serde")]
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        duration: &Duration,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        u64::try_from(duration.as_millis())
+            .unwrap_or(u64::MAX)
+            .serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(deserializer)?))
     }
 }
 
@@ -134,5 +361,80 @@ mod tests {
         let free: LockInfo = serde_json::from_value(free).unwrap();
         assert_eq!(free.holder.unwrap().ttl, None);
         assert_eq!(free.last_fencing_token, None);
+    }
+    #[test]
+    fn the_family_serializes_with_durations_in_milliseconds() {
+        let fair = FairLockInfo {
+            name: "deploy".into(),
+            key: "lock:{deploy}:fair".into(),
+            fence_key: "lock:fence:{a1}".into(),
+            holder: None,
+            queue: vec![QueuedWaiter {
+                owner: "c1:2".into(),
+                place_ttl: Duration::from_micros(4_200_900),
+            }],
+            last_fencing_token: Some(3),
+        };
+        let json = serde_json::to_value(&fair).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "name": "deploy",
+                "key": "lock:{deploy}:fair",
+                "fence_key": "lock:fence:{a1}",
+                "holder": null,
+                "queue": [{"owner": "c1:2", "place_ttl_ms": 4200}],
+                "last_fencing_token": 3,
+            })
+        );
+        let back: FairLockInfo = serde_json::from_value(json).unwrap();
+        assert_eq!(back.queue[0].place_ttl, Duration::from_millis(4200));
+
+        let rw = ReadWriteLockInfo {
+            name: "prices".into(),
+            key: "lock:{prices}:rw".into(),
+            fence_key: "lock:fence:{b2}".into(),
+            readers: vec![Reader {
+                owner: "c1:1".into(),
+                ttl: Duration::from_millis(29_500),
+            }],
+            writer: None,
+            waiting_writers: vec![],
+            last_fencing_token: None,
+        };
+        let json = serde_json::to_value(&rw).unwrap();
+        assert_eq!(
+            json["readers"],
+            serde_json::json!([{"owner": "c1:1", "ttl_ms": 29500}])
+        );
+        assert_eq!(json["waiting_writers"], serde_json::json!([]));
+        assert_eq!(
+            serde_json::from_value::<ReadWriteLockInfo>(json).unwrap(),
+            rw
+        );
+
+        let semaphore = SemaphoreInfo {
+            name: "exports".into(),
+            key: "lock:{exports}:sem".into(),
+            fence_key: "lock:fence:{c3}".into(),
+            holders: vec![PermitHolder {
+                owner: "c2:9".into(),
+                permits: 2,
+                ttl: Duration::from_millis(1_000),
+            }],
+            in_use: 2,
+            last_fencing_token: Some(8),
+        };
+        let json = serde_json::to_value(&semaphore).unwrap();
+        assert_eq!(
+            json["holders"],
+            serde_json::json!([{"owner": "c2:9", "permits": 2, "ttl_ms": 1000}])
+        );
+        assert_eq!(json["in_use"], 2);
+        assert_eq!(
+            serde_json::from_value::<SemaphoreInfo>(json).unwrap(),
+            semaphore
+        );
+        assert_eq!(semaphore.holders[0].client_id(), "c2");
     }
 }

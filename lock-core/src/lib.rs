@@ -31,6 +31,9 @@
 //!   (at most N permits in use, each holder's permits expiring on its own
 //!   lease) hand out [`Lock`]s held like any other: watchdog, fencing token,
 //!   reentrancy, cancel safety. Not on Redlock ([`LockError::Unsupported`]).
+//!   [`LockClient::inspect_fair`], [`LockClient::inspect_read_write`] and
+//!   [`LockClient::inspect_semaphore`] show their holders, queues and
+//!   permits in use (live entries only, by the server's clock).
 //! - **Graceful shutdown.** [`LockClient::shutdown`] refuses new locks, wakes
 //!   the waiters, lets the holders finish within a grace period, then
 //!   releases what they still hold and stops the background work, so a
@@ -149,7 +152,10 @@ pub use error::{BackendError, LockError, NodeAnswer};
 pub use family::{ReadWriteLock, Semaphore};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
-pub use info::{LockHolder, LockInfo};
+pub use info::{
+    FairLockInfo, LockHolder, LockInfo, PermitHolder, QueuedWaiter, ReadWriteLockInfo, Reader,
+    SemaphoreInfo,
+};
 pub use lease::{
     DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
     QUEUE_PRESENCE,

@@ -560,6 +560,266 @@ pub async fn family_bad_permits_are_typed_errors<F: Fixture>(fixture: &F) {
     }
 }
 
+/// `inspect_fair`, `inspect_read_write` and `inspect_semaphore` show the
+/// holders (with their tokens and leases), the fair queue in its order, the
+/// waiting writers and the permits in use, as another client sees them;
+/// holds whose lease ran out are not shown, before anything purged them.
+pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fixture: &F) {
+    let [a, b, c, operator] = super::clients::<F, 4>(fixture).await;
+    let prefix = a.key_prefix().to_owned();
+    let short = Duration::from_millis(300);
+
+    // Never used: nothing held, nothing queued.
+    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    assert_eq!(fair.name, "inspect:fair");
+    assert_eq!(fair.key, format!("{prefix}{{inspect:fair}}:fair"));
+    assert_eq!(
+        fair.fence_key,
+        operator.inspect("inspect:fair").await.unwrap().fence_key
+    );
+    assert!(fair.holder.is_none() && fair.queue.is_empty());
+    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    assert_eq!(rw.key, format!("{prefix}{{inspect:rw}}:rw"));
+    assert!(rw.readers.is_empty() && rw.writer.is_none() && rw.waiting_writers.is_empty());
+    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    assert_eq!(sem.key, format!("{prefix}{{inspect:sem}}:sem"));
+    assert!(sem.holders.is_empty());
+    assert_eq!(sem.in_use, 0);
+
+    // The fair lock: its holder, then the waiters in arrival order.
+    let held = a.fair_lock("inspect:fair").acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for client in [b.clone(), c.clone()] {
+        waiters.push(tokio::spawn(async move {
+            client
+                .fair_lock("inspect:fair")
+                .wait(LONG)
+                .acquire()
+                .await
+                .unwrap()
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await; // it queues
+    }
+    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let holder = fair.holder.clone().expect("held");
+    assert_eq!(holder.owner, held.owner());
+    assert_eq!(holder.fencing_token, held.fencing_token());
+    assert_eq!(holder.holds, 1);
+    let ttl = holder.ttl.expect("a lease");
+    assert!(ttl > Duration::ZERO && ttl <= a.lease(), "{ttl:?}");
+    let queued: Vec<&str> = fair.queue.iter().map(|q| q.client_id()).collect();
+    assert_eq!(queued, [b.id(), c.id()], "{fair:?}");
+    for waiter in &fair.queue {
+        assert!(
+            waiter.place_ttl > Duration::ZERO
+                && waiter.place_ttl <= distributed_lock::QUEUE_PRESENCE,
+            "{waiter:?}"
+        );
+    }
+    assert!(fair.last_fencing_token >= Some(held.fencing_token()));
+    // The plain lock of the name is another lock.
+    assert!(operator
+        .inspect("inspect:fair")
+        .await
+        .unwrap()
+        .holder
+        .is_none());
+    held.release().await.unwrap();
+    let first = waiters.remove(0).await.unwrap();
+    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let holder = fair.holder.expect("handed to the head");
+    assert_eq!(holder.owner, first.owner());
+    assert_eq!(holder.fencing_token, first.fencing_token());
+    let queued: Vec<&str> = fair.queue.iter().map(|q| q.client_id()).collect();
+    assert_eq!(queued, [c.id()]);
+    first.release().await.unwrap();
+    waiters.remove(0).await.unwrap().release().await.unwrap();
+    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    assert!(fair.holder.is_none() && fair.queue.is_empty());
+
+    // The read-write lock: readers (the soonest to expire first), then a
+    // waiting writer, then the writer.
+    let long_reader = a
+        .read_write_lock("inspect:rw")
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    let short_reader = b
+        .read_write_lock("inspect:rw")
+        .read()
+        .lease(short)
+        .acquire()
+        .await
+        .unwrap();
+    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
+    assert_eq!(readers, [short_reader.owner(), long_reader.owner()]);
+    assert!(rw.readers[0].ttl <= short, "{:?}", rw.readers[0]);
+    assert!(rw.readers[1].ttl > short && rw.readers[1].ttl <= a.lease());
+    assert!(rw.writer.is_none() && rw.waiting_writers.is_empty());
+    // The short read ran out: not shown, although nothing purged it yet.
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
+    assert_eq!(readers, [long_reader.owner()]);
+    let writer = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.read_write_lock("inspect:rw")
+                .write()
+                .wait(LONG)
+                .acquire()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let waiting: Vec<&str> = rw.waiting_writers.iter().map(|w| w.client_id()).collect();
+    assert_eq!(waiting, [c.id()]);
+    let place = rw.waiting_writers[0].place_ttl;
+    assert!(place > Duration::ZERO && place <= distributed_lock::QUEUE_PRESENCE);
+    assert!(rw.writer.is_none());
+    long_reader.release().await.unwrap();
+    let _ = short_reader.release().await; // expired: not held any more
+    let writing = writer.await.unwrap();
+    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let holder = rw.writer.expect("written");
+    assert_eq!(holder.owner, writing.owner());
+    assert_eq!(holder.fencing_token, writing.fencing_token());
+    assert!(rw.readers.is_empty() && rw.waiting_writers.is_empty());
+    assert!(rw.last_fencing_token >= Some(writing.fencing_token()));
+    writing.release().await.unwrap();
+
+    // The semaphore: each holder's permits and the sum.
+    let two = a
+        .semaphore("inspect:sem", 5)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    let one = b
+        .semaphore("inspect:sem", 5)
+        .permit()
+        .lease(short)
+        .acquire()
+        .await
+        .unwrap();
+    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    let holders: Vec<(&str, u32)> = sem
+        .holders
+        .iter()
+        .map(|h| (h.owner.as_str(), h.permits))
+        .collect();
+    assert_eq!(holders, [(one.owner(), 1), (two.owner(), 2)]);
+    assert_eq!(sem.in_use, 3);
+    assert!(sem.holders[1].ttl > short && sem.holders[1].ttl <= a.lease());
+    assert!(sem.last_fencing_token >= Some(one.fencing_token()));
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    assert_eq!(sem.in_use, 2, "{sem:?}");
+    assert_eq!(sem.holders.len(), 1);
+    two.release().await.unwrap();
+    let _ = one.release().await;
+    assert_eq!(
+        operator
+            .inspect_semaphore("inspect:sem")
+            .await
+            .unwrap()
+            .in_use,
+        0
+    );
+
+    // Names are checked as for locking.
+    assert!(matches!(
+        operator.inspect_semaphore("").await,
+        Err(LockError::InvalidKey { .. })
+    ));
+}
+
+/// `force_release_fair` deletes the holder and hands the lock to the head
+/// of the queue; `force_release_read_write` deletes every reader and the
+/// writer; `force_release_semaphore` every holder's permits. The holders
+/// find out at release; each reports whether anything was held.
+pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
+    let [a, b, operator] = super::clients::<F, 3>(fixture).await;
+    assert!(!operator.force_release_fair("force:fair").await.unwrap());
+    assert!(!operator.force_release_read_write("force:rw").await.unwrap());
+    assert!(!operator.force_release_semaphore("force:sem").await.unwrap());
+
+    let stuck = a.fair_lock("force:fair").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.fair_lock("force:fair")
+                .wait(LONG)
+                .acquire()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    assert!(operator.force_release_fair("force:fair").await.unwrap());
+    let next = waiter.await.unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "handed over at once"
+    );
+    let holder = operator.inspect_fair("force:fair").await.unwrap().holder;
+    assert_eq!(holder.map(|h| h.owner), Some(next.owner().to_owned()));
+    assert!(stuck.release().await.is_err(), "the old holder lost it");
+    next.release().await.unwrap();
+
+    let rw = a.read_write_lock("force:rw");
+    let (r1, r2) = (
+        rw.read().acquire().await.unwrap(),
+        b.read_write_lock("force:rw")
+            .read()
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    assert!(operator.force_release_read_write("force:rw").await.unwrap());
+    let info = operator.inspect_read_write("force:rw").await.unwrap();
+    assert!(info.readers.is_empty() && info.writer.is_none());
+    let writer = b
+        .read_write_lock("force:rw")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(r1.release().await.is_err() && r2.release().await.is_err());
+    assert!(operator.force_release_read_write("force:rw").await.unwrap());
+    assert!(writer.release().await.is_err());
+
+    let permits = a
+        .semaphore("force:sem", 2)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(operator.force_release_semaphore("force:sem").await.unwrap());
+    assert_eq!(
+        operator
+            .inspect_semaphore("force:sem")
+            .await
+            .unwrap()
+            .in_use,
+        0
+    );
+    let again = b
+        .semaphore("force:sem", 2)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(permits.release().await.is_err());
+    again.release().await.unwrap();
+    assert!(!operator.force_release_semaphore("force:sem").await.unwrap());
+}
+
 /// Generates one `#[tokio::test]` per family suite test, on the fixture `$make`.
 #[macro_export]
 macro_rules! family_suite {
@@ -579,6 +839,8 @@ macro_rules! family_suite {
             family_bad_permits_are_typed_errors,
             family_renewals_do_not_outlive_release,
             scheduled_hold_at_least_outlives_an_early_release,
+            family_inspection_shows_holders_waiters_and_permits,
+            family_force_release_of_each_primitive,
         );
     };
 }

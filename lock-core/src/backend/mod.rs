@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::wake::WaitSet;
 use crate::{BackendError, LockError, LockInfo};
@@ -133,6 +134,16 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// What the backend knows about `key`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;
+
+    /// What the backend records of the primitive of `key`, live entries only
+    /// by the store's clock, read at one instant: a fair lock's holder and
+    /// queue (a plain lock: its holder), a read-write lock's writer, readers
+    /// and waiting writers (for `Read` and `Write` alike), a semaphore's
+    /// holders (whatever `take` and `total`). Read-only.
+    fn inspect_family<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<FamilyState, LockError>>;
 
     /// Every held lock of `prefix` whose name starts with `name_prefix`.
     fn list<'a>(

@@ -22,6 +22,7 @@ use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, RedisSettings};
 use super::standalone::node::connect_error;
 use super::{Attempt, Backend, RenewItem, Renewal};
+use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::sync::Mutex;
 use crate::task::Supervised;
@@ -464,6 +465,24 @@ impl Backend for ClusterBackend {
             inspect::inspect(
                 &mut self.by_key(),
                 key,
+                self.settings.response_timeout,
+                &self.label,
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn inspect_family<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
+        async move {
+            // The primitive's keys share a slot: the script goes to its master.
+            inspect::inspect_family(
+                &mut self.by_key(),
+                key,
+                &self.scripts,
                 self.settings.response_timeout,
                 &self.label,
             )

@@ -1,7 +1,9 @@
 //! Read-only inspection of locks on one Redis node: one lock (`TYPE`,
-//! `HGETALL`, `PTTL`, `GET` of its counter, pipelined) or every lock of a
+//! `HGETALL`, `PTTL`, `GET` of its counter, pipelined), every lock of a
 //! prefix (`SCAN`, never `KEYS`, in batches of a few hundred keys, each
-//! batch read in one pipelined round trip).
+//! batch read in one pipelined round trip), or one primitive of the lock
+//! family (one read-only script, which compares the deadlines inside its
+//! keys with the server's `TIME`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,10 +11,11 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use super::command::{self, Target};
-use super::reply::is_wrong_type;
-use super::scripts;
+use super::reply::{self, is_wrong_type};
+use super::scripts::{self, Scripts};
+use crate::info::FamilyState;
 use crate::name::{self, LockKey};
-use crate::{BackendError, LockError, LockHolder, LockInfo};
+use crate::{BackendError, LockError, LockHolder, LockInfo, PermitHolder, QueuedWaiter};
 
 /// How many keys one `SCAN` step asks for (a hint to Redis, not a limit).
 const SCAN_COUNT: usize = 500;
@@ -163,6 +166,111 @@ pub(crate) async fn list<T: Target>(
         }
         cursor = next;
     }
+}
+
+/// What `target` (the node `server`) records of the family primitive of
+/// `key`: one `EVALSHA` of its inspection script (loaded again on
+/// `NOSCRIPT`), read at one instant.
+pub(crate) async fn inspect_family<T: Target>(
+    target: &mut T,
+    key: &LockKey,
+    scripts: &Scripts,
+    timeout: Duration,
+    server: &str,
+) -> Result<FamilyState, LockError> {
+    let backend_error = |source: BackendError| LockError::Backend {
+        key: key.name.to_string(),
+        server: server.to_owned(),
+        source,
+    };
+    let replies = command::run(target, &scripts.inspect(key), 1, &scripts.all(), timeout)
+        .await
+        .map_err(backend_error)?;
+    let reply = reply::first(replies).map_err(backend_error)?;
+    match family_from(reply, key).map_err(backend_error)? {
+        Ok(state) => Ok(state),
+        Err(redis_key) => Err(LockError::WrongType {
+            key: key.name.to_string(),
+            redis_key,
+        }),
+    }
+}
+
+/// The inspection script's reply for `key`: `{1, holder, shares, waiters,
+/// counter}`, or `{0, key}` (`Err(key)`) when that key holds another type
+/// (as does the fencing counter when it is not a number).
+fn family_from(reply: Value, key: &LockKey) -> Result<Result<FamilyState, String>, BackendError> {
+    let parts: Vec<Value> = from_reply(Ok(reply))?;
+    let mut parts = parts.into_iter();
+    let mut next = || {
+        parts
+            .next()
+            .ok_or_else(|| BackendError::Protocol("too few parts in an inspection reply".into()))
+    };
+    let status: i64 = from_reply(Ok(next()?))?;
+    if status == 0 {
+        return Ok(Err(from_reply(Ok(next()?))?));
+    }
+    let holder: Vec<Value> = from_reply(Ok(next()?))?;
+    let holder = match <[Value; 4]>::try_from(holder) {
+        Ok([owner, token, ttl, holds]) => Some(LockHolder {
+            owner: from_reply(Ok(owner))?,
+            fencing_token: from_reply(Ok(token))?,
+            ttl: u64::try_from(from_reply::<i64>(Ok(ttl))?)
+                .ok()
+                .map(Duration::from_millis),
+            holds: from_reply(Ok(holds))?,
+        }),
+        Err(empty) if empty.is_empty() => None,
+        Err(other) => {
+            return Err(BackendError::Protocol(format!(
+                "a holder of {} parts",
+                other.len()
+            )))
+        }
+    };
+    let shares = triples(next()?)?
+        .into_iter()
+        .map(|(owner, ttl, permits)| PermitHolder {
+            owner,
+            permits,
+            ttl,
+        })
+        .collect();
+    let waiters = triples(next()?)?
+        .into_iter()
+        .map(|(owner, place_ttl, _)| QueuedWaiter { owner, place_ttl })
+        .collect();
+    let Some(last_fencing_token) = fence_from(next()?) else {
+        return Ok(Err(key.fence()));
+    };
+    Ok(Ok(FamilyState {
+        holder,
+        shares,
+        waiters,
+        last_fencing_token,
+    }))
+}
+
+/// A flat `owner, ms, n` array of the inspection script.
+fn triples(value: Value) -> Result<Vec<(String, Duration, u32)>, BackendError> {
+    let flat: Vec<Value> = from_reply(Ok(value))?;
+    let mut flat = flat.into_iter();
+    let mut out = Vec::with_capacity(flat.len() / 3);
+    while let Some(owner) = flat.next() {
+        let (Some(ms), Some(n)) = (flat.next(), flat.next()) else {
+            return Err(BackendError::Protocol(
+                "an incomplete entry in an inspection reply".into(),
+            ));
+        };
+        let ms: i64 = from_reply(Ok(ms))?;
+        out.push((
+            from_reply(Ok(owner))?,
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+            from_reply(Ok(n))?,
+        ));
+    }
+    Ok(out)
 }
 
 /// Escapes the glob characters of `SCAN MATCH` so that `s` matches itself.

@@ -346,6 +346,74 @@ redis.call('publish', KEYS[#KEYS], '1')
 return 1
 ";
 
+/// The start of the read-only inspection scripts (after `NOW`): refuses
+/// (`{0, key}`) when a key (KEYS[i]) holds another type than ARGV[i], and
+/// defines `holder(key)`, a hash lock's `{owner, token, pttl, fields}` (`{}`
+/// when free), and `live(key, permits)`, the members of a sorted set whose
+/// score (a deadline in server ms) is still ahead, soonest first, as
+/// `owner, ms left, n` triples: `n` from the hash `permits` (members without
+/// one left out), 1 without it.
+const INSPECT_PRELUDE: &str = r"
+for i = 1, #KEYS do
+  local found = redis.call('type', KEYS[i])['ok']
+  if found ~= 'none' and found ~= ARGV[i] then
+    return {0, KEYS[i]}
+  end
+end
+local function holder(key)
+  local fields = redis.call('hgetall', key)
+  if #fields == 0 then
+    return {}
+  end
+  return {fields[1], fields[2], redis.call('pttl', key), #fields / 2}
+end
+local function live(key, permits)
+  local out = {}
+  local members = redis.call('zrangebyscore', key, now, '+inf', 'withscores')
+  for i = 1, #members, 2 do
+    local left = tonumber(members[i + 1]) - now
+    local n = 1
+    if permits then
+      n = tonumber(redis.call('hget', permits, members[i]) or '')
+    end
+    if left > 0 and n then
+      out[#out + 1] = members[i]
+      out[#out + 1] = left
+      out[#out + 1] = n
+    end
+  end
+  return out
+end
+";
+
+/// A fair lock's holder and its queue, in order, without the waiters whose
+/// place ran out. KEYS: the lock's hash, the fencing counter, the queue, the
+/// places' deadlines. Replies `{1, holder, {}, waiters, counter}`.
+const FAIR_INSPECT: &str = r"
+local queue = {}
+for _, owner in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+  local deadline = tonumber(redis.call('zscore', KEYS[4], owner) or '')
+  if deadline and deadline > now then
+    queue[#queue + 1] = owner
+    queue[#queue + 1] = deadline - now
+    queue[#queue + 1] = 0
+  end
+end
+return {1, holder(KEYS[1]), {}, queue, redis.call('get', KEYS[2])}
+";
+
+/// A read-write lock's writer, live readers and live waiting writers. KEYS:
+/// as `READ_ACQUIRE`. Replies `{1, writer, readers, waiting, counter}`.
+const RW_INSPECT: &str = r"
+return {1, holder(KEYS[2]), live(KEYS[1]), live(KEYS[4]), redis.call('get', KEYS[3])}
+";
+
+/// A semaphore's live holders and their permits. KEYS: as
+/// `PERMITS_ACQUIRE`. Replies `{1, {}, holders, {}, counter}`.
+const PERMITS_INSPECT: &str = r"
+return {1, {}, live(KEYS[1], KEYS[2]), {}, redis.call('get', KEYS[3])}
+";
+
 /// The lock scripts of one backend, loaded once per node.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -364,6 +432,9 @@ pub(crate) struct Scripts {
     permits_release: Script,
     renew_member: Script,
     family_force: Script,
+    fair_inspect: Script,
+    rw_inspect: Script,
+    permits_inspect: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
     publish: &'static str,
 }
@@ -395,12 +466,15 @@ impl Scripts {
             permits_release: timed(PERMITS_RELEASE),
             renew_member: timed(RENEW_MEMBER),
             family_force: publishing(FAMILY_FORCE),
+            fair_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{FAIR_INSPECT}")),
+            rw_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{RW_INSPECT}")),
+            permits_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{PERMITS_INSPECT}")),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 15] {
+    pub(crate) fn all(&self) -> [&Script; 18] {
         [
             &self.acquire,
             &self.renew,
@@ -417,6 +491,9 @@ impl Scripts {
             &self.permits_release,
             &self.renew_member,
             &self.family_force,
+            &self.fair_inspect,
+            &self.rw_inspect,
+            &self.permits_inspect,
         ]
     }
 
@@ -525,6 +602,38 @@ impl Scripts {
                 one(evalsha(&self.family_force, &refs(&keys)))
             }
         }
+    }
+
+    /// The read-only inspection of the primitive of `key` (a plain lock: its
+    /// holder, read as a fair lock without a queue), as a pipeline of one.
+    /// Its reply: `{1, holder, shares, waiters, counter}`, or `{0, key}` when
+    /// a key of the primitive holds another type.
+    pub(crate) fn inspect(&self, key: &LockKey) -> Pipeline {
+        let (script, keys, types): (&Script, Vec<String>, &[&str]) = match key.kind {
+            Kind::Exclusive | Kind::Fair => {
+                let keys = fair_keys(key);
+                (
+                    &self.fair_inspect,
+                    keys[..4].to_vec(),
+                    &["hash", "string", "zset", "zset"],
+                )
+            }
+            Kind::Read | Kind::Write => (
+                &self.rw_inspect,
+                rw_keys(key).to_vec(),
+                &["zset", "hash", "string", "zset"],
+            ),
+            Kind::Permits { .. } => (
+                &self.permits_inspect,
+                vec![key.lock.to_string(), key.aux(":permits"), key.fence()],
+                &["zset", "hash", "string"],
+            ),
+        };
+        let mut cmd = evalsha(script, &refs(&keys));
+        for kind in types {
+            cmd.arg(*kind);
+        }
+        one(cmd)
     }
 
     /// `FAIR_RELEASE` in `mode`.

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::redis::reply;
 use super::standalone::RedisBackend;
 use super::{Attempt, Backend, RenewItem, Renewal};
+use crate::info::FamilyState;
 use crate::lease::drift;
 use crate::name::LockKey;
 use crate::wake::WaitSet;
@@ -343,6 +344,24 @@ impl Backend for RedlockBackend {
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedlockBackend::inspect(self, key).boxed()
+    }
+
+    /// Refused, as acquisition is (`family_unsupported`): no one master
+    /// knows the primitive's holders and waiters.
+    fn inspect_family<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
+        let (backend, reason) = self
+            .family_unsupported()
+            .unwrap_or(("Redlock", "its masters are independent"));
+        let err = LockError::Unsupported {
+            key: key.name.to_string(),
+            primitive: key.kind.describe(),
+            backend,
+            reason,
+        };
+        async move { Err(err) }.boxed()
     }
 
     fn list<'a>(

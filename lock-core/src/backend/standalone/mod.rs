@@ -21,6 +21,7 @@ use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, RedisSettings};
 use super::{Attempt, Backend, RenewItem, Renewal};
+use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::sync::Mutex;
 use crate::task::Supervised;
@@ -355,6 +356,13 @@ impl RedisBackend {
         inspect::inspect(&mut conn, key, self.settings.response_timeout, &node.server).await
     }
 
+    pub(crate) async fn inspect_family(&self, key: &LockKey) -> Result<FamilyState, LockError> {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        let timeout = self.settings.response_timeout;
+        inspect::inspect_family(&mut conn, key, &self.scripts, timeout, &node.server).await
+    }
+
     pub(crate) async fn list(
         &self,
         prefix: &str,
@@ -436,6 +444,13 @@ impl Backend for RedisBackend {
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedisBackend::inspect(self, key).boxed()
+    }
+
+    fn inspect_family<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
+        RedisBackend::inspect_family(self, key).boxed()
     }
 
     fn list<'a>(
