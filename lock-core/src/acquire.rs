@@ -84,7 +84,7 @@ pub(crate) async fn acquire_kind(
             // make them wait on themselves.)
             let held = match wait {
                 Wait::Once => None,
-                _ if kind.is_shared() && kind != Kind::Write => None,
+                _ if kind.is_shared() => None,
                 _ => crate::current::held_by_other_client(&core.store, &key.lock, &core.id),
             };
             if let Some(held) = held {
@@ -114,15 +114,18 @@ pub(crate) async fn acquire_kind(
         lease,
         at_least,
     };
-    let lock = if kind == Kind::Exclusive {
-        request.run(wait).await?
-    } else {
-        // The client's shutdown ends every wait at once.
-        tokio::select! {
-            biased;
-            () = core.closing.started() => return Err(core.shutting_down(&key.name)),
-            lock = request.run_family(wait) => lock?,
-        }
+    // The client's shutdown ends every wait at once (an attempt cut short
+    // is taken back like any dropped one).
+    let lock = tokio::select! {
+        biased;
+        () = core.closing.started() => return Err(core.shutting_down(&key.name)),
+        lock = async {
+            if kind == Kind::Exclusive {
+                request.run(wait).await
+            } else {
+                request.run_family(wait).await
+            }
+        } => lock?,
     };
     Ok(Acquired { lock, scope })
 }
@@ -215,12 +218,7 @@ impl Request<'_> {
             _ => {}
         }
         tracing::debug!(key = %key.name, wait = ?wait, "waiting for lock");
-        // The client's shutdown ends every wait at once.
-        tokio::select! {
-            biased;
-            () = core.closing.started() => Err(core.shutting_down(&key.name)),
-            acquired = self.wait(waiter, started, deadline) => acquired,
-        }
+        self.wait(waiter, started, deadline).await
     }
 
     /// Waits for the lock (the first attempt failed) until `deadline`, with
@@ -340,8 +338,17 @@ impl Request<'_> {
             scope: self.scope,
             armed: false,
         };
-        let mut waiter: Option<WaitSet> = None;
-        let mut grant: Option<crate::wake::GrantSlot> = None;
+        // When other waiters of this client already follow the channel,
+        // registering is free and covers the first attempt: no second one.
+        let mut waiter: Option<WaitSet> = if wait == Wait::Once {
+            None
+        } else {
+            core.backend.waiter_if_subscribed(key)
+        };
+        let mut grant: Option<crate::wake::GrantSlot> = match &waiter {
+            Some(waiter) if key.kind == Kind::Fair => waiter.expect_grant(&self.scope.owner),
+            _ => None,
+        };
         let mut handed: Option<u64> = None;
         let mut last_sent = started;
         // The lease a release hands the fair lock over with.
@@ -357,7 +364,7 @@ impl Request<'_> {
                     self.hold(token, last_sent, pending).map(|lock| {
                         lock.cap_validity(lease::valid_until(last_sent, claim));
                         if claim < self.lease.duration() {
-                            extend(core.clone(), lock.clone());
+                            extend(core, lock.clone());
                         }
                         Ok(lock)
                     })
@@ -523,23 +530,29 @@ impl Request<'_> {
 /// Extends a fair lock handed over with its short claim lease to the
 /// holder's lease, at once and in the background (the holder already runs:
 /// the hand-over cost it no round trip).
-fn extend(core: Arc<ClientCore>, lock: Arc<HeldLock>) {
-    tokio::spawn(async move {
-        let item = [(lock.key.clone(), lock.owner.clone())];
-        let sent = Instant::now();
-        match core.backend.renew(&item, lock.lease.duration()).await.pop() {
-            Some(Renewal::Renewed) => lock.renewed(sent),
-            Some(Renewal::Gone) => {
-                lock.mark_lost("the lock handed over was deleted, expired or taken over")
-            }
-            // The watchdog retries (watchdog mode); a fixed lease keeps the
-            // claim lease, and says so by its deadline.
-            Some(Renewal::Failed(err)) => {
-                tracing::debug!(key = %lock.key.name, error = %err, "could not extend a lock handed over yet")
-            }
-            None => {}
+fn extend(core: &Arc<ClientCore>, lock: Arc<HeldLock>) {
+    let job_core = core.clone();
+    core.janitor.spawn(Box::new(move || {
+        let (core, lock) = (job_core.clone(), lock.clone());
+        async move { extend_once(&core, &lock).await }.boxed()
+    }));
+}
+
+async fn extend_once(core: &ClientCore, lock: &HeldLock) {
+    let item = [(lock.key.clone(), lock.owner.clone())];
+    let sent = Instant::now();
+    match core.backend.renew(&item, lock.lease.duration()).await.pop() {
+        Some(Renewal::Renewed) => lock.renewed(sent),
+        Some(Renewal::Gone) => {
+            lock.mark_lost("the lock handed over was deleted, expired or taken over")
         }
-    });
+        // The watchdog retries (watchdog mode); a fixed lease keeps the
+        // claim lease, and says so by its deadline.
+        Some(Renewal::Failed(err)) => {
+            tracing::debug!(key = %lock.key.name, error = %err, "could not extend a lock handed over yet")
+        }
+        None => {}
+    }
 }
 
 /// A waiter's place in a fair lock's queue or a writer's intent: taken back

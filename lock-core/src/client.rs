@@ -335,7 +335,7 @@ impl LockClient {
             .await?;
         Ok(ReadWriteLockInfo {
             name: key.name.to_string(),
-            key: key.aux(""),
+            key: key.stem().to_string(),
             fence_key: key.fence(),
             readers: state
                 .shares

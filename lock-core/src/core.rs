@@ -28,8 +28,7 @@ use crate::LockError;
 type HolderId = (Arc<str>, Option<Arc<str>>);
 
 fn holder_id(lock: &HeldLock) -> HolderId {
-    let owner =
-        matches!(lock.key.kind, Kind::Read | Kind::Permits { .. }).then(|| lock.owner.clone());
+    let owner = lock.key.kind.is_shared().then(|| lock.owner.clone());
     (lock.key.id.clone(), owner)
 }
 

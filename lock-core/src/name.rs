@@ -67,10 +67,10 @@ impl Kind {
         }
     }
 
-    /// Whether holders share the primitive (reads, permits), so that a
-    /// release wakes every waiter instead of one.
+    /// Whether many owners hold the primitive at once (reads, permits):
+    /// another owner's hold does not make it busy.
     pub(crate) fn is_shared(self) -> bool {
-        matches!(self, Kind::Read | Kind::Write | Kind::Permits { .. })
+        matches!(self, Kind::Read | Kind::Permits { .. })
     }
 }
 
@@ -151,6 +151,12 @@ impl LockKey {
             channel: buf.into(),
             slot,
         })
+    }
+
+    /// The stem of the family's keys, `<prefix>{tag}` plus the family's
+    /// suffix (`lock:{x}:rw` for a read-write lock).
+    pub(crate) fn stem(&self) -> &Arc<str> {
+        &self.base
     }
 
     /// Another key of the lock's family: its stem plus `suffix`

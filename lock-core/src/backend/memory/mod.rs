@@ -390,8 +390,8 @@ impl State {
 
 /// The map key of a read-write lock's state: the stem shared by its read and
 /// write keys.
-fn rw_stem(key: &LockKey) -> Arc<str> {
-    key.aux("").into()
+fn rw_stem(key: &LockKey) -> &Arc<str> {
+    key.stem()
 }
 
 impl MemoryStore {
@@ -494,7 +494,7 @@ impl MemoryStore {
 
     fn rw_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
         let now = Instant::now();
-        let stem = rw_stem(key);
+        let stem = rw_stem(key).clone();
         let mut guard = self.inner.state.lock();
         if !guard.rw.contains_key(&stem) {
             guard.sweep(now);
@@ -621,7 +621,7 @@ impl MemoryStore {
     /// the last reader left.
     fn read_release(&self, key: &LockKey, owner: &str) -> bool {
         let now = Instant::now();
-        let stem = rw_stem(key);
+        let stem = rw_stem(key).clone();
         let mut state = self.inner.state.lock();
         let Some(lock) = state.rw.get_mut(&stem) else {
             return false;
@@ -644,7 +644,7 @@ impl MemoryStore {
     /// when that freed the lock or let readers in.
     fn write_release(&self, key: &LockKey, owner: &str, rollback: bool) -> bool {
         let now = Instant::now();
-        let stem = rw_stem(key);
+        let stem = rw_stem(key).clone();
         let mut state = self.inner.state.lock();
         let Some(lock) = state.rw.get_mut(&stem) else {
             return false;
@@ -669,7 +669,7 @@ impl MemoryStore {
     fn rw_force(&self, key: &LockKey) -> bool {
         let now = Instant::now();
         let mut state = self.inner.state.lock();
-        let existed = state.rw.remove(&*rw_stem(key)).is_some_and(|mut lock| {
+        let existed = state.rw.remove(&**rw_stem(key)).is_some_and(|mut lock| {
             lock.purge(now);
             !lock.idle()
         });
@@ -727,13 +727,13 @@ impl MemoryStore {
                 .map(|h| &mut h.expires_at),
             Kind::Write => state
                 .rw
-                .get_mut(&*rw_stem(key))
+                .get_mut(&**rw_stem(key))
                 .and_then(|rw| rw.writer.as_mut())
                 .filter(|w| w.live(now) && *w.owner == *owner)
                 .map(|w| &mut w.expires_at),
             Kind::Read => state
                 .rw
-                .get_mut(&*rw_stem(key))
+                .get_mut(&**rw_stem(key))
                 .and_then(|rw| rw.readers.get_mut(owner))
                 .filter(|e| **e > now),
             Kind::Permits { .. } => state
@@ -793,7 +793,7 @@ impl State {
                 .unwrap_or_default(),
             Kind::Read | Kind::Write => self
                 .rw
-                .get(&*rw_stem(key))
+                .get(&**rw_stem(key))
                 .map(|rw| {
                     let live = |map| live_by_deadline(map, now);
                     FamilyState {
@@ -946,7 +946,7 @@ impl Backend for MemoryStore {
                 Kind::Fair => state.fair.get(&*key.lock).and_then(|f| f.holder.as_ref()),
                 Kind::Write => state
                     .rw
-                    .get(&*rw_stem(key))
+                    .get(&**rw_stem(key))
                     .and_then(|rw| rw.writer.as_ref()),
                 Kind::Read | Kind::Permits { .. } => None,
             };

@@ -588,19 +588,15 @@ impl Scripts {
             Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
             Kind::Fair => self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
-                let mut keys = rw_keys(key);
-                keys[2] = key.channel.to_string(); // no counter: the channel last
-                keys.swap(2, 3);
-                one(evalsha(&self.family_force, &refs(&keys)))
-            }
-            Kind::Permits { .. } => {
                 let keys = [
-                    key.lock.to_string(),
-                    key.aux(":permits"),
+                    key.aux(":read"),
+                    key.aux(":write"),
+                    key.aux(":wait"),
                     key.channel.to_string(),
                 ];
                 one(evalsha(&self.family_force, &refs(&keys)))
             }
+            Kind::Permits { .. } => one(evalsha(&self.family_force, &refs(&permits_keys(key)))),
         }
     }
 
@@ -653,12 +649,7 @@ impl Scripts {
             cmd.arg(owner);
             cmd
         } else {
-            let keys = [
-                key.lock.to_string(),
-                key.aux(":permits"),
-                key.channel.to_string(),
-            ];
-            let mut cmd = evalsha(&self.permits_release, &refs(&keys));
+            let mut cmd = evalsha(&self.permits_release, &refs(&permits_keys(key)));
             cmd.arg(owner);
             cmd
         };
@@ -721,6 +712,15 @@ fn rw_keys(key: &LockKey) -> [String; 4] {
         key.aux(":write"),
         key.fence(),
         key.aux(":wait"),
+    ]
+}
+
+/// A semaphore's keys: its holders, their permits, the channel.
+fn permits_keys(key: &LockKey) -> [String; 3] {
+    [
+        key.lock.to_string(),
+        key.aux(":permits"),
+        key.channel.to_string(),
     ]
 }
 
