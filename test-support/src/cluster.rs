@@ -387,6 +387,18 @@ impl RedisCluster {
                     "node {i} sees {live_masters} masters serving slots, expected {masters}"
                 ));
             }
+            // Every node must also know every replica's master (gossip can
+            // lag the replicas' own link): `replicas_of` asks any node.
+            let replicas = view
+                .iter()
+                .filter(|e| e.is_live_replica() && e.master_id.is_some())
+                .count();
+            if replicas != total - masters {
+                return Err(format!(
+                    "node {i} sees {replicas} replicas with their master, expected {}",
+                    total - masters
+                ));
+            }
             let me = view
                 .iter()
                 .find(|e| e.has_flag("myself"))
