@@ -128,7 +128,12 @@ fn without_a_terminal_top_prints_one_snapshot() {
     let waiter = wait_for(&server, "top:a");
     let (token_a, token_b) = (token(&server, "top:a"), token(&server, "top:b"));
 
+    server.reset_command_stats();
     let out = output(lockctl(&server).arg("top"));
+    // SCAN, never KEYS; the waiters of every lock in one PUBSUB NUMSUB.
+    assert_eq!(server.command_calls("keys"), 0);
+    assert!(server.command_calls("scan") > 0);
+    assert_eq!(server.command_calls("pubsub|numsub"), 1);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("2 lock(s) held"), "{text}");
@@ -242,7 +247,7 @@ fn the_live_view_in_a_real_terminal() {
         eprintln!("SKIPPED the_live_view_in_a_real_terminal: tmux is not installed");
         return;
     }
-    let server = RedisServer::start();
+    let mut server = RedisServer::start();
     let tmux = Tmux {
         socket: format!("lockctl-top-{}", std::process::id()),
     };
@@ -325,6 +330,18 @@ fn the_live_view_in_a_real_terminal() {
     tmux.wait_for("top:a to go", |pane| pane.contains("(no locks held)"));
     stop(waiter);
 
+    // A Redis outage: an error line, and the view keeps retrying.
+    server.kill();
+    tmux.wait_for("the error line", |pane| {
+        pane.lines()
+            .any(|l| l.starts_with("error: ") && l.contains("retrying"))
+    });
+    server.restart();
+    let c = hold(&server, "top:c");
+    tmux.wait_for("the view to recover", |pane| {
+        !pane.contains("error: ") && columns(pane, "top:c").is_some()
+    });
+
     // `q` quits and the shell has its screen back.
     tmux.keys(&["q"]);
     let pane = tmux.wait_for("lockctl to exit", |pane| pane.contains("TOP-EXITED-0"));
@@ -341,4 +358,5 @@ fn the_live_view_in_a_real_terminal() {
     // The terminal is out of raw mode: a typed line runs.
     tmux.keys(&["echo typed-$((40+2))", "Enter"]);
     tmux.wait_for("the shell to run a line", |pane| pane.contains("typed-42"));
+    stop(c);
 }
