@@ -5,12 +5,18 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use lock_test_support::RedisServer;
+use lock_test_support::{RedisCluster, RedisMasters, RedisServer};
 
 /// Generous: the machine running the tests may be busy.
 const LONG: Duration = Duration::from_secs(60);
 
 fn lockctl(server: &RedisServer) -> Command {
+    let mut cmd = bare_lockctl();
+    cmd.arg("--url").arg(server.url());
+    cmd
+}
+
+fn bare_lockctl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     cmd.env_remove("REDIS_URL")
         .env_remove("LOCK_KEY_PREFIX")
@@ -18,8 +24,6 @@ fn lockctl(server: &RedisServer) -> Command {
         .env_remove("LOCK_SENTINEL")
         .env_remove("LOCK_SENTINEL_MASTER")
         .env_remove("LOCK_REDLOCK")
-        .arg("--url")
-        .arg(server.url())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -169,6 +173,70 @@ fn without_a_terminal_top_prints_one_snapshot() {
     stop(a);
     stop(b);
     stop(waiter);
+}
+
+/// `lockctl <backend> top --json`: the rows.
+fn top_json(backend: &[String]) -> Vec<serde_json::Value> {
+    let out = output(bare_lockctl().args(backend).args(["top", "--json"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    rows.as_array().unwrap().clone()
+}
+
+fn waiters_of(rows: &[serde_json::Value], name: &str) -> Option<u64> {
+    rows.iter()
+        .find(|row| row["name"] == name)
+        .and_then(|row| row["waiters"].as_u64())
+}
+
+/// The waiters are counted on Redlock (the masters) and on a cluster
+/// (`SHARDNUMSUB` on the master of each lock's slot), per lock.
+#[test]
+fn top_counts_waiters_on_redlock_and_cluster() {
+    let masters = RedisMasters::start(3);
+    let cluster = RedisCluster::start(3, 0);
+    let backends = [
+        vec!["--redlock".to_owned(), masters.urls().join(",")],
+        vec!["--cluster".to_owned(), cluster.urls()[0].clone()],
+    ];
+    for backend in &backends {
+        let run = |name: &str, extra: &[&str]| {
+            bare_lockctl()
+                .args(backend)
+                .args(["run", "--key", name])
+                .args(extra)
+                .spawn()
+                .unwrap()
+        };
+        // Two locks in different cluster slots.
+        let x = run("top:x", &["--", "sleep", "120"]);
+        let y = run("top:y", &["--", "sleep", "120"]);
+        wait_until("both locks listed", || {
+            let rows = top_json(backend);
+            waiters_of(&rows, "top:x") == Some(0) && waiters_of(&rows, "top:y") == Some(0)
+        });
+        let waiter = run("top:x", &["--wait", "2m", "--", "true"]);
+        wait_until("the waiter counted", || {
+            let rows = top_json(backend);
+            waiters_of(&rows, "top:x") == Some(1) && waiters_of(&rows, "top:y") == Some(0)
+        });
+        // Every snapshot counts it (not one that asked the right node by chance).
+        for _ in 0..6 {
+            assert_eq!(
+                waiters_of(&top_json(backend), "top:x"),
+                Some(1),
+                "{backend:?}"
+            );
+        }
+        stop(waiter);
+        stop(x);
+        stop(y);
+    }
 }
 
 /// tmux on its own socket, removed on drop.
