@@ -260,25 +260,50 @@ enum Waiters {
     /// A cluster: `PUBSUB SHARDNUMSUB` on each channel's master.
     Cluster {
         urls: Vec<String>,
+        tls: Option<redis::TlsCertificates>,
         conn: Option<redis::cluster_async::ClusterConnection>,
     },
     /// Sentinel: the master the sentinels name.
     Sentinel {
         sentinels: Vec<Node>,
         master: String,
+        tls: Option<redis::TlsCertificates>,
         node: Option<Node>,
     },
 }
 
+/// The `--tls-*` files as the redis crate takes them (`None` without them,
+/// or when they cannot be read: connecting says so).
+fn tls_of(args: &ConnectionArgs) -> Option<redis::TlsCertificates> {
+    let root_cert = match &args.tls_ca_cert {
+        Some(path) => Some(std::fs::read(path).ok()?),
+        None => None,
+    };
+    let client_tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: std::fs::read(cert).ok()?,
+            client_key: std::fs::read(key).ok()?,
+        }),
+        _ => None,
+    };
+    (root_cert.is_some() || client_tls.is_some()).then_some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    })
+}
+
 struct Node {
     url: String,
+    /// The `--tls-*` files, for a `rediss://` URL.
+    tls: Option<redis::TlsCertificates>,
     conn: Option<redis::aio::MultiplexedConnection>,
 }
 
 impl Node {
-    fn new(url: &str) -> Self {
+    fn new(url: &str, tls: &Option<redis::TlsCertificates>) -> Self {
         Node {
             url: url.to_owned(),
+            tls: tls.clone().filter(|_| url.starts_with("rediss:")),
             conn: None,
         }
     }
@@ -288,7 +313,10 @@ impl Node {
         timeout: Duration,
     ) -> redis::RedisResult<&mut redis::aio::MultiplexedConnection> {
         if self.conn.is_none() {
-            let client = redis::Client::open(self.url.as_str())?;
+            let client = match &self.tls {
+                Some(tls) => redis::Client::build_with_tls(self.url.as_str(), tls.clone())?,
+                None => redis::Client::open(self.url.as_str())?,
+            };
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout));
@@ -325,21 +353,24 @@ impl Node {
 
 impl Waiters {
     fn new(args: &ConnectionArgs) -> Self {
+        let tls = tls_of(args);
         if !args.cluster.is_empty() {
             Waiters::Cluster {
                 urls: args.cluster.clone(),
+                tls,
                 conn: None,
             }
         } else if !args.sentinel.is_empty() {
             Waiters::Sentinel {
-                sentinels: args.sentinel.iter().map(|u| Node::new(u)).collect(),
+                sentinels: args.sentinel.iter().map(|u| Node::new(u, &tls)).collect(),
                 master: args.master.clone().unwrap_or_default(),
+                tls,
                 node: None,
             }
         } else if !args.redlock.is_empty() {
-            Waiters::Nodes(args.redlock.iter().map(|u| Node::new(u)).collect())
+            Waiters::Nodes(args.redlock.iter().map(|u| Node::new(u, &tls)).collect())
         } else {
-            Waiters::Nodes(vec![Node::new(&args.url)])
+            Waiters::Nodes(vec![Node::new(&args.url, &tls)])
         }
     }
 
@@ -371,14 +402,16 @@ impl Waiters {
                     Err(last_err)
                 }
             }
-            Waiters::Cluster { urls, conn } => {
+            Waiters::Cluster { urls, tls, conn } => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 if conn.is_none() {
-                    let client = redis::cluster::ClusterClient::builder(urls.clone())
+                    let mut builder = redis::cluster::ClusterClient::builder(urls.clone())
                         .connection_timeout(timeout)
-                        .response_timeout(timeout)
-                        .build()
-                        .map_err(|e| e.to_string())?;
+                        .response_timeout(timeout);
+                    if let Some(tls) = tls {
+                        builder = builder.certs(tls.clone());
+                    }
+                    let client = builder.build().map_err(|e| e.to_string())?;
                     *conn = Some(
                         client
                             .get_async_connection()
@@ -410,10 +443,12 @@ impl Waiters {
             Waiters::Sentinel {
                 sentinels,
                 master,
+                tls,
                 node,
             } => {
                 let mut address = None;
                 let mut last_err = String::from("no sentinel answered");
+                let mut scheme = "redis";
                 for sentinel in sentinels.iter_mut() {
                     let asked = async {
                         let conn = sentinel.conn(timeout).await?;
@@ -426,7 +461,10 @@ impl Waiters {
                     .await;
                     match asked {
                         Ok(Some((host, port))) => {
-                            address = Some(format!("redis://{host}:{port}/"));
+                            if sentinel.url.starts_with("rediss:") {
+                                scheme = "rediss";
+                            }
+                            address = Some(format!("{scheme}://{host}:{port}/"));
                             break;
                         }
                         Ok(None) => last_err = format!("the sentinels do not know `{master}`"),
@@ -438,7 +476,7 @@ impl Waiters {
                 }
                 let address = address.ok_or(last_err)?;
                 if node.as_ref().is_none_or(|n| n.url != address) {
-                    *node = Some(Node::new(&address));
+                    *node = Some(Node::new(&address, tls));
                 }
                 let node = node.as_mut().expect("just set");
                 node.numsub(channels, timeout)
@@ -672,6 +710,13 @@ struct Screen;
 
 impl Screen {
     fn enter() -> std::io::Result<Self> {
+        // A panic's message must land on the restored terminal, not on the
+        // alternate screen that leaving it erases.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            Screen::restore();
+            hook(info);
+        }));
         terminal::enable_raw_mode()?;
         let screen = Screen;
         execute!(
@@ -701,14 +746,20 @@ impl Screen {
     }
 }
 
-impl Drop for Screen {
-    fn drop(&mut self) {
+impl Screen {
+    fn restore() {
         let _ = execute!(
             std::io::stdout(),
             cursor::Show,
             terminal::LeaveAlternateScreen
         );
         let _ = terminal::disable_raw_mode();
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        Screen::restore();
     }
 }
 

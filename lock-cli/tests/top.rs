@@ -5,7 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use lock_test_support::{RedisCluster, RedisMasters, RedisServer};
+use lock_test_support::{RedisCluster, RedisMasters, RedisServer, ServerOptions};
 
 /// Generous: the machine running the tests may be busy.
 const LONG: Duration = Duration::from_secs(60);
@@ -205,38 +205,59 @@ fn top_counts_waiters_on_redlock_and_cluster() {
         vec!["--cluster".to_owned(), cluster.urls()[0].clone()],
     ];
     for backend in &backends {
-        let run = |name: &str, extra: &[&str]| {
-            bare_lockctl()
-                .args(backend)
-                .args(["run", "--key", name])
-                .args(extra)
-                .spawn()
-                .unwrap()
-        };
-        // Two locks in different cluster slots.
-        let x = run("top:x", &["--", "sleep", "120"]);
-        let y = run("top:y", &["--", "sleep", "120"]);
-        wait_until("both locks listed", || {
-            let rows = top_json(backend);
-            waiters_of(&rows, "top:x") == Some(0) && waiters_of(&rows, "top:y") == Some(0)
-        });
-        let waiter = run("top:x", &["--wait", "2m", "--", "true"]);
-        wait_until("the waiter counted", || {
-            let rows = top_json(backend);
-            waiters_of(&rows, "top:x") == Some(1) && waiters_of(&rows, "top:y") == Some(0)
-        });
-        // Every snapshot counts it (not one that asked the right node by chance).
-        for _ in 0..6 {
-            assert_eq!(
-                waiters_of(&top_json(backend), "top:x"),
-                Some(1),
-                "{backend:?}"
-            );
-        }
-        stop(waiter);
-        stop(x);
-        stop(y);
+        check_waiters_counted(backend);
     }
+}
+
+/// Over TLS with `--tls-ca-cert`: the waiter connections trust the CA too.
+#[test]
+fn top_counts_waiters_over_tls() {
+    let server = RedisServer::start_with(ServerOptions::new().tls());
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, server.ca_cert_pem().unwrap()).unwrap();
+    check_waiters_counted(&[
+        "--url".to_owned(),
+        server.url(),
+        "--tls-ca-cert".to_owned(),
+        ca.display().to_string(),
+    ]);
+}
+
+/// Two locks held through `backend`, a client waiting for one of them:
+/// every snapshot counts 1 waiter for it and none for the other.
+fn check_waiters_counted(backend: &[String]) {
+    let run = |name: &str, extra: &[&str]| {
+        bare_lockctl()
+            .args(backend)
+            .args(["run", "--key", name])
+            .args(extra)
+            .spawn()
+            .unwrap()
+    };
+    // Two locks in different cluster slots.
+    let x = run("top:x", &["--", "sleep", "120"]);
+    let y = run("top:y", &["--", "sleep", "120"]);
+    wait_until("both locks listed", || {
+        let rows = top_json(backend);
+        waiters_of(&rows, "top:x") == Some(0) && waiters_of(&rows, "top:y") == Some(0)
+    });
+    let waiter = run("top:x", &["--wait", "2m", "--", "true"]);
+    wait_until("the waiter counted", || {
+        let rows = top_json(backend);
+        waiters_of(&rows, "top:x") == Some(1) && waiters_of(&rows, "top:y") == Some(0)
+    });
+    // Every snapshot counts it (not one that asked the right node by chance).
+    for _ in 0..6 {
+        assert_eq!(
+            waiters_of(&top_json(backend), "top:x"),
+            Some(1),
+            "{backend:?}"
+        );
+    }
+    stop(waiter);
+    stop(x);
+    stop(y);
 }
 
 /// tmux on its own socket, removed on drop.
