@@ -5,7 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use lock_test_support::{RedisCluster, RedisMasters, RedisServer, ServerOptions};
+use lock_test_support::{RedisCluster, RedisMasters, RedisSentinels, RedisServer, ServerOptions};
 
 /// Generous: the machine running the tests may be busy.
 const LONG: Duration = Duration::from_secs(60);
@@ -194,15 +194,23 @@ fn waiters_of(rows: &[serde_json::Value], name: &str) -> Option<u64> {
         .and_then(|row| row["waiters"].as_u64())
 }
 
-/// The waiters are counted on Redlock (the masters) and on a cluster
-/// (`SHARDNUMSUB` on the master of each lock's slot), per lock.
+/// The waiters are counted on Redlock (the masters), on a cluster
+/// (`SHARDNUMSUB` on the master of each lock's slot) and on Sentinel (the
+/// master the sentinels name), per lock.
 #[test]
-fn top_counts_waiters_on_redlock_and_cluster() {
+fn top_counts_waiters_on_redlock_cluster_and_sentinel() {
     let masters = RedisMasters::start(3);
     let cluster = RedisCluster::start(3, 0);
+    let sentinels = RedisSentinels::start("topmaster");
     let backends = [
         vec!["--redlock".to_owned(), masters.urls().join(",")],
         vec!["--cluster".to_owned(), cluster.urls()[0].clone()],
+        vec![
+            "--sentinel".to_owned(),
+            sentinels.sentinel_urls().join(","),
+            "--master".to_owned(),
+            "topmaster".to_owned(),
+        ],
     ];
     for backend in &backends {
         check_waiters_counted(backend);
