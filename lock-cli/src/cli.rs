@@ -25,6 +25,7 @@ Examples:
   lockctl --url redis://127.0.0.1:6379/ run --key backup --wait 10s -- /usr/local/bin/backup.sh
   REDIS_URL=rediss://ops:secret@redis.internal:6380/ lockctl status backup
   lockctl list --prefix report: --json
+  lockctl top --prefix report:
   lockctl release --force backup";
 
 const RUN_HELP: &str = "\
