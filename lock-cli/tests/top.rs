@@ -457,3 +457,42 @@ fn the_live_view_in_a_real_terminal() {
     tmux.wait_for("the shell to run a line", |pane| pane.contains("typed-42"));
     stop(c);
 }
+
+/// The README's ACL rule for `top`: the `status` rule counts no waiters (`?`,
+/// and a line on stderr, exit 0); with `+pubsub|numsub` it does.
+#[test]
+fn the_readme_acl_rule_is_enough_for_top() {
+    let status_rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                       +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
+                       +scan +type +hgetall +get";
+    for (extra, counted) in [("", false), (" +pubsub|numsub", true)] {
+        let rule = format!("{status_rule}{extra}");
+        let mut options = ServerOptions::new().arg("--user").arg("ops");
+        for part in rule.split_whitespace() {
+            options = options.arg(part);
+        }
+        let server = RedisServer::start_with(options);
+        let backend = ["--url".to_owned(), server.url_with_auth("ops", "pw")];
+        let holder = bare_lockctl()
+            .args(&backend)
+            .args(["run", "--key", "acl", "--", "sleep", "120"])
+            .spawn()
+            .unwrap();
+        wait_until("the lock listed", || {
+            top_json(&backend).iter().any(|row| row["name"] == "acl")
+        });
+        let out = output(bare_lockctl().args(&backend).arg("top"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let errors = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{rule}: {errors}");
+        let row = columns(&text, "acl").unwrap_or_else(|| panic!("{text}"));
+        if counted {
+            assert_eq!(row.last(), Some(&"0"), "{rule}: {text} {errors}");
+            assert!(errors.is_empty(), "{errors}");
+        } else {
+            assert_eq!(row.last(), Some(&"?"), "{rule}: {text}");
+            assert!(errors.contains("cannot count the waiters"), "{errors}");
+        }
+        stop(holder);
+    }
+}
