@@ -577,7 +577,7 @@ fn number_text(number: Option<u64>) -> String {
 
 /// Writes `text` to stdout. A closed pipe (`lockctl list | head -1`) is not
 /// an error; other write errors are.
-fn print_out(text: &str) -> Result<(), Failure> {
+pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -592,7 +592,7 @@ fn print_out(text: &str) -> Result<(), Failure> {
     }
 }
 
-fn to_json<T: Serialize>(value: &T) -> Result<String, Failure> {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<String, Failure> {
     serde_json::to_string_pretty(value)
         .map_err(|err| Failure::new(exit::SOFTWARE, format!("cannot write JSON: {err}")))
 }

@@ -25,6 +25,7 @@ Examples:
   lockctl --url redis://127.0.0.1:6379/ run --key backup --wait 10s -- /usr/local/bin/backup.sh
   REDIS_URL=rediss://ops:secret@redis.internal:6380/ lockctl status backup
   lockctl list --prefix report: --json
+  lockctl top --prefix report:
   lockctl release --force backup";
 
 const RUN_HELP: &str = "\
@@ -106,6 +107,31 @@ out at its next renewal (a third of its lease), terminates its command and exits
 --fair the lock goes to the head of its queue, as on a release; with --read-write every reader, \
 the writer and the waiting writers' places are deleted; with --semaphore every holder's \
 permits.";
+
+const TOP_HELP: &str = "\
+A live view for operators, refreshed every --interval: the locks held (found with SCAN, read \
+with pipelines, never a blocking command), each with its holder, fencing token, lease left as \
+a bar and in seconds, how long the view has seen the current holder hold it, and its waiters.
+
+WAITERS counts the clients subscribed to the lock's wake-up channel (PUBSUB NUMSUB; SHARDNUMSUB \
+on a cluster): a client process waiting with many tasks counts once. It counts waiting clients, \
+not tasks. HOLD is measured by the view from when it first saw the current fencing token, so a \
+lock held before the view started shows the time since the view started (marked with >=); a \
+single snapshot shows no hold time.
+
+Keys: q (or Esc, Ctrl-C) quits; n, o, k, t, h, w sort by name, owner, token, ttl, hold, waiters \
+(again: reverse); s cycles the sort column; / edits the name-prefix filter (Enter applies, Esc \
+cancels). A Redis outage shows an error line and the view keeps retrying.
+
+When stdout is not a terminal, lockctl top prints one snapshot as a table (or JSON with \
+--json) and exits 0.";
+
+const TOP_VIEW_EXAMPLES: &str = "\
+Examples:
+  lockctl top
+  lockctl top --prefix report: --sort ttl --interval 2s
+  lockctl top --json | jq '.[] | select(.waiters > 0)'
+  lockctl top > snapshot.txt               # one snapshot, no terminal";
 
 /// Run a command under a distributed lock on Redis (a distributed flock), and
 /// inspect or force-release locks.
@@ -221,6 +247,10 @@ pub(crate) enum Command {
     /// Delete a lock whoever holds it, waking a waiter (operator override; needs --force).
     #[command(after_help = RELEASE_EXAMPLES)]
     Release(ReleaseArgs),
+    /// A live view of the locks held: holder, token, lease left, hold time, waiters
+    /// (one snapshot when stdout is not a terminal).
+    #[command(visible_alias = "watch", long_about = TOP_HELP, after_help = TOP_VIEW_EXAMPLES)]
+    Top(TopArgs),
 }
 
 /// Options of `lockctl run`.
@@ -396,6 +426,30 @@ pub(crate) struct ListArgs {
     pub(crate) prefix: String,
 
     /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lockctl top`.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// Show only locks whose name starts with this (`/` in the view changes it).
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub(crate) prefix: String,
+
+    /// How often the view refreshes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive)]
+    pub(crate) interval: Duration,
+
+    /// The lease the lease-left bar is drawn against (default: 30s, or the longest TTL seen).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive)]
+    pub(crate) lease: Option<Duration>,
+
+    /// The column to sort by (keys in the view: n, o, k, t, h, w; s cycles).
+    #[arg(long, value_enum, default_value_t = crate::top::SortBy::Name)]
+    pub(crate) sort: crate::top::SortBy,
+
+    /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -11,6 +11,7 @@ mod cli;
 mod connect;
 mod exit;
 mod run;
+mod top;
 
 use std::process::ExitCode;
 
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
             Command::Status(args) => admin::status(connection, args).await,
             Command::List(args) => admin::list(connection, args).await,
             Command::Release(args) => admin::release(connection, args).await,
+            Command::Top(args) => top::top(connection, args).await,
         }
     });
     match result {

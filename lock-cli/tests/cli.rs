@@ -711,7 +711,14 @@ fn wrong_password_is_one_line_without_the_password() {
 
 #[test]
 fn every_command_has_help_with_examples() {
-    for command in [&[][..], &["run"], &["status"], &["list"], &["release"]] {
+    for command in [
+        &[][..],
+        &["run"],
+        &["status"],
+        &["list"],
+        &["release"],
+        &["top"],
+    ] {
         let output = complete(bare_lockctl().args(command).arg("--help"));
         assert_eq!(code(&output), 0, "{command:?}");
         let help = stdout(&output);
