@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, RenewItem, Renewal};
 use crate::held::{HeldLock, HoldState};
+use crate::meter;
 use crate::sync::Mutex;
 use crate::task::Supervised;
 
@@ -126,9 +127,18 @@ impl Shared {
             .collect();
         let sent = Instant::now();
         let outcomes = self.backend.renew(&items, self.lease).await;
+        meter::renewal_round(sent.elapsed());
         self.rounds.fetch_add(1, Ordering::Relaxed);
         let mut failed = false;
         for (lock, outcome) in locks.iter().zip(outcomes) {
+            if let Some(labels) = lock.meter.labels() {
+                let outcome = match outcome {
+                    Renewal::Renewed => "renewed",
+                    Renewal::Gone => "lost",
+                    Renewal::Failed(_) => "error",
+                };
+                labels.renewal(outcome, lock.valid_until().saturating_duration_since(sent));
+            }
             match outcome {
                 Renewal::Renewed => lock.renewed(sent),
                 // A lock released while this round was in flight is gone
