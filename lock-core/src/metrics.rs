@@ -106,3 +106,240 @@ impl fmt::Debug for NameLabel {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use std::cell::RefCell;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+    use metrics_util::CompositeKey;
+
+    use super::*;
+    use crate::{LockClient, MemoryStore};
+
+    /// What the recorder saw: its snapshots drain it (counters and gauges
+    /// start at 0 again, histograms empty), so every snapshot is kept, and
+    /// the values of a series over all snapshots add up.
+    struct Snap {
+        snapshotter: Snapshotter,
+        seen: RefCell<Vec<(CompositeKey, Value)>>,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Value {
+        Counter(u64),
+        Gauge(f64),
+        Histogram(Vec<f64>),
+    }
+
+    impl From<DebugValue> for Value {
+        fn from(value: DebugValue) -> Self {
+            match value {
+                DebugValue::Counter(n) => Value::Counter(n),
+                DebugValue::Gauge(x) => Value::Gauge(x.into_inner()),
+                DebugValue::Histogram(xs) => {
+                    Value::Histogram(xs.into_iter().map(|x| x.into_inner()).collect())
+                }
+            }
+        }
+    }
+
+    /// The values of metric `name` whose labels include all of `labels`.
+    fn values(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> Vec<Value> {
+        let mut seen = snap.seen.borrow_mut();
+        seen.extend(
+            snap.snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .map(|(key, _, _, value)| (key, value.into())),
+        );
+        seen.iter()
+            .cloned()
+            .filter(|(key, _)| {
+                key.key().name() == name
+                    && labels.iter().all(|(k, v)| {
+                        key.key()
+                            .labels()
+                            .any(|label| label.key() == *k && label.value() == *v)
+                    })
+            })
+            .map(|(_, value)| value)
+            .collect()
+    }
+
+    fn counter(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
+        values(snap, name, labels)
+            .into_iter()
+            .map(|value| match value {
+                Value::Counter(n) => n,
+                other => panic!("{name} is not a counter: {other:?}"),
+            })
+            .sum()
+    }
+
+    fn gauge(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> f64 {
+        values(snap, name, labels)
+            .into_iter()
+            .map(|value| match value {
+                Value::Gauge(n) => n,
+                other => panic!("{name} is not a gauge: {other:?}"),
+            })
+            .sum()
+    }
+
+    fn histogram(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        values(snap, name, labels)
+            .into_iter()
+            .flat_map(|value| match value {
+                Value::Histogram(v) => v,
+                other => panic!("{name} is not a histogram: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// Runs `test` on a paused current-thread runtime with a local
+    /// debugging recorder (so that tests running at once do not mix).
+    fn with_recorder<F: std::future::Future<Output = ()>>(test: impl FnOnce(Snap) -> F) {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = Snap {
+            snapshotter: recorder.snapshotter(),
+            seen: RefCell::default(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        metrics::with_local_recorder(&recorder, || runtime.block_on(test(snapshotter)));
+    }
+
+    #[test]
+    fn acquisitions_waits_holds_and_renewals_are_counted() {
+        with_recorder(|snap| async move {
+            let client = LockClient::builder()
+                .lease(Duration::from_secs(3))
+                .memory(MemoryStore::new())
+                .unwrap();
+            let guard = client.lock("a").acquire().await.unwrap();
+            assert_eq!(gauge(&snap, HELD, &[("kind", "lock")]), 1.0);
+
+            // Busy: one try. Timed out: a wait in another scope.
+            assert!(client.lock("a").try_acquire().await.unwrap().is_none());
+            let waiting = tokio::spawn(client.lock("a").wait(Duration::from_millis(500)).acquire());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(gauge(&snap, WAITERS, &[("kind", "lock")]), 1.0);
+            assert!(matches!(
+                waiting.await.unwrap(),
+                Err(crate::LockError::TimedOut { .. })
+            ));
+            assert_eq!(gauge(&snap, WAITERS, &[("kind", "lock")]), 0.0);
+
+            // Renewals every lease/3.
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            assert!(counter(&snap, RENEWALS, &[("outcome", "renewed")]) >= 2);
+            let slack = histogram(&snap, LEASE_SLACK_SECONDS, &[("kind", "lock")]);
+            assert!(
+                !slack.is_empty() && slack.iter().all(|s| *s > 0.0 && *s <= 3.0),
+                "{slack:?}"
+            );
+            assert!(!histogram(&snap, RENEWAL_SECONDS, &[]).is_empty());
+
+            guard.release().await.unwrap();
+            assert_eq!(gauge(&snap, HELD, &[("kind", "lock")]), 0.0);
+            let holds = histogram(&snap, HOLD_SECONDS, &[("kind", "lock")]);
+            assert_eq!(holds.len(), 1);
+            assert!(holds[0] >= 2.5, "{holds:?}");
+
+            let acquisitions = |outcome| {
+                counter(
+                    &snap,
+                    ACQUISITIONS,
+                    &[("kind", "lock"), ("outcome", outcome)],
+                )
+            };
+            assert_eq!(acquisitions("acquired"), 1);
+            assert_eq!(acquisitions("busy"), 1);
+            assert_eq!(acquisitions("timed_out"), 1);
+            assert_eq!(acquisitions("error"), 0);
+            assert_eq!(histogram(&snap, WAIT_SECONDS, &[("kind", "lock")]).len(), 1);
+            // No name label unless asked for.
+            assert!(values(&snap, ACQUISITIONS, &[("name", "a")]).is_empty());
+        });
+    }
+
+    #[test]
+    fn a_loss_is_counted_with_the_name_when_asked() {
+        fn pattern(name: &str) -> String {
+            name.split_once(':')
+                .map_or(name, |(family, _)| family)
+                .to_owned()
+                + ":*"
+        }
+        with_recorder(|snap| async move {
+            let client = LockClient::builder()
+                .lease(Duration::from_secs(3))
+                .metrics_names(NameLabel::Pattern(pattern))
+                .memory(MemoryStore::new())
+                .unwrap();
+            let guard = client.lock("order:1").acquire().await.unwrap();
+            assert!(client.force_release("order:1").await.unwrap());
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert!(!guard.is_held());
+            let labels = [("kind", "lock"), ("name", "order:*")];
+            assert_eq!(counter(&snap, LOST, &labels), 1);
+            assert_eq!(
+                counter(&snap, RENEWALS, &[("outcome", "lost"), ("name", "order:*")]),
+                1
+            );
+            assert_eq!(gauge(&snap, HELD, &labels), 0.0);
+            assert_eq!(histogram(&snap, HOLD_SECONDS, &labels).len(), 1);
+            drop(guard);
+            assert_eq!(
+                counter(
+                    &snap,
+                    ACQUISITIONS,
+                    &[("outcome", "acquired"), ("name", "order:*")]
+                ),
+                1
+            );
+        });
+    }
+
+    #[test]
+    fn a_fair_lock_handed_over_is_counted() {
+        with_recorder(|snap| async move {
+            let client = LockClient::builder()
+                .metrics_names(NameLabel::Full)
+                .memory(MemoryStore::new())
+                .unwrap();
+            let guard = client.fair_lock("f").acquire().await.unwrap();
+            let waiting =
+                tokio::spawn(client.fair_lock("f").wait(Duration::from_secs(5)).acquire());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                gauge(&snap, WAITERS, &[("kind", "fair"), ("name", "f")]),
+                1.0
+            );
+            guard.release().await.unwrap();
+            let next = waiting.await.unwrap().unwrap();
+            assert_eq!(
+                counter(&snap, HAND_OFFS, &[("kind", "fair"), ("name", "f")]),
+                1
+            );
+            assert_eq!(gauge(&snap, WAITERS, &[("kind", "fair")]), 0.0);
+            assert_eq!(gauge(&snap, HELD, &[("kind", "fair")]), 1.0);
+            next.release().await.unwrap();
+            assert_eq!(
+                counter(
+                    &snap,
+                    ACQUISITIONS,
+                    &[("kind", "fair"), ("outcome", "acquired")]
+                ),
+                2
+            );
+        });
+    }
+}
