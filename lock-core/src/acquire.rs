@@ -512,7 +512,8 @@ impl Request<'_> {
                 sent,
             )
             .holding_at_least(self.at_least)
-            .metered(self.labels.clone()),
+            .metered(self.labels.clone())
+            .spanned(),
         );
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock

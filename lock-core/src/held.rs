@@ -72,6 +72,9 @@ pub(crate) struct HeldLock {
     lost: Notify,
     /// Its metrics (nothing without the `metrics` feature).
     pub(crate) meter: HoldMeter,
+    /// The `lock_hold` tracing span: from the grant until the lock is
+    /// dropped (released, or its last guard gone after a loss).
+    _span: tracing::Span,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -100,7 +103,24 @@ impl HeldLock {
             }),
             lost: Notify::new(),
             meter: HoldMeter::default(),
+            _span: tracing::Span::none(),
         }
+    }
+
+    /// Opens the lock's `lock_hold` span (key, kind, owner, token), which
+    /// follows from the current span (the acquisition's).
+    pub(crate) fn spanned(mut self) -> Self {
+        let span = tracing::debug_span!(
+            parent: None,
+            "lock_hold",
+            key = %self.key.name,
+            kind = self.key.kind.describe(),
+            owner = %self.owner,
+            token = self.token,
+        );
+        span.follows_from(tracing::Span::current());
+        self._span = span;
+        self
     }
 
     /// Reports the lock's metrics with `labels`.
