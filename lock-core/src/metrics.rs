@@ -9,7 +9,7 @@
 //!
 //! | Name | Type | Unit | Labels | What |
 //! |------|------|------|--------|------|
-//! | `distributed_lock_acquisitions_total` | counter | | `kind`, `outcome` | Acquisitions that ended, by how they ended: `acquired`, `busy` (a single try found the lock held), `timed_out` (a wait ran out), `error` (any other error, e.g. the backend failed or the client shuts down). Re-entering a lock the caller's scope holds is not an acquisition. |
+//! | `distributed_lock_acquisitions_total` | counter | | `kind`, `outcome` | Acquisitions that ended, by how they ended: `acquired`, `busy` (a single try found the lock held), `timed_out` (a wait ran out), `error` (any other error, e.g. the backend failed or the client shuts down). Not counted: re-entering a lock the caller's scope holds, and requests refused before any attempt (bad input, a client already shutting down, a wait on a lock another client of this process holds). |
 //! | `distributed_lock_wait_seconds` | histogram | seconds | `kind` | From the call to the grant, for acquisitions that got the lock. |
 //! | `distributed_lock_hold_seconds` | histogram | seconds | `kind` | From the grant until the lock was released or lost. |
 //! | `distributed_lock_held` | gauge | | `kind` | Locks this process holds now (re-entries count once). |
