@@ -157,7 +157,6 @@ mod tests {
                 .map(|(key, _, _, value)| (key, value.into())),
         );
         seen.iter()
-            .cloned()
             .filter(|(key, _)| {
                 key.key().name() == name
                     && labels.iter().all(|(k, v)| {
@@ -166,7 +165,7 @@ mod tests {
                             .any(|label| label.key() == *k && label.value() == *v)
                     })
             })
-            .map(|(_, value)| value)
+            .map(|(_, value)| value.clone())
             .collect()
     }
 
