@@ -102,7 +102,7 @@ impl HeldLock {
                 surrendered: false,
             }),
             lost: Notify::new(),
-            meter: HoldMeter::default(),
+            meter: HoldMeter::none(),
             _span: tracing::Span::none(),
         }
     }

@@ -126,21 +126,20 @@ mod on {
         counted: AtomicBool,
     }
 
-    impl Default for HoldMeter {
-        fn default() -> Self {
+    impl HoldMeter {
+        /// Reports nothing.
+        pub(crate) fn none() -> Self {
             HoldMeter {
                 labels: None,
                 granted: Instant::now(),
                 counted: AtomicBool::new(false),
             }
         }
-    }
 
-    impl HoldMeter {
         pub(crate) fn new(labels: Labels) -> Self {
             HoldMeter {
                 labels: Some(labels),
-                ..HoldMeter::default()
+                ..HoldMeter::none()
             }
         }
 
@@ -206,10 +205,14 @@ mod off {
     #[inline]
     pub(crate) fn renewal_round(_elapsed: Duration) {}
 
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     pub(crate) struct HoldMeter;
 
     impl HoldMeter {
+        #[inline]
+        pub(crate) fn none() -> Self {
+            HoldMeter
+        }
         #[inline]
         pub(crate) fn new(_labels: Labels) -> Self {
             HoldMeter
