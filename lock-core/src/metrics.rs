@@ -25,9 +25,9 @@
 //! # Cardinality
 //!
 //! By default no label carries the lock's name: the number of series is
-//! fixed, whatever the names. [`LockClientBuilder::metrics_names`]
-//! (crate::LockClientBuilder::metrics_names) adds a `name` label to the
-//! per-lock metrics (all but `distributed_lock_renewal_seconds`): the name
+//! fixed, whatever the names.
+//! [`LockClientBuilder::metrics_names`](crate::LockClientBuilder::metrics_names)
+//! adds a `name` label to the per-lock metrics (all but `distributed_lock_renewal_seconds`): the name
 //! itself ([`NameLabel::Full`], for a small fixed set of names), or what a
 //! function makes of it ([`NameLabel::Pattern`], e.g. `order:42` →
 //! `order:*`).
