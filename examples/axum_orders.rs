@@ -19,6 +19,15 @@
 //!
 //! One gets `200` with an `x-fencing-token` header, the other
 //! `409 Conflict` with `Retry-After: 1`.
+//!
+//! With the `metrics` feature, `GET /metrics` serves the lock metrics (see
+//! `distributed_lock::metrics`) in Prometheus' text format, through
+//! `metrics-exporter-prometheus`:
+//!
+//! ```sh
+//! cargo run --example axum_orders --features metrics
+//! curl -s localhost:3000/metrics | grep distributed_lock_acquisitions_total
+//! ```
 
 use std::time::Duration;
 
@@ -120,7 +129,7 @@ async fn show(State(app): State<App>, Path(id): Path<u64>) -> String {
     format!("order {id}: paid {paid_cents} cents, last claimed by token {fence}\n")
 }
 
-fn router(client: LockClient) -> Router {
+pub(crate) fn router(client: LockClient) -> Router {
     // Only the payment is locked; reading an order is not. Order ids are
     // numbers: a request for `/orders/abc/pay` is refused with 400 before any
     // lock is taken (axum's `Path<u64>` would refuse it too, but only after
@@ -144,6 +153,26 @@ fn router(client: LockClient) -> Router {
         })
 }
 
+/// Adds `GET /metrics`: what the Prometheus recorder behind `handle` holds
+/// (the lock metrics among them), in Prometheus' text format. Not locked:
+/// the route comes after the lock layer.
+#[cfg(feature = "metrics")]
+pub(crate) fn with_metrics(
+    router: Router,
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> Router {
+    router.route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move {
+                handle.run_upkeep();
+                handle.render()
+            }
+        }),
+    )
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = match std::env::var("REDIS_URL") {
@@ -165,7 +194,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = TcpListener::bind(&addr).await?;
     let addr = listener.local_addr()?;
-    let server = tokio::spawn(async move { axum::serve(listener, router(client)).await });
+    let app = router(client);
+    #[cfg(feature = "metrics")]
+    let app = with_metrics(
+        app,
+        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?,
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
     if !demo {
         println!("listening on http://{addr}");
         println!("try: curl -i -X POST http://{addr}/orders/1/pay");
@@ -191,12 +226,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("POST {path} -> {status} {body}");
     let (_, _, _, order) = http::get(addr, "/orders/1").await?;
     println!("GET /orders/1 -> {order}");
+    #[cfg(feature = "metrics")]
+    {
+        let (_, _, _, metrics) = http::get(addr, "/metrics").await?;
+        println!("GET /metrics (the acquisitions) ->");
+        for line in metrics
+            .lines()
+            .filter(|line| line.starts_with("distributed_lock_acquisitions_total"))
+        {
+            println!("  {line}");
+        }
+    }
     server.abort();
     Ok(())
 }
 
-/// A minimal HTTP/1 client for the demo.
-mod http {
+/// A minimal HTTP/1 client for the demo (and `tests/metrics_http.rs`).
+pub(crate) mod http {
     use std::net::SocketAddr;
 
     use bytes::Bytes;
@@ -204,7 +250,8 @@ mod http {
     use hyper_util::rt::TokioIo;
     use tokio::net::TcpStream;
 
-    type Reply = (String, u16, String, String);
+    /// The path, the status, the `retry-after` header (`-` if none), the body.
+    pub(crate) type Reply = (String, u16, String, String);
 
     async fn send(addr: SocketAddr, method: &str, path: &str) -> Result<Reply, hyper::Error> {
         let stream = TcpStream::connect(addr)
@@ -232,11 +279,11 @@ mod http {
         Ok((path.to_owned(), status, retry_after, body))
     }
 
-    pub(super) async fn post(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
+    pub(crate) async fn post(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
         send(addr, "POST", path).await
     }
 
-    pub(super) async fn get(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
+    pub(crate) async fn get(addr: SocketAddr, path: &'static str) -> Result<Reply, hyper::Error> {
         send(addr, "GET", path).await
     }
 }

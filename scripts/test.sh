@@ -59,4 +59,6 @@ echo "using $(redis-server --version)"
 # tests, through the root package's dev-dependencies, so their tests run
 # without a build per feature.
 cargo test --workspace --all-targets
+# The root package's own features: the metrics scrape of the axum example.
+cargo test --features metrics --test metrics_http
 cargo test --workspace --doc

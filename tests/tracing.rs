@@ -1,4 +1,5 @@
-//! The lock's `tracing` events carry the lock name.
+//! The lock's `tracing` events carry the lock name, and acquisitions run in
+//! a `lock_acquire` span.
 
 use distributed_lock::{LockClient, MemoryStore};
 
@@ -63,4 +64,11 @@ async fn lock_events_are_traced_with_their_key() {
             "no `{event}` event with its key in:\n{log}"
         );
     }
+    // The acquisition's span carries the key and the owner.
+    assert!(
+        log.lines().any(|line| line.contains("lock acquired")
+            && line.contains("lock_acquire{key=traced:order")
+            && line.contains("owner=")),
+        "no `lock acquired` event in a `lock_acquire` span in:\n{log}"
+    );
 }

@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Attempt, Renewal};
 use crate::core::ClientCore;
 use crate::held::{HeldLock, Lease};
 use crate::lease::{self, Wait};
+use crate::meter::Labels;
 use crate::name::{Kind, LockKey};
 use crate::scope::{Attempting, Scope};
 use crate::wake::WaitSet;
@@ -107,26 +109,43 @@ pub(crate) async fn acquire_kind(
     if core.is_closing() {
         return Err(core.shutting_down(&key.name));
     }
+    let labels = Labels::new(&core.meter_names, &key);
     let request = Request {
         core,
         key: &key,
         scope: &scope,
         lease,
         at_least,
+        labels: &labels,
     };
+    let span = tracing::debug_span!(
+        "lock_acquire",
+        key = %key.name,
+        kind = kind.describe(),
+        owner = %scope.owner,
+        token = tracing::field::Empty,
+    );
+    let started = Instant::now();
     // The client's shutdown ends every wait at once (an attempt cut short
     // is taken back like any dropped one).
-    let lock = tokio::select! {
-        biased;
-        () = core.closing.started() => return Err(core.shutting_down(&key.name)),
-        lock = async {
-            if kind == Kind::Exclusive {
-                request.run(wait).await
-            } else {
-                request.run_family(wait).await
-            }
-        } => lock?,
-    };
+    let lock = async {
+        tokio::select! {
+            biased;
+            () = core.closing.started() => Err(core.shutting_down(&key.name)),
+            lock = async {
+                if kind == Kind::Exclusive {
+                    request.run(wait).await
+                } else {
+                    request.run_family(wait).await
+                }
+            } => lock,
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    labels.acquisition(&lock, started.elapsed());
+    let lock = lock?;
+    span.record("token", lock.token);
     Ok(Acquired { lock, scope })
 }
 
@@ -176,6 +195,8 @@ struct Request<'a> {
     lease: Lease,
     /// Held at least this long after the grant, even if released earlier.
     at_least: Option<Duration>,
+    /// The labels of the lock's metrics.
+    labels: &'a Labels,
 }
 
 impl Request<'_> {
@@ -231,6 +252,7 @@ impl Request<'_> {
     ) -> Result<Arc<HeldLock>, LockError> {
         let core = self.core;
         let key = self.key;
+        let _waiting = self.labels.waiting();
         // Register before the next attempt: a release between that attempt
         // and the wait below still wakes us.
         let mut waiter = match waiter {
@@ -350,6 +372,7 @@ impl Request<'_> {
             _ => None,
         };
         let mut handed: Option<u64> = None;
+        let mut _waiting = None;
         let mut last_sent = started;
         // The lease a release hands the fair lock over with.
         let claim = self.lease.duration().min(lease::QUEUE_PRESENCE);
@@ -361,6 +384,7 @@ impl Request<'_> {
                 // it (and restarts the lease).
                 Some(token) if Instant::now().saturating_duration_since(last_sent) <= claim / 2 => {
                     let pending = self.pending();
+                    self.labels.hand_off();
                     self.hold(token, last_sent, pending).map(|lock| {
                         lock.cap_validity(lease::valid_until(last_sent, claim));
                         if claim < self.lease.duration() {
@@ -405,6 +429,7 @@ impl Request<'_> {
             let Some(waiting) = waiter.as_mut() else {
                 // Register, then attempt again: a release before that attempt
                 // is seen by it, one after it wakes us.
+                _waiting = Some(self.labels.waiting());
                 let mut registered = core.backend.waiter(key);
                 if !registered.ready(core.response_timeout).await {
                     tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
@@ -493,7 +518,9 @@ impl Request<'_> {
                 self.lease,
                 sent,
             )
-            .holding_at_least(self.at_least),
+            .holding_at_least(self.at_least)
+            .metered(self.labels.clone())
+            .spanned(),
         );
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock
@@ -519,8 +546,11 @@ impl Request<'_> {
             return Err(refused());
         };
         pending.armed = false;
-        if first && lock.is_watchdog() {
-            self.core.watchdog.track(&lock);
+        if first {
+            lock.meter.entered();
+            if lock.is_watchdog() {
+                self.core.watchdog.track(&lock);
+            }
         }
         tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "lock acquired");
         Ok(lock)

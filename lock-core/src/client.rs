@@ -618,6 +618,8 @@ pub struct LockClientBuilder {
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
     sync_replicas: Option<(u32, Duration)>,
     node_timeout: Option<Duration>,
+    #[cfg(feature = "metrics")]
+    metrics_names: crate::metrics::NameLabel,
 }
 
 impl Default for LockClientBuilder {
@@ -631,26 +633,40 @@ impl Default for LockClientBuilder {
             client_identity: None,
             sync_replicas: None,
             node_timeout: None,
+            #[cfg(feature = "metrics")]
+            metrics_names: crate::metrics::NameLabel::Off,
         }
     }
 }
 
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockClientBuilder")
-            .field("prefix", &self.prefix)
+        let mut f = f.debug_struct("LockClientBuilder");
+        f.field("prefix", &self.prefix)
             .field("lease", &self.lease)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("root_certificate", &self.root_certificate.is_some())
             .field("client_identity", &self.client_identity.is_some())
             .field("sync_replicas", &self.sync_replicas)
-            .field("node_timeout", &self.node_timeout)
-            .finish()
+            .field("node_timeout", &self.node_timeout);
+        #[cfg(feature = "metrics")]
+        f.field("metrics_names", &self.metrics_names);
+        f.finish()
     }
 }
 
 impl LockClientBuilder {
+    /// Whether the client's per-lock metrics carry the lock's name as label
+    /// `name` (feature `metrics`; default [`NameLabel::Off`](crate::metrics::NameLabel::Off):
+    /// no name, so that the number of series does not grow with the names).
+    /// See the [`metrics`](crate::metrics) module.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_names(mut self, names: crate::metrics::NameLabel) -> Self {
+        self.metrics_names = names;
+        self
+    }
+
     /// Prefix of the Redis keys (default `lock:`): lock `order:42` is stored
     /// as `<prefix>{order:42}`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -924,6 +940,8 @@ impl LockClientBuilder {
             self.response_timeout,
             backend,
         );
+        #[cfg(feature = "metrics")]
+        let core = core.with_meter_names(self.metrics_names);
         LockClient {
             core: Arc::new(core),
         }

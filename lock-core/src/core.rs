@@ -56,6 +56,8 @@ pub(crate) struct ClientCore {
     /// waits for them.
     releasing: AtomicUsize,
     pub(crate) closing: Closing,
+    /// The `name` label of the client's metrics.
+    pub(crate) meter_names: crate::meter::Names,
 }
 
 impl ClientCore {
@@ -80,7 +82,15 @@ impl ClientCore {
             holders: Mutex::default(),
             releasing: AtomicUsize::new(0),
             closing: Closing::default(),
+            meter_names: crate::meter::Names::default(),
         }
+    }
+
+    /// The client's metrics carry lock names as `names` says.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn with_meter_names(mut self, names: crate::metrics::NameLabel) -> Self {
+        self.meter_names = names;
+        self
     }
 
     /// The keys of lock `name`.

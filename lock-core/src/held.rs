@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease;
+use crate::meter::{HoldMeter, Labels};
 use crate::name::LockKey;
 use crate::sync::Mutex;
 use crate::LockError;
@@ -69,6 +70,11 @@ pub(crate) struct HeldLock {
     status: Mutex<Status>,
     /// Woken when the state turns to `Lost`.
     lost: Notify,
+    /// Its metrics (nothing without the `metrics` feature).
+    pub(crate) meter: HoldMeter,
+    /// The `lock_hold` tracing span: from the grant until the lock is
+    /// dropped (released, or its last guard gone after a loss).
+    _span: tracing::Span,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -96,7 +102,31 @@ impl HeldLock {
                 surrendered: false,
             }),
             lost: Notify::new(),
+            meter: HoldMeter::none(),
+            _span: tracing::Span::none(),
         }
+    }
+
+    /// Opens the lock's `lock_hold` span (key, kind, owner, token), which
+    /// follows from the current span (the acquisition's).
+    pub(crate) fn spanned(mut self) -> Self {
+        let span = tracing::debug_span!(
+            parent: None,
+            "lock_hold",
+            key = %self.key.name,
+            kind = self.key.kind.describe(),
+            owner = %self.owner,
+            token = self.token,
+        );
+        span.follows_from(tracing::Span::current());
+        self._span = span;
+        self
+    }
+
+    /// Reports the lock's metrics with `labels`.
+    pub(crate) fn metered(mut self, labels: Labels) -> Self {
+        self.meter = HoldMeter::new(labels);
+        self
     }
 
     /// Keeps the lock held at least `at_least` from now (see `hold_until`).
@@ -161,6 +191,7 @@ impl HeldLock {
             }
             status.state = HoldState::Lost(reason);
         }
+        self.meter.left(true);
         // Logged before `lost()` waiters are woken, so the event is in the
         // log by the time they react.
         tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
@@ -179,6 +210,7 @@ impl HeldLock {
             }
             status.state = HoldState::Lost(reason);
         }
+        self.meter.left(true);
         tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
         self.lost.notify_waiters();
     }
@@ -215,10 +247,14 @@ impl HeldLock {
     /// Marks a held lock released. A lost lock stays lost: a `lost()` woken
     /// by its loss must still find it lost when it runs.
     pub(crate) fn mark_released(&self) {
-        let mut status = self.status.lock();
-        if status.state == HoldState::Held {
+        {
+            let mut status = self.status.lock();
+            if status.state != HoldState::Held {
+                return;
+            }
             status.state = HoldState::Released;
         }
+        self.meter.left(false);
     }
 
     /// Resolves when the lease is lost: marked lost, or its local deadline

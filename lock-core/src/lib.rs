@@ -130,6 +130,9 @@ mod info;
 mod janitor;
 mod lease;
 mod lock;
+mod meter;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod multi;
 mod name;
 mod release;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, RenewItem, Renewal};
 use crate::held::{HeldLock, HoldState};
+use crate::meter;
 use crate::sync::Mutex;
 use crate::task::Supervised;
 
@@ -126,19 +127,31 @@ impl Shared {
             .collect();
         let sent = Instant::now();
         let outcomes = self.backend.renew(&items, self.lease).await;
+        meter::renewal_round(sent.elapsed());
         self.rounds.fetch_add(1, Ordering::Relaxed);
         let mut failed = false;
         for (lock, outcome) in locks.iter().zip(outcomes) {
+            // (The lease left when this renewal was sent: before `renewed`.)
+            let metered = |outcome| {
+                if let Some(labels) = lock.meter.labels() {
+                    labels.renewal(outcome, lock.valid_until().saturating_duration_since(sent));
+                }
+            };
             match outcome {
-                Renewal::Renewed => lock.renewed(sent),
+                Renewal::Renewed => {
+                    metered("renewed");
+                    lock.renewed(sent);
+                }
                 // A lock released while this round was in flight is gone
                 // because of its release, not lost: only tracked locks count.
                 Renewal::Gone => {
                     if self.locks.lock().remove(&lock.id).is_some() {
+                        metered("lost");
                         lock.mark_lost("the lock was deleted, expired or taken over");
                     }
                 }
                 Renewal::Failed(err) => {
+                    metered("error");
                     failed = true;
                     tracing::warn!(key = %lock.key.name, error = %err, "lock renewal failed; retrying");
                 }
