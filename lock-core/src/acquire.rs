@@ -426,10 +426,14 @@ impl Request<'_> {
                     waited: now.saturating_duration_since(started),
                 });
             }
+            // Counted as waiting from the first failed attempt on (also when
+            // it registered before it: its channel was already followed).
+            if _waiting.is_none() {
+                _waiting = Some(self.labels.waiting());
+            }
             let Some(waiting) = waiter.as_mut() else {
                 // Register, then attempt again: a release before that attempt
                 // is seen by it, one after it wakes us.
-                _waiting = Some(self.labels.waiting());
                 let mut registered = core.backend.waiter(key);
                 if !registered.ready(core.response_timeout).await {
                     tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use crate::core::ClientCore;
 use crate::held::HeldLock;
 use crate::release;
@@ -100,10 +102,22 @@ impl LockGuard {
         let scope = self.scope.clone();
         let lock = self.lock.clone();
         let store = self.core.store.clone();
+        let span = lock.span().clone();
         async move {
             let frame = crate::current::enter(&store, [lock]);
             scope.run(crate::current::run(frame, fut)).await
         }
+        .instrument(span)
+    }
+
+    /// The lock's `lock_hold` [tracing span](tracing::Span) (fields `key`,
+    /// `kind`, `owner`, `token`), open from the grant until the lock is
+    /// released or its last guard dropped. [`scope`](LockGuard::scope),
+    /// [`in_scope`](LockGuard::in_scope) and the `#[distributed_lock]`
+    /// attribute run their body in it; other work can enter it with
+    /// `.instrument(guard.span().clone())`.
+    pub fn span(&self) -> &tracing::Span {
+        self.lock.span()
     }
 
     /// Runs `fut` in this guard's [`scope`](LockGuard::scope) unless the
@@ -151,6 +165,7 @@ impl LockGuard {
     /// call this around each poll.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
         let frame = crate::current::enter(&self.core.store, [self.lock.clone()]);
+        let _entered = self.lock.span().enter();
         self.scope
             .clone()
             .run_sync(|| crate::current::run_sync(frame, f))
@@ -224,5 +239,42 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.fencing_token())
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tracing::Span;
+
+    use crate::{LockClient, MemoryStore};
+
+    fn current_span_name() -> Option<&'static str> {
+        Span::current().metadata().map(|meta| meta.name())
+    }
+
+    #[test]
+    fn scope_and_in_scope_run_in_the_lock_hold_span() {
+        let subscriber = tracing_subscriber::registry();
+        tracing::subscriber::with_default(subscriber, || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let client = LockClient::builder()
+                    .lease(Duration::from_secs(5))
+                    .memory(MemoryStore::new())
+                    .unwrap();
+                let guard = client.lock("spanned").acquire().await.unwrap();
+                assert_eq!(guard.span().metadata().map(|m| m.name()), Some("lock_hold"));
+                assert_eq!(current_span_name(), None);
+                let inside = guard.scope(async { current_span_name() }).await;
+                assert_eq!(inside, Some("lock_hold"));
+                assert_eq!(guard.in_scope(current_span_name), Some("lock_hold"));
+                guard.release().await.unwrap();
+            });
+        });
     }
 }

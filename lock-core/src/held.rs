@@ -73,8 +73,9 @@ pub(crate) struct HeldLock {
     /// Its metrics (nothing without the `metrics` feature).
     pub(crate) meter: HoldMeter,
     /// The `lock_hold` tracing span: from the grant until the lock is
-    /// dropped (released, or its last guard gone after a loss).
-    _span: tracing::Span,
+    /// dropped (released, or its last guard gone after a loss). Entered by
+    /// the guard's `scope` and `in_scope`.
+    span: tracing::Span,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -103,7 +104,7 @@ impl HeldLock {
             }),
             lost: Notify::new(),
             meter: HoldMeter::none(),
-            _span: tracing::Span::none(),
+            span: tracing::Span::none(),
         }
     }
 
@@ -119,8 +120,14 @@ impl HeldLock {
             token = self.token,
         );
         span.follows_from(tracing::Span::current());
-        self._span = span;
+        self.span = span;
         self
+    }
+
+    /// The lock's `lock_hold` span (disabled unless the lock was granted
+    /// under a subscriber that records it).
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Reports the lock's metrics with `labels`.

@@ -308,6 +308,26 @@ mod tests {
     }
 
     #[test]
+    fn a_fixed_lease_that_ran_out_unwatched_is_a_loss_not_a_release() {
+        with_recorder(|snap| async move {
+            let client = LockClient::builder().memory(MemoryStore::new()).unwrap();
+            let guard = client
+                .lock("f")
+                .lease(Duration::from_millis(200))
+                .acquire()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert!(matches!(
+                guard.release().await,
+                Err(crate::LockError::LeaseLost { .. })
+            ));
+            assert_eq!(counter(&snap, LOST, &[("kind", "lock")]), 1);
+            assert_eq!(gauge(&snap, HELD, &[("kind", "lock")]), 0.0);
+        });
+    }
+
+    #[test]
     fn a_fair_lock_handed_over_is_counted() {
         with_recorder(|snap| async move {
             let client = LockClient::builder()

@@ -25,6 +25,9 @@ pub(crate) async fn release_last(
     lock: &HeldLock,
     resent: bool,
 ) -> Result<(), LockError> {
+    // A lease that ran out on the local clock unnoticed (a fixed lease
+    // nobody watched with `lost()`) is a loss, not a release.
+    lock.check_deadline();
     let lost = lock.lost_error();
     let result = give_back(core, lock).await;
     lock.mark_released();
