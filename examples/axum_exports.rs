@@ -34,8 +34,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use distributed_lock::tower::{FencingToken, LockLayer, PathTemplate, SafeMethods};
-use distributed_lock::LockClient;
+use distlock::tower::{FencingToken, LockLayer, PathTemplate, SafeMethods};
+use distlock::LockClient;
 use tokio::net::TcpListener;
 
 mod ledger;

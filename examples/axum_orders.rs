@@ -21,7 +21,7 @@
 //! `409 Conflict` with `Retry-After: 1`.
 //!
 //! With the `metrics` feature, `GET /metrics` serves the lock metrics (see
-//! `distributed_lock::metrics`) in Prometheus' text format, through
+//! `distlock::metrics`) in Prometheus' text format, through
 //! `metrics-exporter-prometheus`:
 //!
 //! ```sh
@@ -35,8 +35,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use distributed_lock::tower::{FencingToken, LockLayer, PathTemplate};
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::tower::{FencingToken, LockLayer, PathTemplate};
+use distlock::{distributed_lock, LockClient, LockError};
 use tokio::net::TcpListener;
 
 // ---------------------------------------------------------------------------
@@ -85,7 +85,7 @@ async fn charge(
     id: u64,
     cents: u64,
 ) -> Result<u64, PayError> {
-    let token = distributed_lock::current()
+    let token = distlock::current()
         .expect("inside the lock")
         .fencing_token();
     if ledger.read(&id, token)? > 0 {

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError, MemoryStore};
+use distlock::{distributed_lock, LockClient, LockError, MemoryStore};
 
 const REPLICAS: usize = 3;
 const ROUNDS: usize = 4;
@@ -69,9 +69,7 @@ async fn nightly_report(client: &LockClient, replica: usize) -> Option<u64> {
 /// Stands in for the real work: quick. A store that records the highest
 /// fencing token it has seen can refuse a stale run's writes.
 async fn build_report(replica: usize) -> Option<u64> {
-    let token = distributed_lock::current()
-        .expect("inside the job")
-        .fencing_token();
+    let token = distlock::current().expect("inside the job").fencing_token();
     tokio::time::sleep(Duration::from_millis(1)).await;
     println!("  replica {replica}: built the report (fencing token {token})");
     Some(token)

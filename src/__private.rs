@@ -123,7 +123,7 @@ fn client_or_global(
             None => Err(LockError::InvalidConfig {
                 key: names(),
                 reason: "no lock client: install one at start-up with \
-                         `distributed_lock::set_global_client(client)` or pass \
+                         `distlock::set_global_client(client)` or pass \
                          `client = ...` to #[distributed_lock]"
                     .to_owned(),
             }),
@@ -195,11 +195,11 @@ pub async fn acquire_all(
 }
 
 /// The `tracing` target of the events of generated code (documented in the
-/// README: `RUST_LOG=distributed_lock=debug`), the facade's name rather than
+/// README: `RUST_LOG=distlock=debug`), the facade's name rather than
 /// this hidden module's path.
 macro_rules! target {
     () => {
-        "distributed_lock"
+        "distlock"
     };
 }
 

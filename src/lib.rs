@@ -1,15 +1,15 @@
 //! Declarative distributed locks for async Rust on Redis.
 //!
-//! This facade re-exports the lock itself (`lock-core`), the
+//! This facade re-exports the lock itself (`distlock-core`), the
 //! [`#[distributed_lock]`](macro@distributed_lock) attribute and, with the
 //! `tower` feature (on by default), the tower `LockLayer` for axum, tonic and
-//! plain tower services as [`distributed_lock::tower`](crate::tower). See
+//! plain tower services as [`distlock::tower`](crate::tower). See
 //! the README for what the locks guarantee and how fencing tokens close the
 //! gap a lease lock leaves.
 //!
 //! ```
 //! use std::time::Duration;
-//! use distributed_lock::{LockClient, LockError};
+//! use distlock::{LockClient, LockError};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), LockError> {
@@ -44,6 +44,8 @@
 //! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+// docs.rs labels feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics in library code, on any input or runtime state (tests may).
 #![cfg_attr(
     not(test),
@@ -59,12 +61,12 @@
     )
 )]
 
-pub use lock_core::*;
+pub use distlock_core::*;
 
 /// Runs an `async fn` under a distributed lock, Spring-style.
 ///
 /// ```
-/// use distributed_lock::{distributed_lock, LockClient, LockError};
+/// use distlock::{distributed_lock, LockClient, LockError};
 ///
 /// struct Orders {
 ///     locks: LockClient,
@@ -76,7 +78,7 @@ pub use lock_core::*;
 ///     #[distributed_lock(key = "order:{id}", wait = "10s", client = self.locks)]
 ///     async fn pay(&self, id: u64) -> Result<u64, LockError> {
 ///         // The lock's fencing token, for the store the payment is written to.
-///         let token = distributed_lock::current().unwrap().fencing_token();
+///         let token = distlock::current().unwrap().fencing_token();
 ///         Ok(token)
 ///     }
 /// }
@@ -90,7 +92,7 @@ pub use lock_core::*;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), LockError> {
 /// let client = LockClient::memory();
-/// distributed_lock::set_global_client(client.clone()); // used by `nightly_report`
+/// distlock::set_global_client(client.clone()); // used by `nightly_report`
 /// let orders = Orders { locks: client };
 /// assert_eq!(orders.pay(42).await?, 1);
 /// nightly_report().await;
@@ -108,7 +110,7 @@ pub use lock_core::*;
 /// | `read` / `write` | the read or write lock of the [read-write lock](LockClient::read_write_lock) named by `key` |
 /// | `permits = 5`, `take = 2` | `take` (default 1) permits of the [semaphore](LockClient::semaphore) named by `key` with `permits` in all; `u32` literals or expressions |
 /// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
-/// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distributed_lock` otherwise |
+/// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distlock` otherwise |
 /// | `client = expr` | the `LockClient` (or `&LockClient`, `Arc<LockClient>`) to use; default: [`set_global_client`]'s |
 /// | `crate = "path"` | the path of this crate when renamed in `Cargo.toml` |
 /// | `abort_on_lost` | cancel the body and return `LockError::LeaseLost` when the lease is lost mid-body |
@@ -127,16 +129,17 @@ pub use lock_core::*;
 /// Dropping the function's future releases the lock (in the background):
 /// during the wait nothing is held, during the body the guard is dropped,
 /// during the release the release completes on its own task.
-pub use lock_macros::distributed_lock;
+pub use distlock_macros::distributed_lock;
 
 #[doc(hidden)]
 pub mod __private;
 
-/// Per-request locks for tower services (axum, tonic): the `lock-tower`
+/// Per-request locks for tower services (axum, tonic): the `distlock-tower`
 /// crate, with [`LockLayer`](tower::LockLayer) and its key extractors. Needs
 /// the `tower` feature (on by default).
 #[cfg(feature = "tower")]
-pub use lock_tower as tower;
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use distlock_tower as tower;
 
 /// The README's code blocks, compiled as doc tests so they keep matching the API.
 #[cfg(doctest)]

@@ -7,7 +7,7 @@ mod suite;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockClientBuilder};
+use distlock::{LockClient, LockClientBuilder};
 use lock_test_support::{RedisCluster, RedisServer};
 use suite::{Fixture, Topology};
 use tokio::time::Instant;
@@ -298,14 +298,14 @@ async fn family_inspection_reads_each_name_on_its_master() {
     }
 }
 
-#[distributed_lock::distributed_lock(keys = ["account:{from}", "account:{to}"], wait = "20s", client = client)]
+#[distlock::distributed_lock(keys = ["account:{from}", "account:{to}"], wait = "20s", client = client)]
 async fn transfer(
     client: &LockClient,
     from: u32,
     to: u32,
-) -> Result<Vec<u64>, distributed_lock::LockError> {
+) -> Result<Vec<u64>, distlock::LockError> {
     tokio::time::sleep(Duration::from_millis(1)).await;
-    Ok(distributed_lock::current_all()
+    Ok(distlock::current_all()
         .iter()
         .map(|lock| lock.fencing_token())
         .collect())

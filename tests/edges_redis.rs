@@ -8,7 +8,7 @@ mod suite;
 
 use std::time::Duration;
 
-use distributed_lock::{BackendError, LockClient, LockError};
+use distlock::{BackendError, LockClient, LockError};
 use lock_test_support::RedisServer;
 use tokio::time::Instant;
 

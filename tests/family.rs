@@ -8,7 +8,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use distributed_lock::LockClient;
+use distlock::LockClient;
 use lock_test_support::RedisServer;
 use tokio::time::Instant;
 

@@ -14,7 +14,7 @@ mod ledger;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use distributed_lock::{LockClient, LockError};
+use distlock::{LockClient, LockError};
 use lock_test_support::RedisServer;
 
 /// A store with the old advice's rule: a write is refused when its token is
@@ -133,7 +133,7 @@ fn assert_no_lost_update(outcome: &Outcome) {
 }
 
 fn memory_clients() -> [LockClient; 3] {
-    let store = distributed_lock::MemoryStore::new();
+    let store = distlock::MemoryStore::new();
     [(); 3].map(|()| LockClient::builder().memory(store.clone()).unwrap())
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockError, MemoryStore};
+use distlock::{LockClient, LockError, MemoryStore};
 use lock_test_support::{RedisServer, ServerOptions};
 
 /// Two clients on one store: `a` and `b`, plus `other` with another key prefix.
@@ -47,7 +47,7 @@ async fn check_inspect_and_list(a: LockClient, b: LockClient, other: LockClient)
     let third = b.lock("order:1").acquire().await.unwrap();
     let elsewhere = other.lock("job:c").acquire().await.unwrap();
 
-    let names = |locks: Vec<distributed_lock::LockInfo>| -> Vec<String> {
+    let names = |locks: Vec<distlock::LockInfo>| -> Vec<String> {
         locks.into_iter().map(|l| l.name).collect()
     };
     assert_eq!(
@@ -200,7 +200,7 @@ async fn redis_list_prefix_is_not_a_glob() {
     let client = LockClient::connect(&server.url()).await.unwrap();
     let star = client.lock("a*[b]?").acquire().await.unwrap();
     let plain = client.lock("ab").acquire().await.unwrap();
-    let names = |locks: Vec<distributed_lock::LockInfo>| -> Vec<String> {
+    let names = |locks: Vec<distlock::LockInfo>| -> Vec<String> {
         locks.into_iter().map(|l| l.name).collect()
     };
     assert_eq!(names(client.list("a*").await.unwrap()), ["a*[b]?"]);

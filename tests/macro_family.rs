@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError, MemoryStore};
+use distlock::{distributed_lock, LockClient, LockError, MemoryStore};
 use lock_test_support::RedisServer;
 use tokio::sync::{Barrier, Notify};
 use tokio::time::Instant;
@@ -479,7 +479,7 @@ async fn runtime_values_out_of_range_are_invalid_config(backend: &Backend) {
 
 #[distributed_lock(key = "catalog:{id}", read, client = client)]
 async fn read_catalog(client: &LockClient, id: u32) -> Result<u64, LockError> {
-    Ok(distributed_lock::current().unwrap().fencing_token())
+    Ok(distlock::current().unwrap().fencing_token())
 }
 
 #[distributed_lock(key = "catalog:{id}", write, client = client)]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{current, current_all, distributed_lock, LockClient, LockError};
+use distlock::{current, current_all, distributed_lock, LockClient, LockError};
 use lock_test_support::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
@@ -145,7 +145,7 @@ async fn macro_process_worker() {
         .unwrap()
         .parse()
         .unwrap();
-    distributed_lock::set_global_client(LockClient::connect(&url).await.unwrap());
+    distlock::set_global_client(LockClient::connect(&url).await.unwrap());
     let redis = redis::Client::open(url.as_str()).unwrap();
     let mut handles = Vec::new();
     for _ in 0..tasks {
@@ -379,9 +379,9 @@ impl Events {
 
 /// `on_busy = skip` on a function that returns no `Result`: a busy lock and
 /// a backend failure both skip the body, and the log tells them apart under
-/// the documented target `distributed_lock` (`RUST_LOG=distributed_lock=..`):
+/// the documented target `distlock` (`RUST_LOG=distlock=..`):
 /// debug "lock busy", error with the key, the error and `backend=true`.
-/// (Before, both were under `distributed_lock::__private`.)
+/// (Before, both were under `distlock::__private`.)
 #[tokio::test]
 async fn on_busy_skip_logs_failures_under_the_facade_target() {
     use tracing_subscriber::layer::SubscriberExt;
@@ -404,19 +404,19 @@ async fn on_busy_skip_logs_failures_under_the_facade_target() {
     use tracing::Level;
     let all = format!("{:#?}", events.0.lock().unwrap());
     assert!(
-        events.find(Level::DEBUG, "distributed_lock", &["job:busy", "lock busy"]),
+        events.find(Level::DEBUG, "distlock", &["job:busy", "lock busy"]),
         "{all}"
     );
     assert!(
         events.find(
             Level::ERROR,
-            "distributed_lock",
+            "distlock",
             &["job:report", "job_without_result", "backend=true", "error="]
         ),
         "{all}"
     );
     assert!(
-        !events.find(Level::DEBUG, "distributed_lock", &["job:report"]),
+        !events.find(Level::DEBUG, "distlock", &["job:report"]),
         "a failure was logged as busy: {all}"
     );
 }

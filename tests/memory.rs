@@ -2,7 +2,7 @@
 
 mod suite;
 
-use distributed_lock::{LockClient, LockClientBuilder, MemoryStore};
+use distlock::{LockClient, LockClientBuilder, MemoryStore};
 use suite::Fixture;
 
 /// Clients on one shared in-memory store.
@@ -15,7 +15,7 @@ impl Memory {
     fn new() -> Self {
         Memory {
             store: MemoryStore::new(),
-            prefix: distributed_lock::DEFAULT_PREFIX.to_owned(),
+            prefix: distlock::DEFAULT_PREFIX.to_owned(),
         }
     }
 }
@@ -55,7 +55,7 @@ async fn memory_clients_are_isolated_unless_they_share_a_store() {
 
 use std::time::Duration;
 
-use distributed_lock::LockError;
+use distlock::LockError;
 
 /// Client-wide settings out of range are `InvalidConfig { key: "*", .. }`
 /// naming the value, from `LockClientBuilder::memory` (see

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use distributed_lock::metrics::{ACQUISITIONS, HELD, HOLD_SECONDS};
-use distributed_lock::LockClient;
+use distlock::metrics::{ACQUISITIONS, HELD, HOLD_SECONDS};
+use distlock::LockClient;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::net::TcpListener;
 

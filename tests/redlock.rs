@@ -5,7 +5,7 @@ mod suite;
 
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockClientBuilder, LockError};
+use distlock::{LockClient, LockClientBuilder, LockError};
 use lock_test_support::RedisServer;
 use suite::{Fixture, Topology};
 use tokio::time::Instant;

@@ -7,7 +7,7 @@ mod suite;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use distributed_lock::{BackendError, LockClient, LockClientBuilder, LockError};
+use distlock::{BackendError, LockClient, LockClientBuilder, LockError};
 use lock_test_support::{RedisSentinels, RedisServer};
 use suite::{Fixture, Topology};
 use tokio::time::Instant;
@@ -126,7 +126,7 @@ async fn acquire_on_the_new_master(
     client: &LockClient,
     set: &RedisSentinels,
     name: &str,
-) -> distributed_lock::LockGuard {
+) -> distlock::LockGuard {
     let mut guard = None;
     for _ in 0..3 {
         match client.lock(name).acquire().await {

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 use lock_test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -200,7 +200,7 @@ async fn shutdown_closes_the_subscription_connection() {
 
 #[distributed_lock(key = "shutdown:job", on_busy = skip, client = client)]
 async fn scheduled_job(client: &LockClient) -> Option<u64> {
-    Some(distributed_lock::current().unwrap().fencing_token())
+    Some(distlock::current().unwrap().fencing_token())
 }
 
 #[distributed_lock(key = "shutdown:pay", client = client)]
@@ -229,7 +229,7 @@ async fn annotated_functions_do_not_run_on_a_client_that_shut_down() {
 /// the same report.
 #[tokio::test]
 async fn a_dropped_shutdown_future_still_shuts_down() {
-    let store = distributed_lock::MemoryStore::new();
+    let store = distlock::MemoryStore::new();
     let a = LockClient::builder().memory(store.clone()).unwrap();
     let b = LockClient::builder().memory(store).unwrap();
     let guard = a.lock("shutdown:dropped").acquire().await.unwrap();

@@ -3,7 +3,7 @@
 
 mod suite;
 
-use distributed_lock::{LockClient, LockClientBuilder};
+use distlock::{LockClient, LockClientBuilder};
 use lock_test_support::RedisServer;
 use suite::Fixture;
 
@@ -39,7 +39,7 @@ family_suite!(Standalone::new());
 
 use std::time::Duration;
 
-use distributed_lock::LockError;
+use distlock::LockError;
 use lock_test_support::{free_port, ServerOptions};
 use tokio::time::Instant;
 

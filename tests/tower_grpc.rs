@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::tower::mode::LockMode;
-use distributed_lock::tower::{FencingToken, Grpc, GrpcKey, LockLayer};
-use distributed_lock::LockClient;
+use distlock::tower::mode::LockMode;
+use distlock::tower::{FencingToken, Grpc, GrpcKey, LockLayer};
+use distlock::LockClient;
 use http::HeaderName;
 use lock_test_support::RedisServer;
 use orders_proto::{

@@ -14,10 +14,10 @@ use axum::extract::{Path, Request};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
-use distributed_lock::tower::{
+use distlock::tower::{
     ConcurrencyLimit, FencingToken, HeaderKey, LockLayer, PathTemplate, SafeMethods,
 };
-use distributed_lock::LockClient;
+use distlock::LockClient;
 use http::{HeaderName, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -686,7 +686,7 @@ async fn handler_reenters_the_request_lock() {
     let domain = client.clone();
     let handler = move |Path(id): Path<u64>, Extension(token): Extension<FencingToken>| async move {
         // The request's lock is the current one in the handler.
-        let current = distributed_lock::current().expect("the handler runs under the lock");
+        let current = distlock::current().expect("the handler runs under the lock");
         assert_eq!(current.key(), format!("order:{id}"));
         assert_eq!(current.fencing_token(), token.token);
         let guard = domain
@@ -723,8 +723,8 @@ async fn handler_reenters_the_request_lock() {
 /// waiting on the request's own lock. Old code: a 409 after the whole wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attribute_with_another_client_than_the_layer_fails_at_once() {
-    #[distributed_lock::distributed_lock(key = "order:{id}", wait = "10s", client = client)]
-    async fn charge(client: &LockClient, id: u64) -> Result<(), distributed_lock::LockError> {
+    #[distlock::distributed_lock(key = "order:{id}", wait = "10s", client = client)]
+    async fn charge(client: &LockClient, id: u64) -> Result<(), distlock::LockError> {
         let _ = id;
         Ok(())
     }
@@ -735,7 +735,7 @@ async fn attribute_with_another_client_than_the_layer_fails_at_once() {
     let handler = move |Path(id): Path<u64>| async move {
         match charge(&domain, id).await {
             Ok(()) => (StatusCode::OK, "paid".to_owned()),
-            Err(err) => (distributed_lock::tower::http_status(&err), err.to_string()),
+            Err(err) => (distlock::tower::http_status(&err), err.to_string()),
         }
     };
     let app = Router::new()
@@ -1421,7 +1421,7 @@ impl Exports {
 fn exports_layer(
     client: &LockClient,
     max: u32,
-) -> LockLayer<HeaderKey, distributed_lock::tower::Http, ConcurrencyLimit> {
+) -> LockLayer<HeaderKey, distlock::tower::Http, ConcurrencyLimit> {
     LockLayer::new(
         client.clone(),
         HeaderKey::new("x-tenant").prefix("exports:tenant:"),
@@ -1431,7 +1431,7 @@ fn exports_layer(
 
 async fn serve_exports(
     exports: &Arc<Exports>,
-    layer: LockLayer<HeaderKey, distributed_lock::tower::Http, ConcurrencyLimit>,
+    layer: LockLayer<HeaderKey, distlock::tower::Http, ConcurrencyLimit>,
     blocking: bool,
     pause: Duration,
 ) -> SocketAddr {

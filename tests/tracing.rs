@@ -1,7 +1,7 @@
 //! The lock's `tracing` events carry the lock name, and acquisitions run in
 //! a `lock_acquire` span.
 
-use distributed_lock::{LockClient, MemoryStore};
+use distlock::{LockClient, MemoryStore};
 
 /// A `tracing` writer that keeps everything in memory.
 #[derive(Clone, Default)]

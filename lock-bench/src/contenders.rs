@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use lock_core::{LockClient, LockGuard};
+use distlock_core::{LockClient, LockGuard};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 

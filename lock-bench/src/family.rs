@@ -1,6 +1,6 @@
 //! The lock family's workloads W7-W9: the fair lock, the read-write lock and
 //! the semaphore. rslock and the floor have no such primitives, so these run
-//! for distributed-lock only; where a figure needs a reference (the plain
+//! for distlock only; where a figure needs a reference (the plain
 //! lock, a ceiling), that reference is measured in the same run and reported
 //! as a figure of its own, with the ratio as another figure.
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use lock_core::{Lock, LockClient};
+use distlock_core::{Lock, LockClient};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::report::{micros, millis, percentile, Metric};
@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// What every family workload works with.
 pub(crate) struct Bench<'a> {
-    /// The one shared client (distributed-lock's contender).
+    /// The one shared client (distlock's contender).
     pub(crate) client: &'a LockClient,
     pub(crate) admin: &'a Admin,
     /// Back-to-back PING round trip p50.

@@ -1,4 +1,4 @@
-//! `lock-bench`: distributed-lock side by side with `rslock` and the raw
+//! `lock-bench`: distlock side by side with `rslock` and the raw
 //! Redis floor (`SET NX PX` + a compare-and-delete `EVALSHA`), in one run,
 //! against one Redis.
 //!
@@ -20,7 +20,7 @@
 //! rslock measured in the same run, as a table and as JSON lines.
 //!
 //! W7-W9 measure the lock family, which rslock and the floor do not have, so
-//! they run for distributed-lock only: W7 fair lock (W3's loop, against the
+//! they run for distlock only: W7 fair lock (W3's loop, against the
 //! plain lock), W8 read-write lock (read throughput against the plain lock;
 //! writer wait under read load), W9 semaphore (W3's loop on 4 permits,
 //! against its ceiling). Their references are measured in the same run and
@@ -45,7 +45,7 @@ use workloads::{Admin, Contention};
 #[global_allocator]
 static ALLOC: machine::CountingAlloc = machine::CountingAlloc;
 
-/// Benchmark distributed-lock against rslock and the raw Redis floor.
+/// Benchmark distlock against rslock and the raw Redis floor.
 #[derive(Debug, Parser)]
 #[command(name = "lock-bench", version)]
 struct Args {
@@ -362,7 +362,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
 
     let family = ["W7", "W8", "W9"];
     if family.iter().any(|id| wants(&args, id)) && !runs(&args, "ours") {
-        eprintln!("# W7-W9 measure distributed-lock only: skipped without the `ours` contender");
+        eprintln!("# W7-W9 measure distlock only: skipped without the `ours` contender");
     } else {
         let bench = family::Bench {
             client: &ours.client,
@@ -456,7 +456,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     Ok(())
 }
 
-/// Runs `workload` once, for distributed-lock only (each of its parts flushes
+/// Runs `workload` once, for distlock only (each of its parts flushes
 /// Redis and prints its own server statistics); the figures go in its
 /// column, rslock's and the floor's stay empty.
 async fn alone<F>(args: &Args, id: &str, workload: F) -> Result<[Vec<Metric>; 3]>

@@ -62,7 +62,7 @@ impl Metric {
 }
 
 /// The contenders, in table order.
-pub(crate) const CONTENDERS: [&str; 3] = ["distributed-lock", "rslock", "floor"];
+pub(crate) const CONTENDERS: [&str; 3] = ["distlock", "rslock", "floor"];
 
 /// The figures of one workload: one list per contender (in [`CONTENDERS`] order).
 #[derive(Debug, Clone)]

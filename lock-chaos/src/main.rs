@@ -1,4 +1,4 @@
-//! `lock-chaos`: a fault-injection harness for distributed-lock.
+//! `lock-chaos`: a fault-injection harness for distlock.
 //!
 //! For one backend at a time it starts the Redis servers with the test harness, spawns
 //! worker processes (this binary, `lock-chaos worker ...`) whose tasks contend for a few
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use distributed_lock::LockClient;
+use distlock::LockClient;
 
 use crate::clock::now_ns;
 use crate::event::Event;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
-use distributed_lock::{LockClient, MemoryStore};
+use distlock::{LockClient, MemoryStore};
 use lock_test_support::RedisServer;
 use rand::seq::SliceRandom as _;
 use rand::Rng as _;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 use rand::Rng as _;
 
 use crate::clock::now_ns;
@@ -207,7 +207,7 @@ async fn locked_body(
     t_start: u64,
     hold: Duration,
 ) -> Result<(), RoundError> {
-    let lock = distributed_lock::current().ok_or(RoundError::NoCurrentLock)?;
+    let lock = distlock::current().ok_or(RoundError::NoCurrentLock)?;
     let (token, owner) = (lock.fencing_token(), lock.owner().to_owned());
     *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((token, owner.clone()));
     ctx.sink.emit(&Event::Acquired {

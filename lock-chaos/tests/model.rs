@@ -27,7 +27,7 @@ use std::pin::pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockError, LockGuard, MemoryStore};
+use distlock::{LockClient, LockError, LockGuard, MemoryStore};
 use lock_test_support::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

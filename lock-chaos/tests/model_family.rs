@@ -45,7 +45,7 @@ use std::pin::pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use distributed_lock::{Lock, LockClient, LockError, LockGuard, MemoryStore};
+use distlock::{Lock, LockClient, LockError, LockGuard, MemoryStore};
 use lock_test_support::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
-use lock_core::{
+use distlock_core::{
     FairLockInfo, LockClient, LockError, LockHolder, LockInfo, QueuedWaiter, ReadWriteLockInfo,
     SemaphoreInfo,
 };
@@ -473,7 +473,7 @@ pub(crate) async fn release(connection: &ConnectionArgs, args: ReleaseArgs) -> R
         ));
     }
     let client = connect(connection, &args.key, None).await?;
-    let failure = |err: lock_core::LockError| {
+    let failure = |err: distlock_core::LockError| {
         Failure::from_lock(&err, &args.key, client.server(), exit::USAGE)
     };
     let family = args.family.family();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lock_core::MIN_WATCHDOG_LEASE;
+use distlock_core::MIN_WATCHDOG_LEASE;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -170,7 +170,7 @@ pub(crate) struct ConnectionArgs {
         global = true,
         env = "LOCK_KEY_PREFIX",
         hide_env_values = true,
-        default_value = lock_core::DEFAULT_PREFIX,
+        default_value = distlock_core::DEFAULT_PREFIX,
         value_name = "PREFIX"
     )]
     pub(crate) key_prefix: String,
@@ -509,11 +509,11 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = parse_duration(text)?;
-    if !(MIN_WATCHDOG_LEASE..=lock_core::MAX_LEASE).contains(&lease) {
+    if !(MIN_WATCHDOG_LEASE..=distlock_core::MAX_LEASE).contains(&lease) {
         return Err(format!(
             "a lease must be between {} and {}",
             humantime::format_duration(MIN_WATCHDOG_LEASE),
-            humantime::format_duration(lock_core::MAX_LEASE)
+            humantime::format_duration(distlock_core::MAX_LEASE)
         ));
     }
     Ok(lease)
@@ -609,7 +609,7 @@ mod tests {
         let cli = Cli::try_parse_from(["lockctl", "status", "k"]).unwrap();
         assert_eq!(
             cli.connection.connect_timeout,
-            lock_core::DEFAULT_CONNECT_TIMEOUT
+            distlock_core::DEFAULT_CONNECT_TIMEOUT
         );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LockClient, LockClientBuilder};
+use distlock_core::{LockClient, LockClientBuilder};
 
 use crate::cli::ConnectionArgs;
 use crate::exit::{self, Failure};
@@ -78,7 +78,7 @@ fn tls(
 /// `host:port` of a Redis URL for messages, never with its credentials; the
 /// URL's scheme and host when it cannot be parsed.
 pub(crate) fn server_of(url: &str) -> String {
-    match lock_core::redis::Client::open(url) {
+    match distlock_core::redis::Client::open(url) {
         Ok(client) => client.get_connection_info().addr().to_string(),
         Err(_) => {
             let rest = url.split_once("://").map_or(url, |(_, rest)| rest);

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use lock_core::LockError;
+use distlock_core::LockError;
 
 /// Success: the command exited 0, or the lock was busy under `--on-busy skip`.
 pub(crate) const SUCCESS: u8 = 0;
@@ -57,7 +57,7 @@ impl Failure {
             | LockError::InvalidConfig { .. }
             | LockError::Unsupported { .. } => USAGE,
             LockError::WrongType { .. } => DATA,
-            LockError::ShuttingDown { .. } => UNAVAILABLE,
+            LockError::ShuttingDown { .. } | LockError::UnsupportedServer { .. } => UNAVAILABLE,
             _ if err.is_backend() => UNAVAILABLE,
             _ => SOFTWARE,
         };
@@ -65,7 +65,9 @@ impl Failure {
             // These already name the lock and the server.
             LockError::Backend { .. } => err.to_string(),
             // These name the server only.
-            LockError::Connect { .. } | LockError::Authentication { .. } => {
+            LockError::Connect { .. }
+            | LockError::Authentication { .. }
+            | LockError::UnsupportedServer { .. } => {
                 format!("lock `{key}`: {err}")
             }
             LockError::InvalidConfig { key: star, reason } if star == "*" => {

@@ -1,5 +1,5 @@
 //! `lockctl`: run a command under a distributed lock (a distributed `flock`),
-//! and inspect or force-release locks, on any backend of `lock-core`.
+//! and inspect or force-release locks, on any backend of `distlock-core`.
 //!
 //! See `lockctl --help` and the README's "lockctl" section.
 #![deny(unsafe_code, unreachable_pub)]

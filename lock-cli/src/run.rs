@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use lock_core::{Lock, LockClient, LockError};
+use distlock_core::{Lock, LockClient, LockError};
 use tokio::process::Child;
 
 use crate::child::{self, Signals};

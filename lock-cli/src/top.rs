@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::ValueEnum;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
-use lock_core::redis;
-use lock_core::{LockClient, LockInfo};
+use distlock_core::redis;
+use distlock_core::{LockClient, LockInfo};
 use serde::Serialize;
 use tokio::sync::mpsc;
 

@@ -39,9 +39,9 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// them.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// # async fn demo() -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
-/// use lock_core::LockClient;
+/// use distlock_core::LockClient;
 ///
 /// let client = LockClient::connect("redis://127.0.0.1:6379/").await?;
 /// let guard = client.lock("order:42").wait(Duration::from_secs(10)).acquire().await?;
@@ -208,8 +208,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let client = lock_core::LockClient::memory();
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// let client = distlock_core::LockClient::memory();
     /// let guard = client.lock("order:42").acquire().await?;
     /// let info = client.inspect("order:42").await?;
     /// let holder = info.holder.expect("held");
@@ -237,8 +237,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let client = lock_core::LockClient::memory();
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// let client = distlock_core::LockClient::memory();
     /// let _a = client.lock("job:a").acquire().await?;
     /// let _b = client.lock("job:b").acquire().await?;
     /// let _c = client.lock("order:1").acquire().await?;
@@ -272,9 +272,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
     /// use std::time::Duration;
-    /// let client = lock_core::LockClient::memory();
+    /// let client = distlock_core::LockClient::memory();
     /// let turn = client.fair_lock("payout:batch").acquire().await?;
     /// let waiter = tokio::spawn({
     ///     let client = client.clone();
@@ -312,8 +312,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let client = lock_core::LockClient::memory();
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// let client = distlock_core::LockClient::memory();
     /// let prices = client.read_write_lock("prices");
     /// let a = prices.read().acquire().await?;
     /// let b = tokio::spawn({
@@ -365,8 +365,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let client = lock_core::LockClient::memory();
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// let client = distlock_core::LockClient::memory();
     /// let two = client.semaphore("exports", 5).permits(2).acquire().await?;
     /// let info = client.inspect_semaphore("exports").await?;
     /// assert_eq!(info.in_use, 2);
@@ -523,7 +523,7 @@ impl LockClient {
     ///
     /// Returns a [`ShutdownReport`] counting what happened to the locks
     /// held when the shutdown began; a release that failed is logged (warn
-    /// level, target `lock_core::shutdown`) and retried in the background
+    /// level, target `distlock_core::shutdown`) and retried in the background
     /// while the process runs. `inspect`, `list` and `force_release` keep
     /// working afterwards.
     ///
@@ -552,9 +552,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
     /// use std::time::Duration;
-    /// use lock_core::{LockClient, LockError};
+    /// use distlock_core::{LockClient, LockError};
     ///
     /// let client = LockClient::memory();
     /// let guard = client.lock("job:nightly").acquire().await?;
@@ -597,9 +597,9 @@ impl LockClient {
 /// Settings of a [`LockClient`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// # async fn demo() -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
-/// let client = lock_core::LockClient::builder()
+/// let client = distlock_core::LockClient::builder()
 ///     .key_prefix("billing:lock:")
 ///     .lease(Duration::from_secs(10))
 ///     .response_timeout(Duration::from_millis(500))
@@ -662,6 +662,7 @@ impl LockClientBuilder {
     /// no name, so that the number of series does not grow with the names).
     /// See the [`metrics`](crate::metrics) module.
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_names(mut self, names: crate::metrics::NameLabel) -> Self {
         self.metrics_names = names;
         self

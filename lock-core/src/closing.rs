@@ -19,7 +19,7 @@ use crate::task::Supervised;
 /// Every lock held then is counted once: given back by its holder during
 /// the grace period, or taken back by the shutdown at its end (released,
 /// found no longer held, or failed). Failures are logged at warn level with
-/// the lock name and the error (target `lock_core::shutdown`).
+/// the lock name and the error (target `distlock_core::shutdown`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {

@@ -126,14 +126,14 @@ impl fmt::Debug for CurrentLock {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let client = lock_core::LockClient::memory();
+/// # async fn main() -> Result<(), distlock_core::LockError> {
+/// let client = distlock_core::LockClient::memory();
 /// let guard = client.lock("order:42").acquire().await?;
 /// let token = guard
-///     .scope(async { lock_core::current().map(|lock| lock.fencing_token()) })
+///     .scope(async { distlock_core::current().map(|lock| lock.fencing_token()) })
 ///     .await;
 /// assert_eq!(token, Some(guard.fencing_token()));
-/// assert!(lock_core::current().is_none());
+/// assert!(distlock_core::current().is_none());
 /// # guard.release().await }
 /// ```
 pub fn current() -> Option<CurrentLock> {

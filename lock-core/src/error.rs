@@ -166,6 +166,22 @@ pub enum LockError {
         /// The server's answer.
         message: String,
     },
+    /// The server is older than the backend needs (checked once when the
+    /// client connects, from `INFO server`; see the README's "Redis and
+    /// Valkey versions").
+    #[error("{server} runs {found}, but {backend} need {needed} or later: {reason}")]
+    UnsupportedServer {
+        /// The server, as `host:port` (or the cluster's seeds).
+        server: String,
+        /// What it runs, e.g. `Redis 6.2.14` or `Valkey 8.0.1 (Redis 7.2.4 compatible)`.
+        found: String,
+        /// The oldest version the backend works with, e.g. `Redis 7.0.0`.
+        needed: String,
+        /// The backend, e.g. `the Cluster backend`.
+        backend: &'static str,
+        /// What older servers lack.
+        reason: &'static str,
+    },
 }
 
 impl LockError {
@@ -185,7 +201,9 @@ impl LockError {
             | LockError::HeldByOtherClient { key, .. }
             | LockError::UpgradeRefused { key }
             | LockError::Unsupported { key, .. } => Some(key),
-            LockError::Connect { .. } | LockError::Authentication { .. } => None,
+            LockError::Connect { .. }
+            | LockError::Authentication { .. }
+            | LockError::UnsupportedServer { .. } => None,
         }
     }
 
@@ -215,6 +233,7 @@ impl From<LockError> for std::io::Error {
                 ErrorKind::InvalidInput
             }
             LockError::Authentication { .. } => ErrorKind::PermissionDenied,
+            LockError::UnsupportedServer { .. } => ErrorKind::Unsupported,
             LockError::Connect { .. } => ErrorKind::ConnectionRefused,
             _ => ErrorKind::Other,
         };

@@ -30,7 +30,7 @@ use crate::Lock;
 ///   never keeps the lock read-held while the others renew.
 ///
 /// ```no_run
-/// # async fn demo(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// # async fn demo(client: distlock_core::LockClient) -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
 /// let prices = client.read_write_lock("prices");
 /// let reading = prices.read().wait(Duration::from_secs(5)).acquire().await?;
@@ -91,7 +91,7 @@ impl ReadWriteLock {
 /// again re-enters its hold (it does not take more).
 ///
 /// ```no_run
-/// # async fn demo(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// # async fn demo(client: distlock_core::LockClient) -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
 /// // At most 5 exports of tenant 7 at once, fleet-wide.
 /// let exports = client.semaphore("exports:tenant:7", 5);

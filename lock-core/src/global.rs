@@ -13,9 +13,9 @@ static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 /// whoever still holds it).
 ///
 /// ```
-/// let previous = lock_core::set_global_client(lock_core::LockClient::memory());
+/// let previous = distlock_core::set_global_client(distlock_core::LockClient::memory());
 /// assert!(previous.is_none());
-/// assert!(lock_core::global_client().is_some());
+/// assert!(distlock_core::global_client().is_some());
 /// ```
 pub fn set_global_client(client: LockClient) -> Option<LockClient> {
     let mut global = GLOBAL

@@ -1,4 +1,4 @@
-//! The Redis lock behind `distributed-lock`.
+//! The Redis lock behind `distlock`.
 //!
 //! A [`LockClient`] hands out [`Lock`]s; acquiring one gives a
 //! [`LockGuard`]. What it does, in Redisson's terms:
@@ -100,6 +100,8 @@
 //! the janitor.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
+// docs.rs labels feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics in library code, on any input or runtime state (tests may).
 #![cfg_attr(
     not(test),
@@ -132,6 +134,7 @@ mod lease;
 mod lock;
 mod meter;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod multi;
 mod name;

@@ -21,7 +21,7 @@ use crate::{LockError, LockGuard};
 /// while the guard lives).
 ///
 /// ```no_run
-/// # async fn demo(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// # async fn demo(client: distlock_core::LockClient) -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
 /// let guard = client
 ///     .lock("account:7")

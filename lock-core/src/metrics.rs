@@ -33,8 +33,8 @@
 //! `order:*`).
 //!
 //! ```
-//! use lock_core::metrics::NameLabel;
-//! use lock_core::{LockClient, MemoryStore};
+//! use distlock_core::metrics::NameLabel;
+//! use distlock_core::{LockClient, MemoryStore};
 //!
 //! fn pattern(name: &str) -> String {
 //!     match name.split_once(':') {
@@ -46,7 +46,7 @@
 //! let client = LockClient::builder()
 //!     .metrics_names(NameLabel::Pattern(pattern))
 //!     .memory(MemoryStore::new())?;
-//! # Ok::<(), lock_core::LockError>(())
+//! # Ok::<(), distlock_core::LockError>(())
 //! ```
 
 use std::fmt;

@@ -22,7 +22,7 @@ use crate::{Lock, LockError, LockGuard};
 /// released and the error is returned.
 ///
 /// ```no_run
-/// # async fn demo(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// # async fn demo(client: distlock_core::LockClient) -> Result<(), distlock_core::LockError> {
 /// use std::time::Duration;
 /// let guard = client
 ///     .lock_all(["account:7", "account:3"])

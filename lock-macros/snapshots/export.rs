@@ -2,21 +2,21 @@
 // async fn export (& self , tenant : u32) -> Result < () , AppError > { self . exporter . run (tenant) . await }
 
 async fn export(&self, tenant: u32) -> Result<(), AppError> {
-    let __lock_wait = ::distributed_lock::__private::duration(self.config.lock_wait);
-    let __lock_permits = ::distributed_lock::__private::count(self.limits.exports);
-    let __lock_acquired = ::distributed_lock::__private::acquire(
+    let __lock_wait = ::distlock::__private::duration(self.config.lock_wait);
+    let __lock_permits = ::distlock::__private::count(self.limits.exports);
+    let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::Some(
                 ::core::borrow::Borrow::<
-                    ::distributed_lock::LockClient,
+                    ::distlock::LockClient,
                 >::borrow(&(self.locks)),
             ),
             ::std::format!("export:{}", tenant),
-            ::distributed_lock::__private::Settings {
-                kind: ::distributed_lock::__private::Kind::Permits {
+            ::distlock::__private::Settings {
+                kind: ::distlock::__private::Kind::Permits {
                     total: __lock_permits,
                     take: 2u32,
                 },
-                wait: ::distributed_lock::__private::Wait::For(__lock_wait),
+                wait: ::distlock::__private::Wait::For(__lock_wait),
                 lease: ::core::option::Option::None,
                 at_least: ::core::option::Option::None,
             },
@@ -36,10 +36,10 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
         let __lock_return: Result<(), AppError> = { self.exporter.run(tenant).await };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
         .await;
-    ::distributed_lock::__private::release(
-            ::distributed_lock::LockGuard::release(__lock_guard),
+    ::distlock::__private::release(
+            ::distlock::LockGuard::release(__lock_guard),
             "export",
         )
         .await;

@@ -2,12 +2,12 @@
 // async fn pay (id : u64) -> Result < Receipt , AppError > { charge (id) . await ? ; Ok (Receipt :: new (id)) }
 
 async fn pay(id: u64) -> Result<Receipt, AppError> {
-    let __lock_acquired = ::distributed_lock::__private::acquire(
+    let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::None,
             ::std::format!("order:{}", id),
-            ::distributed_lock::__private::Settings {
-                kind: ::distributed_lock::__private::Kind::Plain,
-                wait: ::distributed_lock::__private::Wait::For(
+            ::distlock::__private::Settings {
+                kind: ::distlock::__private::Kind::Plain,
+                wait: ::distlock::__private::Wait::For(
                     ::core::time::Duration::new(10u64, 0u32),
                 ),
                 lease: ::core::option::Option::None,
@@ -32,10 +32,10 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
         .await;
-    ::distributed_lock::__private::release(
-            ::distributed_lock::LockGuard::release(__lock_guard),
+    ::distlock::__private::release(
+            ::distlock::LockGuard::release(__lock_guard),
             "pay",
         )
         .await;

@@ -2,12 +2,12 @@
 // async fn cleanup () { purge_expired () . await ; }
 
 async fn cleanup() {
-    let __lock_acquired = ::distributed_lock::__private::acquire(
+    let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::None,
             ::std::format!("job:cleanup"),
-            ::distributed_lock::__private::Settings {
-                kind: ::distributed_lock::__private::Kind::Plain,
-                wait: ::distributed_lock::__private::Wait::Once,
+            ::distlock::__private::Settings {
+                kind: ::distlock::__private::Kind::Plain,
+                wait: ::distlock::__private::Wait::Once,
                 lease: ::core::option::Option::Some(
                     ::core::time::Duration::new(600u64, 0u32),
                 ),
@@ -20,7 +20,7 @@ async fn cleanup() {
     let __lock_guard = match __lock_acquired {
         ::core::result::Result::Ok(__lock_guard) => __lock_guard,
         ::core::result::Result::Err(__lock_error) => {
-            ::distributed_lock::__private::skip(__lock_error, "cleanup");
+            ::distlock::__private::skip(__lock_error, "cleanup");
             return ::core::default::Default::default();
         }
     };
@@ -30,10 +30,10 @@ async fn cleanup() {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distributed_lock::LockGuard::scope(&__lock_guard, __lock_body)
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
         .await;
-    ::distributed_lock::__private::release(
-            ::distributed_lock::LockGuard::release(__lock_guard),
+    ::distlock::__private::release(
+            ::distlock::LockGuard::release(__lock_guard),
             "cleanup",
         )
         .await;

@@ -2,16 +2,16 @@
 // pub async fn transfer (& self , from : & Account , to : u64) -> anyhow :: Result < () > { self . ledger . move_funds (from . id , to) . await }
 
 pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
-    let __lock_acquired = ::distributed_lock::__private::acquire_all(
+    let __lock_acquired = ::distlock::__private::acquire_all(
             ::core::option::Option::Some(
                 ::core::borrow::Borrow::<
-                    ::distributed_lock::LockClient,
+                    ::distlock::LockClient,
                 >::borrow(&(self.locks)),
             ),
             ::std::vec![
                 ::std::format!("account:{}", from.id), ::std::format!("account:{}", to)
             ],
-            ::distributed_lock::__private::Wait::Once,
+            ::distlock::__private::Wait::Once,
             ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
         )
         .await;
@@ -31,7 +31,7 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = match ::distributed_lock::MultiLockGuard::scope_or_lost(
+    let __lock_output = match ::distlock::MultiLockGuard::scope_or_lost(
             &__lock_guard,
             __lock_body,
         )
@@ -46,8 +46,8 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             return __lock_error;
         }
     };
-    ::distributed_lock::__private::release(
-            ::distributed_lock::MultiLockGuard::release(__lock_guard),
+    ::distlock::__private::release(
+            ::distlock::MultiLockGuard::release(__lock_guard),
             "transfer",
         )
         .await;

@@ -15,7 +15,7 @@ use syn::{Expr, Ident, Lit, LitStr, Path, Token};
 pub(crate) const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `at_least`, `fair`, `read`, \
      `write`, `permits`, `take`, `on_busy`, `client`, `crate`, `abort_on_lost`";
 
-/// The lock's own range of fixed leases (`lock_core::MIN_LEASE..=MAX_LEASE`),
+/// The lock's own range of fixed leases (`distlock_core::MIN_LEASE..=MAX_LEASE`),
 /// checked here so that a bad literal fails the build.
 const MIN_LEASE: Duration = Duration::from_millis(10);
 const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);

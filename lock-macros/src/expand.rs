@@ -61,7 +61,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
 
     let krate = match &args.krate {
         Some(path) => path.to_token_stream(),
-        None => quote!(::distributed_lock),
+        None => quote!(::distlock),
     };
     let (output, output_span): (Type, Span) = match &shape {
         Shape::AsyncFn => match &func.sig.output {

@@ -1,6 +1,6 @@
-//! The `#[distributed_lock]` attribute of `distributed-lock`.
+//! The `#[distributed_lock]` attribute of `distlock`.
 //!
-//! Use it through the facade crate (`distributed_lock::distributed_lock`);
+//! Use it through the facade crate (`distlock::distributed_lock`);
 //! the generated code names only paths under it. Parsing lives in `attr`
 //! and `template`, code generation in `expand`.
 #![deny(unsafe_code, unreachable_pub)]
@@ -69,10 +69,10 @@ mod template;
 ///   function that returns a `Result` (so `Result<Option<T>, E>` tells busy,
 ///   `Ok(None)`, from failed, `Err`); a function that returns no `Result`
 ///   skips the body then too, and logs the error at error level under the
-///   `tracing` target `distributed_lock`.
+///   `tracing` target `distlock`.
 /// - `client = expr`: the `LockClient` (or `&LockClient`, `Arc<LockClient>`)
 ///   to lock with; default the one installed with `set_global_client`.
-/// - `crate = "path"`: where the `distributed_lock` crate is, when renamed.
+/// - `crate = "path"`: where the `distlock` crate is, when renamed.
 /// - `abort_on_lost`: cancel the body and return `LockError::LeaseLost` when
 ///   the lease is lost while it runs.
 ///

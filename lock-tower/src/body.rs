@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use distlock_core::LockGuard;
 use http_body::{Body, Frame, SizeHint};
-use lock_core::LockGuard;
 use pin_project_lite::pin_project;
 
 use crate::future::{log_release, release, Release};

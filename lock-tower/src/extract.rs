@@ -20,7 +20,7 @@ use http::{HeaderName, Method, Request};
 ///
 /// ```
 /// use http::Request;
-/// use lock_tower::KeyExtractor;
+/// use distlock_tower::KeyExtractor;
 ///
 /// let by_tenant = |req: &Request<()>| {
 ///     let tenant = req.headers().get("x-tenant")?.to_str().ok()?;
@@ -115,7 +115,7 @@ enum Segment {
 ///
 /// ```
 /// use http::{Method, Request};
-/// use lock_tower::{KeyExtractor, PathTemplate};
+/// use distlock_tower::{KeyExtractor, PathTemplate};
 ///
 /// let pay = PathTemplate::new("/orders/{id}/pay", "order:{id}").method(Method::POST);
 /// let req = |method, uri| Request::builder().method(method).uri(uri).body(()).unwrap();
@@ -291,7 +291,7 @@ fn parse_template(template: &str) -> Result<Vec<Segment>, String> {
 ///
 /// ```
 /// use http::Request;
-/// use lock_tower::{HeaderKey, KeyExtractor};
+/// use distlock_tower::{HeaderKey, KeyExtractor};
 ///
 /// let account = HeaderKey::new("x-account-id").prefix("account:");
 /// let req = Request::builder().header("x-account-id", "7").body(()).unwrap();
@@ -352,7 +352,7 @@ impl<B> KeyExtractor<Request<B>> for HeaderKey {
 ///
 /// ```
 /// use http::Request;
-/// use lock_tower::{GrpcKey, KeyExtractor};
+/// use distlock_tower::{GrpcKey, KeyExtractor};
 ///
 /// let pay = GrpcKey::new("/orders.v1.Orders/Pay", "x-order-id").prefix("order:");
 /// let call = |path| Request::builder().uri(path).header("x-order-id", "42").body(()).unwrap();

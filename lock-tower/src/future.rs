@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+use distlock_core::{LockError, LockGuard};
 use http::{Request, Response};
-use lock_core::{LockError, LockGuard};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 

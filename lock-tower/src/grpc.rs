@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use distlock_core::LockError;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response};
-use lock_core::LockError;
 
 use crate::body::ResponseBody;
 use crate::http::{message, Reject, Responder};

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use distlock_core::{LockError, LockGuard};
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
-use lock_core::{LockError, LockGuard};
 
 use crate::body::ResponseBody;
 use crate::future::Answered;

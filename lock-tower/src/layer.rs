@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use distlock_core::{Lock, LockClient, LockError};
 use http::{HeaderName, HeaderValue, StatusCode};
-use lock_core::{Lock, LockClient, LockError};
 use tower_layer::Layer;
 
 use crate::http::Reject;
@@ -92,7 +92,7 @@ impl<K, P, M> Config<K, P, M> {
 /// - [`Grpc`] ([`grpc`](LockLayer::grpc)): a gRPC status (`ABORTED`,
 ///   `UNAVAILABLE`), for tonic's `Server::builder().layer(..)`.
 /// - [`Plain`] ([`plain`](LockLayer::plain)): for any tower service whose
-///   error type is `From<LockError>`; the [`LockError`](lock_core::LockError)
+///   error type is `From<LockError>`; the [`LockError`](distlock_core::LockError)
 ///   is the service's error.
 ///
 /// # Modes
@@ -120,10 +120,10 @@ impl<K, P, M> Config<K, P, M> {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_core::LockClient;
-/// use lock_tower::{LockLayer, PathTemplate};
+/// use distlock_core::LockClient;
+/// use distlock_tower::{LockLayer, PathTemplate};
 ///
-/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// # async fn demo() -> Result<(), distlock_core::LockError> {
 /// let client = LockClient::connect("redis://127.0.0.1:6379/").await?;
 /// let layer = LockLayer::new(client, PathTemplate::new("/orders/{id}/pay", "order:{id}"))
 ///     .wait(Duration::from_secs(5))
@@ -171,8 +171,8 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::LockClient;
-    /// use lock_tower::{LockLayer, PathTemplate};
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{LockLayer, PathTemplate};
     ///
     /// // Payouts of one account run one at a time, first come first served.
     /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/accounts/{id}/payouts", "payouts:{id}"))
@@ -201,8 +201,8 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::LockClient;
-    /// use lock_tower::{LockLayer, PathTemplate, SafeMethods};
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{LockLayer, PathTemplate, SafeMethods};
     ///
     /// // GET /prices/{sku} runs alongside other GETs; PUT waits for them and runs alone.
     /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/prices/{sku}", "price:{sku}"))
@@ -235,12 +235,12 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     /// Every replica must use the same `max` for a name (the total is not
     /// stored in Redis). `max` must be at least 1: a layer built with 0 logs
     /// an error now and answers every request `500` (`INTERNAL`) with
-    /// lock-core's [`LockError::InvalidConfig`]. Not available on Redlock
+    /// distlock-core's [`LockError::InvalidConfig`]. Not available on Redlock
     /// ([`LockError::Unsupported`], answered `500`).
     ///
     /// ```
-    /// use lock_core::LockClient;
-    /// use lock_tower::{HeaderKey, LockLayer};
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{HeaderKey, LockLayer};
     ///
     /// // At most 5 exports per tenant at once, fleet-wide; the sixth gets 429.
     /// let layer = LockLayer::new(LockClient::memory(), HeaderKey::new("x-tenant").prefix("exports:tenant:"))
@@ -251,7 +251,7 @@ impl<K, P> LockLayer<K, P, Exclusive> {
         if max == 0 {
             tracing::error!(
                 "LockLayer::concurrency_limit(0): a limit of 0 admits no request; every request \
-                 will be answered as an internal error (lock-core refuses a semaphore without \
+                 will be answered as an internal error (distlock-core refuses a semaphore without \
                  permits)"
             );
         }
@@ -268,7 +268,7 @@ impl<K, M> LockLayer<K, Http, M> {
     }
 
     /// The plain tower flavour, for services that are not HTTP: the
-    /// [`LockError`](lock_core::LockError) becomes the service's error
+    /// [`LockError`](distlock_core::LockError) becomes the service's error
     /// (which must implement `From<LockError>`, as `tower::BoxError` does).
     /// The wait, lease and mode set so far are kept.
     pub fn plain(self) -> LockLayer<K, Plain, M> {
@@ -362,8 +362,8 @@ impl<K, M: LockingMode> LockLayer<K, Http, M> {
     ///
     /// ```
     /// use http::HeaderValue;
-    /// use lock_core::LockClient;
-    /// use lock_tower::{LockLayer, PathTemplate};
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{LockLayer, PathTemplate};
     ///
     /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}", "item:{sku}"))
     ///     .busy_body(r#"{"error":"busy","retry":true}"#)
@@ -530,8 +530,8 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// request, synchronously).
     ///
     /// ```
-    /// use lock_core::LockClient;
-    /// use lock_tower::{LockLayer, PathTemplate};
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{LockLayer, PathTemplate};
     ///
     /// // SKUs are 3 to 12 ASCII letters and digits.
     /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/items/{sku}/reserve", "item:{sku}"))
@@ -587,7 +587,7 @@ impl<K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockLayer<K, P, M> {
     }
 }
 
-/// A lock name cut to a length that fits an error message (as lock-core
+/// A lock name cut to a length that fits an error message (as distlock-core
 /// shows names in its errors): a refused name comes from the client and may
 /// be long.
 fn shown(key: &str) -> String {

@@ -6,7 +6,7 @@
 //!   closure, or a built-in [`PathTemplate`] (`/orders/{id}/pay` ->
 //!   `order:{id}`), [`HeaderKey`] or [`GrpcKey`]. `None` lets a request
 //!   through unlocked.
-//! - The lock options are lock-core's: [`wait`](LockLayer::wait) (default:
+//! - The lock options are distlock-core's: [`wait`](LockLayer::wait) (default:
 //!   try once) and a fixed [`lease`](LockLayer::lease) (default: watchdog,
 //!   renewed while the handler runs).
 //! - The [`mode`] picks the primitive of the lock family a request
@@ -26,7 +26,7 @@
 //!   with `Retry-After` over a concurrency limit, 503 with `Retry-After`
 //!   when the backend did not answer; never an error, so axum can serve it),
 //!   [`Grpc`] (`ABORTED`, `RESOURCE_EXHAUSTED`, `UNAVAILABLE`), or [`Plain`]
-//!   (the [`LockError`](lock_core::LockError) as the service's error).
+//!   (the [`LockError`](distlock_core::LockError) as the service's error).
 //!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
 //!   `grpc_status`) give the same answers to handlers that meet a
 //!   `LockError` themselves.
@@ -50,7 +50,7 @@
 //!
 //! # Features
 //! - `serde`: `Serialize`/`Deserialize` for [`FencingToken`] (and, through
-//!   lock-core's `serde` feature, for `LockInfo` and `LockHolder`).
+//!   distlock-core's `serde` feature, for `LockInfo` and `LockHolder`).
 //! - `tonic`: `grpc_code` and `grpc_status`, the gRPC flavour's answers as
 //!   `tonic::Code` and `tonic::Status`.
 //!
@@ -65,8 +65,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use lock_core::{LockClient, LockError};
-//! use lock_tower::LockLayer;
+//! use distlock_core::{LockClient, LockError};
+//! use distlock_tower::LockLayer;
 //! use tower::{service_fn, Layer, Service, ServiceExt};
 //!
 //! struct Job { account: u32 }
@@ -96,6 +96,8 @@
 //! ```
 #![deny(unreachable_pub, unsafe_code)]
 #![warn(missing_docs)]
+// docs.rs labels feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics in library code, on any input or runtime state (tests may).
 #![cfg_attr(
     not(test),
@@ -134,5 +136,6 @@ pub use plain::Plain;
 pub use service::LockService;
 pub use status::http_status;
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use status::{grpc_code, grpc_status};
 pub use token::FencingToken;

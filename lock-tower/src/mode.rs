@@ -19,8 +19,8 @@
 
 use std::fmt;
 
+use distlock_core::{Lock, LockClient};
 use http::{Method, Request};
-use lock_core::{Lock, LockClient};
 
 /// Whether a request reads or writes what its key names, in the
 /// [`ReadWrite`] mode: readers share the read lock, a writer holds the write
@@ -40,7 +40,7 @@ impl Access {
     ///
     /// ```
     /// use http::Method;
-    /// use lock_tower::Access;
+    /// use distlock_tower::Access;
     ///
     /// assert_eq!(Access::of_method(&Method::GET), Access::Read);
     /// assert_eq!(Access::of_method(&Method::POST), Access::Write);
@@ -67,7 +67,7 @@ impl Access {
 ///
 /// ```
 /// use http::{Method, Request};
-/// use lock_tower::{Access, SelectAccess};
+/// use distlock_tower::{Access, SelectAccess};
 ///
 /// // Reports are read-only even when POSTed.
 /// let select = |req: &Request<()>| {
@@ -104,7 +104,7 @@ where
 ///
 /// ```
 /// use http::{Method, Request};
-/// use lock_tower::{Access, SafeMethods, SelectAccess};
+/// use distlock_tower::{Access, SafeMethods, SelectAccess};
 ///
 /// let req = |method| Request::builder().method(method).body(()).unwrap();
 /// assert_eq!(SafeMethods.access(&req(Method::HEAD)), Access::Read);

@@ -7,7 +7,7 @@
 /// The request type is anything the key extractor accepts; the inner
 /// service's error type must implement `From<LockError>` (as
 /// `tower::BoxError` does), and a request that did not get its lock fails
-/// with that conversion of the [`LockError`](lock_core::LockError)
+/// with that conversion of the [`LockError`](distlock_core::LockError)
 /// (`Busy`, `TimedOut`, `Backend`, ...). The lock is held until the inner
 /// future completes.
 #[derive(Clone, Copy, Debug, Default)]

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use distlock_core::{LockError, LockGuard};
 use http::{Request, Response};
-use lock_core::{LockError, LockGuard};
 use tower_service::Service;
 
 use crate::body::ResponseBody;

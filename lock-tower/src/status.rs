@@ -3,8 +3,8 @@
 //! answers with, public so that a handler can answer a lock error of its own
 //! the way the layer does.
 
+use distlock_core::LockError;
 use http::StatusCode;
-use lock_core::LockError;
 
 /// How the layer classifies a lock failure: one class per answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +51,8 @@ impl Failure {
             | LockError::WrongType { .. }
             | LockError::HeldByOtherClient { .. }
             | LockError::UpgradeRefused { .. }
-            | LockError::Unsupported { .. } => Failure::Internal,
+            | LockError::Unsupported { .. }
+            | LockError::UnsupportedServer { .. } => Failure::Internal,
             error if error.is_backend() => Failure::Unavailable,
             _ => Failure::Internal,
         }
@@ -115,10 +116,10 @@ impl Failure {
 ///
 /// ```
 /// use http::StatusCode;
-/// use lock_core::LockError;
+/// use distlock_core::LockError;
 ///
 /// let busy = LockError::Busy { key: "order:1".into() };
-/// assert_eq!(lock_tower::http_status(&busy), StatusCode::CONFLICT);
+/// assert_eq!(distlock_tower::http_status(&busy), StatusCode::CONFLICT);
 /// ```
 pub fn http_status(error: &LockError) -> StatusCode {
     Failure::of(error).status()
@@ -132,12 +133,13 @@ pub fn http_status(error: &LockError) -> StatusCode {
 /// `concurrency_limit` mode's `RESOURCE_EXHAUSTED` is not among them.
 ///
 /// ```
-/// use lock_core::LockError;
+/// use distlock_core::LockError;
 ///
 /// let busy = LockError::Busy { key: "order:1".into() };
-/// assert_eq!(lock_tower::grpc_code(&busy), tonic::Code::Aborted);
+/// assert_eq!(distlock_tower::grpc_code(&busy), tonic::Code::Aborted);
 /// ```
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub fn grpc_code(error: &LockError) -> tonic::Code {
     tonic::Code::from(Failure::of(error).grpc_code() as i32)
 }
@@ -148,14 +150,15 @@ pub fn grpc_code(error: &LockError) -> tonic::Code {
 /// return as its `Err`.
 ///
 /// ```
-/// use lock_core::LockError;
+/// use distlock_core::LockError;
 ///
 /// let busy = LockError::Busy { key: "order:1".into() };
-/// let status = lock_tower::grpc_status(&busy);
+/// let status = distlock_tower::grpc_status(&busy);
 /// assert_eq!(status.code(), tonic::Code::Aborted);
 /// assert!(status.message().contains("order:1"));
 /// ```
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub fn grpc_status(error: &LockError) -> tonic::Status {
     let failure = Failure::of(error);
     let key = error.key().unwrap_or("*");
@@ -166,7 +169,7 @@ pub fn grpc_status(error: &LockError) -> tonic::Status {
 mod tests {
     use std::time::Duration;
 
-    use lock_core::BackendError;
+    use distlock_core::BackendError;
 
     use super::*;
 
@@ -273,6 +276,17 @@ mod tests {
                 },
                 StatusCode::SERVICE_UNAVAILABLE,
                 14,
+            ),
+            (
+                LockError::UnsupportedServer {
+                    server: server(),
+                    found: "Redis 6.2.14".into(),
+                    needed: "Redis 7.0.0".into(),
+                    backend: "the Cluster backend",
+                    reason: "sharded pub/sub",
+                },
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
             ),
         ]
     }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockClient, LockError};
-use lock_tower::LockLayer;
+use distlock_core::{LockClient, LockError};
+use distlock_tower::LockLayer;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
@@ -208,7 +208,7 @@ async fn dropped_waiting_job_never_takes_the_lock() {
 /// Accepted names are locked as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_key_takes_no_lock() {
-    let store = lock_core::MemoryStore::new();
+    let store = distlock_core::MemoryStore::new();
     let client = LockClient::builder().memory(store.clone()).unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let held_inside = Arc::new(AtomicUsize::new(0));
@@ -318,9 +318,9 @@ async fn read_write_in_the_plain_flavour() {
         .plain()
         .read_write(|job: &Job| {
             if job.account.is_some() {
-                lock_tower::Access::Read
+                distlock_tower::Access::Read
             } else {
-                lock_tower::Access::Write
+                distlock_tower::Access::Write
             }
         });
     let service = layer.layer(held_job(overlap.clone(), release.clone()));

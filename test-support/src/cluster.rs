@@ -114,7 +114,12 @@ impl RedisCluster {
             masters >= 3,
             "lock-test-support: a Redis Cluster needs at least 3 masters, got {masters}"
         );
-        let cli = redis_cli_path();
+        let cli = options
+            .binary
+            .as_ref()
+            .and_then(|server| Some(server.parent()?.join("redis-cli")))
+            .filter(|cli| cli.is_file())
+            .unwrap_or_else(redis_cli_path);
         let dir = tempfile::Builder::new()
             .prefix("lock-test-cluster-")
             .tempdir()

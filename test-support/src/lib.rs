@@ -1,4 +1,4 @@
-//! Test harness for the distributed-lock workspace: real `redis-server` processes.
+//! Test harness for the distlock workspace: real `redis-server` processes.
 //!
 //! [`RedisServer`] starts a genuine `redis-server` (never a mock) on a free loopback port,
 //! waits until it answers `PING`, and lets a test kill, pause (`SIGSTOP`), resume (`SIGCONT`)

@@ -22,6 +22,7 @@ pub struct ServerOptions {
     pub(crate) extra_args: Vec<String>,
     pub(crate) cluster: bool,
     pub(crate) sentinel: Option<String>,
+    pub(crate) binary: Option<std::path::PathBuf>,
 }
 
 impl ServerOptions {
@@ -88,6 +89,14 @@ impl ServerOptions {
     /// constructors panic).
     pub fn sentinel(mut self, config: impl Into<String>) -> Self {
         self.sentinel = Some(config.into());
+        self
+    }
+
+    /// Runs this `redis-server` executable instead of the one on `PATH` (another
+    /// version of Redis, say). A cluster started with these options uses the
+    /// `redis-cli` found next to it, if there is one.
+    pub fn binary(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.binary = Some(path.into());
         self
     }
 

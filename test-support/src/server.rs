@@ -117,7 +117,7 @@ impl RedisServer {
     /// [`ServerOptions::sentinel`] with [`ServerOptions::tls`] or
     /// [`ServerOptions::cluster_node`].
     pub fn start_with(options: ServerOptions) -> RedisServer {
-        let binary = redis_server_path();
+        let binary = options.binary.clone().unwrap_or_else(redis_server_path);
         assert!(
             options.sentinel.is_none() || !(options.tls || options.cluster),
             "lock-test-support: ServerOptions::sentinel cannot be combined with tls() or \

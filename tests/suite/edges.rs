@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockClientBuilder, LockError, LockGuard};
+use distlock::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::time::Instant;
 
 use super::{client_with_lease, clients, Fixture};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockError};
+use distlock::{LockClient, LockError};
 use tokio::time::Instant;
 
 use super::Fixture;
@@ -611,8 +611,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     assert_eq!(queued, [b.id(), c.id()], "{fair:?}");
     for waiter in &fair.queue {
         assert!(
-            waiter.place_ttl > Duration::ZERO
-                && waiter.place_ttl <= distributed_lock::QUEUE_PRESENCE,
+            waiter.place_ttl > Duration::ZERO && waiter.place_ttl <= distlock::QUEUE_PRESENCE,
             "{waiter:?}"
         );
     }
@@ -679,7 +678,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     let waiting: Vec<&str> = rw.waiting_writers.iter().map(|w| w.client_id()).collect();
     assert_eq!(waiting, [c.id()]);
     let place = rw.waiting_writers[0].place_ttl;
-    assert!(place > Duration::ZERO && place <= distributed_lock::QUEUE_PRESENCE);
+    assert!(place > Duration::ZERO && place <= distlock::QUEUE_PRESENCE);
     assert!(rw.writer.is_none());
     long_reader.release().await.unwrap();
     let _ = short_reader.release().await; // expired: not held any more

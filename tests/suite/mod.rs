@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockClientBuilder, LockError, LockGuard};
+use distlock::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::time::Instant;
 
 mod edges;
@@ -831,18 +831,18 @@ pub async fn multi_lock_in_swapped_order_does_not_deadlock<F: Fixture>(fixture: 
 
 pub async fn current_reports_the_locks_of_the_scope<F: Fixture>(fixture: &F) {
     let a = fixture.client().await;
-    assert!(distributed_lock::current().is_none());
+    assert!(distlock::current().is_none());
     let outer = a.lock("suite:current:outer").acquire().await.unwrap();
     let (token, keys) = outer
         .scope(async {
             let inner = a.lock("suite:current:inner").acquire().await.unwrap();
             let seen = inner
                 .scope(async {
-                    let keys: Vec<String> = distributed_lock::current_all()
+                    let keys: Vec<String> = distlock::current_all()
                         .iter()
                         .map(|l| l.key().to_owned())
                         .collect();
-                    (distributed_lock::current().unwrap().fencing_token(), keys)
+                    (distlock::current().unwrap().fencing_token(), keys)
                 })
                 .await;
             assert_eq!(seen.0, inner.fencing_token());
@@ -854,7 +854,7 @@ pub async fn current_reports_the_locks_of_the_scope<F: Fixture>(fixture: &F) {
     assert_eq!(keys, ["suite:current:inner", "suite:current:outer"]);
     // A spawned task does not inherit the chain.
     let spawned = outer
-        .scope(async { tokio::spawn(async { distributed_lock::current().is_none() }).await })
+        .scope(async { tokio::spawn(async { distlock::current().is_none() }).await })
         .await
         .unwrap();
     assert!(spawned, "a spawned task saw its parent's lock");

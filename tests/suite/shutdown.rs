@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use distributed_lock::{LockClient, LockError};
+use distlock::{LockClient, LockError};
 use tokio::time::Instant;
 
 use super::{assert_within, client_with_lease, Fixture};

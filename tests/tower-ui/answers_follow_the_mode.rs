@@ -1,7 +1,7 @@
 // The busy answer's options exist in the modes that lock, the
 // over-the-limit answer's only under a concurrency limit.
-use distributed_lock::tower::{LockLayer, PathTemplate};
-use distributed_lock::LockClient;
+use distlock::tower::{LockLayer, PathTemplate};
+use distlock::LockClient;
 use http::StatusCode;
 
 fn main() {

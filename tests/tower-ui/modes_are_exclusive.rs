@@ -1,7 +1,7 @@
 // A layer has one mode: the mode methods exist only in the default
 // (exclusive) mode, so a second one does not compile.
-use distributed_lock::tower::{LockLayer, PathTemplate, SafeMethods};
-use distributed_lock::LockClient;
+use distlock::tower::{LockLayer, PathTemplate, SafeMethods};
+use distlock::LockClient;
 
 fn main() {
     let key = || PathTemplate::new("/orders/{id}", "order:{id}");

@@ -1,4 +1,4 @@
-use distributed_lock::distributed_lock;
+use distlock::distributed_lock;
 
 #[distributed_lock(key = "job:{name}", on_busy = skip, abort_on_lost)]
 async fn run_job(name: &str) -> Option<u32> {

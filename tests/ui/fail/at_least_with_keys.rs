@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 #[distributed_lock(keys = ["job:a", "job:b"], at_least = "5m")]
 async fn both_jobs() -> Result<(), LockError> {

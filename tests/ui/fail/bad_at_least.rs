@@ -1,4 +1,4 @@
-use distributed_lock::distributed_lock;
+use distlock::distributed_lock;
 
 #[distributed_lock(key = "job:report", at_least = "5 minuts", on_busy = skip)]
 async fn report() {}

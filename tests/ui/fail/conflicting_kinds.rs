@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "prices", read, write)]
 async fn update_prices() -> Result<(), LockError> {

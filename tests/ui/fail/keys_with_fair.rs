@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 #[distributed_lock(keys = ["account:{from}", "account:{to}"], fair)]
 async fn transfer(from: u32, to: u32) -> Result<(), LockError> {

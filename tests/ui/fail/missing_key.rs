@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 #[distributed_lock(wait = "10s")]
 async fn pay(id: u64) -> Result<(), LockError> {

@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "exports:{tenant}", permits = limit)]
 async fn export(tenant: u32, limit: usize) -> Result<(), LockError> {

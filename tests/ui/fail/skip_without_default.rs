@@ -1,4 +1,4 @@
-use distributed_lock::distributed_lock;
+use distlock::distributed_lock;
 
 struct Report;
 

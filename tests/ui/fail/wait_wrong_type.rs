@@ -1,4 +1,4 @@
-use distributed_lock::{distributed_lock, LockError};
+use distlock::{distributed_lock, LockError};
 
 struct Config {
     wait_secs: u64,

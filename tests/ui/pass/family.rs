@@ -3,11 +3,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 #[distributed_lock(key = "payout:{batch}", fair, wait = "5s", client = client)]
 async fn payout(client: &LockClient, batch: u32) -> Result<String, LockError> {
-    Ok(distributed_lock::current().unwrap().key().to_owned())
+    Ok(distlock::current().unwrap().key().to_owned())
 }
 
 #[distributed_lock(key = "prices", read, wait = "5s", client = client)]
@@ -20,7 +20,7 @@ async fn read_prices(client: &LockClient, readers: &AtomicUsize) -> Result<usize
 
 #[distributed_lock(key = "prices", write, wait = "5s", client = client)]
 async fn write_prices(client: &LockClient) -> Result<u64, LockError> {
-    Ok(distributed_lock::current().unwrap().fencing_token())
+    Ok(distlock::current().unwrap().fencing_token())
 }
 
 #[distributed_lock(key = "exports:{tenant}", permits = 5, wait = "5s", client = client)]

@@ -1,5 +1,5 @@
 //! The mission's own example, in both placeholder forms, on the global client.
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 #[derive(Debug, PartialEq)]
 struct Receipt(u64);
@@ -22,19 +22,19 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
 
 #[distributed_lock(key = "order:{id}", wait = "10s")]
 async fn refund(id: u64) -> Result<Receipt, AppError> {
-    let lock = distributed_lock::current().unwrap();
+    let lock = distlock::current().unwrap();
     assert_eq!(lock.key(), format!("order:{id}"));
     Ok(Receipt(lock.fencing_token()))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    distributed_lock::set_global_client(LockClient::memory());
+    distlock::set_global_client(LockClient::memory());
     assert_eq!(pay(42).await.unwrap(), Receipt(42));
     assert_eq!(refund(42).await.unwrap(), Receipt(2));
     // Busy: `pay` waits (up to 10 s) until the holder lets go.
     let holder = tokio::spawn(async {
-        let held = distributed_lock::global_client().unwrap().lock("order:42").acquire().await.unwrap();
+        let held = distlock::global_client().unwrap().lock("order:42").acquire().await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         held.release().await.unwrap();
     });

@@ -2,7 +2,7 @@
 //! reference arguments, fields and method calls in placeholders.
 use std::fmt::Display;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 struct Request {
     user_id: u32,

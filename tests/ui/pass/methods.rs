@@ -2,7 +2,7 @@
 //! `async fn` in a trait impl.
 use std::sync::Arc;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 struct Ledger {
     locks: LockClient,

@@ -1,5 +1,5 @@
 //! `on_busy = skip` on `()`, `Option<T>`, a `Default` type and a `Result`.
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 #[derive(Debug, Default, PartialEq)]
 struct Report {

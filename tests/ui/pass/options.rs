@@ -2,18 +2,18 @@
 //! client expressions, `crate = "..."`, `Result` aliases, literal braces.
 use std::sync::Arc;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
-use distributed_lock as locks;
+use distlock::{distributed_lock, LockClient, LockError};
+use distlock as locks;
 
 type AppResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn client() -> LockClient {
-    distributed_lock::global_client().unwrap()
+    distlock::global_client().unwrap()
 }
 
 #[distributed_lock(keys = ["account:{from}", "account:{to}"], wait = "forever", client = client)]
 async fn transfer(client: Arc<LockClient>, from: u32, to: u32) -> Result<Vec<String>, LockError> {
-    Ok(distributed_lock::current_all().iter().map(|l| l.key().to_owned()).collect())
+    Ok(distlock::current_all().iter().map(|l| l.key().to_owned()).collect())
 }
 
 #[distributed_lock(key = "cache:{name}", lease = "1500ms", abort_on_lost, client = client())]
@@ -28,7 +28,7 @@ async fn renamed(id: u8) -> AppResult<String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    distributed_lock::set_global_client(LockClient::memory());
+    distlock::set_global_client(LockClient::memory());
     let client = Arc::new(client());
     assert_eq!(transfer(client.clone(), 2, 1).await.unwrap(), ["account:2", "account:1"]);
     assert_eq!(transfer(client, 1, 1).await.unwrap(), ["account:1"]);

@@ -4,7 +4,7 @@
 //! do not clash with arguments named like them.
 use std::time::Duration;
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 struct Settings {
     lease_secs: u64,

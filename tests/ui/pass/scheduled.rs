@@ -2,7 +2,7 @@
 //! without a fixed `lease` (lockAtMostFor), `on_busy = skip`.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 #[distributed_lock(key = "job:report", lease = "10m", at_least = "200ms", on_busy = skip, client = client)]
 async fn report(client: &LockClient, runs: &AtomicUsize) {

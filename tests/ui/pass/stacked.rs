@@ -1,16 +1,16 @@
 //! `#[tracing::instrument]` above and below, and `#[async_trait]`.
-use distributed_lock::{distributed_lock, LockClient, LockError};
+use distlock::{distributed_lock, LockClient, LockError};
 
 #[tracing::instrument(skip(client))]
 #[distributed_lock(key = "order:{id}", client = client)]
 async fn above(client: &LockClient, id: u64) -> Result<u64, LockError> {
-    Ok(distributed_lock::current().unwrap().fencing_token())
+    Ok(distlock::current().unwrap().fencing_token())
 }
 
 #[distributed_lock(key = "order:{id}", client = client)]
 #[tracing::instrument(skip(client), err)]
 async fn below(client: &LockClient, id: u64) -> Result<u64, LockError> {
-    Ok(distributed_lock::current().unwrap().fencing_token())
+    Ok(distlock::current().unwrap().fencing_token())
 }
 
 #[async_trait::async_trait]
@@ -26,7 +26,7 @@ struct Service {
 impl Orders for Service {
     #[distributed_lock(key = "order:{id}", wait = "5s", client = self.locks)]
     async fn cancel(&self, id: u64) -> Result<String, LockError> {
-        Ok(distributed_lock::current().unwrap().key().to_owned())
+        Ok(distlock::current().unwrap().key().to_owned())
     }
 }
 

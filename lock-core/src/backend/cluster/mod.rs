@@ -19,7 +19,7 @@ use self::subscriber::ShardedSubscriber;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, RedisSettings};
+use super::redis::{inspect, version, RedisSettings};
 use super::standalone::node::connect_error;
 use super::{Attempt, Backend, RenewItem, Renewal};
 use crate::info::FamilyState;
@@ -95,6 +95,30 @@ impl ClusterBackend {
                     })
                 }
             };
+        // A cluster too old for sharded pub/sub is refused now, naming its
+        // version (asked of one master: a cluster runs one version, but
+        // during a rolling upgrade).
+        let mut info_conn = conn.clone();
+        let info = info_conn.route_command(
+            redis::cmd("INFO").arg("server").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        );
+        match bounded(settings.response_timeout, info).await {
+            Ok(Value::BulkString(bytes)) => {
+                version::CLUSTER.check(&label, Ok(String::from_utf8_lossy(&bytes).into_owned()))?
+            }
+            Ok(Value::VerbatimString { text, .. }) => version::CLUSTER.check(&label, Ok(text))?,
+            Ok(other) => {
+                tracing::debug!(server = %label, reply = ?other, "unexpected INFO reply: the server's version is not checked")
+            }
+            Err(BackendError::Redis(err)) => version::CLUSTER.check(&label, Err(err))?,
+            Err(source) => {
+                return Err(LockError::Connect {
+                    server: label,
+                    source,
+                })
+            }
+        }
         let scripts = Scripts::new(true);
         // SCRIPT LOAD without a node goes to every node.
         let mut loading = Routed {

@@ -8,6 +8,7 @@ pub(crate) mod command;
 pub(crate) mod inspect;
 pub(crate) mod reply;
 pub(crate) mod scripts;
+pub(crate) mod version;
 
 use std::time::Duration;
 

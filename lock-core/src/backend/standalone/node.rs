@@ -8,6 +8,7 @@ use redis::{ErrorKind, RedisError};
 
 use crate::backend::redis::command::{bounded, Target};
 use crate::backend::redis::scripts::Scripts;
+use crate::backend::redis::version;
 use crate::backend::redis::{server_name, RedisSettings};
 use crate::{BackendError, LockError};
 
@@ -47,6 +48,14 @@ impl Node {
                 })
             }
         };
+        // A server too old for the lock is refused now, naming its version.
+        let mut info_cmd = redis::cmd("INFO");
+        let info = info_cmd.arg("server").query_async::<String>(&mut conn);
+        match bounded(settings.response_timeout, info).await {
+            Ok(info) => version::NODE.check(&server, Ok(info))?,
+            Err(BackendError::Redis(err)) => version::NODE.check(&server, Err(err))?,
+            Err(source) => return Err(LockError::Connect { server, source }),
+        }
         // Load the scripts up front, in one round trip, so that the first
         // concurrent acquisitions do not each meet NOSCRIPT. (After a restart,
         // a failover or SCRIPT FLUSH they are reloaded on demand.)
