@@ -6,9 +6,7 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
     let __lock_permits = ::distlock::__private::count(self.limits.exports);
     let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::Some(
-                ::core::borrow::Borrow::<
-                    ::distlock::LockClient,
-                >::borrow(&(self.locks)),
+                ::core::borrow::Borrow::<::distlock::LockClient>::borrow(&(self.locks)),
             ),
             ::std::format!("export:{}", tenant),
             ::distlock::__private::Settings {
@@ -36,8 +34,7 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
         let __lock_return: Result<(), AppError> = { self.exporter.run(tenant).await };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
-        .await;
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body).await;
     ::distlock::__private::release(
             ::distlock::LockGuard::release(__lock_guard),
             "export",

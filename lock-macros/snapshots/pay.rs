@@ -32,12 +32,8 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
-        .await;
-    ::distlock::__private::release(
-            ::distlock::LockGuard::release(__lock_guard),
-            "pay",
-        )
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body).await;
+    ::distlock::__private::release(::distlock::LockGuard::release(__lock_guard), "pay")
         .await;
     __lock_output
 }

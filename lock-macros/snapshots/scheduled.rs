@@ -30,8 +30,7 @@ async fn cleanup() {
         };
         #[allow(unreachable_code)] __lock_return
     };
-    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body)
-        .await;
+    let __lock_output = ::distlock::LockGuard::scope(&__lock_guard, __lock_body).await;
     ::distlock::__private::release(
             ::distlock::LockGuard::release(__lock_guard),
             "cleanup",
