@@ -168,7 +168,7 @@ pub use lease::{
 };
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
-pub use name::MAX_KEY_LEN;
+pub use name::{Layout, MAX_KEY_LEN};
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;
