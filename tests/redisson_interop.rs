@@ -19,8 +19,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use distlock::{Layout, LockClient, LockError};
-use lock_test_support::RedisServer;
+use distlock::{Layout, LockClient, LockError, ShardedPubSub};
+use lock_test_support::{RedisCluster, RedisServer};
 use redis::Commands;
 
 /// Where node-redisson is installed, or `None` (with a note) outside CI.
@@ -52,11 +52,35 @@ struct Peer {
 
 impl Peer {
     fn start(modules: &PathBuf, server: &RedisServer, name: &str, id: u32) -> Peer {
+        Self::start_with(
+            modules,
+            &["--port".into(), server.port().to_string()],
+            name,
+            id,
+        )
+    }
+
+    /// A peer on a cluster, through these seed nodes (`host:port`).
+    fn on_cluster(modules: &PathBuf, cluster: &RedisCluster, name: &str, id: u32) -> Peer {
+        let seeds: Vec<String> = cluster
+            .master_urls()
+            .iter()
+            .map(|url| {
+                url.trim_start_matches("redis://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .collect();
+        Self::start_with(modules, &["--cluster".into(), seeds.join(",")], name, id)
+    }
+
+    fn start_with(modules: &PathBuf, connection: &[String], name: &str, id: u32) -> Peer {
         let driver =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/redisson-driver.js");
         let mut child = Command::new("node")
             .arg(driver)
-            .args(["--port", &server.port().to_string(), "--name", name])
+            .args(connection)
+            .args(["--name", name])
             .args(["--client-id", &id.to_string(), "--watchdog-ms", "3000"])
             .env("NODE_PATH", modules)
             .stdin(Stdio::piped())
@@ -453,5 +477,110 @@ async fn redissons_other_locks_and_split_names_are_refused() {
     assert!(matches!(
         client.list("").await,
         Err(LockError::Unsupported { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_with_classic_pubsub_both_sides_take_turns_and_wake_each_other() {
+    let Some(modules) = node_modules() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3, 0);
+    // node-redisson's cluster mode has classic pub/sub only, as a Redisson
+    // cluster client with shardedSubscriptionMode OFF.
+    let client = LockClient::builder()
+        .layout(Layout::Redisson)
+        .sharded_pubsub(ShardedPubSub::Off)
+        .connect_cluster(cluster.master_urls())
+        .await
+        .unwrap();
+    let mut woken = Vec::new();
+    let mut tokens = Vec::new();
+    // Names in different slots, one with a hash tag.
+    for name in [
+        "interop:cluster:a",
+        "{interop}:cluster:b",
+        "interop:cluster:c",
+    ] {
+        let mut peer = Peer::on_cluster(&modules, &cluster, name, 1);
+        for _ in 0..10 {
+            let guard = client.lock(name).acquire().await.unwrap();
+            tokens.push(guard.fencing_token());
+            peer.send("lock");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let released = Instant::now();
+            guard.release().await.unwrap();
+            let reply = peer.reply(Duration::from_secs(60));
+            assert_eq!(reply["ok"], true, "{reply}");
+            woken.push(released.elapsed());
+
+            let waiting = tokio::spawn({
+                let client = client.clone();
+                async move {
+                    let guard = client
+                        .lock(name)
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await?;
+                    Ok::<_, LockError>((Instant::now(), guard))
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            assert!(
+                !waiting.is_finished(),
+                "we got the lock while node-redisson held it"
+            );
+            let unlocked = Instant::now();
+            peer.send("unlock");
+            let (acquired, guard) = waiting.await.unwrap().unwrap();
+            assert_eq!(peer.reply(Duration::from_secs(10))["ok"], true);
+            woken.push(acquired.duration_since(unlocked));
+            tokens.push(guard.fencing_token());
+            guard.release().await.unwrap();
+        }
+    }
+    woken.sort();
+    let (p50, p99) = (percentile(&woken, 0.5), percentile(&woken, 0.99));
+    eprintln!(
+        "cluster, classic pub/sub: {} cross wake-ups, p50 {p50:?} p99 {p99:?}",
+        woken.len()
+    );
+    assert!(p99 < Duration::from_secs(3), "{woken:?}");
+    // Each name has its own RFencedLock counter: tokens rise per name.
+    for per_name in tokens.chunks(20) {
+        assert!(per_name.windows(2).all(|w| w[0] < w[1]), "{per_name:?}");
+    }
+
+    // The default (Auto) is sharded, as Redisson's AUTO on Redis 7: two of
+    // our clients wake each other with SPUBLISH.
+    let sharded = LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect_cluster(cluster.master_urls())
+        .await
+        .unwrap();
+    let guard = sharded.lock("interop:cluster:s").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let sharded = sharded.clone();
+        async move {
+            sharded
+                .lock("interop:cluster:s")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    assert!(released.elapsed() < Duration::from_secs(3));
+    // Sharded pub/sub is for clusters only.
+    let single = RedisServer::start();
+    assert!(matches!(
+        LockClient::builder()
+            .sharded_pubsub(ShardedPubSub::On)
+            .connect(&single.url())
+            .await,
+        Err(LockError::InvalidConfig { .. })
     ));
 }

@@ -604,6 +604,24 @@ impl LockClient {
     }
 }
 
+/// Which pub/sub a Redis Cluster client's wake-ups use: Redisson's
+/// `shardedSubscriptionMode`, with its values and its default (see
+/// [`LockClientBuilder::sharded_pubsub`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardedPubSub {
+    /// Sharded when the server has it, as Redisson's `AUTO` decides (its
+    /// `PUBSUB SHARDNUMSUB` works from Redis 7.0 on, which the Cluster
+    /// backend needs anyway): in effect, sharded.
+    #[default]
+    Auto,
+    /// `SSUBSCRIBE` and `SPUBLISH`, in the lock's slot.
+    On,
+    /// Classic `SUBSCRIBE` and `PUBLISH`, which every node relays to the
+    /// whole cluster.
+    Off,
+}
+
 /// Settings of a [`LockClient`].
 ///
 /// ```no_run
@@ -623,6 +641,7 @@ pub struct LockClientBuilder {
     /// The key prefix; `None`: the layout's default.
     prefix: Option<String>,
     layout: Layout,
+    sharded_pubsub: ShardedPubSub,
     lease: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -639,6 +658,7 @@ impl Default for LockClientBuilder {
         LockClientBuilder {
             prefix: None,
             layout: Layout::Native,
+            sharded_pubsub: ShardedPubSub::Auto,
             lease: DEFAULT_LEASE,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -657,6 +677,7 @@ impl fmt::Debug for LockClientBuilder {
         let mut f = f.debug_struct("LockClientBuilder");
         f.field("prefix", &self.prefix)
             .field("layout", &self.layout)
+            .field("sharded_pubsub", &self.sharded_pubsub)
             .field("lease", &self.lease)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -698,6 +719,17 @@ impl LockClientBuilder {
     /// Redlock. See the README's "Sharing locks with Redisson".
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Whether a Redis Cluster client's wake-ups use sharded pub/sub
+    /// (`SSUBSCRIBE`, `SPUBLISH`) or classic pub/sub, as Redisson's
+    /// `shardedSubscriptionMode` decides it for its cluster clients (default
+    /// [`ShardedPubSub::Auto`]). Match the Java side's setting when sharing
+    /// locks with Redisson. One node, Sentinel and Redlock always use
+    /// classic pub/sub (as Redisson does): `On` is refused there.
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        self.sharded_pubsub = mode;
         self
     }
 
@@ -786,6 +818,19 @@ impl LockClientBuilder {
     }
 
     /// Checks every setting; a bad one is `InvalidConfig` naming it and its value.
+    /// Refuses sharded pub/sub on a backend that is not a cluster.
+    fn classic_only(&self) -> Result<(), LockError> {
+        if self.sharded_pubsub == ShardedPubSub::On {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "sharded pub/sub (ShardedPubSub::On) is for Redis Cluster clients only; \
+                         one node, Sentinel and Redlock use classic pub/sub, as Redisson does"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), LockError> {
         name::check_prefix(self.prefix())?;
         lease::check_watchdog(self.lease)?;
@@ -803,6 +848,7 @@ impl LockClientBuilder {
     /// Connects to Redis (see [`LockClient::connect`] for the URL forms).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.validate()?;
+        self.classic_only()?;
         let client = self.redis_client(url)?;
         let backend = RedisBackend::connect(client, self.settings()).await?;
         Ok(self.connected(backend))
@@ -832,7 +878,9 @@ impl LockClientBuilder {
                 None => builder,
             }
         });
-        let backend = ClusterBackend::connect(make_builder, seeds, self.settings()).await?;
+        let sharded = self.sharded_pubsub != ShardedPubSub::Off;
+        let backend =
+            ClusterBackend::connect(make_builder, seeds, self.settings(), sharded).await?;
         Ok(self.connected(backend))
     }
 
@@ -848,6 +896,7 @@ impl LockClientBuilder {
         I::Item: AsRef<str>,
     {
         self.validate()?;
+        self.classic_only()?;
         let sentinels = self
             .urls(sentinel_urls)?
             .iter()
@@ -866,6 +915,7 @@ impl LockClientBuilder {
         I::Item: AsRef<str>,
     {
         self.validate()?;
+        self.classic_only()?;
         if self.layout == Layout::Redisson {
             return Err(LockError::InvalidConfig {
                 key: "*".into(),

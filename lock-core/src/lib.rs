@@ -149,8 +149,8 @@ mod watchdog;
 
 pub use backend::MemoryStore;
 pub use client::{
-    ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT,
+    ClientStats, LockClient, LockClientBuilder, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use closing::ShutdownReport;
 pub use current::{current, current_all, CurrentLock};
