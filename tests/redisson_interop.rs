@@ -478,6 +478,41 @@ async fn redissons_other_locks_and_split_names_are_refused() {
         client.list("").await,
         Err(LockError::Unsupported { .. })
     ));
+    // A holder that set no expiry (PTTL -1): busy, and a wait times out
+    // (polling), neither hangs nor takes it.
+    let _: () = conn.hset("interop:forever", "other:1", "1").unwrap();
+    assert!(client
+        .lock("interop:forever")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(matches!(
+        client
+            .lock("interop:forever")
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await,
+        Err(LockError::TimedOut { .. })
+    ));
+    // Our client in the native layout does not see Redisson-layout locks:
+    // different keys (which is why the layout is a client setting).
+    let native = LockClient::connect(&server.url()).await.unwrap();
+    let held = client.lock("interop:both").acquire().await.unwrap();
+    let other = native.lock("interop:both").try_acquire().await.unwrap();
+    assert!(
+        other.is_some(),
+        "the native layout uses lock:{{interop:both}}"
+    );
+    held.release().await.unwrap();
+    // Redlock cannot use Redisson's layout.
+    assert!(matches!(
+        LockClient::builder()
+            .layout(Layout::Redisson)
+            .connect_redlock([server.url()])
+            .await,
+        Err(LockError::InvalidConfig { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
