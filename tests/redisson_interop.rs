@@ -212,10 +212,21 @@ async fn the_keys_field_value_and_token_are_redissons() {
         .unwrap()
         .is_none());
     let seen = client.inspect("interop:layout").await.unwrap();
+    let holder = seen.holder.as_ref().unwrap();
+    assert_eq!(holder.owner, peer.field);
+    // The hold count is Redisson's; node-redisson takes no token (a plain
+    // RLock), so the holder's token is the name's last one, ours.
+    assert_eq!(holder.holds, 1);
+    assert_eq!(holder.fencing_token, counter);
+    assert_eq!(seen.last_fencing_token, Some(counter));
     assert_eq!(
-        seen.holder.as_ref().map(|h| h.owner.as_str()),
-        Some(peer.field.as_str())
+        peer.call("trylock 0 20000"),
+        true,
+        "a re-entry of node-redisson"
     );
+    let seen = client.inspect("interop:layout").await.unwrap();
+    assert_eq!(seen.holder.unwrap().holds, 2);
+    peer.call("unlock");
     peer.call("unlock");
     let next = client
         .lock("interop:layout")
@@ -443,6 +454,10 @@ async fn redissons_other_locks_and_split_names_are_refused() {
     match client.lock("interop:rw").try_acquire().await {
         Err(LockError::WrongType { redis_key, .. }) => assert_eq!(redis_key, "interop:rw"),
         other => panic!("expected WrongType, got {other:?}"),
+    }
+    match client.inspect("interop:rw").await {
+        Err(LockError::WrongType { redis_key, .. }) => assert_eq!(redis_key, "interop:rw"),
+        other => panic!("inspect: expected WrongType, got {other:?}"),
     }
     // A Redisson fair lock's queue exists: refused too.
     let _: () = conn

@@ -58,18 +58,6 @@ end
 return {0, ttl}
 ";
 
-/// The plain lock's holder in Redisson's layout; its token is the last
-/// one the name's counter issued. KEYS: the lock hash, the token counter.
-/// Replies as `FAIR_INSPECT`, without a queue.
-const REDISSON_INSPECT: &str = r"
-local found = holder(KEYS[1])
-local counter = redis.call('get', KEYS[2])
-if #found > 0 then
-  found[2] = counter or '0'
-end
-return {1, found, {}, {}, counter}
-";
-
 /// Extends the lease only when ARGV[1] owns the lock.
 const RENEW: &str = r"
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
@@ -479,7 +467,6 @@ pub(crate) struct Scripts {
     redisson_acquire: Script,
     redisson_rollback: Script,
     redisson_force: Script,
-    redisson_inspect: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
     publish: &'static str,
 }
@@ -519,13 +506,12 @@ impl Scripts {
             redisson_acquire: Script::new(REDISSON_ACQUIRE),
             redisson_rollback: publishing(&ROLLBACK.replace("KEYS[2], '1')", "KEYS[2], '0')")),
             redisson_force: publishing(&FORCE_RELEASE.replace("KEYS[2], '1')", "KEYS[2], '0')")),
-            redisson_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{REDISSON_INSPECT}")),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 22] {
+    pub(crate) fn all(&self) -> [&Script; 21] {
         [
             &self.acquire,
             &self.renew,
@@ -548,7 +534,6 @@ impl Scripts {
             &self.redisson_acquire,
             &self.redisson_rollback,
             &self.redisson_force,
-            &self.redisson_inspect,
         ]
     }
 
@@ -679,11 +664,6 @@ impl Scripts {
     /// a key of the primitive holds another type.
     pub(crate) fn inspect(&self, key: &LockKey) -> Pipeline {
         let (script, keys, types): (&Script, Vec<String>, &[&str]) = match key.kind {
-            Kind::Exclusive if key.layout == Layout::Redisson => (
-                &self.redisson_inspect,
-                vec![key.lock.to_string(), key.fence()],
-                &["hash", "string"],
-            ),
             Kind::Exclusive | Kind::Fair => {
                 let keys = fair_keys(key);
                 (
