@@ -84,9 +84,34 @@ PY
     echo "Redis 6.2 for the version tests: $("$DISTLOCK_TEST_REDIS_6_2" --version)"
 }
 
+# node-redisson, the Redisson-protocol peer of tests/redisson_interop.rs:
+# `npm ci` of tests/interop/package.json (pinned versions) into
+# target/interop-node. Without it that test fails in CI and is skipped
+# elsewhere, saying why.
+install_node_redisson() {
+    local dir="target/interop-node"
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "warning: node-redisson not installed: Node.js and npm are needed" >&2
+        return 0
+    fi
+    if [ ! -d "$dir/node_modules/node-redisson" ] \
+        || ! cmp -s tests/interop/package-lock.json "$dir/package-lock.json"; then
+        mkdir -p "$dir"
+        cp tests/interop/package.json tests/interop/package-lock.json "$dir/"
+        if ! (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error); then
+            echo "warning: node-redisson not installed: npm ci failed" >&2
+            return 0
+        fi
+    fi
+    DISTLOCK_TEST_NODE_REDISSON="$PWD/$dir"
+    export DISTLOCK_TEST_NODE_REDISSON
+    echo "node-redisson for the Redisson interop tests: $dir (node $(node --version))"
+}
+
 ensure_redis
 echo "using $(redis-server --version)"
 fetch_redis_6_2
+install_node_redisson
 
 # Unit, integration and example targets; then the doc tests, which
 # --all-targets leaves out. The optional features (distlock-core's `serde`,

@@ -164,16 +164,32 @@ pub(crate) struct ConnectionArgs {
     )]
     pub(crate) url: String,
 
-    /// Prefix of the Redis keys: lock NAME is stored as PREFIX{NAME}.
+    /// Prefix of the Redis keys: lock NAME is stored as PREFIX{NAME} [default: lock:, or
+    /// nothing with --layout redisson]
     #[arg(
         long,
         global = true,
         env = "LOCK_KEY_PREFIX",
         hide_env_values = true,
-        default_value = distlock_core::DEFAULT_PREFIX,
         value_name = "PREFIX"
     )]
-    pub(crate) key_prefix: String,
+    pub(crate) key_prefix: Option<String>,
+
+    /// How locks are laid out in Redis: native, or redisson for Redisson's RLock and
+    /// RFencedLock of the same name (plain locks only; no list or top)
+    #[arg(long, global = true, env = "LOCK_LAYOUT", value_enum, default_value_t = LayoutArg::Native)]
+    pub(crate) layout: LayoutArg,
+
+    /// A cluster's wake-ups: sharded pub/sub (auto, on) or classic (off), as Redisson's
+    /// shardedSubscriptionMode
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_SHARDED_PUBSUB",
+        value_enum,
+        default_value_t = ShardedArg::Auto
+    )]
+    pub(crate) sharded_pubsub: ShardedArg,
 
     /// PEM file of the CA that signed a rediss:// server's certificate (default: system roots).
     #[arg(long, global = true, value_name = "PEM_FILE")]
@@ -517,6 +533,26 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(lease)
+}
+
+/// `--layout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LayoutArg {
+    /// This library's layout.
+    Native,
+    /// Redisson's `RLock` / `RFencedLock` layout.
+    Redisson,
+}
+
+/// `--sharded-pubsub`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ShardedArg {
+    /// Sharded on a cluster (Redis 7), as Redisson's AUTO.
+    Auto,
+    /// Sharded (clusters only).
+    On,
+    /// Classic pub/sub.
+    Off,
 }
 
 #[cfg(test)]

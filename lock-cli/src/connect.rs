@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockClientBuilder};
+use distlock_core::{Layout, LockClient, LockClientBuilder, ShardedPubSub};
 
-use crate::cli::ConnectionArgs;
+use crate::cli::{ConnectionArgs, LayoutArg, ShardedArg};
 use crate::exit::{self, Failure};
 
 /// Connects to the backend that `args` names, for work on `subject` (a lock
@@ -20,8 +20,19 @@ pub(crate) async fn connect(
     lease: Option<Duration>,
 ) -> Result<LockClient, Failure> {
     let mut builder = LockClient::builder()
-        .key_prefix(args.key_prefix.clone())
+        .layout(match args.layout {
+            LayoutArg::Native => Layout::Native,
+            LayoutArg::Redisson => Layout::Redisson,
+        })
+        .sharded_pubsub(match args.sharded_pubsub {
+            ShardedArg::Auto => ShardedPubSub::Auto,
+            ShardedArg::On => ShardedPubSub::On,
+            ShardedArg::Off => ShardedPubSub::Off,
+        })
         .connect_timeout(args.connect_timeout);
+    if let Some(prefix) = &args.key_prefix {
+        builder = builder.key_prefix(prefix.clone());
+    }
     if let Some(lease) = lease {
         builder = builder.lease(lease);
     }

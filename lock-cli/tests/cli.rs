@@ -26,6 +26,8 @@ fn bare_lockctl() -> Command {
         .env_remove("LOCK_SENTINEL")
         .env_remove("LOCK_SENTINEL_MASTER")
         .env_remove("LOCK_REDLOCK")
+        .env_remove("LOCK_LAYOUT")
+        .env_remove("LOCK_SHARDED_PUBSUB")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -577,6 +579,81 @@ fn key_prefix_option_and_environment() {
 
 /// `release --force` deletes a held lock and wakes a waiter at once; without
 /// --force it refuses. The old holder's run notices and exits 80.
+#[test]
+fn redisson_layout_shows_runs_and_releases_redissons_locks() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    // A Redisson RFencedLock holder: hash = name, field <uuid>:<thread>, count 1.
+    let field = "0750326f-e9e0-4f20-982c-06fca8347b85:1";
+    let _: () = redis::cmd("HSET")
+        .arg("order:7")
+        .arg(field)
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg("order:7")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("redisson_lock_token:{order:7}")
+        .arg(41)
+        .query(&mut conn)
+        .unwrap();
+
+    let status =
+        complete(lockctl(&server).args(["--layout", "redisson", "status", "order:7", "--json"]));
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    let status = json(&status);
+    assert_eq!(status["owner"], field, "{status}");
+    assert_eq!(status["holds"], 1, "{status}");
+    assert_eq!(status["last_fencing_token"], 41, "{status}");
+
+    // Busy while Redisson holds it; the layout's own keys, not lock:{order:7}.
+    let busy = complete(lockctl(&server).args([
+        "--layout", "redisson", "run", "--key", "order:7", "--", "true",
+    ]));
+    assert_eq!(code(&busy), 75, "{}", stderr(&busy));
+    let native = complete(lockctl(&server).args(["run", "--key", "order:7", "--", "true"]));
+    assert_eq!(code(&native), 0, "{}", stderr(&native));
+
+    let released =
+        complete(lockctl(&server).args(["--layout", "redisson", "release", "--force", "order:7"]));
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert!(!exists(&server, "order:7"));
+    // The next token of RFencedLock's counter, in Redisson's hash layout.
+    let run = complete(
+        lockctl(&server)
+            .args([
+                "--layout",
+                "redisson",
+                "run",
+                "--key",
+                "order:7",
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCK_FENCING_TOKEN; redis-cli -p $PORT hvals order:7",
+            ])
+            .env("PORT", server.port().to_string()),
+    );
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
+    assert_eq!(
+        stdout(&run).split_whitespace().collect::<Vec<_>>(),
+        ["42", "1"]
+    );
+
+    // No list in this layout: a usage error, one line.
+    let list = complete(lockctl(&server).args(["--layout", "redisson", "list"]));
+    assert_eq!(code(&list), 64, "{}", stderr(&list));
+    assert!(
+        one_error_line(&list).contains("Redisson"),
+        "{}",
+        stderr(&list)
+    );
+}
+
 #[test]
 fn release_force_lets_a_waiter_in() {
     let server = RedisServer::start();

@@ -1,6 +1,7 @@
 //! [`LockClient`]: the connection to the lock backend, shared by every lock.
 
 use std::fmt;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use crate::core::ClientCore;
 use crate::info::FamilyState;
 use crate::lease::{self, DEFAULT_LEASE};
 use crate::name::LockKey;
-use crate::name::{self, Kind};
+use crate::name::{self, Kind, Layout};
 use crate::shutdown;
 use crate::{
     FairLockInfo, Lock, LockError, LockInfo, MultiLock, ReadWriteLock, ReadWriteLockInfo,
@@ -248,6 +249,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
+        if self.core.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                key: "*".into(),
+                primitive: "list of locks",
+                backend: "a client in Redisson's layout",
+                reason: "in Redisson's layout a lock's key is its bare name, which tells it \
+                         from no other hash in the database; inspect a lock by its name",
+            });
+        }
         let mut locks = self
             .core
             .backend
@@ -594,6 +604,24 @@ impl LockClient {
     }
 }
 
+/// Which pub/sub a Redis Cluster client's wake-ups use: Redisson's
+/// `shardedSubscriptionMode`, with its values and its default (see
+/// [`LockClientBuilder::sharded_pubsub`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardedPubSub {
+    /// Sharded when the server has it, as Redisson's `AUTO` decides (its
+    /// `PUBSUB SHARDNUMSUB` works from Redis 7.0 on, which the Cluster
+    /// backend needs anyway): in effect, sharded.
+    #[default]
+    Auto,
+    /// `SSUBSCRIBE` and `SPUBLISH`, in the lock's slot.
+    On,
+    /// Classic `SUBSCRIBE` and `PUBLISH`, which every node relays to the
+    /// whole cluster.
+    Off,
+}
+
 /// Settings of a [`LockClient`].
 ///
 /// ```no_run
@@ -610,7 +638,10 @@ impl LockClient {
 #[derive(Clone)]
 #[must_use]
 pub struct LockClientBuilder {
-    prefix: String,
+    /// The key prefix; `None`: the layout's default.
+    prefix: Option<String>,
+    layout: Layout,
+    sharded_pubsub: ShardedPubSub,
     lease: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -625,7 +656,9 @@ pub struct LockClientBuilder {
 impl Default for LockClientBuilder {
     fn default() -> Self {
         LockClientBuilder {
-            prefix: DEFAULT_PREFIX.to_owned(),
+            prefix: None,
+            layout: Layout::Native,
+            sharded_pubsub: ShardedPubSub::Auto,
             lease: DEFAULT_LEASE,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -643,6 +676,8 @@ impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("LockClientBuilder");
         f.field("prefix", &self.prefix)
+            .field("layout", &self.layout)
+            .field("sharded_pubsub", &self.sharded_pubsub)
             .field("lease", &self.lease)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -668,11 +703,43 @@ impl LockClientBuilder {
         self
     }
 
-    /// Prefix of the Redis keys (default `lock:`): lock `order:42` is stored
-    /// as `<prefix>{order:42}`.
+    /// Prefix of the Redis keys (default `lock:`; empty in
+    /// [Redisson's layout](Layout::Redisson)): lock `order:42` is stored as
+    /// `<prefix>{order:42}` (Redisson's layout: `<prefix>order:42`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.prefix = Some(prefix.into());
         self
+    }
+
+    /// How plain locks are laid out in Redis (default [`Layout::Native`]).
+    /// With [`Layout::Redisson`] a lock of this client and a Redisson
+    /// `RLock` or `RFencedLock` of the same name exclude each other, wake
+    /// each other's waiters, and share `RFencedLock`'s fencing tokens; the
+    /// lock family is refused ([`LockError::Unsupported`]), and so is
+    /// Redlock. See the README's "Sharing locks with Redisson".
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Whether a Redis Cluster client's wake-ups use sharded pub/sub
+    /// (`SSUBSCRIBE`, `SPUBLISH`) or classic pub/sub, as Redisson's
+    /// `shardedSubscriptionMode` decides it for its cluster clients (default
+    /// [`ShardedPubSub::Auto`]). Match the Java side's setting when sharing
+    /// locks with Redisson. One node, Sentinel and Redlock always use
+    /// classic pub/sub (as Redisson does): `On` is refused there.
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        self.sharded_pubsub = mode;
+        self
+    }
+
+    /// The key prefix in effect: the one set, or the layout's default.
+    fn prefix(&self) -> &str {
+        match (&self.prefix, self.layout) {
+            (Some(prefix), _) => prefix,
+            (None, Layout::Redisson) => "",
+            (None, _) => DEFAULT_PREFIX,
+        }
     }
 
     /// The lease of watchdog-mode locks (default 30 s, renewed every lease/3;
@@ -751,8 +818,21 @@ impl LockClientBuilder {
     }
 
     /// Checks every setting; a bad one is `InvalidConfig` naming it and its value.
+    /// Refuses sharded pub/sub on a backend that is not a cluster.
+    fn classic_only(&self) -> Result<(), LockError> {
+        if self.sharded_pubsub == ShardedPubSub::On {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "sharded pub/sub (ShardedPubSub::On) is for Redis Cluster clients only; \
+                         one node, Sentinel and Redlock use classic pub/sub, as Redisson does"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), LockError> {
-        name::check_prefix(&self.prefix)?;
+        name::check_prefix(self.prefix())?;
         lease::check_watchdog(self.lease)?;
         lease::check_timeout("the response timeout", self.response_timeout)?;
         lease::check_timeout("the connect timeout", self.connect_timeout)?;
@@ -768,6 +848,7 @@ impl LockClientBuilder {
     /// Connects to Redis (see [`LockClient::connect`] for the URL forms).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.validate()?;
+        self.classic_only()?;
         let client = self.redis_client(url)?;
         let backend = RedisBackend::connect(client, self.settings()).await?;
         Ok(self.connected(backend))
@@ -797,7 +878,9 @@ impl LockClientBuilder {
                 None => builder,
             }
         });
-        let backend = ClusterBackend::connect(make_builder, seeds, self.settings()).await?;
+        let sharded = self.sharded_pubsub != ShardedPubSub::Off;
+        let backend =
+            ClusterBackend::connect(make_builder, seeds, self.settings(), sharded).await?;
         Ok(self.connected(backend))
     }
 
@@ -813,6 +896,7 @@ impl LockClientBuilder {
         I::Item: AsRef<str>,
     {
         self.validate()?;
+        self.classic_only()?;
         let sentinels = self
             .urls(sentinel_urls)?
             .iter()
@@ -831,6 +915,16 @@ impl LockClientBuilder {
         I::Item: AsRef<str>,
     {
         self.validate()?;
+        self.classic_only()?;
+        if self.layout == Layout::Redisson {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "Redlock cannot use Redisson's layout: its tokens and quorum need \
+                         this library's scripts on every master (Redisson's own RedissonRedLock \
+                         is a different protocol)"
+                    .into(),
+            });
+        }
         let node_timeout = self.node_timeout.unwrap_or_else(|| {
             (self.lease / 100)
                 .max(Duration::from_millis(50))
@@ -933,18 +1027,39 @@ impl LockClientBuilder {
     fn build(self, backend: Arc<dyn Backend>) -> LockClient {
         let mut id = [0u8; 16];
         rand::rng().fill_bytes(&mut id);
-        let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let id = match self.layout {
+            // As Java's `UUID.randomUUID()` prints it (a version 4 UUID):
+            // the id Redisson puts before `:<thread id>`.
+            Layout::Redisson => uuid_v4(id),
+            _ => id.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        let prefix = self.prefix().to_owned();
         let core = ClientCore::new(
             id.into(),
-            self.prefix,
+            prefix,
             self.lease,
             self.response_timeout,
             backend,
-        );
+        )
+        .with_layout(self.layout);
         #[cfg(feature = "metrics")]
         let core = core.with_meter_names(self.metrics_names);
         LockClient {
             core: Arc::new(core),
         }
     }
+}
+
+/// 16 random bytes as a version 4 UUID, `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`.
+fn uuid_v4(mut bytes: [u8; 16]) -> String {
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }

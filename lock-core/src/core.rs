@@ -17,7 +17,7 @@ use crate::backend::Backend;
 use crate::closing::Closing;
 use crate::held::HeldLock;
 use crate::janitor::Janitor;
-use crate::name::{Kind, LockKey};
+use crate::name::{self, Kind, Layout, LockKey};
 use crate::scope::Scope;
 use crate::sync::Mutex;
 use crate::watchdog::Watchdog;
@@ -58,6 +58,8 @@ pub(crate) struct ClientCore {
     pub(crate) closing: Closing,
     /// The `name` label of the client's metrics.
     pub(crate) meter_names: crate::meter::Names,
+    /// Native or Redisson's layout of the plain lock.
+    pub(crate) layout: Layout,
 }
 
 impl ClientCore {
@@ -83,7 +85,14 @@ impl ClientCore {
             releasing: AtomicUsize::new(0),
             closing: Closing::default(),
             meter_names: crate::meter::Names::default(),
+            layout: Layout::Native,
         }
+    }
+
+    /// The client lays out its plain locks as `layout` says.
+    pub(crate) fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// The client's metrics carry lock names as `names` says.
@@ -95,12 +104,26 @@ impl ClientCore {
 
     /// The keys of lock `name`.
     pub(crate) fn key(&self, name: &str) -> Result<LockKey, LockError> {
-        LockKey::new(&self.prefix, name)
+        match self.layout {
+            Layout::Native => LockKey::new(&self.prefix, name),
+            Layout::Redisson => LockKey::redisson(&self.prefix, name),
+        }
     }
 
     /// The keys of `kind` of the family named `name`.
     pub(crate) fn key_of(&self, name: &str, kind: Kind) -> Result<LockKey, LockError> {
-        LockKey::of_kind(&self.prefix, name, kind)
+        match (self.layout, kind) {
+            (Layout::Redisson, Kind::Exclusive) => LockKey::redisson(&self.prefix, name),
+            (Layout::Redisson, _) => Err(LockError::Unsupported {
+                key: name::display_name(name),
+                primitive: kind.describe(),
+                backend: "a client in Redisson's layout",
+                reason: "only the plain lock (Redisson's RLock and RFencedLock) is laid out as \
+                         Redisson does; Redisson's fair and read-write locks use other keys \
+                         and scripts",
+            }),
+            (Layout::Native, _) => LockKey::of_kind(&self.prefix, name, kind),
+        }
     }
 
     /// A new outermost scope, with a fresh owner id `<client-id>:<n>`.

@@ -149,8 +149,8 @@ mod watchdog;
 
 pub use backend::MemoryStore;
 pub use client::{
-    ClientStats, LockClient, LockClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT,
+    ClientStats, LockClient, LockClientBuilder, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use closing::ShutdownReport;
 pub use current::{current, current_all, CurrentLock};
@@ -168,7 +168,7 @@ pub use lease::{
 };
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
-pub use name::MAX_KEY_LEN;
+pub use name::{Layout, MAX_KEY_LEN};
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;

@@ -18,6 +18,53 @@ use crate::{slot, LockError};
 /// The longest lock name accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// How a client lays out its plain locks in Redis: its own layout, or
+/// Redisson's, so that a lock of this client and a Redisson `RLock` /
+/// `RFencedLock` of the same name exclude each other (see the README's
+/// "Sharing locks with Redisson").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Layout {
+    /// This library's layout: hash `<prefix>{name}` (field owner, value
+    /// fencing token), channel `<prefix>{name}:released`, fencing counter
+    /// per cluster slot.
+    #[default]
+    Native,
+    /// Redisson's layout (Redisson 3.24 to 4.x): hash `<prefix><name>`
+    /// (field `<client uuid>:<n>`, value the hold count), channel
+    /// `redisson_lock__channel:{<prefix><name>}`, unlock message `0`, and
+    /// the fencing counter of `RFencedLock`,
+    /// `redisson_lock_token:{<prefix><name>}`. The key prefix is empty
+    /// unless one is set. Only the plain lock exists in this layout.
+    Redisson,
+}
+
+/// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when
+/// the name contains a `{` (whether or not it is a valid hash tag).
+fn redisson_prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The cluster slot of a whole Redis key, by Redis's hash-tag rule: the
+/// bytes between the first `{` and the next `}` when they are not empty,
+/// else the whole key.
+pub(crate) fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    if let Some(open) = bytes.iter().position(|&b| b == b'{') {
+        let rest = bytes.get(open + 1..).unwrap_or_default();
+        if let Some(close) = rest.iter().position(|&b| b == b'}') {
+            if close > 0 {
+                return slot::of_tag(rest.get(..close).unwrap_or_default());
+            }
+        }
+    }
+    slot::of_tag(bytes)
+}
+
 /// Which primitive of the lock family a key belongs to. Each has its own
 /// keys and channel under the name's hash tag (see the README's "Redis
 /// layout"), so `lock("x")`, `fair_lock("x")`, `read_write_lock("x")` and
@@ -99,6 +146,11 @@ pub(crate) struct LockKey {
     pub(crate) channel: Arc<str>,
     /// The cluster slot of all three.
     pub(crate) slot: u16,
+    /// The layout the keys follow.
+    pub(crate) layout: Layout,
+    /// The fencing counter, when it is the lock's own (Redisson's layout);
+    /// else the counter of the slot (see [`fence`](LockKey::fence)).
+    own_fence: Option<Arc<str>>,
 }
 
 impl LockKey {
@@ -150,7 +202,61 @@ impl LockKey {
             prefix_len: prefix.len(),
             channel: buf.into(),
             slot,
+            layout: Layout::Native,
+            own_fence: None,
         })
+    }
+
+    /// The keys of plain lock `name` in Redisson's layout under `prefix`
+    /// (empty by default in that layout): the hash is the name itself.
+    /// Refuses a name whose hash, channel and token counter would land in
+    /// different cluster slots (Redisson adds no hash tag to a name that
+    /// contains `{`, so `a{b` or `a{}b` would split).
+    pub(crate) fn redisson(prefix: &str, name: &str) -> Result<Self, LockError> {
+        if name.is_empty() {
+            return Err(LockError::InvalidKey {
+                key: String::new(),
+                reason: "a lock name must not be empty",
+            });
+        }
+        if name.len() > MAX_KEY_LEN {
+            return Err(LockError::InvalidKey {
+                key: display_name(name),
+                reason: "a lock name must be at most 1024 bytes",
+            });
+        }
+        let raw = format!("{prefix}{name}");
+        let channel = redisson_prefixed("redisson_lock__channel", &raw);
+        let fence = redisson_prefixed("redisson_lock_token", &raw);
+        let slot = key_slot(&raw);
+        if key_slot(&channel) != slot || key_slot(&fence) != slot {
+            return Err(LockError::InvalidKey {
+                key: display_name(name),
+                reason: "in Redisson's layout this name's lock key, channel and token counter \
+                         would hash to different cluster slots (a name with `{` needs a \
+                         non-empty `{tag}`)",
+            });
+        }
+        let lock: Arc<str> = raw.into();
+        Ok(LockKey {
+            name: name.into(),
+            kind: Kind::Exclusive,
+            id: lock.clone(),
+            queue: false,
+            lock: lock.clone(),
+            base: lock,
+            prefix_len: prefix.len(),
+            channel: channel.into(),
+            slot,
+            layout: Layout::Redisson,
+            own_fence: Some(fence.into()),
+        })
+    }
+
+    /// Redisson's fair-lock queue of this name (a list), whose presence
+    /// means the name is used as a Redisson fair lock.
+    pub(crate) fn redisson_queue(&self) -> String {
+        redisson_prefixed("redisson_lock_queue", &self.lock)
     }
 
     /// The stem of the family's keys, `<prefix>{tag}` plus the family's
@@ -171,6 +277,9 @@ impl LockKey {
     /// The fencing counter of the lock's slot (shared with the other locks
     /// of that slot). Built when needed, not kept with every held lock.
     pub(crate) fn fence(&self) -> String {
+        if let Some(own) = &self.own_fence {
+            return own.to_string();
+        }
         fence_key(
             self.lock.get(..self.prefix_len).unwrap_or_default(),
             self.slot,

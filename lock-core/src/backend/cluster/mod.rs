@@ -46,6 +46,8 @@ pub(crate) struct ClusterBackend {
     scripts: Scripts,
     waiters: Arc<Waiters>,
     subscriber: Supervised,
+    /// Wake-ups by sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`), else classic.
+    sharded: bool,
     /// The masters of the slot ranges, as last read with `CLUSTER SLOTS`;
     /// read again after a renewal round in which a lock failed (its slot may
     /// have moved).
@@ -77,6 +79,7 @@ impl ClusterBackend {
         make_builder: MakeBuilder,
         seeds: Vec<String>,
         settings: RedisSettings,
+        sharded: bool,
     ) -> Result<Self, LockError> {
         let label = format!("cluster {}", seeds.join(","));
         let client: ClusterClient = configure(make_builder(), &settings)
@@ -119,7 +122,7 @@ impl ClusterBackend {
                 })
             }
         }
-        let scripts = Scripts::new(true);
+        let scripts = Scripts::new(sharded);
         // SCRIPT LOAD without a node goes to every node.
         let mut loading = Routed {
             conn: conn.clone(),
@@ -147,6 +150,7 @@ impl ClusterBackend {
             scripts,
             waiters: Waiters::subscribed(),
             subscriber: Supervised::default(),
+            sharded,
             slot_map: Mutex::new(None),
         })
     }
@@ -457,6 +461,7 @@ impl Backend for ClusterBackend {
                 self.settings.clone(),
                 &self.waiters,
                 self.label.clone(),
+                self.sharded,
             )
             .run()
         });

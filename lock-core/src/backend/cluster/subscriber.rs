@@ -1,6 +1,7 @@
-//! The task that owns the cluster's sharded subscriptions: one RESP3
+//! The task that owns the cluster's wake-up subscriptions: one RESP3
 //! connection per master (the cluster client's), `SSUBSCRIBE`d to the
-//! channels that have waiters. The client resubscribes after reconnects and
+//! channels that have waiters (or, with classic pub/sub, `SUBSCRIBE`d on
+//! one node, which hears every node's `PUBLISH`). The client resubscribes after reconnects and
 //! slot moves by itself; since messages may be lost meanwhile, a
 //! disconnection wakes every waiter. Its state (the channels with waiters)
 //! lives in [`Waiters`], so a task started again subscribes to all of them.
@@ -25,6 +26,7 @@ pub(super) struct ShardedSubscriber {
     waiters: Weak<Waiters>,
     changes: mpsc::UnboundedReceiver<Arc<str>>,
     label: String,
+    sharded: bool,
 }
 
 impl ShardedSubscriber {
@@ -34,6 +36,7 @@ impl ShardedSubscriber {
         settings: RedisSettings,
         waiters: &Arc<Waiters>,
         label: String,
+        sharded: bool,
     ) -> Self {
         ShardedSubscriber {
             make_builder,
@@ -41,6 +44,7 @@ impl ShardedSubscriber {
             changes: waiters.follow(),
             waiters: Arc::downgrade(waiters),
             label,
+            sharded,
         }
     }
 
@@ -137,13 +141,21 @@ impl ShardedSubscriber {
         let timeout = self.settings.response_timeout;
         match (waiters.is_wanted(channel), subscribed.contains(channel)) {
             (true, false) => {
-                bounded(timeout, conn.ssubscribe(&**channel)).await?;
+                if self.sharded {
+                    bounded(timeout, conn.ssubscribe(&**channel)).await?;
+                } else {
+                    bounded(timeout, conn.subscribe(&**channel)).await?;
+                }
                 subscribed.insert(channel.clone());
                 waiters.set_ready(channel, true);
             }
             (true, true) => waiters.set_ready(channel, true),
             (false, true) => {
-                bounded(timeout, conn.sunsubscribe(&**channel)).await?;
+                if self.sharded {
+                    bounded(timeout, conn.sunsubscribe(&**channel)).await?;
+                } else {
+                    bounded(timeout, conn.unsubscribe(&**channel)).await?;
+                }
                 subscribed.remove(channel);
             }
             (false, false) => {}

@@ -14,7 +14,7 @@ use super::command::{self, Target};
 use super::reply::{self, is_wrong_type};
 use super::scripts::{self, Scripts};
 use crate::info::FamilyState;
-use crate::name::{self, LockKey};
+use crate::name::{self, Layout, LockKey};
 use crate::{BackendError, LockError, LockHolder, LockInfo, PermitHolder, QueuedWaiter};
 
 /// How many keys one `SCAN` step asks for (a hint to Redis, not a limit).
@@ -59,6 +59,9 @@ pub(crate) async fn inspect<T: Target>(
         "hash" => {
             let fields = fields.map_err(|e| backend_error(e.into()))?;
             let ttl = ttl.map_err(|e| backend_error(e.into()))?;
+            if key.layout == Layout::Redisson && is_redisson_rw(&fields) {
+                return Err(wrong_type(&key.lock));
+            }
             holder_from(fields, ttl).map_err(backend_error)?
         }
         _ => return Err(wrong_type(&key.lock)),
@@ -68,6 +71,17 @@ pub(crate) async fn inspect<T: Target>(
         Err(err) if is_wrong_type(&err) => return Err(wrong_type(&fence_key)),
         Err(err) => return Err(backend_error(err.into())),
     };
+    // Redisson's layout keeps the hold count in the hash and no token per
+    // holder: the holder's token is the name's last one (a fenced holder's;
+    // a plain RLock holder took none).
+    let holder = match (key.layout, holder) {
+        (Layout::Redisson, Some(mut holder)) => {
+            holder.holds = usize::try_from(holder.fencing_token).unwrap_or(usize::MAX);
+            holder.fencing_token = last_fencing_token.unwrap_or(0);
+            Some(holder)
+        }
+        (_, holder) => holder,
+    };
     Ok(LockInfo {
         name: key.name.to_string(),
         key: key.lock.to_string(),
@@ -75,6 +89,16 @@ pub(crate) async fn inspect<T: Target>(
         holder,
         last_fencing_token,
     })
+}
+
+/// Whether a lock hash has Redisson's read-write field `mode`.
+fn is_redisson_rw(fields: &Value) -> bool {
+    let is_mode = |v: &Value| matches!(v, Value::BulkString(b) if b.as_slice() == b"mode");
+    match fields {
+        Value::Map(pairs) => pairs.iter().any(|(k, _)| is_mode(k)),
+        Value::Array(items) => items.iter().step_by(2).any(is_mode),
+        _ => false,
+    }
 }
 
 /// Every lock of `prefix` held on `target` (the node `server`) whose name

@@ -88,6 +88,22 @@ pub(crate) async fn command_error<T: Target>(
     server: &str,
     err: BackendError,
 ) -> LockError {
+    if let BackendError::Redis(e) = &err {
+        // Redisson's layout: the name is one of Redisson's other locks.
+        let text = e.to_string();
+        if text.contains("REDISSON_RWLOCK") {
+            return LockError::WrongType {
+                key: key.name.to_string(),
+                redis_key: key.lock.to_string(),
+            };
+        }
+        if text.contains("REDISSON_FAIRLOCK") {
+            return LockError::WrongType {
+                key: key.name.to_string(),
+                redis_key: key.redisson_queue(),
+            };
+        }
+    }
     if matches!(&err, BackendError::Redis(e) if is_wrong_type(e)) {
         let mut cmd = redis::cmd("TYPE");
         cmd.arg(&*key.lock);

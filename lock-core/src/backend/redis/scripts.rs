@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Script};
 
 use crate::lease;
-use crate::name::{Kind, LockKey};
+use crate::name::{Kind, Layout, LockKey};
 
 /// Takes the lock when it is free (or already ours), bumping the fencing
 /// counter of the lock's slot on a first acquisition. The hash field is the
@@ -25,6 +25,35 @@ local token = redis.call('hget', KEYS[1], ARGV[1])
 if token then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, tonumber(token)}
+end
+return {0, ttl}
+";
+
+/// The plain lock in Redisson's layout, taken as Redisson's `RFencedLock`
+/// takes it: a free lock gets the next token of the name's own counter and
+/// the hash field `owner = 1` (the hold count; re-entries are counted in
+/// the client). KEYS: the lock hash, `redisson_lock_token:{..}`, Redisson's
+/// fair-lock queue `redisson_lock_queue:{..}`. ARGV: owner, lease ms.
+/// Replies `{1, token}` or `{0, pttl}`; refuses a name that Redisson uses as
+/// a fair lock (its queue exists) or a read-write lock (field `mode`),
+/// whose scripts would not see this lock.
+const REDISSON_ACQUIRE: &str = r"
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+  if redis.call('exists', KEYS[3]) == 1 then
+    return redis.error_reply('WRONGTYPE REDISSON_FAIRLOCK the name is a Redisson fair lock')
+  end
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, token}
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
+end
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+  return redis.error_reply('WRONGTYPE REDISSON_RWLOCK the name is a Redisson read-write lock')
 end
 return {0, ttl}
 ";
@@ -435,6 +464,9 @@ pub(crate) struct Scripts {
     fair_inspect: Script,
     rw_inspect: Script,
     permits_inspect: Script,
+    redisson_acquire: Script,
+    redisson_rollback: Script,
+    redisson_force: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
     publish: &'static str,
 }
@@ -469,12 +501,17 @@ impl Scripts {
             fair_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{FAIR_INSPECT}")),
             rw_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{RW_INSPECT}")),
             permits_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{PERMITS_INSPECT}")),
+            // Redisson's waiters decode the message as a number: `0`
+            // (`UNLOCK_MESSAGE`) wakes one of them.
+            redisson_acquire: Script::new(REDISSON_ACQUIRE),
+            redisson_rollback: publishing(&ROLLBACK.replace("KEYS[2], '1')", "KEYS[2], '0')")),
+            redisson_force: publishing(&FORCE_RELEASE.replace("KEYS[2], '1')", "KEYS[2], '0')")),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 18] {
+    pub(crate) fn all(&self) -> [&Script; 21] {
         [
             &self.acquire,
             &self.renew,
@@ -494,6 +531,9 @@ impl Scripts {
             &self.fair_inspect,
             &self.rw_inspect,
             &self.permits_inspect,
+            &self.redisson_acquire,
+            &self.redisson_rollback,
+            &self.redisson_force,
         ]
     }
 
@@ -504,6 +544,12 @@ impl Scripts {
         let queue = if key.queue { "1" } else { "0" };
         let presence = lease::millis(lease::QUEUE_PRESENCE);
         let cmd = match key.kind {
+            Kind::Exclusive if key.layout == Layout::Redisson => {
+                let keys = [key.lock.to_string(), key.fence(), key.redisson_queue()];
+                let mut cmd = evalsha(&self.redisson_acquire, &refs(&keys));
+                cmd.arg(owner).arg(lease_ms);
+                cmd
+            }
             Kind::Exclusive => {
                 let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence()]);
                 cmd.arg(owner).arg(lease_ms);
@@ -563,7 +609,12 @@ impl Scripts {
     pub(crate) fn rollback(&self, key: &LockKey, owner: &str) -> Pipeline {
         match key.kind {
             Kind::Exclusive => {
-                let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
+                let script = if key.layout == Layout::Redisson {
+                    &self.redisson_rollback
+                } else {
+                    &self.rollback
+                };
+                let mut cmd = evalsha(script, &[&key.lock, &key.channel]);
                 cmd.arg(owner);
                 one(cmd)
             }
@@ -585,7 +636,14 @@ impl Scripts {
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
         match key.kind {
-            Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
+            Kind::Exclusive => {
+                let script = if key.layout == Layout::Redisson {
+                    &self.redisson_force
+                } else {
+                    &self.force_release
+                };
+                one(evalsha(script, &[&key.lock, &key.channel]))
+            }
             Kind::Fair => self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
                 let keys = [
@@ -675,7 +733,12 @@ impl Scripts {
             .arg(owner)
             .cmd(self.publish)
             .arg(&*key.channel)
-            .arg("1")
+            // Redisson's waiters decode it as a number: `0` wakes one.
+            .arg(if key.layout == Layout::Redisson {
+                "0"
+            } else {
+                "1"
+            })
             .ignore();
         pipe
     }
