@@ -11,6 +11,8 @@
 //! the parent sets a start key. Each reports its acquisitions as (fencing
 //! token, wait) on one JSON line; the tokens give the global order of the
 //! acquisitions, from which the owner changes between processes are counted.
+//! With `W10_DEBUG` set, it also prints (to stderr) how often the lock moved
+//! into each process and the runs of acquisitions each process had in a row.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -167,6 +169,29 @@ pub(crate) async fn w10(
     all.sort_unstable();
     let total = all.len();
     let changes = all.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    if std::env::var_os("W10_DEBUG").is_some() {
+        let mut into = vec![0usize; processes];
+        let mut runs: Vec<Vec<usize>> = vec![Vec::new(); processes];
+        let mut run = 1;
+        for w in all.windows(2) {
+            if w[0].1 != w[1].1 {
+                into[w[1].1] += 1;
+                runs[w[0].1].push(run);
+                run = 1;
+            } else {
+                run += 1;
+            }
+        }
+        eprintln!("W10 changes into each process: {into:?}");
+        for (p, r) in runs.iter().enumerate() {
+            let mean = r.iter().sum::<usize>() as f64 / r.len().max(1) as f64;
+            eprintln!(
+                "W10 process {p}: {} runs, mean run {mean:.1}, max {:?}",
+                r.len(),
+                r.iter().max()
+            );
+        }
+    }
     let mean_wait = all.iter().map(|a| a.2).sum::<u64>() as f64 / total.max(1) as f64;
     let fair = total as f64 / processes as f64;
     let mut metrics = vec![
