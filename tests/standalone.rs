@@ -585,3 +585,118 @@ async fn contention_within_a_client_costs_one_attempt_per_acquisition() {
     );
     assert_eq!(command_calls(&server, "incr"), acquisitions);
 }
+
+/// Two processes (this test binary run twice more, as
+/// `in_client_hand_off_child`) with four workers each on one lock: the
+/// workers of the process that holds the lock keep handing it to each
+/// other in-client (one round trip, ahead of any other process), and the
+/// other process must still get its share. Without a limit on in-client
+/// hand-offs in a row, one process got 4 to 34 of 400 acquisitions
+/// (lock-bench W10: 0.008 of its fair share over 4 processes).
+#[test]
+fn in_client_hand_offs_do_not_starve_another_process() {
+    use std::process::{Command, Stdio};
+
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--exact", "in_client_hand_off_child", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env("DISTLOCK_HAND_OFF_CHILD_URL", server.url())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut conn = server.conn();
+    let () = redis::cmd("SET")
+        .arg("hand-off:go")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let counts: Vec<usize> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().unwrap();
+            assert!(output.status.success(), "a child failed");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            stdout
+                .lines()
+                .find_map(|line| line.split("ACQUISITIONS ").nth(1)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no count in the child's output: {stdout}"))
+        })
+        .collect();
+    eprintln!("acquisitions per process: {counts:?}");
+    assert_eq!(counts.iter().sum::<usize>(), HAND_OFF_TOTAL);
+    // Measured with the limit: 128 to 175 for the less served process (of
+    // 200 fair); without it: 4 to 34. The bound is generous (not flaky) and
+    // still fails without the limit.
+    assert!(
+        counts.iter().all(|&c| c >= HAND_OFF_TOTAL * 3 / 20),
+        "acquisitions per process: {counts:?}"
+    );
+}
+
+const HAND_OFF_TOTAL: usize = 400;
+
+/// One process of `in_client_hand_offs_do_not_starve_another_process`
+/// (does nothing unless run as its child).
+#[tokio::test(flavor = "current_thread")]
+async fn in_client_hand_off_child() {
+    let Ok(url) = std::env::var("DISTLOCK_HAND_OFF_CHILD_URL") else {
+        return;
+    };
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap();
+    let redis = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    loop {
+        let go: bool = redis::cmd("EXISTS")
+            .arg("hand-off:go")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if go {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (client, mut conn) = (client.clone(), conn.clone());
+        workers.push(tokio::spawn(async move {
+            let mut mine = 0;
+            loop {
+                let ticket: usize = redis::cmd("INCR")
+                    .arg("hand-off:tickets")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if ticket > HAND_OFF_TOTAL {
+                    return mine;
+                }
+                let guard = client
+                    .lock("hand-off:share")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                mine += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }));
+    }
+    let mut total = 0;
+    for worker in workers {
+        total += worker.await.unwrap();
+    }
+    println!("\nACQUISITIONS {total}");
+}

@@ -30,6 +30,7 @@
 mod contenders;
 mod family;
 mod machine;
+mod processes;
 mod report;
 mod workloads;
 
@@ -52,11 +53,11 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W9).
+    /// Workloads to run, comma separated (W1..W10).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9"
+        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9,W10"
     )]
     only: Vec<String>,
     /// Contenders to run, comma separated (ours, rslock, floor).
@@ -89,6 +90,9 @@ struct Args {
     /// W3/W4/W7/W9: milliseconds of work outside the lock.
     #[arg(long, default_value_t = 1.0)]
     w3_work_ms: f64,
+    /// W10: processes the W3 workers are spread over.
+    #[arg(long, default_value_t = 4)]
+    w10_processes: usize,
     /// W5: locks held at once.
     #[arg(long, default_value_t = 10_000)]
     w5_locks: usize,
@@ -138,12 +142,16 @@ struct Args {
 }
 
 fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(processes::CHILD_FLAG) {
+        return processes::child_main(argv.get(2..).unwrap_or_default());
+    }
     let args = Args::parse();
     for workload in &args.only {
-        if !["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9"]
+        if !["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10"]
             .contains(&workload.to_uppercase().as_str())
         {
-            bail!("unknown workload {workload:?}: expected W1..W9");
+            bail!("unknown workload {workload:?}: expected W1..W10");
         }
     }
     for contender in &args.contenders {
@@ -315,6 +323,30 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             },
             figures,
             notes,
+        });
+    }
+
+    if wants(&args, "W10") && runs(&args, "ours") {
+        admin.flush().await?;
+        if !args.json {
+            eprintln!("# W10: {} ...", CONTENDERS[0]);
+        }
+        let figures = [
+            processes::w10(&url, &admin, contention, args.w10_processes).await?,
+            Vec::new(),
+            Vec::new(),
+        ];
+        results.push(WorkloadResult {
+            id: "W10",
+            title: "contended hand-off across processes".into(),
+            figures,
+            notes: vec![
+                format!(
+                    "W3's loop with its {} workers spread over {} processes (one LockClient each, all on the client CPU): acquire (wait up to 60 s), hold {:?}, release, {:?} of work; {} acquisitions in all, drawn as tickets from one Redis counter",
+                    contention.workers, args.w10_processes, contention.hold, contention.work, contention.acquisitions
+                ),
+                "fair share = acquisitions / processes; least share = the process with the fewest acquisitions, over the fair share (target >= 0.5); longest wait / mean wait = the longest single wait of any process over the mean wait of all acquisitions (target <= 10); process changes = consecutive acquisitions (in fencing-token order) by different processes. distlock only: rslock and the floor have no in-client hand-off to weigh".into(),
+            ],
         });
     }
 

@@ -184,7 +184,7 @@ impl Admin {
             .collect())
     }
 
-    fn conn(&self) -> MultiplexedConnection {
+    pub(crate) fn conn(&self) -> MultiplexedConnection {
         self.conn.clone()
     }
 }
