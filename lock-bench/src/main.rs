@@ -32,6 +32,7 @@ mod family;
 mod machine;
 mod processes;
 mod report;
+mod scale;
 mod workloads;
 
 use std::time::Duration;
@@ -53,11 +54,11 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W10).
+    /// Workloads to run, comma separated (W1..W11).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9,W10"
+        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,W11"
     )]
     only: Vec<String>,
     /// Contenders to run, comma separated (ours, rslock, floor).
@@ -90,6 +91,9 @@ struct Args {
     /// W3/W4/W7/W9: milliseconds of work outside the lock.
     #[arg(long, default_value_t = 1.0)]
     w3_work_ms: f64,
+    /// W11: locks held at once on the 3-master cluster.
+    #[arg(long, default_value_t = 100_000)]
+    w11_locks: usize,
     /// W10: processes the W3 workers are spread over.
     #[arg(long, default_value_t = 4)]
     w10_processes: usize,
@@ -148,10 +152,12 @@ fn main() -> Result<()> {
     }
     let args = Args::parse();
     for workload in &args.only {
-        if !["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10"]
-            .contains(&workload.to_uppercase().as_str())
+        if ![
+            "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
+        ]
+        .contains(&workload.to_uppercase().as_str())
         {
-            bail!("unknown workload {workload:?}: expected W1..W10");
+            bail!("unknown workload {workload:?}: expected W1..W11");
         }
     }
     for contender in &args.contenders {
@@ -347,6 +353,28 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
                 ),
                 "fair share = acquisitions / processes; least share = the process with the fewest acquisitions, over the fair share (target >= 0.5); longest wait / mean wait = the longest single wait of any process over the mean wait of all acquisitions (target <= 10); process changes = consecutive acquisitions (in fencing-token order) by different processes. distlock only: rslock and the floor have no in-client hand-off to weigh".into(),
             ],
+        });
+    }
+
+    if wants(&args, "W11") && runs(&args, "ours") {
+        if !args.json {
+            eprintln!("# W11: {} ...", CONTENDERS[0]);
+        }
+        let period = Duration::from_millis(args.w5_period_ms);
+        let figures = [
+            scale::w11(args.w11_locks, period, 6).await?,
+            Vec::new(),
+            Vec::new(),
+        ];
+        results.push(WorkloadResult {
+            id: "W11",
+            title: "many held locks on a cluster".into(),
+            figures,
+            notes: vec![format!(
+                "one client holds {} locks (names bench:w11:N, spread over the slots) on a 3-master cluster this run starts (not pinned), for 6 renewal periods of {period:?} (lease {:?}); renewals = EVALSHA calls on all masters; Redis CPU = used_cpu_user + used_cpu_sys of all masters over the hold. distlock only (rslock has no cluster support)",
+                args.w11_locks,
+                period * 3
+            )],
         });
     }
 

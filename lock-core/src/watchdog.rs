@@ -164,7 +164,12 @@ impl Shared {
             // Retry soon: the lease deadline, not the period, is what counts now.
             (period / 4).max(Duration::from_millis(20))
         } else {
-            period
+            // The next round a period after this one was sent, not after it
+            // ended: a round of many locks takes a while (100,000 on a
+            // cluster: about half a second), and counting the period from
+            // its end stretched the cadence to 1.5 periods, eating into the
+            // lease's slack as the locks grow.
+            period.saturating_sub(sent.elapsed())
         }
     }
 }
@@ -237,5 +242,33 @@ mod tests {
             assert!(lock.is_held());
             assert_eq!(store.held(), 1);
         });
+    }
+
+    /// A round that takes half a period (many locks) must not push the next
+    /// one back: rounds stay one period apart, counted from their sends.
+    #[tokio::test(start_paused = true)]
+    async fn slow_rounds_keep_the_period() {
+        let store = MemoryStore::new();
+        store.set_renew_delay(Duration::from_millis(500));
+        let lease = Duration::from_secs(3);
+        let watchdog = Watchdog::new(Arc::new(store.clone()), lease);
+        let key = LockKey::new("lock:", "slow").unwrap();
+        let sent = Instant::now();
+        crate::backend::Backend::acquire(&store, &key, "c:1", lease)
+            .await
+            .unwrap();
+        let lock = Arc::new(HeldLock::new(
+            key,
+            "c:1".into(),
+            1,
+            Lease::Watchdog(lease),
+            sent,
+        ));
+        watchdog.track(&lock);
+        tokio::time::sleep(Duration::from_millis(10_600)).await;
+        // One round per second: 10 (counted from the end of the previous
+        // round, rounds were 1.5 s apart: 7).
+        assert!(watchdog.rounds() >= 10, "{} rounds", watchdog.rounds());
+        assert!(lock.is_held());
     }
 }

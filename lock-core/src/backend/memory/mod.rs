@@ -38,6 +38,10 @@ pub struct MemoryStore {
 struct Inner {
     state: Mutex<State>,
     waiters: Arc<Waiters>,
+    /// Tests: how long a renewal round takes (as a round of many locks on
+    /// a real server does).
+    #[cfg(test)]
+    renew_delay: Mutex<Duration>,
 }
 
 impl Default for Inner {
@@ -45,6 +49,8 @@ impl Default for Inner {
         Inner {
             state: Mutex::default(),
             waiters: Waiters::local(),
+            #[cfg(test)]
+            renew_delay: Mutex::default(),
         }
     }
 }
@@ -398,6 +404,12 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Tests: every renewal round takes `delay`.
+    #[cfg(test)]
+    pub(crate) fn set_renew_delay(&self, delay: Duration) {
+        *self.inner.renew_delay.lock() = delay;
     }
 
     /// The number of holds currently live (unexpired): each plain or fair
@@ -918,6 +930,13 @@ impl Backend for MemoryStore {
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
         async move {
+            #[cfg(test)]
+            {
+                let delay = *self.inner.renew_delay.lock();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
             items
                 .iter()
                 .map(|(key, owner)| self.renew_now(key, owner, lease))
