@@ -238,6 +238,65 @@ async fn the_keys_field_value_and_token_are_redissons() {
     next.release().await.unwrap();
 }
 
+/// The wake-up times and tokens of alternating rounds on `name`.
+#[derive(Default)]
+struct Rounds {
+    /// Our release -> node-redisson's acquisition.
+    node_woken: Vec<Duration>,
+    /// node-redisson's unlock -> our acquisition.
+    rust_woken: Vec<Duration>,
+    /// Our tokens, in order.
+    tokens: Vec<u64>,
+}
+
+/// One round on `name`: we hold and the peer waits, our release wakes it;
+/// then the peer holds and we wait, its unlock wakes us. `inside` runs
+/// while each side holds the lock.
+async fn alternate(
+    client: &LockClient,
+    peer: &mut Peer,
+    name: &'static str,
+    rounds: &mut Rounds,
+    mut inside: impl FnMut(),
+) {
+    let guard = client.lock(name).acquire().await.unwrap();
+    rounds.tokens.push(guard.fencing_token());
+    inside();
+    peer.send("lock");
+    tokio::time::sleep(Duration::from_millis(30)).await; // it subscribed and tried
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let reply = peer.reply(Duration::from_secs(60));
+    assert_eq!(reply["ok"], true, "{reply}");
+    rounds.node_woken.push(released.elapsed());
+    inside();
+
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let guard = client
+                .lock(name)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        !waiting.is_finished(),
+        "we got the lock while node-redisson held it"
+    );
+    let unlocked = Instant::now();
+    peer.send("unlock");
+    let (acquired, guard) = waiting.await.unwrap().unwrap();
+    let reply = peer.reply(Duration::from_secs(10));
+    assert_eq!(reply["ok"], true, "{reply}");
+    rounds.rust_woken.push(acquired.duration_since(unlocked));
+    rounds.tokens.push(guard.fencing_token());
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turns_alternate_without_overlap_and_each_side_wakes_the_other() {
     let Some(modules) = node_modules() else {
@@ -248,50 +307,19 @@ async fn turns_alternate_without_overlap_and_each_side_wakes_the_other() {
     let name = "interop:turns";
     let mut peer = Peer::start(&modules, &server, name, 1);
     const ROUNDS: usize = 40;
-    let mut node_woken = Vec::new(); // our release -> node-redisson's acquisition
-    let mut rust_woken = Vec::new(); // node-redisson's unlock -> our acquisition
-    let mut tokens = Vec::new();
+    let mut rounds = Rounds::default();
     let mut conn = server.conn();
     for _ in 0..ROUNDS {
-        // We hold; the peer waits; our release wakes it.
-        let guard = client.lock(name).acquire().await.unwrap();
-        tokens.push(guard.fencing_token());
-        let _: i64 = conn.incr("interop:counter", 1).unwrap();
-        peer.send("lock");
-        tokio::time::sleep(Duration::from_millis(30)).await; // it subscribed and tried
-        let released = Instant::now();
-        guard.release().await.unwrap();
-        let reply = peer.reply(Duration::from_secs(60));
-        assert_eq!(reply["ok"], true, "{reply}");
-        node_woken.push(released.elapsed());
-        let _: i64 = conn.incr("interop:counter", 1).unwrap();
-
-        // The peer holds; we wait; its unlock wakes us.
-        let waiting = tokio::spawn({
-            let client = client.clone();
-            async move {
-                let guard = client
-                    .lock(name)
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await?;
-                Ok::<_, LockError>((Instant::now(), guard))
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(
-            !waiting.is_finished(),
-            "we got the lock while node-redisson held it"
-        );
-        let unlocked = Instant::now();
-        peer.send("unlock");
-        let (acquired, guard) = waiting.await.unwrap().unwrap();
-        let reply = peer.reply(Duration::from_secs(10));
-        assert_eq!(reply["ok"], true, "{reply}");
-        rust_woken.push(acquired.duration_since(unlocked));
-        tokens.push(guard.fencing_token());
-        guard.release().await.unwrap();
+        alternate(&client, &mut peer, name, &mut rounds, || {
+            let _: i64 = conn.incr("interop:counter", 1).unwrap();
+        })
+        .await;
     }
+    let Rounds {
+        mut node_woken,
+        mut rust_woken,
+        tokens,
+    } = rounds;
     let counter: usize = conn.get("interop:counter").unwrap();
     assert_eq!(counter, 2 * ROUNDS);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
@@ -544,8 +572,7 @@ async fn on_a_cluster_with_classic_pubsub_both_sides_take_turns_and_wake_each_ot
         .connect_cluster(cluster.master_urls())
         .await
         .unwrap();
-    let mut woken = Vec::new();
-    let mut tokens = Vec::new();
+    let mut rounds = Rounds::default();
     // Names in different slots, one with a hash tag.
     for name in [
         "interop:cluster:a",
@@ -554,41 +581,15 @@ async fn on_a_cluster_with_classic_pubsub_both_sides_take_turns_and_wake_each_ot
     ] {
         let mut peer = Peer::on_cluster(&modules, &cluster, name, 1);
         for _ in 0..10 {
-            let guard = client.lock(name).acquire().await.unwrap();
-            tokens.push(guard.fencing_token());
-            peer.send("lock");
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            let released = Instant::now();
-            guard.release().await.unwrap();
-            let reply = peer.reply(Duration::from_secs(60));
-            assert_eq!(reply["ok"], true, "{reply}");
-            woken.push(released.elapsed());
-
-            let waiting = tokio::spawn({
-                let client = client.clone();
-                async move {
-                    let guard = client
-                        .lock(name)
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await?;
-                    Ok::<_, LockError>((Instant::now(), guard))
-                }
-            });
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            assert!(
-                !waiting.is_finished(),
-                "we got the lock while node-redisson held it"
-            );
-            let unlocked = Instant::now();
-            peer.send("unlock");
-            let (acquired, guard) = waiting.await.unwrap().unwrap();
-            assert_eq!(peer.reply(Duration::from_secs(10))["ok"], true);
-            woken.push(acquired.duration_since(unlocked));
-            tokens.push(guard.fencing_token());
-            guard.release().await.unwrap();
+            alternate(&client, &mut peer, name, &mut rounds, || {}).await;
         }
     }
+    let Rounds {
+        node_woken: mut woken,
+        rust_woken,
+        tokens,
+    } = rounds;
+    woken.extend(rust_woken);
     woken.sort();
     let (p50, p99) = (percentile(&woken, 0.5), percentile(&woken, 0.99));
     eprintln!(

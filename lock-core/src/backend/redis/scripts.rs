@@ -68,13 +68,16 @@ return 0
 ";
 
 /// Takes back ARGV[1]'s grant: deletes its field (the hash's only one, so
-/// the lock), and wakes a waiter only when that freed the lock.
+/// the lock), and wakes a waiter only when that freed the lock. The plain
+/// lock's wake-up message is `0` in both layouts: any message wakes this
+/// library's waiters, and `0` is Redisson's `UNLOCK_MESSAGE` (its waiters
+/// decode the message as a number).
 const ROLLBACK: &str = r"
 if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], '1')
+  redis.call('publish', KEYS[2], '0')
 end
 return 1
 ";
@@ -84,7 +87,7 @@ const FORCE_RELEASE: &str = r"
 if redis.call('del', KEYS[1]) == 0 then
   return 0
 end
-redis.call('publish', KEYS[2], '1')
+redis.call('publish', KEYS[2], '0')
 return 1
 ";
 
@@ -465,8 +468,6 @@ pub(crate) struct Scripts {
     rw_inspect: Script,
     permits_inspect: Script,
     redisson_acquire: Script,
-    redisson_rollback: Script,
-    redisson_force: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
     publish: &'static str,
 }
@@ -501,17 +502,13 @@ impl Scripts {
             fair_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{FAIR_INSPECT}")),
             rw_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{RW_INSPECT}")),
             permits_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{PERMITS_INSPECT}")),
-            // Redisson's waiters decode the message as a number: `0`
-            // (`UNLOCK_MESSAGE`) wakes one of them.
             redisson_acquire: Script::new(REDISSON_ACQUIRE),
-            redisson_rollback: publishing(&ROLLBACK.replace("KEYS[2], '1')", "KEYS[2], '0')")),
-            redisson_force: publishing(&FORCE_RELEASE.replace("KEYS[2], '1')", "KEYS[2], '0')")),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 21] {
+    pub(crate) fn all(&self) -> [&Script; 19] {
         [
             &self.acquire,
             &self.renew,
@@ -532,8 +529,6 @@ impl Scripts {
             &self.rw_inspect,
             &self.permits_inspect,
             &self.redisson_acquire,
-            &self.redisson_rollback,
-            &self.redisson_force,
         ]
     }
 
@@ -609,12 +604,7 @@ impl Scripts {
     pub(crate) fn rollback(&self, key: &LockKey, owner: &str) -> Pipeline {
         match key.kind {
             Kind::Exclusive => {
-                let script = if key.layout == Layout::Redisson {
-                    &self.redisson_rollback
-                } else {
-                    &self.rollback
-                };
-                let mut cmd = evalsha(script, &[&key.lock, &key.channel]);
+                let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
                 cmd.arg(owner);
                 one(cmd)
             }
@@ -636,14 +626,7 @@ impl Scripts {
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
         match key.kind {
-            Kind::Exclusive => {
-                let script = if key.layout == Layout::Redisson {
-                    &self.redisson_force
-                } else {
-                    &self.force_release
-                };
-                one(evalsha(script, &[&key.lock, &key.channel]))
-            }
+            Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
             Kind::Fair => self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
                 let keys = [
@@ -733,12 +716,8 @@ impl Scripts {
             .arg(owner)
             .cmd(self.publish)
             .arg(&*key.channel)
-            // Redisson's waiters decode it as a number: `0` wakes one.
-            .arg(if key.layout == Layout::Redisson {
-                "0"
-            } else {
-                "1"
-            })
+            // The plain lock's message (see `ROLLBACK`).
+            .arg("0")
             .ignore();
         pipe
     }
