@@ -233,8 +233,8 @@ impl LockKey {
             return Err(LockError::InvalidKey {
                 key: display_name(name),
                 reason: "in Redisson's layout this name's lock key, channel and token counter \
-                         would hash to different cluster slots (a name with `{` needs a \
-                         non-empty `{tag}`)",
+                         would hash to different cluster slots (Redisson puts a name without \
+                         `{` in braces, so a name with `{` or `}` needs a non-empty `{tag}`)",
             });
         }
         let lock: Arc<str> = raw.into();
