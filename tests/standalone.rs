@@ -592,7 +592,9 @@ async fn contention_within_a_client_costs_one_attempt_per_acquisition() {
 /// other in-client (one round trip, ahead of any other process), and the
 /// other process must still get its share. Without a limit on in-client
 /// hand-offs in a row, one process got 4 to 34 of 400 acquisitions
-/// (lock-bench W10: 0.008 of its fair share over 4 processes).
+/// (lock-bench W10: 0.008 of its fair share over 4 processes); with the
+/// limit but without the releasing process yielding the open round to the
+/// other, 58 in a CI run on a loaded machine.
 #[test]
 fn in_client_hand_offs_do_not_starve_another_process() {
     use std::process::{Command, Stdio};
@@ -631,11 +633,13 @@ fn in_client_hand_offs_do_not_starve_another_process() {
         .collect();
     eprintln!("acquisitions per process: {counts:?}");
     assert_eq!(counts.iter().sum::<usize>(), HAND_OFF_TOTAL);
-    // Measured with the limit: 128 to 175 for the less served process (of
-    // 200 fair); without it: 4 to 34. The bound is generous (not flaky) and
-    // still fails without the limit.
+    // At least half the fair share (200). Measured for the less served
+    // process: 194 to 198, also with both cores kept busy by other
+    // processes; without the open round's yield to other processes, 128 to
+    // 178 (58 in a loaded CI run); without the limit on in-client hand-offs,
+    // 4 to 34.
     assert!(
-        counts.iter().all(|&c| c >= HAND_OFF_TOTAL * 3 / 20),
+        counts.iter().all(|&c| c >= HAND_OFF_TOTAL / 4),
         "acquisitions per process: {counts:?}"
     );
 }

@@ -8,7 +8,7 @@
 //! cancelled passes its wake-up on (tokio's `Notified` does that on drop).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +31,17 @@ const HAND_OFF_GRACE: Duration = Duration::from_secs(1);
 /// with 1, 0.62 to 0.64, and single-process hand-off (W3) kept its rate.
 const LOCAL_STREAK: u32 = 1;
 
+/// How long this process's waiters hold back after a release that left the
+/// lock to every process (see [`LOCAL_STREAK`]), when the release's wake-up
+/// reached other processes too: their woken waiters take the lock first,
+/// instead of racing one that is already running (this process's, woken by
+/// the same message a moment sooner, or scheduled sooner on a loaded
+/// machine). A waiter held back still attempts after it, so a lock nobody
+/// else takes costs this once. Without it, 2 processes on a loaded 2-core
+/// machine split 400 acquisitions 58 to 342; with it, see
+/// `in_client_hand_offs_do_not_starve_another_process`.
+const OPEN_ROUND_YIELD: Duration = Duration::from_millis(5);
+
 #[derive(Debug)]
 struct Entry {
     refs: usize,
@@ -50,6 +61,9 @@ struct Wake {
     /// In-client hand-offs since the last release that left the lock to
     /// every process's waiters (see [`LOCAL_STREAK`]).
     local_streak: AtomicU32,
+    /// The last release's wake-up reached other processes' subscriptions
+    /// too (see [`Waiters::listeners`]).
+    others: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +76,9 @@ struct HandOff {
     /// A release message that came while a woken waiter was taking the lock:
     /// delivered if that waiter fails, dropped if it gets the lock.
     held_message: bool,
+    /// The next woken waiter holds back until then (see
+    /// [`OPEN_ROUND_YIELD`]).
+    yield_until: Option<Instant>,
 }
 
 impl Wake {
@@ -257,16 +274,32 @@ impl Waiters {
     ///
     /// Every [`LOCAL_STREAK`] + 1st release wakes nobody early, so that the
     /// waiters of other processes are not starved.
+    /// When the previous release's wake-up reached other processes, this
+    /// one also holds this process's waiters back for
+    /// [`OPEN_ROUND_YIELD`], so that theirs go first.
     pub(crate) fn wake_local(&self, channel: &str) {
         if let Some(entry) = self.map.lock().get(channel) {
             let streak = &entry.wake.local_streak;
             if streak.load(Ordering::Relaxed) >= LOCAL_STREAK {
                 streak.store(0, Ordering::Relaxed);
+                if entry.wake.others.load(Ordering::Relaxed) {
+                    let mut hand_off = entry.wake.hand_off.lock();
+                    hand_off.yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
+                }
                 return;
             }
             streak.fetch_add(1, Ordering::Relaxed);
             let mut hand_off = entry.wake.hand_off.lock();
             entry.wake.wake(&mut hand_off);
+        }
+    }
+
+    /// A release of `channel` by this process reached `count` subscriptions
+    /// (`PUBLISH`'s reply). With waiters here, one of them is this client's:
+    /// more means that other processes wait for the lock too.
+    pub(crate) fn listeners(&self, channel: &str, count: u64) {
+        if let Some(entry) = self.map.lock().get(channel) {
+            entry.wake.others.store(count > 1, Ordering::Relaxed);
         }
     }
 
@@ -374,9 +407,18 @@ impl WakeHandle {
 
     /// Resolves at the next wake-up of this channel. The caller then makes
     /// its attempt and reports it with [`attempted`](WakeHandle::attempted).
+    ///
+    /// After a release that left the lock to every process, the woken
+    /// waiter first holds back a moment (see [`OPEN_ROUND_YIELD`]); other
+    /// waiters of this process stay held back meanwhile. Cancel safe: a
+    /// waiter dropped while holding back passes its wake-up on.
     pub(crate) async fn notified(&mut self) {
         self.wake.notify.notified().await;
         self.woken = true;
+        let hold_back = self.wake.hand_off.lock().yield_until.take();
+        if let Some(until) = hold_back.filter(|until| Instant::now() < *until) {
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     /// Until when another waiter of this process, just woken, is taking the
@@ -614,5 +656,50 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), second.notified())
             .await
             .expect("the wake-up was passed on");
+    }
+
+    /// The release that leaves the lock to every process (every
+    /// `LOCAL_STREAK` + 1st) holds this process's woken waiter back when
+    /// the previous release's wake-up reached another process.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_release_lets_other_processes_go_first() {
+        let waiters = Waiters::local();
+        let mut waiter = waiters.register(&channel());
+        waiters.listeners(&channel(), 2);
+        for _ in 0..LOCAL_STREAK {
+            waiters.wake_local(&channel());
+            waiter.notified().await;
+            waiter.attempted(true);
+        }
+        waiters.wake_local(&channel()); // the open release: nobody woken early
+        let released = Instant::now();
+        waiters.wake_one(&channel()); // its message
+        waiter.notified().await;
+        assert!(
+            released.elapsed() >= OPEN_ROUND_YIELD,
+            "woken after {:?}",
+            released.elapsed()
+        );
+        waiter.attempted(false);
+    }
+
+    /// Without another process on the channel, the open release's message
+    /// wakes this process's waiter at once.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_release_without_other_processes_wakes_at_once() {
+        let waiters = Waiters::local();
+        let mut waiter = waiters.register(&channel());
+        waiters.listeners(&channel(), 1); // this client's own subscription
+        for _ in 0..LOCAL_STREAK {
+            waiters.wake_local(&channel());
+            waiter.notified().await;
+            waiter.attempted(true);
+        }
+        waiters.wake_local(&channel());
+        let released = Instant::now();
+        waiters.wake_one(&channel());
+        waiter.notified().await;
+        assert_eq!(released.elapsed(), Duration::ZERO);
+        waiter.attempted(true);
     }
 }

@@ -423,10 +423,20 @@ impl Backend for ClusterBackend {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         async move {
-            Ok(self
-                .exec_int(key, &self.scripts.release(key, owner))
-                .await?
-                == 1)
+            let pipe = self.scripts.release(key, owner);
+            match self
+                .exec(&pipe, Scripts::release_replies(key))
+                .await
+                .and_then(reply::release)
+            {
+                Ok((deleted, listeners)) => {
+                    if let Some(count) = listeners {
+                        self.waiters.listeners(&key.channel, count);
+                    }
+                    Ok(deleted == 1)
+                }
+                Err(err) => Err(self.error(key, err).await),
+            }
         }
         .boxed()
     }

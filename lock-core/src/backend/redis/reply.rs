@@ -19,6 +19,22 @@ pub(crate) fn first(replies: Replies) -> Result<Value, BackendError> {
     }
 }
 
+/// A release's replies (see `Scripts::release_replies`): how many holds it
+/// deleted, and how many subscriptions its wake-up reached when it has that
+/// reply (an error there, such as a refused `PUBLISH`, only loses the count).
+pub(crate) fn release(replies: Replies) -> Result<(i64, Option<u64>), BackendError> {
+    let mut replies = replies.into_iter();
+    let deleted = match replies.next() {
+        Some(reply) => int(reply?)?,
+        None => return Err(BackendError::Protocol("no reply to a release".into())),
+    };
+    let listeners = match replies.next() {
+        Some(Ok(Value::Int(n))) => u64::try_from(n).ok(),
+        _ => None,
+    };
+    Ok((deleted, listeners))
+}
+
 /// The acquire script's reply: `{1, token}` or `{0, pttl}`.
 pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
     let (granted, value): (i64, i64) = parse(reply)?;

@@ -589,8 +589,8 @@ impl Scripts {
     }
 
     /// The release of `owner`'s hold of `key`, waking the next waiter (a
-    /// fair lock: handing it to the head of its queue). Its one reply is
-    /// whether it deleted the hold.
+    /// fair lock: handing it to the head of its queue). Its first reply is
+    /// whether it deleted the hold (see [`release_replies`](Scripts::release_replies)).
     pub(crate) fn release(&self, key: &LockKey, owner: &str) -> Pipeline {
         match key.kind {
             Kind::Exclusive | Kind::Write => self.plain_release(key, owner),
@@ -706,8 +706,8 @@ impl Scripts {
 
     /// The release of a hash lock: `HDEL` of the owner's field (the hash's
     /// only one, so an atomic compare-and-delete) and the wake-up
-    /// (`PUBLISH`/`SPUBLISH`, reply ignored), pipelined. Its one reply is how
-    /// many fields `HDEL` deleted.
+    /// (`PUBLISH`/`SPUBLISH`), pipelined. Its replies are how many fields
+    /// `HDEL` deleted and how many subscriptions the wake-up reached.
     fn plain_release(&self, key: &LockKey, owner: &str) -> Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -717,9 +717,18 @@ impl Scripts {
             .cmd(self.publish)
             .arg(&*key.channel)
             // The plain lock's message (see `ROLLBACK`).
-            .arg("0")
-            .ignore();
+            .arg("0");
         pipe
+    }
+
+    /// How many replies [`release`](Scripts::release)'s pipeline has: the
+    /// plain lock's second one is how many subscriptions its wake-up
+    /// reached (see `Waiters::listeners`).
+    pub(crate) fn release_replies(key: &LockKey) -> usize {
+        match key.kind {
+            Kind::Exclusive | Kind::Write => 2,
+            Kind::Fair | Kind::Read | Kind::Permits { .. } => 1,
+        }
     }
 
     /// Takes back a grant without waking anyone (`HDEL` only): Redlock's

@@ -278,10 +278,23 @@ impl RedisBackend {
     /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
     /// after a release that deleted nothing only costs a waiter one attempt.
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let deleted = self
-            .exec_int(key, &self.scripts.release(key, owner))
-            .await?;
-        Ok(deleted == 1)
+        let pipe = self.scripts.release(key, owner);
+        let outcome = match self.exec(&pipe, Scripts::release_replies(key), true).await {
+            Ok((replies, node)) => {
+                self.check_replicated(key, &replies, &node);
+                reply::release(replies)
+            }
+            Err(err) => Err(err),
+        };
+        match outcome {
+            Ok((deleted, listeners)) => {
+                if let Some(count) = listeners {
+                    self.waiters.listeners(&key.channel, count);
+                }
+                Ok(deleted == 1)
+            }
+            Err(err) => Err(self.error(key, err).await),
+        }
     }
 
     pub(crate) async fn rollback(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
