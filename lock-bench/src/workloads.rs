@@ -537,6 +537,7 @@ pub(crate) async fn w6<C: Contender>(
     let wakes = Arc::new(Mutex::new(Vec::with_capacity(keys * per_key)));
     let done = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::with_capacity(keys * per_key);
+    let heap_before = live_heap_bytes();
     for _ in 0..per_key {
         for k in 0..keys {
             let waiter = waiter.clone();
@@ -561,6 +562,9 @@ pub(crate) async fn w6<C: Contender>(
     if done.load(Ordering::Relaxed) > 0 {
         bail!("a W6 waiter got a lock that was held");
     }
+    // Everything the waiting takes: the waiting tasks (their futures) and
+    // the client's state for them (registrations, subscriptions).
+    let heap_per_waiter = (live_heap_bytes() - heap_before) as f64 / (keys * per_key) as f64;
     let subscriptions = admin.subscription_connections().await?;
     // The holder releases one key per `pace`: each release starts a chain
     // of `per_key` hand-offs while the other waiters keep waiting.
@@ -585,6 +589,7 @@ pub(crate) async fn w6<C: Contender>(
     wakes.sort();
     Ok(vec![
         Metric::lower("subscription connections", "count", subscriptions as f64),
+        Metric::lower("heap / waiter", "bytes", heap_per_waiter),
         Metric::lower("wake-up p50", "ms", millis(percentile(&wakes, 0.5))),
         Metric::lower("wake-up p99", "ms", millis(percentile(&wakes, 0.99))),
         Metric::higher(
