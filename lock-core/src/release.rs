@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::backend::Renewal;
 use crate::core::ClientCore;
 use crate::held::HeldLock;
+use crate::keep::KEEP_SUFFIX;
 use crate::name::Kind;
 use crate::LockError;
 
@@ -54,6 +55,9 @@ pub(crate) async fn release_last(
 /// holder, and deletes it when its owner still holds it (waking the next
 /// waiter). Returns whether it deleted it.
 pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool, LockError> {
+    if keep(core, lock) {
+        return Ok(true);
+    }
     // Counted from before the holder is forgotten until the answer (or
     // until this future is dropped): a shutdown waits for it.
     let _releasing = core.releasing();
@@ -88,6 +92,43 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
         core.backend.expect_wake(&lock.key, false);
     }
     result
+}
+
+/// Keeps the hot lock `lock` taken (see `keep.rs`) instead of releasing it,
+/// unless another client asked for it, it was lost or the client shuts
+/// down: the idle lock that succeeds it is renewed from now on, and one
+/// waiter of this client is woken to take it. Returns whether it kept it.
+fn keep(core: &ClientCore, lock: &HeldLock) -> bool {
+    let Some(keeper) = &core.keeper else {
+        return false;
+    };
+    if !lock.owner.ends_with(KEEP_SUFFIX) {
+        return false;
+    }
+    if core.is_closing() {
+        keeper.forget(lock);
+        return false;
+    }
+    let kept = keeper.keep(lock, || {
+        let idle = Arc::new(HeldLock::new(
+            lock.key.clone(),
+            lock.owner.clone(),
+            lock.token,
+            lock.lease,
+            Instant::now(),
+        ));
+        idle.cap_validity(lock.valid_until());
+        core.watchdog.track(&idle);
+        idle
+    });
+    if !kept {
+        return false;
+    }
+    core.watchdog.forget(lock);
+    core.holder_remove(lock);
+    core.backend.wake_kept(&lock.key);
+    tracing::debug!(key = %lock.key.name, token = lock.token, "lock kept");
+    true
 }
 
 /// The release of a lock held at least until a moment still `left` away
