@@ -83,6 +83,17 @@ struct Kept {
     _listen: WaitSet,
 }
 
+/// What became of a hot lock at the end of a use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Kept idle.
+    Kept,
+    /// Another client asked for it: release it, and let the asker go first.
+    Asked,
+    /// Not kept (lost, not a kept lock): release it.
+    No,
+}
+
 /// What the table says about a lock before an acquisition asks the store.
 pub(crate) enum Take {
     /// Kept idle: now in use by the caller, who succeeds this idle lock.
@@ -180,26 +191,27 @@ impl Inner {
     }
 
     /// The use holding `lock` ended: keeps it idle as `idle` (a lock the
-    /// caller made to succeed it, which the watchdog renews from now on)
-    /// and returns true, unless another client asked for it meanwhile or it
-    /// is not held any more (then it is forgotten: release it).
-    pub(crate) fn keep(&self, lock: &HeldLock, idle: impl FnOnce() -> Arc<HeldLock>) -> bool {
+    /// caller made to succeed it, which the watchdog renews from now on),
+    /// unless another client asked for it meanwhile or it is not held any
+    /// more (then it is forgotten: release it).
+    pub(crate) fn keep(&self, lock: &HeldLock, idle: impl FnOnce() -> Arc<HeldLock>) -> Outcome {
         let mut table = self.table.lock();
         let Some(kept) = table.get_mut(&lock.key.id) else {
-            return false;
+            return Outcome::No;
         };
         if !std::ptr::eq(Arc::as_ptr(&kept.lock), lock) {
-            return false;
+            return Outcome::No;
         }
         if kept.wanted || !lock.is_held() {
+            let wanted = kept.wanted;
             table.remove(&lock.key.id);
-            return false;
+            return if wanted { Outcome::Asked } else { Outcome::No };
         }
         kept.lock = idle();
         kept.idle_since = Some(Instant::now());
         drop(table);
         self.tick.notify_one();
-        true
+        Outcome::Kept
     }
 
     /// Forgets `lock`'s entry (its use ends without keeping it).

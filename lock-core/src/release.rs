@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::backend::Renewal;
 use crate::core::ClientCore;
 use crate::held::HeldLock;
-use crate::keep::KEEP_SUFFIX;
+use crate::keep::{Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
 use crate::LockError;
 
@@ -55,9 +55,11 @@ pub(crate) async fn release_last(
 /// holder, and deletes it when its owner still holds it (waking the next
 /// waiter). Returns whether it deleted it.
 pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool, LockError> {
-    if keep(core, lock) {
-        return Ok(true);
-    }
+    let asked = match keep(core, lock) {
+        Outcome::Kept => return Ok(true),
+        Outcome::Asked => true,
+        Outcome::No => false,
+    };
     // Counted from before the holder is forgotten until the answer (or
     // until this future is dropped): a shutdown waits for it.
     let _releasing = core.releasing();
@@ -83,7 +85,11 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
             // lock changes hands in one round trip instead of release,
             // message, attempt. (Should the attempt overtake the release
             // after all, it is only a failed attempt.)
-            core.backend.wake_local(&lock.key);
+            if asked {
+                core.backend.yield_local(&lock.key);
+            } else {
+                core.backend.wake_local(&lock.key);
+            }
         }
         poll
     })
@@ -97,17 +103,17 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
 /// Keeps the hot lock `lock` taken (see `keep.rs`) instead of releasing it,
 /// unless another client asked for it, it was lost or the client shuts
 /// down: the idle lock that succeeds it is renewed from now on, and one
-/// waiter of this client is woken to take it. Returns whether it kept it.
-fn keep(core: &ClientCore, lock: &HeldLock) -> bool {
+/// waiter of this client is woken to take it.
+fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
     let Some(keeper) = &core.keeper else {
-        return false;
+        return Outcome::No;
     };
     if !lock.owner.ends_with(KEEP_SUFFIX) {
-        return false;
+        return Outcome::No;
     }
     if core.is_closing() {
         keeper.forget(lock);
-        return false;
+        return Outcome::No;
     }
     let kept = keeper.keep(lock, || {
         let idle = Arc::new(HeldLock::new(
@@ -121,14 +127,14 @@ fn keep(core: &ClientCore, lock: &HeldLock) -> bool {
         core.watchdog.track(&idle);
         idle
     });
-    if !kept {
-        return false;
+    if kept != Outcome::Kept {
+        return kept;
     }
     core.watchdog.forget(lock);
     core.holder_remove(lock);
     core.backend.wake_kept(&lock.key);
     tracing::debug!(key = %lock.key.name, token = lock.token, "lock kept");
-    true
+    kept
 }
 
 /// The release of a lock held at least until a moment still `left` away

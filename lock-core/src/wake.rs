@@ -318,6 +318,17 @@ impl Waiters {
         }
     }
 
+    /// This process's release of `channel` gives the lock up because
+    /// another process asked for it (a hot lock): nobody here is woken
+    /// early, and the waiter its message wakes holds back for
+    /// [`OPEN_ROUND_YIELD`] first, so that the asker gets it.
+    pub(crate) fn yield_round(&self, channel: &str) {
+        if let Some(entry) = self.map.lock().get(channel) {
+            entry.wake.local_streak.store(0, Ordering::Relaxed);
+            entry.wake.hand_off.lock().yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
+        }
+    }
+
     /// A release of `channel` by this process reached `count` subscriptions
     /// (`PUBLISH`'s reply). With waiters here, one of them is this client's:
     /// more means that other processes wait for the lock too.

@@ -115,6 +115,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// wake one of this client's waiters now, so its attempt follows it.
     fn wake_local(&self, _key: &LockKey) {}
 
+    /// This client's release of its hot lock `key` is queued because another
+    /// client asked for it: this client's waiters let the asker go first.
+    fn yield_local(&self, _key: &LockKey) {}
+
     /// This client kept its hot lock `key` at a release (see `keep.rs`):
     /// wake one of this client's waiters, which takes it without a round trip.
     fn wake_kept(&self, _key: &LockKey) {}

@@ -962,6 +962,10 @@ impl Backend for MemoryStore {
         self.inner.waiters.wake_one(&key.channel);
     }
 
+    fn yield_local(&self, key: &LockKey) {
+        self.inner.waiters.yield_round(&key.channel);
+    }
+
     fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
         Some(self.inner.waiters.keeper())
     }

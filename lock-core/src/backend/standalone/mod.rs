@@ -450,6 +450,10 @@ impl Backend for RedisBackend {
         self.waiters.wake_one(&key.channel);
     }
 
+    fn yield_local(&self, key: &LockKey) {
+        self.waiters.yield_round(&key.channel);
+    }
+
     fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
         Some(self.waiters.keeper())
     }
