@@ -804,3 +804,44 @@ async fn bad_hot_settings_are_invalid_config() {
         "{redisson:?}"
     );
 }
+
+/// A hot client whose first runtime is gone keeps answering requests for
+/// its kept locks on the next runtime it is used on (its keeper's task
+/// starts again there, with the requests' receiver).
+#[test]
+fn hot_client_moved_to_another_runtime_still_hears_requests() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let keeper = first.block_on(async {
+        let keeper = LockClient::builder()
+            .keep_hot(Duration::from_secs(60))
+            .connect(&url)
+            .await
+            .unwrap();
+        let guard = keeper.lock("hot:moved:a").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        keeper
+    });
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        let other = LockClient::connect(&url).await.unwrap();
+        let guard = keeper.lock("hot:moved:b").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let asked = Instant::now();
+        let taken = other
+            .lock("hot:moved:b")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(
+            asked.elapsed() <= Duration::from_secs(2),
+            "the keeper answered after {:?}",
+            asked.elapsed()
+        );
+        taken.release().await.unwrap();
+    });
+}

@@ -67,8 +67,10 @@ pub(crate) struct Inner {
     next: AtomicU64,
     /// Wakes the keeper's task: a lock was kept (its linger starts).
     tick: Notify,
-    /// Requests for kept locks (their fields), from the wake-up channels.
-    asked: Mutex<Option<mpsc::UnboundedReceiver<Arc<str>>>>,
+    /// Requests for kept locks (their fields), from the wake-up channels:
+    /// locked by the running task, and left here when its runtime goes, for
+    /// the task started on the next one.
+    asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<str>>>>,
 }
 
 struct Kept {
@@ -112,7 +114,7 @@ impl Keeper {
                 table: Mutex::default(),
                 next: AtomicU64::new(1),
                 tick: Notify::new(),
-                asked: Mutex::new(Some(asked)),
+                asked: Arc::new(tokio::sync::Mutex::new(asked)),
             }),
             task: Supervised::default(),
         }
@@ -285,10 +287,10 @@ impl Inner {
 /// The keeper's task: gives up idle locks at the end of their linger and
 /// kept locks other clients ask for. Ends when the client is gone.
 async fn run(keeper: Arc<Inner>, core: Weak<ClientCore>) {
-    // A task started again (its first runtime is gone) finds the requests'
-    // receiver taken with the first task: it only gives up lingering locks,
-    // and askers wait for the linger.
-    let mut asked = keeper.asked.lock().take();
+    // A task started again on another runtime (the first one's is gone)
+    // gets the receiver once the first task was dropped with its runtime.
+    let receiver = keeper.asked.clone();
+    let mut asked = Some(receiver.lock_owned().await);
     loop {
         let tick = keeper.tick.notified();
         let (gone, next) = keeper.expired(Instant::now());
