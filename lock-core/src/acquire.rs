@@ -112,8 +112,8 @@ pub(crate) async fn acquire_kind(
     }
     let labels = Labels::new(&core.meter_names, &key);
     let hot = match &core.keeper {
-        Some(keeper) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
-            keeper.ensure_running(core);
+        Some(_) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
+            crate::release::ensure_keeper(core);
             true
         }
         _ => false,

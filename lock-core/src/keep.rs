@@ -22,26 +22,18 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use crate::core::ClientCore;
 use crate::held::HeldLock;
 use crate::sync::Mutex;
 use crate::task::Supervised;
 use crate::wake::WaitSet;
 
-/// How a kept lock's field ends: the acquire script asks a keeper for a lock
-/// whose field ends so (and only for such a lock).
-pub(crate) const KEEP_SUFFIX: &str = "~k";
-
-/// The longest a client waits for a kept lock before it asks again: a keeper
-/// that missed the request (its subscription was not confirmed yet) hears
-/// the next one.
-pub(crate) const ASK_AGAIN: Duration = Duration::from_millis(100);
+pub(crate) use crate::name::KEEP_SUFFIX;
 
 /// The longest linger accepted.
 pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
@@ -66,11 +58,11 @@ pub(crate) struct Inner {
     table: Mutex<HashMap<Arc<str>, Kept>>,
     next: AtomicU64,
     /// Wakes the keeper's task: a lock was kept (its linger starts).
-    tick: Notify,
+    pub(crate) tick: Notify,
     /// Requests for kept locks (their fields), from the wake-up channels:
     /// locked by the running task, and left here when its runtime goes, for
     /// the task started on the next one.
-    asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<str>>>>,
+    pub(crate) asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<str>>>>,
 }
 
 struct Kept {
@@ -120,10 +112,15 @@ impl Keeper {
         }
     }
 
-    /// Makes sure the keeper's task runs (on the current runtime).
-    pub(crate) fn ensure_running(&self, core: &Arc<ClientCore>) {
-        let (inner, core) = (self.inner.clone(), Arc::downgrade(core));
-        self.task.ensure(move || run(inner, core));
+    /// Makes sure the keeper's task runs: `start` makes it (with this
+    /// keeper's state) when it does not run on the current runtime.
+    pub(crate) fn ensure_running<F, Fut>(&self, start: F)
+    where
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        self.task.ensure(move || start(inner));
     }
 
     /// Stops the task for good (the client shut down).
@@ -230,7 +227,7 @@ impl Inner {
     /// Another client asked for the lock kept with `field`: an idle one is
     /// returned (forgotten: the caller gives it up now), one in use is given
     /// up at the end of its use.
-    fn asked_for(&self, field: &str) -> Option<Arc<HeldLock>> {
+    pub(crate) fn asked_for(&self, field: &str) -> Option<Arc<HeldLock>> {
         let mut table = self.table.lock();
         let id = table
             .iter()
@@ -246,7 +243,7 @@ impl Inner {
 
     /// Forgets the idle locks whose linger ended by `now`; returns them and
     /// the end of the next linger.
-    fn expired(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+    pub(crate) fn expired(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
         let mut table = self.table.lock();
         let mut gone = Vec::new();
         let mut next: Option<Instant> = None;
@@ -281,55 +278,5 @@ impl Inner {
             }
         });
         idle
-    }
-}
-
-/// The keeper's task: gives up idle locks at the end of their linger and
-/// kept locks other clients ask for. Ends when the client is gone.
-async fn run(keeper: Arc<Inner>, core: Weak<ClientCore>) {
-    // A task started again on another runtime (the first one's is gone)
-    // gets the receiver once the first task was dropped with its runtime.
-    let receiver = keeper.asked.clone();
-    let mut asked = Some(receiver.lock_owned().await);
-    loop {
-        let tick = keeper.tick.notified();
-        let (gone, next) = keeper.expired(Instant::now());
-        if !gone.is_empty() {
-            let Some(core) = core.upgrade() else { return };
-            for lock in gone {
-                tracing::debug!(key = %lock.key.name, "kept lock given up after its linger");
-                crate::release::release_in_background(&core, lock, false);
-            }
-        }
-        let sleep = async {
-            match next {
-                Some(next) => tokio::time::sleep_until(next).await,
-                None => std::future::pending().await,
-            }
-        };
-        let request = async {
-            match asked.as_mut() {
-                Some(asked) => asked.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = tick => {}
-            () = sleep => {}
-            field = request => {
-                let Some(field) = field else {
-                    asked = None; // the client's waiters are gone
-                    continue;
-                };
-                if let Some(lock) = keeper.asked_for(&field) {
-                    let Some(core) = core.upgrade() else { return };
-                    tracing::debug!(key = %lock.key.name, "kept lock given up: another client asked for it");
-                    crate::release::release_in_background(&core, lock, false);
-                }
-            }
-        }
-        if core.strong_count() == 0 {
-            return;
-        }
     }
 }

@@ -5,7 +5,7 @@
 //! client's shutdown took from its holder is given back by the shutdown.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::backend::Renewal;
 use crate::core::ClientCore;
 use crate::held::HeldLock;
-use crate::keep::{Outcome, KEEP_SUFFIX};
+use crate::keep::{Inner, Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
 use crate::LockError;
 
@@ -199,6 +199,64 @@ async fn retry_release(core: &ClientCore, lock: &HeldLock, mut resent: bool) {
                 resent = true;
             }
             _ => return,
+        }
+    }
+}
+
+/// Makes sure the task of `core`'s hot-lock keeper runs (see `keep.rs`).
+pub(crate) fn ensure_keeper(core: &Arc<ClientCore>) {
+    if let Some(keeper) = &core.keeper {
+        let core = Arc::downgrade(core);
+        keeper.ensure_running(move |inner| keeper_task(inner, core));
+    }
+}
+
+/// The keeper's task: gives up idle locks at the end of their linger and
+/// kept locks other clients ask for. Ends when the client is gone.
+async fn keeper_task(keeper: Arc<Inner>, core: Weak<ClientCore>) {
+    // A task started again on another runtime (the first one's is gone)
+    // gets the receiver once the first task was dropped with its runtime.
+    let receiver = keeper.asked.clone();
+    let mut asked = Some(receiver.lock_owned().await);
+    loop {
+        let tick = keeper.tick.notified();
+        let (gone, next) = keeper.expired(Instant::now());
+        if !gone.is_empty() {
+            let Some(core) = core.upgrade() else { return };
+            for lock in gone {
+                tracing::debug!(key = %lock.key.name, "kept lock given up after its linger");
+                release_in_background(&core, lock, false);
+            }
+        }
+        let sleep = async {
+            match next {
+                Some(next) => tokio::time::sleep_until(next).await,
+                None => std::future::pending().await,
+            }
+        };
+        let request = async {
+            match asked.as_mut() {
+                Some(asked) => asked.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tick => {}
+            () = sleep => {}
+            field = request => {
+                let Some(field) = field else {
+                    asked = None; // the client's waiters are gone
+                    continue;
+                };
+                if let Some(lock) = keeper.asked_for(&field) {
+                    let Some(core) = core.upgrade() else { return };
+                    tracing::debug!(key = %lock.key.name, "kept lock given up: another client asked for it");
+                    release_in_background(&core, lock, false);
+                }
+            }
+        }
+        if core.strong_count() == 0 {
+            return;
         }
     }
 }

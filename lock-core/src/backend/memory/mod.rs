@@ -471,7 +471,7 @@ impl MemoryStore {
                 return Attempt::Acquired { token: entry.token };
             }
             let ttl = entry.expires_at.saturating_duration_since(now);
-            if !entry.owner.ends_with(crate::keep::KEEP_SUFFIX) {
+            if !entry.owner.ends_with(crate::name::KEEP_SUFFIX) {
                 return Attempt::Busy { ttl: Some(ttl) };
             }
             // Held by a hot-lock keeper: ask it to give the lock up (as the
@@ -480,7 +480,7 @@ impl MemoryStore {
             drop(state);
             self.inner.waiters.message(&key.channel, ask.as_bytes());
             return Attempt::Busy {
-                ttl: Some(ttl.min(crate::keep::ASK_AGAIN)),
+                ttl: Some(ttl.min(crate::lease::ASK_AGAIN)),
             };
         }
         state.sweep(now);

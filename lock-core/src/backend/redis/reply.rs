@@ -48,8 +48,8 @@ pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
         2 => Attempt::Busy {
             ttl: Some(
                 u64::try_from(value)
-                    .map_or(crate::keep::ASK_AGAIN, Duration::from_millis)
-                    .min(crate::keep::ASK_AGAIN),
+                    .map_or(crate::lease::ASK_AGAIN, Duration::from_millis)
+                    .min(crate::lease::ASK_AGAIN),
             ),
         },
         _ => Attempt::Busy {
