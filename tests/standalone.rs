@@ -36,6 +36,7 @@ impl Fixture for Standalone {
 
 behaviour_suite!(Standalone::new());
 family_suite!(Standalone::new());
+hot_suite!(Standalone::new());
 
 use std::time::Duration;
 
@@ -496,7 +497,7 @@ async fn one_subscription_connection_serves_all_waiters_of_a_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish";
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +hset +pexpire +hexists +hdel +del +publish";
     let mut options = ServerOptions::new().arg("--user").arg("minimal");
     for part in rule.split_whitespace() {
         options = options.arg(part);
@@ -703,4 +704,144 @@ async fn in_client_hand_off_child() {
         total += worker.await.unwrap();
     }
     println!("\nACQUISITIONS {total}");
+}
+
+/// A kept hot lock is taken again and released with no command to the
+/// server: 100 uses after the first cost nothing there. Its field in Redis
+/// is the keeper's own (`~k`), not a scope's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_lock_uses_cost_no_round_trip() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .keep_hot(Duration::from_secs(20))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let first = client.lock("hot:free").acquire().await.unwrap();
+    first.release().await.unwrap();
+    let field: Vec<String> = redis::cmd("HKEYS")
+        .arg("lock:{hot:free}")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(field.len(), 1);
+    assert!(field[0].ends_with("~k"), "{field:?}");
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    for _ in 0..100 {
+        let guard = client.lock("hot:free").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    for command in ["evalsha", "eval", "hdel", "publish"] {
+        assert_eq!(command_calls(&server, command), 0, "{command}");
+    }
+}
+
+/// A client dropped without a shutdown gives up the locks it kept idle
+/// (not after their lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_hot_client_gives_up_kept_locks() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .keep_hot(Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let guard = client.lock("hot:dropped").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("lock:{hot:dropped}")
+            .query(&mut server.conn())
+            .unwrap();
+        if !exists {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still kept after the client was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Lingers of zero and over an hour, Redlock and Redisson's layout are
+/// refused with `InvalidConfig` naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_hot_settings_are_invalid_config() {
+    let server = RedisServer::start();
+    for linger in [Duration::ZERO, Duration::from_secs(3601), Duration::MAX] {
+        match LockClient::builder()
+            .keep_hot(linger)
+            .connect(&server.url())
+            .await
+        {
+            Err(LockError::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("keep_hot"), "{reason}");
+                assert!(reason.contains(&format!("{linger:?}")), "{reason}");
+            }
+            other => panic!("linger {linger:?}: {other:?}"),
+        }
+    }
+    let redlock = LockClient::builder()
+        .keep_hot(Duration::from_millis(50))
+        .connect_redlock([server.url()])
+        .await;
+    assert!(
+        matches!(&redlock, Err(LockError::InvalidConfig { reason, .. }) if reason.contains("keep_hot")),
+        "{redlock:?}"
+    );
+    let redisson = LockClient::builder()
+        .keep_hot(Duration::from_millis(50))
+        .layout(distlock::Layout::Redisson)
+        .connect(&server.url())
+        .await;
+    assert!(
+        matches!(&redisson, Err(LockError::InvalidConfig { reason, .. }) if reason.contains("keep_hot")),
+        "{redisson:?}"
+    );
+}
+
+/// A hot client whose first runtime is gone keeps answering requests for
+/// its kept locks on the next runtime it is used on (its keeper's task
+/// starts again there, with the requests' receiver).
+#[test]
+fn hot_client_moved_to_another_runtime_still_hears_requests() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let keeper = first.block_on(async {
+        let keeper = LockClient::builder()
+            .keep_hot(Duration::from_secs(60))
+            .connect(&url)
+            .await
+            .unwrap();
+        let guard = keeper.lock("hot:moved:a").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        keeper
+    });
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        let other = LockClient::connect(&url).await.unwrap();
+        let guard = keeper.lock("hot:moved:b").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let asked = Instant::now();
+        let taken = other
+            .lock("hot:moved:b")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(
+            asked.elapsed() <= Duration::from_secs(2),
+            "the keeper answered after {:?}",
+            asked.elapsed()
+        );
+        taken.release().await.unwrap();
+    });
 }

@@ -41,6 +41,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 
 use contenders::{Contender, Floor, Ours, Rslock, LEASE};
+use distlock_core::LockClient;
 use report::{Metric, WorkloadResult, CONTENDERS};
 use workloads::{Admin, Contention};
 
@@ -54,11 +55,11 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W11).
+    /// Workloads to run, comma separated (W1..W11, W1h, W3h).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,W11"
+        default_value = "W1,W1h,W2,W3,W3h,W4,W5,W6,W7,W8,W9,W10,W11"
     )]
     only: Vec<String>,
     /// Contenders to run, comma separated (ours, rslock, floor).
@@ -97,6 +98,9 @@ struct Args {
     /// W10: processes the W3 workers are spread over.
     #[arg(long, default_value_t = 4)]
     w10_processes: usize,
+    /// W1h and W3h: the hot-lock linger, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    hot_linger_ms: u64,
     /// W5: locks held at once.
     #[arg(long, default_value_t = 10_000)]
     w5_locks: usize,
@@ -153,11 +157,11 @@ fn main() -> Result<()> {
     let args = Args::parse();
     for workload in &args.only {
         if ![
-            "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
+            "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
         ]
         .contains(&workload.to_uppercase().as_str())
         {
-            bail!("unknown workload {workload:?}: expected W1..W11");
+            bail!("unknown workload {workload:?}: expected W1..W11, W1h or W3h");
         }
     }
     for contender in &args.contenders {
@@ -270,6 +274,46 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         });
     }
 
+    if wants(&args, "W1h") && runs(&args, "ours") {
+        let linger = Duration::from_millis(args.hot_linger_ms.max(1));
+        let hot = Ours {
+            client: LockClient::builder()
+                .lease(LEASE)
+                .keep_hot(linger)
+                .connect(&url)
+                .await?,
+        };
+        let (cycles, warmup, rounds) = (args.cycles, args.warmup, args.w1_rounds.max(1));
+        let per_round = cycles.div_ceil(rounds);
+        let mut samples: [workloads::W1Sample; 2] = Default::default();
+        admin.flush().await?;
+        if !args.json {
+            eprintln!("# W1h: {} with keep_hot, and the floor ...", CONTENDERS[0]);
+        }
+        for round in 0..rounds {
+            let warm = if round == 0 { warmup } else { warmup / 10 };
+            workloads::w1(&hot, &admin, per_round, warm, &mut samples[0]).await?;
+            if runs(&args, "floor") {
+                workloads::w1(&floor, &admin, per_round, warm, &mut samples[1]).await?;
+            }
+        }
+        let [a, c] = samples;
+        let floor_figures = if runs(&args, "floor") {
+            c.metrics()
+        } else {
+            Vec::new()
+        };
+        results.push(WorkloadResult {
+            id: "W1h",
+            title: "uncontended latency, hot lock".into(),
+            figures: [a.metrics(), Vec::new(), floor_figures],
+            notes: vec![format!(
+                "W1 (one client, sequential acquire + release of one key, {} cycles after {warmup} warm-up, {rounds} rounds interleaved with the floor) with `keep_hot({linger:?})`: the lock stays taken between cycles, so a cycle asks the server nothing; x floor = against the two-round-trip floor (SET NX PX, then the compare-and-delete script) of the same run",
+                per_round * rounds
+            )],
+        });
+    }
+
     if wants(&args, "W2") {
         let tasks = args.w2_tasks;
         let duration = Duration::from_secs_f64(args.w2_secs);
@@ -338,7 +382,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             eprintln!("# W10: {} ...", CONTENDERS[0]);
         }
         let figures = [
-            processes::w10(&url, &admin, contention, args.w10_processes).await?,
+            processes::w10(&url, &admin, contention, args.w10_processes, None, rtt).await?,
             Vec::new(),
             Vec::new(),
         ];
@@ -353,6 +397,28 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
                 ),
                 "fair share = acquisitions / processes; least share = the process with the fewest acquisitions, over the fair share (target >= 0.5); longest wait / mean wait = the longest single wait of any process over the mean wait of all acquisitions (target <= 10); process changes = consecutive acquisitions (in fencing-token order) by different processes. distlock only: rslock and the floor have no in-client hand-off to weigh".into(),
             ],
+        });
+    }
+
+    if wants(&args, "W3h") && runs(&args, "ours") {
+        admin.flush().await?;
+        if !args.json {
+            eprintln!("# W3h: {} with keep_hot ...", CONTENDERS[0]);
+        }
+        let linger = Duration::from_millis(args.hot_linger_ms.max(1));
+        let figures = [
+            processes::w10(&url, &admin, contention, 2, Some(linger), rtt).await?,
+            Vec::new(),
+            Vec::new(),
+        ];
+        results.push(WorkloadResult {
+            id: "W3h",
+            title: "contended hand-off across 2 processes, hot locks".into(),
+            figures,
+            notes: vec![format!(
+                "W10 with 2 processes ({} workers each) whose clients keep hot locks (`keep_hot({linger:?})`): a release in the holding process keeps the lock for its own waiters until the other process asks for it; hand-off between processes = the holder's release sent -> the other process's acquire returned (system clock, shared by the processes), target p50 <= 3 PING RTTs",
+                contention.workers.div_ceil(2)
+            )],
         });
     }
 

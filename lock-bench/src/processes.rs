@@ -36,15 +36,25 @@ pub(crate) const CHILD_FLAG: &str = "--w10-child";
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct ChildReport {
     process: usize,
-    /// (fencing token, wait in µs) per acquisition.
-    acquisitions: Vec<(u64, u64)>,
+    /// Per acquisition: fencing token, wait (µs), when the acquire returned
+    /// and when the release was sent (µs of the system clock, which all the
+    /// processes of this machine share).
+    acquisitions: Vec<(u64, u64, u64, u64)>,
 }
 
-/// Child mode: `--w10-child <url> <process> <workers> <acquisitions> <hold µs> <work µs>`.
+/// Microseconds of the system clock.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Child mode: `--w10-child <url> <process> <workers> <acquisitions> <hold µs> <work µs> <hot linger µs, 0: off>`.
 pub(crate) fn child_main(args: &[String]) -> Result<()> {
-    let [url, process, workers, total, hold, work] = args else {
-        bail!("{CHILD_FLAG} takes: url process workers acquisitions hold_us work_us");
+    let [url, process, workers, total, hold, work, hot] = args else {
+        bail!("{CHILD_FLAG} takes: url process workers acquisitions hold_us work_us hot_linger_us");
     };
+    let hot: u64 = hot.parse()?;
     let process: usize = process.parse()?;
     let workers: usize = workers.parse()?;
     let total: u64 = total.parse()?;
@@ -54,7 +64,11 @@ pub(crate) fn child_main(args: &[String]) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client = LockClient::builder().lease(LEASE).connect(url).await?;
+        let mut builder = LockClient::builder().lease(LEASE);
+        if hot > 0 {
+            builder = builder.keep_hot(Duration::from_micros(hot));
+        }
+        let client = builder.connect(url).await?;
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
@@ -88,9 +102,12 @@ pub(crate) fn child_main(args: &[String]) -> Result<()> {
                         .acquire()
                         .await?;
                     let waited = asked.elapsed();
-                    mine.push((guard.fencing_token(), waited.as_micros() as u64));
+                    let acquired = now_us();
+                    let token = guard.fencing_token();
                     tokio::time::sleep(hold).await;
+                    let released = now_us();
                     guard.release().await?;
+                    mine.push((token, waited.as_micros() as u64, acquired, released));
                     tokio::time::sleep(work).await;
                 }
                 anyhow::Ok(mine)
@@ -109,12 +126,16 @@ pub(crate) fn child_main(args: &[String]) -> Result<()> {
     })
 }
 
-/// W10: `processes` processes share `settings.workers` workers.
+/// W10: `processes` processes share `settings.workers` workers; with
+/// `hot`, their clients keep hot locks for that linger (W3h). `rtt`: the
+/// PING round trip, the unit of the hand-off between processes.
 pub(crate) async fn w10(
     url: &str,
     admin: &Admin,
     settings: Contention,
     processes: usize,
+    hot: Option<Duration>,
+    rtt: Duration,
 ) -> Result<Vec<Metric>> {
     let processes = processes.max(1);
     let per_process = settings.workers.div_ceil(processes).max(1);
@@ -129,6 +150,7 @@ pub(crate) async fn w10(
             .arg(settings.acquisitions.to_string())
             .arg(settings.hold.as_micros().to_string())
             .arg(settings.work.as_micros().to_string())
+            .arg(hot.map_or(0, |h| h.as_micros().max(1)).to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -161,14 +183,28 @@ pub(crate) async fn w10(
     }
     let elapsed = started.elapsed();
 
-    // Global order by token: owner changes between processes.
-    let mut all: Vec<(u64, usize, u64)> = reports
+    // Global order: owner changes between processes. (Uses of a kept hot
+    // lock share its token: ordered by when they were acquired.)
+    let mut all: Vec<(u64, usize, u64, u64, u64)> = reports
         .iter()
-        .flat_map(|r| r.acquisitions.iter().map(|&(t, w)| (t, r.process, w)))
+        .flat_map(|r| {
+            r.acquisitions
+                .iter()
+                .map(|&(t, w, a, rel)| (t, r.process, w, a, rel))
+        })
         .collect();
-    all.sort_unstable();
+    all.sort_unstable_by_key(|a| (a.0, a.3));
     let total = all.len();
     let changes = all.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    // Hand-off between processes: the previous holder's release sent -> the
+    // next holder's acquire returned.
+    let mut hand_offs: Vec<u64> = all
+        .windows(2)
+        .filter(|w| w[0].1 != w[1].1)
+        .map(|w| w[1].3.saturating_sub(w[0].4))
+        .collect();
+    hand_offs.sort_unstable();
+    let hand_off_p50 = hand_offs.get(hand_offs.len() / 2).copied().unwrap_or(0) as f64;
     if std::env::var_os("W10_DEBUG").is_some() {
         let mut into = vec![0usize; processes];
         let mut runs: Vec<Vec<usize>> = vec![Vec::new(); processes];
@@ -206,6 +242,12 @@ pub(crate) async fn w10(
             changes as f64 / (total.max(2) - 1) as f64,
         ),
         Metric::info("mean wait", "us", mean_wait),
+        Metric::lower("hand-off between processes p50", "us", hand_off_p50),
+        Metric::lower(
+            "hand-off between processes p50 in PING RTTs",
+            "RTT",
+            hand_off_p50 / (rtt.as_secs_f64() * 1e6).max(1e-3),
+        ),
     ];
     let mut min_share = f64::INFINITY;
     let mut max_ratio: f64 = 0.0;

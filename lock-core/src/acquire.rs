@@ -14,6 +14,7 @@ use tracing::Instrument;
 use crate::backend::{Attempt, Renewal};
 use crate::core::ClientCore;
 use crate::held::{HeldLock, Lease};
+use crate::keep::{Keeper, Take};
 use crate::lease::{self, Wait};
 use crate::meter::Labels;
 use crate::name::{Kind, LockKey};
@@ -110,6 +111,13 @@ pub(crate) async fn acquire_kind(
         return Err(core.shutting_down(&key.name));
     }
     let labels = Labels::new(&core.meter_names, &key);
+    let hot = match &core.keeper {
+        Some(_) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
+            crate::release::ensure_keeper(core);
+            true
+        }
+        _ => false,
+    };
     let request = Request {
         core,
         key: &key,
@@ -117,6 +125,7 @@ pub(crate) async fn acquire_kind(
         lease,
         at_least,
         labels: &labels,
+        hot,
     };
     let span = tracing::debug_span!(
         "lock_acquire",
@@ -197,6 +206,9 @@ struct Request<'a> {
     at_least: Option<Duration>,
     /// The labels of the lock's metrics.
     labels: &'a Labels,
+    /// A hot lock (see `keep.rs`): taken from the client's kept locks when
+    /// it has it, else from the store with a field of its own.
+    hot: bool,
 }
 
 impl Request<'_> {
@@ -464,12 +476,19 @@ impl Request<'_> {
         }
     }
 
-    /// A grant in progress, taken back if it is not turned into a guard.
+    /// A grant in progress to the scope's owner, taken back if it is not
+    /// turned into a guard.
     fn pending(&self) -> PendingGrant<'_> {
+        self.pending_for(self.scope.owner.clone())
+    }
+
+    /// A grant in progress to `owner` (the scope's, or a hot lock's field).
+    fn pending_for(&self, owner: Arc<str>) -> PendingGrant<'_> {
         PendingGrant {
             core: self.core,
             key: self.key,
             scope: self.scope,
+            owner,
             // Counted from before the request until the grant is in the
             // scope (or the attempt is over): a rollback of an abandoned
             // grant of this scope meanwhile would delete what this attempt
@@ -483,12 +502,21 @@ impl Request<'_> {
 
     /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
     async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
+        let owner = match self.core.keeper.as_ref().filter(|_| self.hot) {
+            Some(keeper) => match keeper.take(&self.key.id) {
+                Take::Idle(idle) => return self.take_kept(keeper, idle).map(Ok),
+                // Another scope of this client uses it: its release wakes us.
+                Take::InUse(left) => return Ok(Err(Some(left))),
+                Take::Absent => keeper.field(&self.core.id),
+            },
+            None => self.scope.owner.clone(),
+        };
         let sent = Instant::now();
-        let mut pending = self.pending();
+        let mut pending = self.pending_for(owner.clone());
         let reply = self
             .core
             .backend
-            .acquire(self.key, &self.scope.owner, self.lease.duration())
+            .acquire(self.key, &owner, self.lease.duration())
             .await;
         let token = match reply {
             Ok(Attempt::Acquired { token }) => token,
@@ -503,7 +531,49 @@ impl Request<'_> {
                 return Err(err);
             }
         };
-        self.hold(token, sent, pending).map(Ok)
+        let lock = self.hold(token, sent, pending)?;
+        if let Some(keeper) = self.core.keeper.as_ref().filter(|_| self.hot) {
+            keeper.in_use(&lock, Some(self.core.backend.waiter(self.key)));
+        }
+        Ok(Ok(lock))
+    }
+
+    /// Takes the hot lock this client keeps idle as `idle`: a hold of the
+    /// scope with its field, token and lease, renewed from now on instead
+    /// of `idle`. No round trip.
+    fn take_kept(&self, keeper: &Keeper, idle: Arc<HeldLock>) -> Result<Arc<HeldLock>, LockError> {
+        let core = self.core;
+        let lock = Arc::new(
+            HeldLock::new(
+                self.key.clone(),
+                idle.owner.clone(),
+                idle.token,
+                self.lease,
+                Instant::now(),
+            )
+            .metered(self.labels.clone())
+            .spanned(),
+        );
+        lock.cap_validity(idle.valid_until());
+        let inserted = if core.is_closing() {
+            None
+        } else {
+            self.scope.insert(lock, |lock| core.holder_insert(lock))
+        };
+        let Some((lock, first)) = inserted else {
+            // Shutting down: the kept lock is given up, not handed out.
+            keeper.forget(&idle);
+            crate::release::release_in_background(core, idle, false);
+            return Err(core.shutting_down(&self.key.name));
+        };
+        keeper.in_use(&lock, None);
+        if first {
+            lock.meter.entered();
+            core.watchdog.track(&lock);
+        }
+        core.watchdog.forget(&idle);
+        tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "kept lock taken");
+        Ok(lock)
     }
 
     /// Turns a grant with `token`, whose request was sent at `sent`, into a
@@ -517,7 +587,7 @@ impl Request<'_> {
         let lock = Arc::new(
             HeldLock::new(
                 self.key.clone(),
-                self.scope.owner.clone(),
+                pending.owner.clone(),
                 token,
                 self.lease,
                 sent,
@@ -609,7 +679,16 @@ impl Drop for Queued<'_> {
         let scope = self.scope.clone();
         let lease = core.lease;
         self.core.janitor.spawn(Box::new(move || {
-            rollback(core.clone(), key.clone(), scope.clone(), lease, false).boxed()
+            let owner = scope.owner.clone();
+            rollback(
+                core.clone(),
+                key.clone(),
+                scope.clone(),
+                owner,
+                lease,
+                false,
+            )
+            .boxed()
         }));
     }
 }
@@ -620,6 +699,8 @@ struct PendingGrant<'a> {
     core: &'a Arc<ClientCore>,
     key: &'a LockKey,
     scope: &'a Arc<Scope>,
+    /// The field granted: the scope's owner, or a hot lock's own.
+    owner: Arc<str>,
     claim: Option<Attempting<'a>>,
     lease: Duration,
     armed: bool,
@@ -638,16 +719,21 @@ impl Drop for PendingGrant<'_> {
         let core = self.core.clone();
         let key = self.key.clone();
         let scope = self.scope.clone();
+        let owner = self.owner.clone();
         let (lease, uncertain) = (self.lease, self.uncertain);
         self.core.janitor.spawn(Box::new(move || {
-            rollback(core.clone(), key.clone(), scope.clone(), lease, uncertain).boxed()
+            let (core, key, scope, owner) =
+                (core.clone(), key.clone(), scope.clone(), owner.clone());
+            rollback(core, key, scope, owner, lease, uncertain).boxed()
         }));
     }
 }
 
-/// The rollback of an abandoned grant to `scope`: quiet (it wakes waiters
-/// only when it freed the lock) and exact (never while the scope holds or is
-/// acquiring the lock, so it cannot delete a hold the scope took over).
+/// The rollback of an abandoned grant to `owner` of `scope`: quiet (it wakes
+/// waiters only when it freed the lock) and exact (never while the scope
+/// holds or is acquiring the lock, so it cannot delete a hold the scope took
+/// over; a hot lock's field is the abandoned attempt's own: always taken
+/// back).
 ///
 /// A cancelled request went out on the same connection before the rollback,
 /// so one rollback suffices. A request that timed out may still sit
@@ -657,19 +743,24 @@ async fn rollback(
     core: Arc<ClientCore>,
     key: LockKey,
     scope: Arc<Scope>,
+    owner: Arc<str>,
     lease: Duration,
     uncertain: bool,
 ) {
+    let own_field = owner != scope.owner;
     let give_up = Instant::now()
         .checked_add(lease.max(Duration::from_secs(1)))
         .unwrap_or_else(Instant::now);
     let mut delay = Duration::from_millis(100);
     loop {
-        let mut sent = std::pin::pin!(core.backend.rollback(&key, &scope.owner));
+        let mut sent = std::pin::pin!(core.backend.rollback(&key, &owner));
         // The claim check and the first poll (which queues the command on the
         // connection) happen under the scope's lock: an acquisition of the
         // scope that starts after the check is queued after the rollback.
         let first = std::future::poll_fn(|cx| {
+            if own_field {
+                return Poll::Ready(Some(sent.as_mut().poll(cx)));
+            }
             Poll::Ready(scope.if_unclaimed(&key.id, || sent.as_mut().poll(cx)))
         })
         .await;

@@ -649,6 +649,7 @@ pub struct LockClientBuilder {
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
     sync_replicas: Option<(u32, Duration)>,
     node_timeout: Option<Duration>,
+    keep_hot: Option<Duration>,
     #[cfg(feature = "metrics")]
     metrics_names: crate::metrics::NameLabel,
 }
@@ -666,6 +667,7 @@ impl Default for LockClientBuilder {
             client_identity: None,
             sync_replicas: None,
             node_timeout: None,
+            keep_hot: None,
             #[cfg(feature = "metrics")]
             metrics_names: crate::metrics::NameLabel::Off,
         }
@@ -719,6 +721,41 @@ impl LockClientBuilder {
     /// Redlock. See the README's "Sharing locks with Redisson".
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Hot locks: a plain lock this client releases stays taken in its
+    /// name for `linger`, so that taking it again in this client costs no
+    /// round trip (as Chubby caches locks and the JVM biases monitors). Off
+    /// by default; for locks one client takes over and over.
+    ///
+    /// - **Mutual exclusion is unchanged.** Every scope of the client takes
+    ///   a kept lock through the client, one at a time; the store sees one
+    ///   holder, this client.
+    /// - **Another client asks for it and gets it.** Its attempt (any client
+    ///   of this library, hot or not) asks the keeper through the lock's
+    ///   channel: a lock kept idle is given up at once, one in use at the
+    ///   end of that use. The asker is woken by that release as by any, and
+    ///   asks again every 100 ms while it waits on a kept lock.
+    /// - **Given up after `linger` without a use**, at
+    ///   [`shutdown`](LockClient::shutdown), and (in the background) when
+    ///   the client is dropped.
+    /// - **Leases and `lost()` keep their meaning:** the watchdog renews a
+    ///   kept lock between uses; one lost meanwhile is found at the next
+    ///   acquisition, which asks the store.
+    /// - **Fencing tokens:** every use of a kept lock has the token the
+    ///   store gave when the client took it, until the client gives it up;
+    ///   the next holder's token is higher. Tokens order holders across
+    ///   clients, not the uses inside one client.
+    /// - **Applies to** plain locks with the watchdog lease, without
+    ///   [`hold_at_least`](crate::Lock::hold_at_least); not to fixed leases
+    ///   or the lock family. One node, Sentinel, Cluster and the in-memory
+    ///   store; refused with Redlock and in Redisson's layout (Redisson's
+    ///   clients do not ask a keeper).
+    ///
+    /// A linger of zero or over an hour is [`LockError::InvalidConfig`].
+    pub fn keep_hot(mut self, linger: Duration) -> Self {
+        self.keep_hot = Some(linger);
         self
     }
 
@@ -832,6 +869,27 @@ impl LockClientBuilder {
     }
 
     fn validate(&self) -> Result<(), LockError> {
+        if let Some(linger) = self.keep_hot {
+            let reason = if linger.is_zero() || linger > crate::keep::MAX_LINGER {
+                Some(format!(
+                    "keep_hot needs a linger from 1 ns to 1 hour, got {linger:?}"
+                ))
+            } else if self.layout == Layout::Redisson {
+                Some(
+                    "keep_hot cannot be used in Redisson's layout: Redisson's clients do not \
+                     ask a keeper for a lock, so they would wait for every linger"
+                        .to_owned(),
+                )
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(LockError::InvalidConfig {
+                    key: "*".into(),
+                    reason,
+                });
+            }
+        }
         name::check_prefix(self.prefix())?;
         lease::check_watchdog(self.lease)?;
         lease::check_timeout("the response timeout", self.response_timeout)?;
@@ -916,6 +974,14 @@ impl LockClientBuilder {
     {
         self.validate()?;
         self.classic_only()?;
+        if self.keep_hot.is_some() {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "keep_hot is not offered with Redlock: a kept lock would have to be \
+                         given up on a quorum of masters at once"
+                    .into(),
+            });
+        }
         if self.layout == Layout::Redisson {
             return Err(LockError::InvalidConfig {
                 key: "*".into(),
@@ -1041,7 +1107,8 @@ impl LockClientBuilder {
             self.response_timeout,
             backend,
         )
-        .with_layout(self.layout);
+        .with_layout(self.layout)
+        .with_keeper(self.keep_hot);
         #[cfg(feature = "metrics")]
         let core = core.with_meter_names(self.metrics_names);
         LockClient {

@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::closing::Closing;
 use crate::held::HeldLock;
 use crate::janitor::Janitor;
+use crate::keep::Keeper;
 use crate::name::{self, Kind, Layout, LockKey};
 use crate::scope::Scope;
 use crate::sync::Mutex;
@@ -60,6 +61,8 @@ pub(crate) struct ClientCore {
     pub(crate) meter_names: crate::meter::Names,
     /// Native or Redisson's layout of the plain lock.
     pub(crate) layout: Layout,
+    /// Hot locks (`LockClientBuilder::keep_hot`), when on.
+    pub(crate) keeper: Option<Keeper>,
 }
 
 impl ClientCore {
@@ -86,7 +89,15 @@ impl ClientCore {
             closing: Closing::default(),
             meter_names: crate::meter::Names::default(),
             layout: Layout::Native,
+            keeper: None,
         }
+    }
+
+    /// Keeps hot locks for `linger` (see `keep.rs`), where the backend
+    /// offers them.
+    pub(crate) fn with_keeper(mut self, linger: Option<Duration>) -> Self {
+        self.keeper = linger.and_then(|linger| Some(Keeper::new(linger, self.backend.keeper()?)));
+        self
     }
 
     /// The client lays out its plain locks as `layout` says.
@@ -240,6 +251,9 @@ impl ClientCore {
     /// the watchdog (nothing is renewed any more) and the backend's wake-up
     /// subscribers. Background releases still run when queued.
     pub(crate) fn stop_background(&self) {
+        if let Some(keeper) = &self.keeper {
+            keeper.stop();
+        }
         self.watchdog.stop();
         self.backend.shut_down();
     }
@@ -254,6 +268,30 @@ impl ClientCore {
 
 /// A release in flight (see [`ClientCore::releasing`]).
 pub(crate) struct Releasing<'a>(&'a ClientCore);
+
+/// A client dropped without a shutdown gives up the hot locks it kept idle
+/// (in the background, on the runtime it is dropped on; without one they
+/// expire with their lease, as they are no longer renewed).
+impl Drop for ClientCore {
+    fn drop(&mut self) {
+        let Some(keeper) = &self.keeper else { return };
+        let idle = keeper.drain_idle();
+        if idle.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let backend = self.backend.clone();
+        runtime.spawn(async move {
+            for lock in idle {
+                if let Err(err) = backend.release(&lock.key, &lock.owner).await {
+                    tracing::debug!(key = %lock.key.name, error = %err, "could not give up a kept lock of a dropped client");
+                }
+            }
+        });
+    }
+}
 
 impl Drop for Releasing<'_> {
     fn drop(&mut self) {

@@ -39,6 +39,10 @@ impl Lease {
             Lease::Watchdog(lease) | Lease::Fixed(lease) => lease,
         }
     }
+
+    pub(crate) fn is_watchdog(self) -> bool {
+        matches!(self, Lease::Watchdog(_))
+    }
 }
 
 #[derive(Debug)]

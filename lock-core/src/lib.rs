@@ -130,6 +130,7 @@ mod guard;
 mod held;
 mod info;
 mod janitor;
+mod keep;
 mod lease;
 mod lock;
 mod meter;

@@ -5,7 +5,7 @@
 //! client's shutdown took from its holder is given back by the shutdown.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::backend::Renewal;
 use crate::core::ClientCore;
 use crate::held::HeldLock;
+use crate::keep::{Inner, Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
 use crate::LockError;
 
@@ -54,6 +55,11 @@ pub(crate) async fn release_last(
 /// holder, and deletes it when its owner still holds it (waking the next
 /// waiter). Returns whether it deleted it.
 pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool, LockError> {
+    let asked = match keep(core, lock) {
+        Outcome::Kept => return Ok(true),
+        Outcome::Asked => true,
+        Outcome::No => false,
+    };
     // Counted from before the holder is forgotten until the answer (or
     // until this future is dropped): a shutdown waits for it.
     let _releasing = core.releasing();
@@ -79,7 +85,11 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
             // lock changes hands in one round trip instead of release,
             // message, attempt. (Should the attempt overtake the release
             // after all, it is only a failed attempt.)
-            core.backend.wake_local(&lock.key);
+            if asked {
+                core.backend.yield_local(&lock.key);
+            } else {
+                core.backend.wake_local(&lock.key);
+            }
         }
         poll
     })
@@ -88,6 +98,43 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
         core.backend.expect_wake(&lock.key, false);
     }
     result
+}
+
+/// Keeps the hot lock `lock` taken (see `keep.rs`) instead of releasing it,
+/// unless another client asked for it, it was lost or the client shuts
+/// down: the idle lock that succeeds it is renewed from now on, and one
+/// waiter of this client is woken to take it.
+fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
+    let Some(keeper) = &core.keeper else {
+        return Outcome::No;
+    };
+    if !lock.owner.ends_with(KEEP_SUFFIX) {
+        return Outcome::No;
+    }
+    if core.is_closing() {
+        keeper.forget(lock);
+        return Outcome::No;
+    }
+    let kept = keeper.keep(lock, || {
+        let idle = Arc::new(HeldLock::new(
+            lock.key.clone(),
+            lock.owner.clone(),
+            lock.token,
+            lock.lease,
+            Instant::now(),
+        ));
+        idle.cap_validity(lock.valid_until());
+        core.watchdog.track(&idle);
+        idle
+    });
+    if kept != Outcome::Kept {
+        return kept;
+    }
+    core.watchdog.forget(lock);
+    core.holder_remove(lock);
+    core.backend.wake_kept(&lock.key);
+    tracing::debug!(key = %lock.key.name, token = lock.token, "lock kept");
+    kept
 }
 
 /// The release of a lock held at least until a moment still `left` away
@@ -152,6 +199,64 @@ async fn retry_release(core: &ClientCore, lock: &HeldLock, mut resent: bool) {
                 resent = true;
             }
             _ => return,
+        }
+    }
+}
+
+/// Makes sure the task of `core`'s hot-lock keeper runs (see `keep.rs`).
+pub(crate) fn ensure_keeper(core: &Arc<ClientCore>) {
+    if let Some(keeper) = &core.keeper {
+        let core = Arc::downgrade(core);
+        keeper.ensure_running(move |inner| keeper_task(inner, core));
+    }
+}
+
+/// The keeper's task: gives up idle locks at the end of their linger and
+/// kept locks other clients ask for. Ends when the client is gone.
+async fn keeper_task(keeper: Arc<Inner>, core: Weak<ClientCore>) {
+    // A task started again on another runtime (the first one's is gone)
+    // gets the receiver once the first task was dropped with its runtime.
+    let receiver = keeper.asked.clone();
+    let mut asked = Some(receiver.lock_owned().await);
+    loop {
+        let tick = keeper.tick.notified();
+        let (gone, next) = keeper.expired(Instant::now());
+        if !gone.is_empty() {
+            let Some(core) = core.upgrade() else { return };
+            for lock in gone {
+                tracing::debug!(key = %lock.key.name, "kept lock given up after its linger");
+                release_in_background(&core, lock, false);
+            }
+        }
+        let sleep = async {
+            match next {
+                Some(next) => tokio::time::sleep_until(next).await,
+                None => std::future::pending().await,
+            }
+        };
+        let request = async {
+            match asked.as_mut() {
+                Some(asked) => asked.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tick => {}
+            () = sleep => {}
+            field = request => {
+                let Some(field) = field else {
+                    asked = None; // the client's waiters are gone
+                    continue;
+                };
+                if let Some(lock) = keeper.asked_for(&field) {
+                    let Some(core) = core.upgrade() else { return };
+                    tracing::debug!(key = %lock.key.name, "kept lock given up: another client asked for it");
+                    release_in_background(&core, lock, false);
+                }
+            }
+        }
+        if core.strong_count() == 0 {
+            return;
         }
     }
 }

@@ -65,6 +65,11 @@ async fn drive(core: Arc<ClientCore>) {
     if core.closing.report().is_some() {
         return;
     }
+    // Hot locks kept idle go at once (the ones in use, at their release).
+    if let Some(keeper) = &core.keeper {
+        let idle = keeper.drain_idle();
+        join_all(idle.iter().map(|lock| release::give_back(&core, lock))).await;
+    }
     grace_period(&core).await;
     let held_at_start = core.closing.held_at_start();
     let remaining = core.take_holders();

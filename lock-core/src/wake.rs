@@ -130,6 +130,9 @@ pub(crate) struct Waiters {
     /// Waiters queued on a fair lock, by channel and owner: a release hands
     /// the lock to one of them and tells only it, with the new token.
     grants: Mutex<HashMap<GrantKey, Arc<Grant>>>,
+    /// The keepers of hot locks (one per client; an in-memory store's
+    /// clients share its waiters), told of every request for a kept lock.
+    keepers: Mutex<Vec<mpsc::UnboundedSender<Arc<str>>>>,
 }
 
 /// A queued waiter: its channel and its owner.
@@ -216,10 +219,31 @@ impl Waiters {
         }
     }
 
+    /// A keeper of hot locks: told of every request for a kept lock (the
+    /// lock's field), until the receiver is dropped.
+    pub(crate) fn keeper(&self) -> mpsc::UnboundedReceiver<Arc<str>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut keepers = self.keepers.lock();
+        keepers.retain(|keeper| !keeper.is_closed());
+        keepers.push(tx);
+        rx
+    }
+
     /// A message on `channel`: `g <owner> <token>` hands a fair lock to
-    /// `owner` (only that waiter is told); anything else is a release that
-    /// wakes a waiter (see [`wake_one`](Waiters::wake_one)).
+    /// `owner` (only that waiter is told); `w <field>` asks the keeper of a
+    /// hot lock to give it up (waiters are not woken: the lock is still
+    /// taken); anything else is a release that wakes a waiter (see
+    /// [`wake_one`](Waiters::wake_one)).
     pub(crate) fn message(&self, channel: &str, payload: &[u8]) {
+        if let Some(field) = payload.strip_prefix(b"w ") {
+            if let Ok(field) = std::str::from_utf8(field) {
+                let field = Arc::<str>::from(field);
+                for keeper in self.keepers.lock().iter() {
+                    let _ = keeper.send(field.clone());
+                }
+            }
+            return;
+        }
         if let Some(grant) = payload.strip_prefix(b"g ") {
             let parsed = std::str::from_utf8(grant).ok().and_then(|grant| {
                 let (owner, token) = grant.rsplit_once(' ')?;
@@ -291,6 +315,17 @@ impl Waiters {
             streak.fetch_add(1, Ordering::Relaxed);
             let mut hand_off = entry.wake.hand_off.lock();
             entry.wake.wake(&mut hand_off);
+        }
+    }
+
+    /// This process's release of `channel` gives the lock up because
+    /// another process asked for it (a hot lock): nobody here is woken
+    /// early, and the waiter its message wakes holds back for
+    /// [`OPEN_ROUND_YIELD`] first, so that the asker gets it.
+    pub(crate) fn yield_round(&self, channel: &str) {
+        if let Some(entry) = self.map.lock().get(channel) {
+            entry.wake.local_streak.store(0, Ordering::Relaxed);
+            entry.wake.hand_off.lock().yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
         }
     }
 

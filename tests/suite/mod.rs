@@ -20,6 +20,9 @@ pub use shutdown::*;
 mod family;
 #[allow(unused_imports)]
 pub use family::*;
+mod hot;
+#[allow(unused_imports)]
+pub use hot::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {

@@ -115,6 +115,21 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// wake one of this client's waiters now, so its attempt follows it.
     fn wake_local(&self, _key: &LockKey) {}
 
+    /// This client's release of its hot lock `key` is queued because another
+    /// client asked for it: this client's waiters let the asker go first.
+    fn yield_local(&self, _key: &LockKey) {}
+
+    /// This client kept its hot lock `key` at a release (see `keep.rs`):
+    /// wake one of this client's waiters, which takes it without a round trip.
+    fn wake_kept(&self, _key: &LockKey) {}
+
+    /// The requests other clients make for this client's hot locks (their
+    /// fields), from the locks' channels; `None` where hot locks are not
+    /// offered (Redlock).
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<std::sync::Arc<str>>> {
+        None
+    }
+
     /// (Re)starts the backend's own background work that must run whether
     /// or not anyone waits (Sentinel: following the sentinels' announcements)
     /// on the runtime in use; called with the client's other background work

@@ -470,8 +470,17 @@ impl MemoryStore {
                 entry.expires_at = expires_at;
                 return Attempt::Acquired { token: entry.token };
             }
+            let ttl = entry.expires_at.saturating_duration_since(now);
+            if !entry.owner.ends_with(crate::name::KEEP_SUFFIX) {
+                return Attempt::Busy { ttl: Some(ttl) };
+            }
+            // Held by a hot-lock keeper: ask it to give the lock up (as the
+            // acquire script does), and look again soon.
+            let ask = format!("w {}", entry.owner);
+            drop(state);
+            self.inner.waiters.message(&key.channel, ask.as_bytes());
             return Attempt::Busy {
-                ttl: Some(entry.expires_at.saturating_duration_since(now)),
+                ttl: Some(ttl.min(crate::lease::ASK_AGAIN)),
             };
         }
         state.sweep(now);
@@ -947,6 +956,18 @@ impl Backend for MemoryStore {
 
     fn waiter(&self, key: &LockKey) -> WaitSet {
         WaitSet::new(vec![self.inner.waiters.register(&key.channel)])
+    }
+
+    fn wake_kept(&self, key: &LockKey) {
+        self.inner.waiters.wake_one(&key.channel);
+    }
+
+    fn yield_local(&self, key: &LockKey) {
+        self.inner.waiters.yield_round(&key.channel);
+    }
+
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
+        Some(self.inner.waiters.keeper())
     }
 
     fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {

@@ -43,6 +43,15 @@ pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
             token: u64::try_from(value)
                 .map_err(|_| BackendError::Protocol(format!("fencing token {value}")))?,
         },
+        // Held by a hot-lock keeper, which was asked to give it up: look
+        // again soon even if the request is missed.
+        2 => Attempt::Busy {
+            ttl: Some(
+                u64::try_from(value)
+                    .map_or(crate::lease::ASK_AGAIN, Duration::from_millis)
+                    .min(crate::lease::ASK_AGAIN),
+            ),
+        },
         _ => Attempt::Busy {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
         },

@@ -9,7 +9,10 @@ use crate::name::{Kind, Layout, LockKey};
 
 /// Takes the lock when it is free (or already ours), bumping the fencing
 /// counter of the lock's slot on a first acquisition. The hash field is the
-/// owner, its value the fencing token. Replies `{1, token}` or `{0, pttl}`.
+/// owner, its value the fencing token. Replies `{1, token}` or `{0, pttl}`;
+/// `{2, pttl}` when a hot-lock keeper holds it (its field ends with `~k`),
+/// after asking it to give the lock up: `w <field>` on the lock's channel
+/// (KEYS[3], with the `PUBLISH` or `SPUBLISH` of ARGV[3]).
 ///
 /// `PTTL` comes first: it tells a free lock (-2) from a held one and gives
 /// the busy reply its TTL, so a free lock costs 4 calls and a busy one 2.
@@ -21,10 +24,14 @@ if ttl == -2 then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}
 end
-local token = redis.call('hget', KEYS[1], ARGV[1])
-if token then
+local holder = redis.call('hkeys', KEYS[1])[1]
+if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(token)}
+  return {1, tonumber(redis.call('hget', KEYS[1], ARGV[1]))}
+end
+if holder and string.sub(holder, -2) == '~k' then
+  redis.call(ARGV[3], KEYS[3], 'w ' .. holder)
+  return {2, ttl}
 end
 return {0, ttl}
 ";
@@ -546,8 +553,8 @@ impl Scripts {
                 cmd
             }
             Kind::Exclusive => {
-                let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence()]);
-                cmd.arg(owner).arg(lease_ms);
+                let mut cmd = evalsha(&self.acquire, &[&key.lock, &key.fence(), &key.channel]);
+                cmd.arg(owner).arg(lease_ms).arg(self.publish);
                 cmd
             }
             Kind::Fair => {

@@ -446,6 +446,18 @@ impl Backend for RedisBackend {
         self.waiters.wake_local(&key.channel);
     }
 
+    fn wake_kept(&self, key: &LockKey) {
+        self.waiters.wake_one(&key.channel);
+    }
+
+    fn yield_local(&self, key: &LockKey) {
+        self.waiters.yield_round(&key.channel);
+    }
+
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
+        Some(self.waiters.keeper())
+    }
+
     fn ensure_running(&self) {
         self.ensure_watcher();
     }

@@ -1,0 +1,282 @@
+//! Hot locks (`LockClientBuilder::keep_hot`): a plain lock this client
+//! releases stays taken in the store, in the client's name, so that its next
+//! acquisition in this client costs no round trip (as Chubby caches locks
+//! and the JVM biases monitors).
+//!
+//! - **Taken from the store** with a field of its own (`<client>:h<n>~k`, not
+//!   a scope's owner), so that no scope of the client can take it in the
+//!   store while another scope of the same client uses it: every scope goes
+//!   through this table first.
+//! - **Kept** at the release of its last hold, unless someone asked for it or
+//!   it was lost: the release then costs nothing, and the next acquisition in
+//!   this client takes it at once, with the same fencing token.
+//! - **Given up** (deleted in the store, waking its waiters) after `linger`
+//!   without a use, at once when another client asks for it while it is kept
+//!   idle, and at the release of the use that holds it when one asked
+//!   meanwhile. Another client asks by trying the lock: the acquire script,
+//!   finding it held by a kept field (`~k`), publishes `w <field>` on the
+//!   lock's channel, which every keeper follows while it keeps the lock.
+//! - **Renewed** by the watchdog while kept, idle or not: a lease lost while
+//!   kept idle is found at the next acquisition, which then asks the store.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use crate::held::HeldLock;
+use crate::sync::Mutex;
+use crate::task::Supervised;
+use crate::wake::WaitSet;
+
+pub(crate) use crate::name::KEEP_SUFFIX;
+
+/// The longest linger accepted.
+pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
+
+/// The kept locks of one client.
+pub(crate) struct Keeper {
+    inner: Arc<Inner>,
+    task: Supervised,
+}
+
+impl std::ops::Deref for Keeper {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+/// The keeper's state, shared with its task.
+pub(crate) struct Inner {
+    pub(crate) linger: Duration,
+    table: Mutex<HashMap<Arc<str>, Kept>>,
+    next: AtomicU64,
+    /// Wakes the keeper's task: a lock was kept (its linger starts).
+    pub(crate) tick: Notify,
+    /// Requests for kept locks (their fields), from the wake-up channels:
+    /// locked by the running task, and left here when its runtime goes, for
+    /// the task started on the next one.
+    pub(crate) asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<str>>>>,
+}
+
+struct Kept {
+    /// The hold the watchdog renews: the use's lock, or between uses the
+    /// idle lock that succeeded it.
+    lock: Arc<HeldLock>,
+    /// Since when it is kept without a use (`None`: in use).
+    idle_since: Option<Instant>,
+    /// Another client asked for it during the current use.
+    wanted: bool,
+    /// Follows the lock's channel, where other clients ask for it.
+    _listen: WaitSet,
+}
+
+/// What became of a hot lock at the end of a use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Kept idle.
+    Kept,
+    /// Another client asked for it: release it, and let the asker go first.
+    Asked,
+    /// Not kept (lost, not a kept lock): release it.
+    No,
+}
+
+/// What the table says about a lock before an acquisition asks the store.
+pub(crate) enum Take {
+    /// Kept idle: now in use by the caller, who succeeds this idle lock.
+    Idle(Arc<HeldLock>),
+    /// In use by another scope of this client, for about this long at most.
+    InUse(Duration),
+    /// Not kept: ask the store.
+    Absent,
+}
+
+impl Keeper {
+    pub(crate) fn new(linger: Duration, asked: mpsc::UnboundedReceiver<Arc<str>>) -> Self {
+        Keeper {
+            inner: Arc::new(Inner {
+                linger,
+                table: Mutex::default(),
+                next: AtomicU64::new(1),
+                tick: Notify::new(),
+                asked: Arc::new(tokio::sync::Mutex::new(asked)),
+            }),
+            task: Supervised::default(),
+        }
+    }
+
+    /// Makes sure the keeper's task runs: `start` makes it (with this
+    /// keeper's state) when it does not run on the current runtime.
+    pub(crate) fn ensure_running<F, Fut>(&self, start: F)
+    where
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        self.task.ensure(move || start(inner));
+    }
+
+    /// Stops the task for good (the client shut down).
+    pub(crate) fn stop(&self) {
+        self.task.stop();
+    }
+}
+
+impl Inner {
+    /// A new field for a lock taken from the store.
+    pub(crate) fn field(&self, client: &str) -> Arc<str> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut field = String::with_capacity(client.len() + 24);
+        field.push_str(client);
+        let _ = write!(field, ":h{n}{KEEP_SUFFIX}");
+        Arc::from(field)
+    }
+
+    /// Takes the kept lock `id` for a use, if it is kept idle and held.
+    pub(crate) fn take(&self, id: &str) -> Take {
+        let mut table = self.table.lock();
+        let Some(kept) = table.get_mut(id) else {
+            return Take::Absent;
+        };
+        if kept.idle_since.is_none() {
+            let left = kept
+                .lock
+                .valid_until()
+                .saturating_duration_since(Instant::now());
+            return if kept.lock.is_held() {
+                Take::InUse(left)
+            } else {
+                Take::Absent
+            };
+        }
+        if !kept.lock.is_held() {
+            // Lost while kept (expired, deleted): forgotten; the store decides.
+            table.remove(id);
+            return Take::Absent;
+        }
+        kept.idle_since = None;
+        kept.wanted = false;
+        Take::Idle(kept.lock.clone())
+    }
+
+    /// `lock`, taken from the store or succeeding the idle lock, is the
+    /// hold of the current use of its entry (a new entry following the
+    /// lock's channel with `listen`, when it came from the store).
+    pub(crate) fn in_use(&self, lock: &Arc<HeldLock>, listen: Option<WaitSet>) {
+        let mut table = self.table.lock();
+        if let Some(kept) = table.get_mut(&lock.key.id) {
+            kept.lock = lock.clone();
+            kept.idle_since = None;
+            return;
+        }
+        if let Some(listen) = listen {
+            table.insert(
+                lock.key.id.clone(),
+                Kept {
+                    lock: lock.clone(),
+                    idle_since: None,
+                    wanted: false,
+                    _listen: listen,
+                },
+            );
+        }
+    }
+
+    /// The use holding `lock` ended: keeps it idle as `idle` (a lock the
+    /// caller made to succeed it, which the watchdog renews from now on),
+    /// unless another client asked for it meanwhile or it is not held any
+    /// more (then it is forgotten: release it).
+    pub(crate) fn keep(&self, lock: &HeldLock, idle: impl FnOnce() -> Arc<HeldLock>) -> Outcome {
+        let mut table = self.table.lock();
+        let Some(kept) = table.get_mut(&lock.key.id) else {
+            return Outcome::No;
+        };
+        if !std::ptr::eq(Arc::as_ptr(&kept.lock), lock) {
+            return Outcome::No;
+        }
+        if kept.wanted || !lock.is_held() {
+            let wanted = kept.wanted;
+            table.remove(&lock.key.id);
+            return if wanted { Outcome::Asked } else { Outcome::No };
+        }
+        kept.lock = idle();
+        kept.idle_since = Some(Instant::now());
+        drop(table);
+        self.tick.notify_one();
+        Outcome::Kept
+    }
+
+    /// Forgets `lock`'s entry (its use ends without keeping it).
+    pub(crate) fn forget(&self, lock: &HeldLock) {
+        let mut table = self.table.lock();
+        if table
+            .get(&lock.key.id)
+            .is_some_and(|kept| std::ptr::eq(Arc::as_ptr(&kept.lock), lock))
+        {
+            table.remove(&lock.key.id);
+        }
+    }
+
+    /// Another client asked for the lock kept with `field`: an idle one is
+    /// returned (forgotten: the caller gives it up now), one in use is given
+    /// up at the end of its use.
+    pub(crate) fn asked_for(&self, field: &str) -> Option<Arc<HeldLock>> {
+        let mut table = self.table.lock();
+        let id = table
+            .iter()
+            .find(|(_, kept)| &*kept.lock.owner == field)
+            .map(|(id, _)| id.clone())?;
+        let kept = table.get_mut(&id)?;
+        if kept.idle_since.is_none() {
+            kept.wanted = true;
+            return None;
+        }
+        table.remove(&id).map(|kept| kept.lock)
+    }
+
+    /// Forgets the idle locks whose linger ended by `now`; returns them and
+    /// the end of the next linger.
+    pub(crate) fn expired(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+        let mut table = self.table.lock();
+        let mut gone = Vec::new();
+        let mut next: Option<Instant> = None;
+        table.retain(|_, kept| {
+            let Some(since) = kept.idle_since else {
+                return true;
+            };
+            // A linger beyond the clock's range never ends by itself.
+            let Some(end) = since.checked_add(self.linger) else {
+                return true;
+            };
+            if end <= now {
+                gone.push(kept.lock.clone());
+                return false;
+            }
+            next = Some(next.map_or(end, |n| n.min(end)));
+            true
+        });
+        (gone, next)
+    }
+
+    /// Forgets every idle lock (the client shuts down) and returns them.
+    pub(crate) fn drain_idle(&self) -> Vec<Arc<HeldLock>> {
+        let mut table = self.table.lock();
+        let mut idle = Vec::new();
+        table.retain(|_, kept| {
+            if kept.idle_since.is_some() {
+                idle.push(kept.lock.clone());
+                false
+            } else {
+                true
+            }
+        });
+        idle
+    }
+}

@@ -1,0 +1,269 @@
+//! Hot locks (`LockClientBuilder::keep_hot`), run per backend by
+//! `hot_suite!`: the kept lock's exclusion, its hand-over to another client
+//! (idle or in use), its linger, its loss, its tokens and its shutdown.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use tokio::time::Instant;
+
+use super::{assert_within, Fixture};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// A hot client keeping idle locks for `linger`.
+async fn hot<F: Fixture>(fixture: &F, linger: Duration) -> LockClient {
+    fixture
+        .client_with(LockClient::builder().keep_hot(linger))
+        .await
+}
+
+/// A kept lock is taken again with the same token by any task of its
+/// client, and stays busy for other clients meanwhile.
+pub async fn hot_kept_lock_is_reused_with_its_token<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, LONG).await;
+    let other = fixture.client().await;
+    let first = keeper.lock("hot:reuse").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    for _ in 0..5 {
+        // Another task: another scope of the same client.
+        let client = keeper.clone();
+        let guard = tokio::spawn(async move { client.lock("hot:reuse").acquire().await })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(guard.fencing_token(), token);
+        guard.release().await.unwrap();
+    }
+    // Kept: a single try of another client finds it taken...
+    assert!(matches!(
+        other.lock("hot:reuse").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    // ...and gets it once it asked and waited a moment, with a higher token.
+    let taken = other.lock("hot:reuse").wait(LONG).acquire().await.unwrap();
+    assert!(taken.fencing_token() > token);
+    taken.release().await.unwrap();
+}
+
+/// Another client's request makes a kept idle lock go at once (not after
+/// the linger of a minute).
+pub async fn hot_idle_lock_goes_to_an_asking_client_at_once<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, Duration::from_secs(60)).await;
+    let other = fixture.client().await;
+    keeper
+        .lock("hot:idle")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Let the keeper's subscription be confirmed, as in a running service.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    let guard = other.lock("hot:idle").wait(LONG).acquire().await.unwrap();
+    assert_within(asked.elapsed(), Duration::from_secs(2), "the asker's wait");
+    // Given up for good: the keeper's next acquisition waits for the asker.
+    assert!(matches!(
+        keeper.lock("hot:idle").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    guard.release().await.unwrap();
+}
+
+/// A kept lock in use when another client asks is given up at the end of
+/// that use, and the asker gets it promptly then.
+pub async fn hot_lock_in_use_goes_to_an_asker_at_its_release<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, Duration::from_secs(60)).await;
+    let other = fixture.client().await;
+    let guard = keeper.lock("hot:busy").acquire().await.unwrap();
+    let waiter = super::spawn_waiter(other, "hot:busy");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "taken while in use");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, theirs) = waiter.await.unwrap();
+    assert_within(
+        acquired.saturating_duration_since(released),
+        Duration::from_secs(2),
+        "the hand-over after the use",
+    );
+    assert!(matches!(
+        keeper.lock("hot:busy").acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    theirs.release().await.unwrap();
+}
+
+/// Two hot clients (4 tasks each) on one lock: never two holders at once,
+/// every acquisition counted, and both clients served.
+pub async fn hot_clients_exclude_each_other<F: Fixture>(fixture: &F) {
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = hot(fixture, Duration::from_secs(60)).await;
+        let served = Arc::new(AtomicU64::new(0));
+        for _ in 0..4 {
+            let (client, counter, inside, served) = (
+                client.clone(),
+                counter.clone(),
+                inside.clone(),
+                served.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = client
+                        .lock("hot:counter")
+                        .wait(LONG)
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders overlap");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                    served.fetch_add(1, Ordering::SeqCst);
+                }
+                served
+            }));
+        }
+    }
+    let mut per_client = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let served = task.await.unwrap();
+        if i % 4 == 3 {
+            per_client.push(served.load(Ordering::SeqCst));
+        }
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 2 * 4 * 25);
+    assert_eq!(per_client, [100, 100]);
+}
+
+/// An idle kept lock is given up after its linger: another client's single
+/// try (which asks nobody in time) then finds it free.
+pub async fn hot_idle_lock_is_given_up_after_its_linger<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, Duration::from_millis(200)).await;
+    let other = fixture.client().await;
+    let first = keeper.lock("hot:linger").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let guard = other.lock("hot:linger").acquire().await.unwrap();
+    assert!(guard.fencing_token() > token);
+    guard.release().await.unwrap();
+}
+
+/// A kept lock deleted behind the keeper's back while idle: the next
+/// acquisition finds it gone and takes it from the store, with a new token.
+pub async fn hot_lost_idle_lock_is_taken_again_from_the_store<F: Fixture>(fixture: &F) {
+    let keeper = fixture
+        .client_with(
+            LockClient::builder()
+                .keep_hot(LONG)
+                .lease(Duration::from_millis(600)),
+        )
+        .await;
+    let first = keeper.lock("hot:lost").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    fixture.delete_lock("hot:lost").await;
+    // The watchdog's next round (every 200 ms) finds it gone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = keeper.lock("hot:lost").acquire().await.unwrap();
+    assert!(again.fencing_token() > token, "taken from the store again");
+    again.release().await.unwrap();
+}
+
+/// The watchdog renews an idle kept lock: it outlives several leases while
+/// kept.
+pub async fn hot_idle_lock_is_renewed<F: Fixture>(fixture: &F) {
+    let keeper = fixture
+        .client_with(
+            LockClient::builder()
+                .keep_hot(Duration::from_secs(3))
+                .lease(Duration::from_millis(500)),
+        )
+        .await;
+    let other = fixture.client().await;
+    let first = keeper.lock("hot:renewed").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // 3 leases
+    let again = keeper.lock("hot:renewed").acquire().await.unwrap();
+    assert_eq!(again.fencing_token(), token, "still kept");
+    again.release().await.unwrap();
+    drop(other);
+}
+
+/// A shutdown gives up the idle kept locks at once.
+pub async fn hot_shutdown_gives_up_kept_locks<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, Duration::from_secs(60)).await;
+    let other = fixture.client().await;
+    keeper
+        .lock("hot:shutdown")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeper.shutdown(Duration::from_secs(1)).await.unwrap();
+    let guard = other.lock("hot:shutdown").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// A single try on a kept lock another task of the same client uses is
+/// busy, and waiting tasks of that client take it in turn without
+/// asking the store.
+pub async fn hot_tasks_of_the_keeper_take_turns<F: Fixture>(fixture: &F) {
+    let keeper = hot(fixture, LONG).await;
+    let guard = keeper.lock("hot:turns").acquire().await.unwrap();
+    let client = keeper.clone();
+    let busy = tokio::spawn(async move { client.lock("hot:turns").acquire().await })
+        .await
+        .unwrap();
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let token = guard.fencing_token();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let client = keeper.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.lock("hot:turns").wait(LONG).acquire().await.unwrap();
+            let token = guard.fencing_token();
+            guard.release().await.unwrap();
+            token
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), token);
+    }
+    assert_within(released.elapsed(), Duration::from_secs(2), "three turns");
+}
+
+/// Generates one test per hot-lock suite test, on the fixture `$make`.
+#[macro_export]
+macro_rules! hot_suite {
+    ($make:expr) => {
+        behaviour_suite!($make;
+            hot_kept_lock_is_reused_with_its_token,
+            hot_idle_lock_goes_to_an_asking_client_at_once,
+            hot_lock_in_use_goes_to_an_asker_at_its_release,
+            hot_clients_exclude_each_other,
+            hot_idle_lock_is_given_up_after_its_linger,
+            hot_lost_idle_lock_is_taken_again_from_the_store,
+            hot_idle_lock_is_renewed,
+            hot_shutdown_gives_up_kept_locks,
+            hot_tasks_of_the_keeper_take_turns,
+        );
+    };
+}
