@@ -793,6 +793,37 @@ fn io_failure(err: std::io::Error) -> Failure {
     )
 }
 
+/// What an input event asks of the live view's loop.
+enum Step {
+    Stay,
+    Refresh,
+    Quit,
+}
+
+/// Applies one input event (`None`: the input ended) to `view`, redrawing
+/// it with `draw` when it changed.
+fn on_event(
+    view: &mut View,
+    event: Option<Event>,
+    draw: &impl Fn(&View) -> std::io::Result<()>,
+) -> Result<Step, Failure> {
+    let redraw = match event {
+        Some(Event::Key(key)) => match view.key(key) {
+            Action::Quit => return Ok(Step::Quit),
+            Action::Refresh => return Ok(Step::Refresh),
+            Action::Redraw => true,
+            Action::Nothing => false,
+        },
+        Some(Event::Resize(..)) => true,
+        Some(_) => false,
+        None => return Ok(Step::Quit),
+    };
+    if redraw {
+        draw(view).map_err(io_failure)?;
+    }
+    Ok(Step::Stay)
+}
+
 /// The live view, until `q`, Ctrl-C, SIGTERM or SIGHUP.
 async fn live(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -825,17 +856,11 @@ async fn live(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure> {
             loop {
                 tokio::select! {
                     fetched = &mut fetch => break Some(fetched),
-                    event = keys.recv() => match event {
-                        Some(Event::Key(key)) => match view.key(key) {
-                            Action::Quit => return Ok(exit::SUCCESS),
-                            // The filter changed: this refresh is for the old one.
-                            Action::Refresh => break None,
-                            Action::Redraw => draw(&view).map_err(io_failure)?,
-                            Action::Nothing => {}
-                        },
-                        Some(Event::Resize(..)) => draw(&view).map_err(io_failure)?,
-                        Some(_) => {}
-                        None => return Ok(exit::SUCCESS),
+                    event = keys.recv() => match on_event(&mut view, event, &draw)? {
+                        Step::Quit => return Ok(exit::SUCCESS),
+                        // The filter changed: this refresh is for the old one.
+                        Step::Refresh => break None,
+                        Step::Stay => {}
                     },
                     _ = term.recv() => return Ok(exit::SUCCESS),
                     _ = hangup.recv() => return Ok(exit::SUCCESS),
@@ -870,16 +895,10 @@ async fn live(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure> {
             loop {
                 tokio::select! {
                     () = &mut next => break,
-                    event = keys.recv() => match event {
-                        Some(Event::Key(key)) => match view.key(key) {
-                            Action::Quit => return Ok(exit::SUCCESS),
-                            Action::Refresh => break,
-                            Action::Redraw => draw(&view).map_err(io_failure)?,
-                            Action::Nothing => {}
-                        },
-                        Some(Event::Resize(..)) => draw(&view).map_err(io_failure)?,
-                        Some(_) => {}
-                        None => return Ok(exit::SUCCESS),
+                    event = keys.recv() => match on_event(&mut view, event, &draw)? {
+                        Step::Quit => return Ok(exit::SUCCESS),
+                        Step::Refresh => break,
+                        Step::Stay => {}
                     },
                     _ = term.recv() => return Ok(exit::SUCCESS),
                     _ = hangup.recv() => return Ok(exit::SUCCESS),

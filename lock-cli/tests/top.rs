@@ -1,61 +1,14 @@
 //! `lockctl top` against a real `redis-server`: one snapshot when stdout is
 //! a pipe, and the live view in a real terminal (tmux).
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use lock_test_support::{RedisCluster, RedisMasters, RedisSentinels, RedisServer, ServerOptions};
-
-/// Generous: the machine running the tests may be busy.
-const LONG: Duration = Duration::from_secs(60);
-
-fn lockctl(server: &RedisServer) -> Command {
-    let mut cmd = bare_lockctl();
-    cmd.arg("--url").arg(server.url());
-    cmd
-}
-
-fn bare_lockctl() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env_remove("REDIS_URL")
-        .env_remove("LOCK_KEY_PREFIX")
-        .env_remove("LOCK_CLUSTER")
-        .env_remove("LOCK_SENTINEL")
-        .env_remove("LOCK_SENTINEL_MASTER")
-        .env_remove("LOCK_REDLOCK")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + LONG;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(50));
-    }
-}
-
-fn output(cmd: &mut Command) -> Output {
-    let child = cmd.spawn().expect("lockctl starts");
-    let deadline = Instant::now() + LONG;
-    let mut child = child;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "lockctl did not finish");
-        sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(&mut server.conn())
-        .unwrap()
-        == 1
-}
 
 fn subscribers(server: &RedisServer, channel: &str) -> u64 {
     let pairs: Vec<(String, u64)> = redis::cmd("PUBSUB")
@@ -109,7 +62,7 @@ fn stop(mut child: Child) {
 }
 
 fn token(server: &RedisServer, name: &str) -> u64 {
-    let out = output(lockctl(server).args(["status", name, "--json"]));
+    let out = complete(lockctl(server).args(["status", name, "--json"]));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     status["fencing_token"].as_u64().expect("held")
 }
@@ -133,7 +86,7 @@ fn without_a_terminal_top_prints_one_snapshot() {
     let (token_a, token_b) = (token(&server, "top:a"), token(&server, "top:b"));
 
     server.reset_command_stats();
-    let out = output(lockctl(&server).arg("top"));
+    let out = complete(lockctl(&server).arg("top"));
     // SCAN, never KEYS; the waiters of every lock in one PUBSUB NUMSUB.
     assert_eq!(server.command_calls("keys"), 0);
     assert!(server.command_calls("scan") > 0);
@@ -152,7 +105,7 @@ fn without_a_terminal_top_prints_one_snapshot() {
     assert_eq!(row_a.last(), Some(&"1"), "one waiter on top:a: {text}");
     assert_eq!(row_b.last(), Some(&"0"), "{text}");
 
-    let out = output(lockctl(&server).args(["top", "--json", "--prefix", "top:"]));
+    let out = complete(lockctl(&server).args(["top", "--json", "--prefix", "top:"]));
     assert_eq!(out.status.code(), Some(0));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
@@ -165,7 +118,7 @@ fn without_a_terminal_top_prints_one_snapshot() {
     assert!(rows[0]["ttl_ms"].as_u64().is_some_and(|t| t > 0));
 
     // The prefix filters.
-    let out = output(lockctl(&server).args(["top", "--prefix", "top:b"]));
+    let out = complete(lockctl(&server).args(["top", "--prefix", "top:b"]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(columns(&text, "top:a").is_none(), "{text}");
     assert!(columns(&text, "top:b").is_some(), "{text}");
@@ -177,7 +130,7 @@ fn without_a_terminal_top_prints_one_snapshot() {
 
 /// `lockctl <backend> top --json`: the rows.
 fn top_json(backend: &[String]) -> Vec<serde_json::Value> {
-    let out = output(bare_lockctl().args(backend).args(["top", "--json"]));
+    let out = complete(bare_lockctl().args(backend).args(["top", "--json"]));
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -481,7 +434,7 @@ fn the_readme_acl_rule_is_enough_for_top() {
         wait_until("the lock listed", || {
             top_json(&backend).iter().any(|row| row["name"] == "acl")
         });
-        let out = output(bare_lockctl().args(&backend).arg("top"));
+        let out = complete(bare_lockctl().args(&backend).arg("top"));
         let text = String::from_utf8_lossy(&out.stdout);
         let errors = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{rule}: {errors}");

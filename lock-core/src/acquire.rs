@@ -503,7 +503,7 @@ impl Request<'_> {
     /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
     async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
         let owner = match self.core.keeper.as_ref().filter(|_| self.hot) {
-            Some(keeper) => match keeper.take(&self.key.id) {
+            Some(keeper) => match keeper.take(&self.key.channel) {
                 Take::Idle(idle) => return self.take_kept(keeper, idle).map(Ok),
                 // Another scope of this client uses it: its release wakes us.
                 Take::InUse(left) => return Ok(Err(Some(left))),

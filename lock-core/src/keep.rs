@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::held::HeldLock;
 use crate::sync::Mutex;
 use crate::task::Supervised;
-use crate::wake::WaitSet;
+use crate::wake::{Ask, WaitSet};
 
 pub(crate) use crate::name::KEEP_SUFFIX;
 
@@ -55,14 +55,15 @@ impl std::ops::Deref for Keeper {
 /// The keeper's state, shared with its task.
 pub(crate) struct Inner {
     pub(crate) linger: Duration,
+    /// By the lock's channel, on which other clients ask for it.
     table: Mutex<HashMap<Arc<str>, Kept>>,
     next: AtomicU64,
     /// Wakes the keeper's task: a lock was kept (its linger starts).
     pub(crate) tick: Notify,
-    /// Requests for kept locks (their fields), from the wake-up channels:
+    /// Requests for kept locks, from the wake-up channels:
     /// locked by the running task, and left here when its runtime goes, for
     /// the task started on the next one.
-    pub(crate) asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<str>>>>,
+    pub(crate) asked: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Ask>>>,
 }
 
 struct Kept {
@@ -99,7 +100,7 @@ pub(crate) enum Take {
 }
 
 impl Keeper {
-    pub(crate) fn new(linger: Duration, asked: mpsc::UnboundedReceiver<Arc<str>>) -> Self {
+    pub(crate) fn new(linger: Duration, asked: mpsc::UnboundedReceiver<Ask>) -> Self {
         Keeper {
             inner: Arc::new(Inner {
                 linger,
@@ -139,10 +140,10 @@ impl Inner {
         Arc::from(field)
     }
 
-    /// Takes the kept lock `id` for a use, if it is kept idle and held.
-    pub(crate) fn take(&self, id: &str) -> Take {
+    /// Takes the kept lock of `channel` for a use, if it is kept idle and held.
+    pub(crate) fn take(&self, channel: &str) -> Take {
         let mut table = self.table.lock();
-        let Some(kept) = table.get_mut(id) else {
+        let Some(kept) = table.get_mut(channel) else {
             return Take::Absent;
         };
         if kept.idle_since.is_none() {
@@ -158,7 +159,7 @@ impl Inner {
         }
         if !kept.lock.is_held() {
             // Lost while kept (expired, deleted): forgotten; the store decides.
-            table.remove(id);
+            table.remove(channel);
             return Take::Absent;
         }
         kept.idle_since = None;
@@ -171,14 +172,14 @@ impl Inner {
     /// lock's channel with `listen`, when it came from the store).
     pub(crate) fn in_use(&self, lock: &Arc<HeldLock>, listen: Option<WaitSet>) {
         let mut table = self.table.lock();
-        if let Some(kept) = table.get_mut(&lock.key.id) {
+        if let Some(kept) = table.get_mut(&lock.key.channel) {
             kept.lock = lock.clone();
             kept.idle_since = None;
             return;
         }
         if let Some(listen) = listen {
             table.insert(
-                lock.key.id.clone(),
+                lock.key.channel.clone(),
                 Kept {
                     lock: lock.clone(),
                     idle_since: None,
@@ -195,7 +196,7 @@ impl Inner {
     /// more (then it is forgotten: release it).
     pub(crate) fn keep(&self, lock: &HeldLock, idle: impl FnOnce() -> Arc<HeldLock>) -> Outcome {
         let mut table = self.table.lock();
-        let Some(kept) = table.get_mut(&lock.key.id) else {
+        let Some(kept) = table.get_mut(&lock.key.channel) else {
             return Outcome::No;
         };
         if !std::ptr::eq(Arc::as_ptr(&kept.lock), lock) {
@@ -203,7 +204,7 @@ impl Inner {
         }
         if kept.wanted || !lock.is_held() {
             let wanted = kept.wanted;
-            table.remove(&lock.key.id);
+            table.remove(&lock.key.channel);
             return if wanted { Outcome::Asked } else { Outcome::No };
         }
         kept.lock = idle();
@@ -217,28 +218,27 @@ impl Inner {
     pub(crate) fn forget(&self, lock: &HeldLock) {
         let mut table = self.table.lock();
         if table
-            .get(&lock.key.id)
+            .get(&lock.key.channel)
             .is_some_and(|kept| std::ptr::eq(Arc::as_ptr(&kept.lock), lock))
         {
-            table.remove(&lock.key.id);
+            table.remove(&lock.key.channel);
         }
     }
 
-    /// Another client asked for the lock kept with `field`: an idle one is
+    /// Another client asked for the lock of `channel` kept with `field`: an idle one is
     /// returned (forgotten: the caller gives it up now), one in use is given
     /// up at the end of its use.
-    pub(crate) fn asked_for(&self, field: &str) -> Option<Arc<HeldLock>> {
+    pub(crate) fn asked_for(&self, (channel, field): &Ask) -> Option<Arc<HeldLock>> {
         let mut table = self.table.lock();
-        let id = table
-            .iter()
-            .find(|(_, kept)| &*kept.lock.owner == field)
-            .map(|(id, _)| id.clone())?;
-        let kept = table.get_mut(&id)?;
+        let kept = table.get_mut(channel)?;
+        if *kept.lock.owner != **field {
+            return None; // another client's, or an earlier hold of this one
+        }
         if kept.idle_since.is_none() {
             kept.wanted = true;
             return None;
         }
-        table.remove(&id).map(|kept| kept.lock)
+        table.remove(channel).map(|kept| kept.lock)
     }
 
     /// Forgets the idle locks whose linger ended by `now`; returns them and

@@ -157,6 +157,23 @@ pub(crate) struct LockKey {
     own_fence: Option<Arc<str>>,
 }
 
+/// Refuses an empty name and one over [`MAX_KEY_LEN`] bytes (both layouts).
+fn check_name(name: &str) -> Result<(), LockError> {
+    if name.is_empty() {
+        return Err(LockError::InvalidKey {
+            key: String::new(),
+            reason: "a lock name must not be empty",
+        });
+    }
+    if name.len() > MAX_KEY_LEN {
+        return Err(LockError::InvalidKey {
+            key: display_name(name),
+            reason: "a lock name must be at most 1024 bytes",
+        });
+    }
+    Ok(())
+}
+
 impl LockKey {
     /// The keys of lock `name` under `prefix` (checked by [`check_prefix`]).
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
@@ -165,18 +182,7 @@ impl LockKey {
 
     /// The keys of `kind` of the family named `name` under `prefix`.
     pub(crate) fn of_kind(prefix: &str, name: &str, kind: Kind) -> Result<Self, LockError> {
-        if name.is_empty() {
-            return Err(LockError::InvalidKey {
-                key: String::new(),
-                reason: "a lock name must not be empty",
-            });
-        }
-        if name.len() > MAX_KEY_LEN {
-            return Err(LockError::InvalidKey {
-                key: display_name(name),
-                reason: "a lock name must be at most 1024 bytes",
-            });
-        }
+        check_name(name)?;
         let tag = escape(name);
         let slot = slot::of_tag(tag.as_bytes());
         // One buffer for the lock key and the channel (this runs on every
@@ -217,18 +223,7 @@ impl LockKey {
     /// different cluster slots (Redisson adds no hash tag to a name that
     /// contains `{`, so `a{b` or `a{}b` would split).
     pub(crate) fn redisson(prefix: &str, name: &str) -> Result<Self, LockError> {
-        if name.is_empty() {
-            return Err(LockError::InvalidKey {
-                key: String::new(),
-                reason: "a lock name must not be empty",
-            });
-        }
-        if name.len() > MAX_KEY_LEN {
-            return Err(LockError::InvalidKey {
-                key: display_name(name),
-                reason: "a lock name must be at most 1024 bytes",
-            });
-        }
+        check_name(name)?;
         let raw = format!("{prefix}{name}");
         let channel = redisson_prefixed("redisson_lock__channel", &raw);
         let fence = redisson_prefixed("redisson_lock_token", &raw);

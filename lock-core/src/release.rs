@@ -243,12 +243,12 @@ async fn keeper_task(keeper: Arc<Inner>, core: Weak<ClientCore>) {
         tokio::select! {
             () = tick => {}
             () = sleep => {}
-            field = request => {
-                let Some(field) = field else {
+            ask = request => {
+                let Some(ask) = ask else {
                     asked = None; // the client's waiters are gone
                     continue;
                 };
-                if let Some(lock) = keeper.asked_for(&field) {
+                if let Some(lock) = keeper.asked_for(&ask) {
                     let Some(core) = core.upgrade() else { return };
                     tracing::debug!(key = %lock.key.name, "kept lock given up: another client asked for it");
                     release_in_background(&core, lock, false);

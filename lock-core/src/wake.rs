@@ -89,6 +89,14 @@ impl Wake {
         self.notify.notify_one();
     }
 
+    /// A release that leaves the lock to the other processes: no in-client
+    /// hand-off streak, and this process's next woken waiter holds back for
+    /// [`OPEN_ROUND_YIELD`].
+    fn open_round(&self) {
+        self.local_streak.store(0, Ordering::Relaxed);
+        self.hand_off.lock().yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
+    }
+
     /// A release message: wakes a waiter, unless one woken earlier (by this
     /// client's own release) is still taking the lock.
     fn message(&self) {
@@ -132,8 +140,12 @@ pub(crate) struct Waiters {
     grants: Mutex<HashMap<GrantKey, Arc<Grant>>>,
     /// The keepers of hot locks (one per client; an in-memory store's
     /// clients share its waiters), told of every request for a kept lock.
-    keepers: Mutex<Vec<mpsc::UnboundedSender<Arc<str>>>>,
+    keepers: Mutex<Vec<mpsc::UnboundedSender<Ask>>>,
 }
+
+/// A request for a hot lock: the lock's channel and the field it is kept
+/// under.
+pub(crate) type Ask = (Arc<str>, Arc<str>);
 
 /// A queued waiter: its channel and its owner.
 type GrantKey = (Arc<str>, Arc<str>);
@@ -219,9 +231,9 @@ impl Waiters {
         }
     }
 
-    /// A keeper of hot locks: told of every request for a kept lock (the
-    /// lock's field), until the receiver is dropped.
-    pub(crate) fn keeper(&self) -> mpsc::UnboundedReceiver<Arc<str>> {
+    /// A keeper of hot locks: told of every request for a kept lock, until
+    /// the receiver is dropped.
+    pub(crate) fn keeper(&self) -> mpsc::UnboundedReceiver<Ask> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut keepers = self.keepers.lock();
         keepers.retain(|keeper| !keeper.is_closed());
@@ -237,9 +249,9 @@ impl Waiters {
     pub(crate) fn message(&self, channel: &str, payload: &[u8]) {
         if let Some(field) = payload.strip_prefix(b"w ") {
             if let Ok(field) = std::str::from_utf8(field) {
-                let field = Arc::<str>::from(field);
+                let ask: Ask = (channel.into(), field.into());
                 for keeper in self.keepers.lock().iter() {
-                    let _ = keeper.send(field.clone());
+                    let _ = keeper.send(ask.clone());
                 }
             }
             return;
@@ -305,10 +317,10 @@ impl Waiters {
         if let Some(entry) = self.map.lock().get(channel) {
             let streak = &entry.wake.local_streak;
             if streak.load(Ordering::Relaxed) >= LOCAL_STREAK {
-                streak.store(0, Ordering::Relaxed);
                 if entry.wake.others.load(Ordering::Relaxed) {
-                    let mut hand_off = entry.wake.hand_off.lock();
-                    hand_off.yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
+                    entry.wake.open_round();
+                } else {
+                    streak.store(0, Ordering::Relaxed);
                 }
                 return;
             }
@@ -324,8 +336,7 @@ impl Waiters {
     /// [`OPEN_ROUND_YIELD`] first, so that the asker gets it.
     pub(crate) fn yield_round(&self, channel: &str) {
         if let Some(entry) = self.map.lock().get(channel) {
-            entry.wake.local_streak.store(0, Ordering::Relaxed);
-            entry.wake.hand_off.lock().yield_until = Instant::now().checked_add(OPEN_ROUND_YIELD);
+            entry.wake.open_round();
         }
     }
 

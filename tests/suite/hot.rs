@@ -20,14 +20,21 @@ async fn hot<F: Fixture>(fixture: &F, linger: Duration) -> LockClient {
         .await
 }
 
+/// Takes `name` once in `client` and releases it (a hot client then keeps
+/// it); returns the use's fencing token.
+async fn use_once(client: &LockClient, name: &str) -> u64 {
+    let guard = client.lock(name).acquire().await.unwrap();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    token
+}
+
 /// A kept lock is taken again with the same token by any task of its
 /// client, and stays busy for other clients meanwhile.
 pub async fn hot_kept_lock_is_reused_with_its_token<F: Fixture>(fixture: &F) {
     let keeper = hot(fixture, LONG).await;
     let other = fixture.client().await;
-    let first = keeper.lock("hot:reuse").acquire().await.unwrap();
-    let token = first.fencing_token();
-    first.release().await.unwrap();
+    let token = use_once(&keeper, "hot:reuse").await;
     for _ in 0..5 {
         // Another task: another scope of the same client.
         let client = keeper.clone();
@@ -54,14 +61,7 @@ pub async fn hot_kept_lock_is_reused_with_its_token<F: Fixture>(fixture: &F) {
 pub async fn hot_idle_lock_goes_to_an_asking_client_at_once<F: Fixture>(fixture: &F) {
     let keeper = hot(fixture, Duration::from_secs(60)).await;
     let other = fixture.client().await;
-    keeper
-        .lock("hot:idle")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    use_once(&keeper, "hot:idle").await;
     // Let the keeper's subscription be confirmed, as in a running service.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let asked = Instant::now();
@@ -151,9 +151,7 @@ pub async fn hot_clients_exclude_each_other<F: Fixture>(fixture: &F) {
 pub async fn hot_idle_lock_is_given_up_after_its_linger<F: Fixture>(fixture: &F) {
     let keeper = hot(fixture, Duration::from_millis(200)).await;
     let other = fixture.client().await;
-    let first = keeper.lock("hot:linger").acquire().await.unwrap();
-    let token = first.fencing_token();
-    first.release().await.unwrap();
+    let token = use_once(&keeper, "hot:linger").await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let guard = other.lock("hot:linger").acquire().await.unwrap();
     assert!(guard.fencing_token() > token);
@@ -170,9 +168,7 @@ pub async fn hot_lost_idle_lock_is_taken_again_from_the_store<F: Fixture>(fixtur
                 .lease(Duration::from_millis(600)),
         )
         .await;
-    let first = keeper.lock("hot:lost").acquire().await.unwrap();
-    let token = first.fencing_token();
-    first.release().await.unwrap();
+    let token = use_once(&keeper, "hot:lost").await;
     fixture.delete_lock("hot:lost").await;
     // The watchdog's next round (every 200 ms) finds it gone.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -191,29 +187,18 @@ pub async fn hot_idle_lock_is_renewed<F: Fixture>(fixture: &F) {
                 .lease(Duration::from_millis(500)),
         )
         .await;
-    let other = fixture.client().await;
-    let first = keeper.lock("hot:renewed").acquire().await.unwrap();
-    let token = first.fencing_token();
-    first.release().await.unwrap();
+    let token = use_once(&keeper, "hot:renewed").await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // 3 leases
     let again = keeper.lock("hot:renewed").acquire().await.unwrap();
     assert_eq!(again.fencing_token(), token, "still kept");
     again.release().await.unwrap();
-    drop(other);
 }
 
 /// A shutdown gives up the idle kept locks at once.
 pub async fn hot_shutdown_gives_up_kept_locks<F: Fixture>(fixture: &F) {
     let keeper = hot(fixture, Duration::from_secs(60)).await;
     let other = fixture.client().await;
-    keeper
-        .lock("hot:shutdown")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    use_once(&keeper, "hot:shutdown").await;
     keeper.shutdown(Duration::from_secs(1)).await.unwrap();
     let guard = other.lock("hot:shutdown").acquire().await.unwrap();
     guard.release().await.unwrap();

@@ -123,10 +123,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// wake one of this client's waiters, which takes it without a round trip.
     fn wake_kept(&self, _key: &LockKey) {}
 
-    /// The requests other clients make for this client's hot locks (their
-    /// fields), from the locks' channels; `None` where hot locks are not
-    /// offered (Redlock).
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<std::sync::Arc<str>>> {
+    /// The requests other clients make for this client's hot locks, from the
+    /// locks' channels; `None` where hot locks are not offered (Redlock).
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
         None
     }
 

@@ -502,7 +502,7 @@ impl Backend for ClusterBackend {
         self.waiters.yield_round(&key.channel);
     }
 
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
         Some(self.waiters.keeper())
     }
 

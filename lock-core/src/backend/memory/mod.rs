@@ -966,7 +966,7 @@ impl Backend for MemoryStore {
         self.inner.waiters.yield_round(&key.channel);
     }
 
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
         Some(self.inner.waiters.keeper())
     }
 

@@ -454,7 +454,7 @@ impl Backend for RedisBackend {
         self.waiters.yield_round(&key.channel);
     }
 
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Arc<str>>> {
+    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
         Some(self.waiters.keeper())
     }
 
