@@ -15,7 +15,8 @@ use crate::backend::{Attempt, Renewal};
 use crate::core::ClientCore;
 use crate::held::{HeldLock, Lease};
 use crate::keep::{Keeper, Take};
-use crate::lease::{self, Wait};
+use crate::lease;
+use crate::options::{LockOptions, Wait};
 use crate::meter::Labels;
 use crate::name::{Kind, LockKey};
 use crate::scope::{Attempting, Scope};
@@ -28,27 +29,17 @@ pub(crate) struct Acquired {
     pub(crate) scope: Arc<Scope>,
 }
 
-/// Acquires lock `name` of `core`, waiting as `wait` says, with a fixed
-/// `lease` or (when `None`) in watchdog mode.
-#[cfg(test)]
+/// Acquires `kind` of the primitive named `name` of `core` as `options`
+/// say: waiting as long as their [`Wait`], with their fixed lease or (when
+/// none) in watchdog mode, held at least their minimum hold.
 pub(crate) async fn acquire(
     core: &Arc<ClientCore>,
     name: &str,
-    wait: Wait,
-    lease: Option<Duration>,
-) -> Result<Acquired, LockError> {
-    acquire_kind(core, name, Kind::Exclusive, wait, lease, None).await
-}
-
-/// Acquires `kind` of the primitive named `name` (see [`acquire`]).
-pub(crate) async fn acquire_kind(
-    core: &Arc<ClientCore>,
-    name: &str,
     kind: Kind,
-    wait: Wait,
-    lease: Option<Duration>,
-    at_least: Option<Duration>,
+    options: LockOptions,
 ) -> Result<Acquired, LockError> {
+    let wait = options.wait_for().normalized();
+    let (lease, at_least) = (options.fixed_lease(), options.min_hold());
     let mut key = core.key_of(name, kind)?;
     check_kind(core, &key)?;
     let at_least = lease::check_at_least(&key.name, at_least, lease)?;
@@ -916,7 +907,7 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let cancelled = tokio::time::timeout(
             Duration::from_millis(50),
-            acquire(&core, "x", Wait::Once, None),
+            acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
         )
         .await;
         assert!(cancelled.is_err(), "the answer is still on its way");
@@ -935,12 +926,17 @@ mod tests {
         let store = MemoryStore::new();
         let stalled = Arc::new(AtomicBool::new(false));
         let core = stallable_core(&store, Duration::ZERO, stalled.clone());
-        let held = acquire(&core, "x", Wait::Once, None).await.unwrap();
+        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.unwrap();
         let waiters: Vec<_> = (0..2)
             .map(|_| {
                 let core = core.clone();
                 tokio::spawn(async move {
-                    acquire(&core, "x", Wait::For(Duration::from_millis(300)), None)
+                    acquire(
+                        &core,
+                        "x",
+                        Kind::Exclusive,
+                        LockOptions::new().wait(Duration::from_millis(300)),
+                    )
                         .await
                         .map(|_| ())
                 })
@@ -964,7 +960,7 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let acquiring = tokio::spawn({
             let core = core.clone();
-            async move { acquire(&core, "x", Wait::Once, None).await.map(|_| ()) }
+            async move { acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.map(|_| ()) }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(store.held(), 1, "granted, the answer on its way");
@@ -984,7 +980,7 @@ mod tests {
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
-        let outer = acquire(&core, "outer", Wait::Once, None).await.unwrap();
+        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new()).await.unwrap();
         // Inside the outer lock's scope: one attempt on `x` is abandoned while
         // a sibling attempt of the same scope (same owner) is under way.
         let (abandoned, taken) = outer
@@ -993,9 +989,9 @@ mod tests {
             .run(async {
                 let abandoned = tokio::time::timeout(
                     Duration::from_millis(20),
-                    acquire(&core, "x", Wait::Once, None),
+                    acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
                 );
-                let taken = acquire(&core, "x", Wait::Once, None);
+                let taken = acquire(&core, "x", Kind::Exclusive, LockOptions::new());
                 tokio::join!(abandoned, taken)
             })
             .await;

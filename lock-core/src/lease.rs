@@ -71,38 +71,6 @@ pub(crate) fn check_at_least(
     })
 }
 
-/// How long an acquisition waits for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// Try once.
-    Once,
-    /// Up to this long (`Duration::MAX` included: a deadline past what the
-    /// clock can represent is no deadline).
-    For(Duration),
-    /// As long as it takes.
-    Forever,
-}
-
-impl Wait {
-    /// `Duration::ZERO` tries once.
-    pub(crate) fn from_duration(wait: Duration) -> Self {
-        if wait.is_zero() {
-            Wait::Once
-        } else {
-            Wait::For(wait)
-        }
-    }
-
-    /// When waiting ends, counted from `started`; `None` for never.
-    pub(crate) fn deadline(self, started: Instant) -> Option<Instant> {
-        match self {
-            Wait::Once => Some(started),
-            Wait::For(wait) => started.checked_add(wait),
-            Wait::Forever => None,
-        }
-    }
-}
-
 /// The clock drift allowed for on a lease (1 % + 2 ms, as Redlock does).
 pub(crate) fn drift(lease: Duration) -> Duration {
     (lease / 100).saturating_add(Duration::from_millis(2))
@@ -196,9 +164,6 @@ mod tests {
     #[test]
     fn deadlines_never_overflow() {
         let now = Instant::now();
-        assert_eq!(Wait::from_duration(Duration::ZERO), Wait::Once);
-        // Far past what the clock holds: no deadline rather than a panic.
-        assert_eq!(Wait::For(Duration::MAX).deadline(now), None);
         assert!(nap_until(now, Duration::MAX, None) > now);
         assert!(valid_until(now, MAX_LEASE) > now);
         assert_eq!(millis(Duration::from_micros(10)), 1);

@@ -93,7 +93,7 @@
 //!
 //! The lock family takes the same path: a [`Lock`] of another
 //! `name::Kind` (fair, read, write, permits) has its own keys, and the
-//! backends pick the kind's script; `acquire::acquire_kind` waits in
+//! backends pick the kind's script; `acquire::acquire` waits in
 //! `Request::run_family` (every release wakes every local waiter of a shared
 //! primitive; a fair waiter is told by a grant message that the release made
 //! it the holder), and a waiter that gives up leaves its queue place through
@@ -139,6 +139,7 @@ mod meter;
 pub mod metrics;
 mod multi;
 mod name;
+mod options;
 mod release;
 mod scope;
 mod shutdown;
@@ -170,6 +171,7 @@ pub use lease::{
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use name::{Layout, MAX_KEY_LEN};
+pub use options::{LockOptions, Wait};
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::acquire::{self, Acquired};
 use crate::core::ClientCore;
-use crate::lease::Wait;
+use crate::options::{LockOptions, Wait};
 use crate::name::Kind;
 use crate::{LockError, LockGuard};
 
@@ -35,9 +35,7 @@ pub struct Lock {
     core: Arc<ClientCore>,
     name: String,
     kind: Kind,
-    wait: Wait,
-    lease: Option<Duration>,
-    at_least: Option<Duration>,
+    options: LockOptions,
 }
 
 impl fmt::Debug for Lock {
@@ -45,9 +43,9 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("kind", &self.kind.describe())
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .field("hold_at_least", &self.at_least)
+            .field("wait", &self.options.wait_for())
+            .field("lease", &self.options.fixed_lease())
+            .field("hold_at_least", &self.options.min_hold())
             .finish()
     }
 }
@@ -62,9 +60,7 @@ impl Lock {
             core,
             name,
             kind,
-            wait: Wait::Once,
-            lease: None,
-            at_least: None,
+            options: LockOptions::new(),
         }
     }
 
@@ -72,14 +68,23 @@ impl Lock {
     /// by polling). `Duration::ZERO` tries once, the default. A wait too long
     /// for the clock to represent (such as `Duration::MAX`) waits as long as
     /// it takes, as [`wait_forever`](Lock::wait_forever) does.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Wait::from_duration(wait);
+    /// A [`Wait`] is taken as well: `lock.wait(Wait::Forever)`.
+    pub fn wait(mut self, wait: impl Into<Wait>) -> Self {
+        self.options = self.options.wait(wait);
         self
     }
 
     /// Waits for as long as it takes.
     pub fn wait_forever(mut self) -> Self {
-        self.wait = Wait::Forever;
+        self.options = self.options.wait_forever();
+        self
+    }
+
+    /// Takes every option from `options` (wait, lease, minimum hold),
+    /// replacing what was set before: one [`LockOptions`] value configures
+    /// locks wherever they are taken.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
         self
     }
 
@@ -89,7 +94,7 @@ impl Lock {
     /// [`MAX_LEASE`](crate::MAX_LEASE) (365 days); `acquire` refuses any
     /// other with [`LockError::InvalidConfig`] naming the lock and the value.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.options = self.options.lease(lease);
         self
     }
 
@@ -105,7 +110,7 @@ impl Lock {
     /// lease it must not exceed that lease, and never [`MAX_LEASE`](crate::MAX_LEASE):
     /// `acquire` refuses either with [`LockError::InvalidConfig`].
     pub fn hold_at_least(mut self, at_least: Duration) -> Self {
-        self.at_least = Some(at_least);
+        self.options = self.options.hold_at_least(at_least);
         self
     }
 
@@ -134,15 +139,8 @@ impl Lock {
     /// answer was never read is taken back in the background, and so is a
     /// place in a fair lock's queue or a waiting writer's intent.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let Acquired { lock, scope } = acquire::acquire_kind(
-            &self.core,
-            &self.name,
-            self.kind,
-            self.wait,
-            self.lease,
-            self.at_least,
-        )
-        .await?;
+        let Acquired { lock, scope } =
+            acquire::acquire(&self.core, &self.name, self.kind, self.options).await?;
         Ok(LockGuard::new(self.core, lock, scope))
     }
 

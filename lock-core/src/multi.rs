@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::ClientCore;
-use crate::lease::Wait;
+use crate::options::{LockOptions, Wait};
 use crate::{Lock, LockError, LockGuard};
 
 /// Several locks to acquire as one (Redisson's `MultiLock`), made by
@@ -37,16 +37,16 @@ use crate::{Lock, LockError, LockGuard};
 pub struct MultiLock {
     core: Arc<ClientCore>,
     names: Vec<String>,
-    wait: Wait,
-    lease: Option<Duration>,
+    options: LockOptions,
 }
 
 impl fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLock")
             .field("names", &self.names)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
+            .field("wait", &self.options.wait_for())
+            .field("lease", &self.options.fixed_lease())
+            .field("hold_at_least", &self.options.min_hold())
             .finish()
     }
 }
@@ -58,28 +58,42 @@ impl MultiLock {
         MultiLock {
             core,
             names,
-            wait: Wait::Once,
-            lease: None,
+            options: LockOptions::new(),
         }
     }
 
     /// Waits up to `wait` in all (not per lock). `Duration::ZERO` tries each
     /// lock once, the default; a wait too long for the clock to represent
     /// waits as long as it takes.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Wait::from_duration(wait);
+    /// A [`Wait`] is taken as well.
+    pub fn wait(mut self, wait: impl Into<Wait>) -> Self {
+        self.options = self.options.wait(wait);
         self
     }
 
     /// Waits for as long as it takes.
     pub fn wait_forever(mut self) -> Self {
-        self.wait = Wait::Forever;
+        self.options = self.options.wait_forever();
         self
     }
 
     /// A fixed lease for every lock (no watchdog); see [`Lock::lease`](crate::Lock::lease).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.options = self.options.lease(lease);
+        self
+    }
+
+    /// Every lock held at least this long; see
+    /// [`Lock::hold_at_least`](crate::Lock::hold_at_least).
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.options = self.options.hold_at_least(at_least);
+        self
+    }
+
+    /// Takes every option from `options` (the wait is for all the locks
+    /// together), replacing what was set before.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
         self
     }
 
@@ -111,21 +125,19 @@ impl MultiLock {
             });
         }
         let started = Instant::now();
-        let deadline = self.wait.deadline(started);
+        let wait = self.options.wait_for().normalized();
+        let deadline = wait.deadline(started);
         let mut guards: Vec<LockGuard> = Vec::with_capacity(self.names.len());
         for name in self.names {
-            let mut lock = Lock::new(self.core.clone(), name);
-            lock = match (self.wait, deadline) {
-                (Wait::Once, _) => lock,
+            let mut lock = Lock::new(self.core.clone(), name).options(self.options);
+            lock = match (wait, deadline) {
+                (Wait::Once, _) => lock.wait(Wait::Once),
                 // Whatever is left of the budget (zero: one last try).
                 (Wait::For(_), Some(deadline)) => {
                     lock.wait(deadline.saturating_duration_since(Instant::now()))
                 }
                 (Wait::For(_) | Wait::Forever, _) => lock.wait_forever(),
             };
-            if let Some(lease) = self.lease {
-                lock = lock.lease(lease);
-            }
             // Taken inside the first guard's scope, so every lock has one owner.
             let acquired = match guards.first() {
                 Some(first) => first.scope(lock.acquire()).await,
