@@ -11,16 +11,16 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Attempt, Renewal};
-use crate::core::ClientCore;
+use crate::backend::{Attempt, Renewal, Unsupported};
+use crate::client_core::ClientCore;
 use crate::held::{HeldLock, Lease};
-use crate::keep::{Keeper, Take};
+use crate::hot::{Keeper, Take};
 use crate::lease;
-use crate::options::{LockOptions, Wait};
-use crate::meter::Labels;
+use crate::metric_points::Labels;
 use crate::name::{Kind, LockKey};
+use crate::options::{LockOptions, Wait};
 use crate::scope::{Attempting, Scope};
-use crate::wake::WaitSet;
+use crate::waiters::WaitSet;
 use crate::LockError;
 
 /// A lock just acquired (or re-entered) by `scope`.
@@ -155,7 +155,7 @@ fn check_kind(core: &ClientCore, key: &LockKey) -> Result<(), LockError> {
     if key.kind == Kind::Exclusive {
         return Ok(());
     }
-    if let Some((backend, reason)) = core.backend.family_unsupported() {
+    if let Some(Unsupported { backend, reason }) = core.backend.capabilities().family {
         return Err(LockError::Unsupported {
             key: key.name.to_string(),
             primitive: key.kind.describe(),
@@ -197,7 +197,7 @@ struct Request<'a> {
     at_least: Option<Duration>,
     /// The labels of the lock's metrics.
     labels: &'a Labels,
-    /// A hot lock (see `keep.rs`): taken from the client's kept locks when
+    /// A hot lock (see `hot/`): taken from the client's kept locks when
     /// it has it, else from the store with a field of its own.
     hot: bool,
 }
@@ -213,7 +213,7 @@ impl Request<'_> {
         // channel, registering is free: do it first, and the first attempt is
         // already covered by a wake-up.
         let waiter = if waits {
-            core.backend.waiter_if_subscribed(key)
+            core.wakeups.waiter_if_subscribed(key)
         } else {
             None
         };
@@ -261,7 +261,7 @@ impl Request<'_> {
         let mut waiter = match waiter {
             Some(waiter) => waiter,
             None => {
-                let mut waiter = core.backend.waiter(key);
+                let mut waiter = core.wakeups.waiter(key);
                 if !waiter.ready(core.response_timeout).await {
                     tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
                 }
@@ -368,9 +368,9 @@ impl Request<'_> {
         let mut waiter: Option<WaitSet> = if wait == Wait::Once {
             None
         } else {
-            core.backend.waiter_if_subscribed(key)
+            core.wakeups.waiter_if_subscribed(key)
         };
-        let mut grant: Option<crate::wake::GrantSlot> = match &waiter {
+        let mut grant: Option<crate::waiters::GrantSlot> = match &waiter {
             Some(waiter) if key.kind == Kind::Fair => waiter.expect_grant(&self.scope.owner),
             _ => None,
         };
@@ -437,7 +437,7 @@ impl Request<'_> {
             let Some(waiting) = waiter.as_mut() else {
                 // Register, then attempt again: a release before that attempt
                 // is seen by it, one after it wakes us.
-                let mut registered = core.backend.waiter(key);
+                let mut registered = core.wakeups.waiter(key);
                 if !registered.ready(core.response_timeout).await {
                     tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
                 }
@@ -524,7 +524,7 @@ impl Request<'_> {
         };
         let lock = self.hold(token, sent, pending)?;
         if let Some(keeper) = self.core.keeper.as_ref().filter(|_| self.hot) {
-            keeper.in_use(&lock, Some(self.core.backend.waiter(self.key)));
+            keeper.in_use(&lock, Some(self.core.wakeups.waiter(self.key)));
         }
         Ok(Ok(lock))
     }
@@ -789,7 +789,7 @@ mod tests {
     use futures_util::future::BoxFuture;
 
     use super::*;
-    use crate::backend::{Backend, MemoryStore, RenewItem, Renewal};
+    use crate::backend::{Backend, MemoryStore, Released, RenewItem, Renewal};
     use crate::LockInfo;
 
     /// The in-memory store, but every acquisition is answered `delay` after
@@ -833,7 +833,7 @@ mod tests {
             &'a self,
             key: &'a LockKey,
             owner: &'a str,
-        ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ) -> BoxFuture<'a, Result<Released, LockError>> {
             self.store.release(key, owner)
         }
         fn rollback<'a>(
@@ -852,12 +852,6 @@ mod tests {
             lease: Duration,
         ) -> BoxFuture<'a, Vec<Renewal>> {
             self.store.renew(items, lease)
-        }
-        fn waiter(&self, key: &LockKey) -> WaitSet {
-            self.store.waiter(key)
-        }
-        fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
-            self.store.waiter_if_subscribed(key)
         }
         fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
             self.store.inspect(key)
@@ -898,6 +892,7 @@ mod tests {
             lease,
             Duration::from_secs(2),
             backend,
+            store.wakeups(),
         ))
     }
 
@@ -926,7 +921,9 @@ mod tests {
         let store = MemoryStore::new();
         let stalled = Arc::new(AtomicBool::new(false));
         let core = stallable_core(&store, Duration::ZERO, stalled.clone());
-        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.unwrap();
+        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+            .await
+            .unwrap();
         let waiters: Vec<_> = (0..2)
             .map(|_| {
                 let core = core.clone();
@@ -937,8 +934,8 @@ mod tests {
                         Kind::Exclusive,
                         LockOptions::new().wait(Duration::from_millis(300)),
                     )
-                        .await
-                        .map(|_| ())
+                    .await
+                    .map(|_| ())
                 })
             })
             .collect();
@@ -960,7 +957,11 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let acquiring = tokio::spawn({
             let core = core.clone();
-            async move { acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.map(|_| ()) }
+            async move {
+                acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+                    .await
+                    .map(|_| ())
+            }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(store.held(), 1, "granted, the answer on its way");
@@ -980,7 +981,9 @@ mod tests {
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
-        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new()).await.unwrap();
+        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new())
+            .await
+            .unwrap();
         // Inside the outer lock's scope: one attempt on `x` is abandoned while
         // a sibling attempt of the same scope (same owner) is under way.
         let (abandoned, taken) = outer

@@ -10,16 +10,17 @@ use rand::RngCore;
 
 use crate::backend::cluster::{ClusterBackend, MakeBuilder};
 use crate::backend::redis::{server_name, RedisSettings};
-use crate::backend::redlock::RedlockBackend;
+use crate::backend::redlock::{self, RedlockBackend};
 use crate::backend::standalone::sentinel::Sentinel;
 use crate::backend::standalone::RedisBackend;
-use crate::backend::{Backend, MemoryStore};
-use crate::core::ClientCore;
+use crate::backend::{Backend, Capabilities, MemoryStore, Unsupported};
+use crate::client_core::ClientCore;
 use crate::info::FamilyState;
 use crate::lease::{self, DEFAULT_LEASE};
 use crate::name::LockKey;
 use crate::name::{self, Kind, Layout};
 use crate::shutdown;
+use crate::wakeups::Wakeups;
 use crate::{
     FairLockInfo, Lock, LockError, LockInfo, MultiLock, ReadWriteLock, ReadWriteLockInfo,
     Semaphore, SemaphoreInfo, ShutdownReport,
@@ -137,7 +138,9 @@ impl LockClient {
     /// [`LockClientBuilder::memory`].
     pub fn memory() -> Self {
         // The default settings need no validation.
-        Self::builder().build(Arc::new(MemoryStore::new()))
+        let store = MemoryStore::new();
+        let wakeups = store.wakeups();
+        Self::builder().build(Arc::new(store), wakeups)
     }
 
     /// A lock on `name` (e.g. `"order:42"`), to configure and acquire.
@@ -445,8 +448,8 @@ impl LockClient {
         primitive: &'static str,
     ) -> Result<LockKey, LockError> {
         let key = self.core.key_of(name, kind)?;
-        match self.core.backend.family_unsupported() {
-            Some((backend, reason)) => Err(LockError::Unsupported {
+        match self.core.backend.capabilities().family {
+            Some(Unsupported { backend, reason }) => Err(LockError::Unsupported {
                 key: key.name.to_string(),
                 primitive,
                 backend,
@@ -870,7 +873,7 @@ impl LockClientBuilder {
 
     fn validate(&self) -> Result<(), LockError> {
         if let Some(linger) = self.keep_hot {
-            let reason = if linger.is_zero() || linger > crate::keep::MAX_LINGER {
+            let reason = if linger.is_zero() || linger > crate::hot::MAX_LINGER {
                 Some(format!(
                     "keep_hot needs a linger from 1 ns to 1 hour, got {linger:?}"
                 ))
@@ -909,7 +912,8 @@ impl LockClientBuilder {
         self.classic_only()?;
         let client = self.redis_client(url)?;
         let backend = RedisBackend::connect(client, self.settings()).await?;
-        Ok(self.connected(backend))
+        let wakeups = backend.wakeups();
+        self.connected(backend, wakeups)
     }
 
     /// Connects to a Redis Cluster through any of its nodes (see
@@ -939,7 +943,8 @@ impl LockClientBuilder {
         let sharded = self.sharded_pubsub != ShardedPubSub::Off;
         let backend =
             ClusterBackend::connect(make_builder, seeds, self.settings(), sharded).await?;
-        Ok(self.connected(backend))
+        let wakeups = backend.wakeups();
+        self.connected(backend, wakeups)
     }
 
     /// Connects to the master that the sentinels at `sentinel_urls` report
@@ -962,7 +967,8 @@ impl LockClientBuilder {
             .collect::<Result<Vec<_>, _>>()?;
         let sentinel = Sentinel::new(sentinels, master_name.to_owned());
         let backend = RedisBackend::connect_sentinel(sentinel, self.settings()).await?;
-        Ok(self.connected(backend))
+        let wakeups = backend.wakeups();
+        self.connected(backend, wakeups)
     }
 
     /// Connects to independent masters for Redlock (see
@@ -974,12 +980,10 @@ impl LockClientBuilder {
     {
         self.validate()?;
         self.classic_only()?;
-        if self.keep_hot.is_some() {
+        if let Some(Unsupported { reason, .. }) = self.hot_locks_refused(redlock::CAPABILITIES) {
             return Err(LockError::InvalidConfig {
                 key: "*".into(),
-                reason: "keep_hot is not offered with Redlock: a kept lock would have to be \
-                         given up on a quorum of masters at once"
-                    .into(),
+                reason: reason.into(),
             });
         }
         if self.layout == Layout::Redisson {
@@ -1025,7 +1029,9 @@ impl LockClientBuilder {
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        Ok(self.connected(RedlockBackend::new(nodes, node_timeout)))
+        let backend = RedlockBackend::new(nodes, node_timeout);
+        let wakeups = backend.wakeups();
+        self.connected(backend, wakeups)
     }
 
     fn urls<I>(&self, urls: I) -> Result<Vec<String>, LockError>
@@ -1062,7 +1068,8 @@ impl LockClientBuilder {
     /// A client on `store`; clients on one store see each other's locks.
     pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
         self.validate()?;
-        Ok(self.build(Arc::new(store)))
+        let wakeups = store.wakeups();
+        self.connected(store, wakeups)
     }
 
     fn redis_client(&self, url: &str) -> Result<redis::Client, LockError> {
@@ -1085,12 +1092,25 @@ impl LockClientBuilder {
         Ok(client)
     }
 
-    fn connected(self, backend: impl Backend) -> LockClient {
+    /// The client on `backend`, once the settings it does not support are
+    /// refused.
+    fn connected(self, backend: impl Backend, wakeups: Wakeups) -> Result<LockClient, LockError> {
+        if let Some(Unsupported { reason, .. }) = self.hot_locks_refused(backend.capabilities()) {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: reason.into(),
+            });
+        }
         tracing::debug!(server = backend.server(), "lock client connected");
-        self.build(Arc::new(backend))
+        Ok(self.build(Arc::new(backend), wakeups))
     }
 
-    fn build(self, backend: Arc<dyn Backend>) -> LockClient {
+    /// Why `keep_hot`, when asked for, is refused on a backend with `capabilities`.
+    fn hot_locks_refused(&self, capabilities: Capabilities) -> Option<Unsupported> {
+        self.keep_hot.and(capabilities.hot_locks)
+    }
+
+    fn build(self, backend: Arc<dyn Backend>, wakeups: Wakeups) -> LockClient {
         let mut id = [0u8; 16];
         rand::rng().fill_bytes(&mut id);
         let id = match self.layout {
@@ -1106,6 +1126,7 @@ impl LockClientBuilder {
             self.lease,
             self.response_timeout,
             backend,
+            wakeups,
         )
         .with_layout(self.layout)
         .with_keeper(self.keep_hot);

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::core::ClientCore;
+use crate::client_core::ClientCore;
 use crate::name::Kind;
 use crate::Lock;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::core::ClientCore;
+use crate::client_core::ClientCore;
 use crate::held::HeldLock;
 use crate::release;
 use crate::scope::Scope;

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease;
-use crate::meter::{HoldMeter, Labels};
+use crate::metric_points::{HoldMeter, Labels};
 use crate::name::LockKey;
 use crate::sync::Mutex;
 use crate::LockError;

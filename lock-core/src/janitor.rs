@@ -16,8 +16,8 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
 
+use crate::supervised::Supervised;
 use crate::sync::Mutex;
-use crate::task::Supervised;
 
 /// A cleanup job: makes the future that does it, as often as it is started.
 pub(crate) type Job = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;

@@ -11,10 +11,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 
-/// The longest a client waits for a hot lock another client keeps before it
-/// asks again (see `keep.rs`): a keeper that missed the request (its
-/// subscription was not confirmed yet) hears the next one.
-pub(crate) const ASK_AGAIN: Duration = Duration::from_millis(100);
+pub(crate) use crate::wire::ASK_AGAIN;
 
 /// The default lease of watchdog-mode locks (renewed every third of it).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);

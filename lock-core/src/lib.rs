@@ -120,20 +120,19 @@
 mod acquire;
 mod backend;
 mod client;
-mod closing;
-mod core;
+mod client_core;
 mod current;
 mod error;
 mod family;
 mod global;
 mod guard;
 mod held;
+mod hot;
 mod info;
 mod janitor;
-mod keep;
 mod lease;
 mod lock;
-mod meter;
+mod metric_points;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
@@ -143,18 +142,20 @@ mod options;
 mod release;
 mod scope;
 mod shutdown;
+mod shutdown_state;
 mod slot;
+mod supervised;
 mod sync;
-mod task;
-mod wake;
+mod waiters;
+mod wakeups;
 mod watchdog;
+mod wire;
 
 pub use backend::MemoryStore;
 pub use client::{
     ClientStats, LockClient, LockClientBuilder, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
-pub use closing::ShutdownReport;
 pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError, NodeAnswer};
 pub use family::{ReadWriteLock, Semaphore};
@@ -172,6 +173,7 @@ pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use name::{Layout, MAX_KEY_LEN};
 pub use options::{LockOptions, Wait};
+pub use shutdown_state::ShutdownReport;
 
 /// The `redis` crate this one is built on, so users never fight version skew.
 pub use redis;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::{self, Acquired};
-use crate::core::ClientCore;
-use crate::options::{LockOptions, Wait};
+use crate::client_core::ClientCore;
 use crate::name::Kind;
+use crate::options::{LockOptions, Wait};
 use crate::{LockError, LockGuard};
 
 /// A lock to acquire: its name, how long to wait and which lease to use.

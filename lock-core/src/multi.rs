@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::ClientCore;
+use crate::client_core::ClientCore;
 use crate::options::{LockOptions, Wait};
 use crate::{Lock, LockError, LockGuard};
 

@@ -15,10 +15,6 @@ use std::sync::Arc;
 
 use crate::{slot, LockError};
 
-/// How a hot lock's field ends (see `keep.rs`): the acquire script asks a
-/// keeper for a lock whose field ends so (and only for such a lock).
-pub(crate) const KEEP_SUFFIX: &str = "~k";
-
 /// The longest lock name accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 

@@ -5,16 +5,16 @@
 //! client's shutdown took from its holder is given back by the shutdown.
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::backend::Renewal;
-use crate::core::ClientCore;
+use crate::backend::{Released, Renewal};
+use crate::client_core::ClientCore;
 use crate::held::HeldLock;
-use crate::keep::{Inner, Outcome, KEEP_SUFFIX};
+use crate::hot::{Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
 use crate::LockError;
 
@@ -72,7 +72,7 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
     // Waiters of this client wait for this release's wake-up instead of
     // racing to the server when the holder is forgotten.
     if exclusive {
-        core.backend.expect_wake(&lock.key, true);
+        core.wakeups.expect_wake(&lock.key, true);
     }
     core.holder_remove(lock);
     let mut release = std::pin::pin!(core.backend.release(&lock.key, &lock.owner));
@@ -86,21 +86,29 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
             // message, attempt. (Should the attempt overtake the release
             // after all, it is only a failed attempt.)
             if asked {
-                core.backend.yield_local(&lock.key);
+                core.wakeups.yield_local(&lock.key);
             } else {
-                core.backend.wake_local(&lock.key);
+                core.wakeups.wake_local(&lock.key);
             }
         }
         poll
     })
     .await;
-    if exclusive && !matches!(result, Ok(true)) {
-        core.backend.expect_wake(&lock.key, false);
+    if let Ok(Released {
+        listeners: Some(count),
+        ..
+    }) = result
+    {
+        core.wakeups.listeners(&lock.key, count);
     }
-    result
+    let deleted = result.map(|released| released.deleted);
+    if exclusive && !matches!(deleted, Ok(true)) {
+        core.wakeups.expect_wake(&lock.key, false);
+    }
+    deleted
 }
 
-/// Keeps the hot lock `lock` taken (see `keep.rs`) instead of releasing it,
+/// Keeps the hot lock `lock` taken (see `hot/`) instead of releasing it,
 /// unless another client asked for it, it was lost or the client shuts
 /// down: the idle lock that succeeds it is renewed from now on, and one
 /// waiter of this client is woken to take it.
@@ -132,7 +140,7 @@ fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
     }
     core.watchdog.forget(lock);
     core.holder_remove(lock);
-    core.backend.wake_kept(&lock.key);
+    core.wakeups.wake_kept(&lock.key);
     tracing::debug!(key = %lock.key.name, token = lock.token, "lock kept");
     kept
 }
@@ -203,60 +211,22 @@ async fn retry_release(core: &ClientCore, lock: &HeldLock, mut resent: bool) {
     }
 }
 
-/// Makes sure the task of `core`'s hot-lock keeper runs (see `keep.rs`).
+/// Makes sure the task of `core`'s hot-lock keeper runs (see `hot/`): it
+/// gives locks up as background releases of the client, while the client
+/// lives.
 pub(crate) fn ensure_keeper(core: &Arc<ClientCore>) {
     if let Some(keeper) = &core.keeper {
-        let core = Arc::downgrade(core);
-        keeper.ensure_running(move |inner| keeper_task(inner, core));
-    }
-}
-
-/// The keeper's task: gives up idle locks at the end of their linger and
-/// kept locks other clients ask for. Ends when the client is gone.
-async fn keeper_task(keeper: Arc<Inner>, core: Weak<ClientCore>) {
-    // A task started again on another runtime (the first one's is gone)
-    // gets the receiver once the first task was dropped with its runtime.
-    let receiver = keeper.asked.clone();
-    let mut asked = Some(receiver.lock_owned().await);
-    loop {
-        let tick = keeper.tick.notified();
-        let (gone, next) = keeper.expired(Instant::now());
-        if !gone.is_empty() {
-            let Some(core) = core.upgrade() else { return };
-            for lock in gone {
-                tracing::debug!(key = %lock.key.name, "kept lock given up after its linger");
-                release_in_background(&core, lock, false);
-            }
-        }
-        let sleep = async {
-            match next {
-                Some(next) => tokio::time::sleep_until(next).await,
-                None => std::future::pending().await,
-            }
-        };
-        let request = async {
-            match asked.as_mut() {
-                Some(asked) => asked.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = tick => {}
-            () = sleep => {}
-            ask = request => {
-                let Some(ask) = ask else {
-                    asked = None; // the client's waiters are gone
-                    continue;
+        keeper.ensure_running(|| {
+            let core = Arc::downgrade(core);
+            Arc::new(move |locks: Vec<Arc<HeldLock>>| {
+                let Some(core) = core.upgrade() else {
+                    return false;
                 };
-                if let Some(lock) = keeper.asked_for(&ask) {
-                    let Some(core) = core.upgrade() else { return };
-                    tracing::debug!(key = %lock.key.name, "kept lock given up: another client asked for it");
+                for lock in locks {
                     release_in_background(&core, lock, false);
                 }
-            }
-        }
-        if core.strong_count() == 0 {
-            return;
-        }
+                true
+            })
+        });
     }
 }

@@ -3,9 +3,9 @@
 //! let background releases finish, and stop the background work.
 //!
 //! The procedure runs in a supervised task of its own (the driver, see
-//! `task.rs`), not in the caller's future: dropping a `shutdown` future does
+//! `supervised.rs`), not in the caller's future: dropping a `shutdown` future does
 //! not stop it, and every caller waits for the same driver and gets its
-//! report. Its state lives in the client's core (`closing.rs`), so a driver
+//! report. Its state lives in the client's core (`shutdown_state.rs`), so a driver
 //! started again (after its runtime was dropped) goes on from there.
 
 use std::sync::Arc;
@@ -15,10 +15,10 @@ use futures_util::future::join_all;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::closing::ShutdownReport;
-use crate::core::ClientCore;
+use crate::client_core::ClientCore;
 use crate::held::HeldLock;
 use crate::release;
+use crate::shutdown_state::ShutdownReport;
 use crate::LockError;
 
 /// Why a lock taken by the shutdown is lost (see `LockError::LeaseLost`).

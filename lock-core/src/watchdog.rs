@@ -17,9 +17,9 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, RenewItem, Renewal};
 use crate::held::{HeldLock, HoldState};
-use crate::meter;
+use crate::metric_points;
+use crate::supervised::Supervised;
 use crate::sync::Mutex;
-use crate::task::Supervised;
 
 /// The renewal of one client's watchdog-mode locks.
 #[derive(Debug)]
@@ -127,7 +127,7 @@ impl Shared {
             .collect();
         let sent = Instant::now();
         let outcomes = self.backend.renew(&items, self.lease).await;
-        meter::renewal_round(sent.elapsed());
+        metric_points::renewal_round(sent.elapsed());
         self.rounds.fetch_add(1, Ordering::Relaxed);
         let mut failed = false;
         for (lock, outcome) in locks.iter().zip(outcomes) {

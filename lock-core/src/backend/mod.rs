@@ -5,9 +5,13 @@
 //! protocol in `redis/` (scripts, the one command path, reply parsing,
 //! inspection).
 //!
-//! Every backend answers the same operations with the same semantics;
-//! everything above them (reentrancy, the watchdog, waiting, hand-off) is
-//! shared and knows no backend by name.
+//! Every backend answers the same storage operations with the same
+//! semantics, and says what it supports ([`Capabilities`]); everything
+//! above them (reentrancy, the watchdog, waiting, hand-off) is shared and
+//! knows no backend by name. This process's waiters are not the backends':
+//! the client's core owns them (`wakeups.rs`); a backend only provides what
+//! it takes to hear its releases (its `wakeups()`, called once when the
+//! client is built).
 
 pub(crate) mod cluster;
 pub(crate) mod memory;
@@ -23,7 +27,6 @@ use futures_util::future::BoxFuture;
 
 use crate::info::FamilyState;
 use crate::name::LockKey;
-use crate::wake::WaitSet;
 use crate::{BackendError, LockError, LockInfo};
 
 pub use memory::MemoryStore;
@@ -46,6 +49,43 @@ pub(crate) enum Renewal {
     Gone,
     /// The renewal failed; retry until the lease deadline.
     Failed(BackendError),
+}
+
+/// The answer to one release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Released {
+    /// The release deleted the lock (its owner held it).
+    pub(crate) deleted: bool,
+    /// How many subscriptions its wake-up reached (`PUBLISH`'s reply), where
+    /// the backend learns it.
+    pub(crate) listeners: Option<u64>,
+}
+
+impl Released {
+    /// A release that reports no listener count.
+    pub(crate) fn deleted(deleted: bool) -> Self {
+        Released {
+            deleted,
+            listeners: None,
+        }
+    }
+}
+
+/// Why a backend does not offer a feature: its name and the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unsupported {
+    pub(crate) backend: &'static str,
+    pub(crate) reason: &'static str,
+}
+
+/// What a backend supports beyond the plain lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Capabilities {
+    /// The lock family (fair lock, read-write lock, semaphore), unless this
+    /// says why not.
+    pub(crate) family: Option<Unsupported>,
+    /// Hot locks (`keep_hot`), unless this says why not.
+    pub(crate) hot_locks: Option<Unsupported>,
 }
 
 /// A lock to renew: its key and owner.
@@ -74,13 +114,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         lease: Duration,
     ) -> BoxFuture<'a, Result<Attempt, LockError>>;
 
-    /// Deletes the lock when `owner` holds it and wakes a waiter; returns
+    /// Deletes the lock when `owner` holds it and wakes a waiter; says
     /// whether it deleted it.
     fn release<'a>(
         &'a self,
         key: &'a LockKey,
         owner: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>>;
+    ) -> BoxFuture<'a, Result<Released, LockError>>;
 
     /// Takes back a grant to `owner` that was never turned into a guard:
     /// deletes `owner`'s entry, and wakes a waiter only when that freed the
@@ -98,52 +138,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// trip per node. One outcome per item, in order.
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>>;
 
-    /// Registers a waiter for the release of `key` (starting or restarting
-    /// the backend's wake-up subscriber on the current runtime as needed).
-    fn waiter(&self, key: &LockKey) -> WaitSet;
-
-    /// Registers a waiter for the release of `key` only when that costs
-    /// nothing and covers the caller's next attempt: other waiters of this
-    /// client already follow its channel and the subscription is confirmed.
-    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet>;
-
-    /// This client's release of `key` is on its way (`true`) or deleted
-    /// nothing after all (`false`): see `wake.rs`.
-    fn expect_wake(&self, _key: &LockKey, _expected: bool) {}
-
-    /// This client's release of `key` is queued on the command connection:
-    /// wake one of this client's waiters now, so its attempt follows it.
-    fn wake_local(&self, _key: &LockKey) {}
-
-    /// This client's release of its hot lock `key` is queued because another
-    /// client asked for it: this client's waiters let the asker go first.
-    fn yield_local(&self, _key: &LockKey) {}
-
-    /// This client kept its hot lock `key` at a release (see `keep.rs`):
-    /// wake one of this client's waiters, which takes it without a round trip.
-    fn wake_kept(&self, _key: &LockKey) {}
-
-    /// The requests other clients make for this client's hot locks, from the
-    /// locks' channels; `None` where hot locks are not offered (Redlock).
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
-        None
-    }
-
     /// (Re)starts the backend's own background work that must run whether
     /// or not anyone waits (Sentinel: following the sentinels' announcements)
     /// on the runtime in use; called with the client's other background work
     /// on every acquisition. Cheap while it runs.
     fn ensure_running(&self) {}
 
-    /// Stops the backend's background work (wake-up subscribers, the
-    /// Sentinel watcher) for good: the client shut down and has no waiters
-    /// any more.
+    /// Stops the backend's own background work (the Sentinel watcher) for
+    /// good: the client shut down.
     fn shut_down(&self) {}
 
-    /// Why the lock family (fair lock, read-write lock, semaphore) is not
-    /// available here, if it is not: the backend's name and the reason.
-    fn family_unsupported(&self) -> Option<(&'static str, &'static str)> {
-        None
+    /// What the backend supports beyond the plain lock.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
     }
 
     /// What the backend knows about `key`.

@@ -15,18 +15,17 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::Value;
 
-use self::subscriber::ShardedSubscriber;
+use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, version, RedisSettings};
 use super::standalone::node::connect_error;
-use super::{Attempt, Backend, RenewItem, Renewal};
+use super::{Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::sync::Mutex;
-use crate::task::Supervised;
-use crate::wake::{WaitSet, Waiters};
+use crate::wakeups::Wakeups;
 use crate::{lease, BackendError, LockError, LockInfo};
 
 /// Makes a client builder for the cluster's seed nodes, with the user's
@@ -39,15 +38,11 @@ type SlotMap = Vec<(u16, u16, String)>;
 /// A Redis Cluster, reached through any of its nodes.
 pub(crate) struct ClusterBackend {
     conn: ClusterConnection,
-    /// Builds the clients of the command and subscription connections.
-    make_builder: MakeBuilder,
     label: String,
     settings: RedisSettings,
     scripts: Scripts,
-    waiters: Arc<Waiters>,
-    subscriber: Supervised,
-    /// Wake-ups by sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`), else classic.
-    sharded: bool,
+    /// The subscription that wakes the cluster's waiters (see `wakeups()`).
+    subscription: Arc<ClusterSubscription>,
     /// The masters of the slot ranges, as last read with `CLUSTER SLOTS`;
     /// read again after a renewal round in which a lock failed (its slot may
     /// have moved).
@@ -74,6 +69,12 @@ pub(crate) fn configure(
 }
 
 impl ClusterBackend {
+    /// How this client hears the cluster's releases: its subscription.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        let subscription = self.subscription.clone();
+        Wakeups::subscribed(subscription.waiters().clone(), subscription)
+    }
+
     /// Connects to the cluster that `make_builder` (seeded with node URLs) reaches.
     pub(crate) async fn connect(
         make_builder: MakeBuilder,
@@ -142,15 +143,19 @@ impl ClusterBackend {
                 },
             });
         }
+        // Wake-ups by sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`), else classic.
+        let subscription = Arc::new(ClusterSubscription::new(
+            make_builder,
+            settings.clone(),
+            label.clone(),
+            sharded,
+        ));
         Ok(ClusterBackend {
             conn,
-            make_builder,
             label,
             settings,
             scripts,
-            waiters: Waiters::subscribed(),
-            subscriber: Supervised::default(),
-            sharded,
+            subscription,
             slot_map: Mutex::new(None),
         })
     }
@@ -421,7 +426,7 @@ impl Backend for ClusterBackend {
         &'a self,
         key: &'a LockKey,
         owner: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
+    ) -> BoxFuture<'a, Result<Released, LockError>> {
         async move {
             let pipe = self.scripts.release(key, owner);
             match self
@@ -429,12 +434,10 @@ impl Backend for ClusterBackend {
                 .await
                 .and_then(reply::release)
             {
-                Ok((deleted, listeners)) => {
-                    if let Some(count) = listeners {
-                        self.waiters.listeners(&key.channel, count);
-                    }
-                    Ok(deleted == 1)
-                }
+                Ok((deleted, listeners)) => Ok(Released {
+                    deleted: deleted == 1,
+                    listeners,
+                }),
                 Err(err) => Err(self.error(key, err).await),
             }
         }
@@ -461,53 +464,6 @@ impl Backend for ClusterBackend {
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
         ClusterBackend::renew(self, items, lease).boxed()
-    }
-
-    fn waiter(&self, key: &LockKey) -> WaitSet {
-        let handle = self.waiters.register(&key.channel);
-        self.subscriber.ensure(|| {
-            ShardedSubscriber::new(
-                self.make_builder.clone(),
-                self.settings.clone(),
-                &self.waiters,
-                self.label.clone(),
-                self.sharded,
-            )
-            .run()
-        });
-        WaitSet::new(vec![handle])
-    }
-
-    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
-        if !self.subscriber.is_running() {
-            return None;
-        }
-        let handle = self.waiters.register_if_ready(&key.channel)?;
-        Some(WaitSet::new(vec![handle]))
-    }
-
-    fn expect_wake(&self, key: &LockKey, expected: bool) {
-        self.waiters.expect_wake(&key.channel, expected);
-    }
-
-    fn wake_local(&self, key: &LockKey) {
-        self.waiters.wake_local(&key.channel);
-    }
-
-    fn wake_kept(&self, key: &LockKey) {
-        self.waiters.wake_one(&key.channel);
-    }
-
-    fn yield_local(&self, key: &LockKey) {
-        self.waiters.yield_round(&key.channel);
-    }
-
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
-        Some(self.waiters.keeper())
-    }
-
-    fn shut_down(&self) {
-        self.subscriber.stop();
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {

@@ -17,8 +17,75 @@ use tokio::sync::mpsc;
 use super::{configure, MakeBuilder};
 use crate::backend::redis::command::bounded;
 use crate::backend::redis::RedisSettings;
-use crate::wake::Waiters;
+use crate::supervised::Supervised;
+use crate::waiters::Waiters;
+use crate::wakeups::Subscription;
 use crate::BackendError;
+
+/// The subscription of the cluster's waiters: the task below, supervised.
+pub(crate) struct ClusterSubscription {
+    make_builder: MakeBuilder,
+    settings: RedisSettings,
+    label: String,
+    sharded: bool,
+    waiters: Arc<Waiters>,
+    task: Supervised,
+}
+
+impl std::fmt::Debug for ClusterSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSubscription")
+            .field("label", &self.label)
+            .field("sharded", &self.sharded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterSubscription {
+    pub(super) fn new(
+        make_builder: MakeBuilder,
+        settings: RedisSettings,
+        label: String,
+        sharded: bool,
+    ) -> Self {
+        ClusterSubscription {
+            make_builder,
+            settings,
+            label,
+            sharded,
+            waiters: Waiters::subscribed(),
+            task: Supervised::default(),
+        }
+    }
+
+    /// The waiters it feeds.
+    pub(super) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
+    }
+}
+
+impl Subscription for ClusterSubscription {
+    fn ensure(&self) {
+        self.task.ensure(|| {
+            ShardedSubscriber::new(
+                self.make_builder.clone(),
+                self.settings.clone(),
+                &self.waiters,
+                self.label.clone(),
+                self.sharded,
+            )
+            .run()
+        });
+    }
+
+    fn is_running(&self) -> bool {
+        self.task.is_running()
+    }
+
+    fn stop(&self) {
+        self.task.stop();
+    }
+}
 
 pub(super) struct ShardedSubscriber {
     make_builder: MakeBuilder,

@@ -13,12 +13,13 @@ use std::time::Duration;
 use futures_util::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
-use super::{Attempt, Backend, RenewItem, Renewal};
+use super::{Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::lease::QUEUE_PRESENCE;
 use crate::name::{self, Kind, LockKey};
 use crate::sync::Mutex;
-use crate::wake::{WaitSet, Waiters};
+use crate::waiters::Waiters;
+use crate::wakeups::Wakeups;
 use crate::{LockError, LockHolder, LockInfo, PermitHolder, QueuedWaiter};
 
 /// Lock state kept in this process, for tests and single-process programs.
@@ -406,6 +407,12 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// How a client of this store hears its releases: the store wakes the
+    /// waiters of all its clients directly.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::direct(self.inner.waiters.clone())
+    }
+
     /// Tests: every renewal round takes `delay`.
     #[cfg(test)]
     pub(crate) fn set_renew_delay(&self, delay: Duration) {
@@ -471,16 +478,16 @@ impl MemoryStore {
                 return Attempt::Acquired { token: entry.token };
             }
             let ttl = entry.expires_at.saturating_duration_since(now);
-            if !entry.owner.ends_with(crate::name::KEEP_SUFFIX) {
+            if !entry.owner.ends_with(crate::wire::KEEP_SUFFIX) {
                 return Attempt::Busy { ttl: Some(ttl) };
             }
             // Held by a hot-lock keeper: ask it to give the lock up (as the
             // acquire script does), and look again soon.
-            let ask = format!("w {}", entry.owner);
+            let ask = format!("{}{}", crate::wire::ASK_PREFIX, entry.owner);
             drop(state);
             self.inner.waiters.message(&key.channel, ask.as_bytes());
             return Attempt::Busy {
-                ttl: Some(ttl.min(crate::lease::ASK_AGAIN)),
+                ttl: Some(ttl.min(crate::wire::ASK_AGAIN)),
             };
         }
         state.sweep(now);
@@ -632,7 +639,7 @@ impl MemoryStore {
         }
         drop(guard);
         if let Some((head, token)) = handed {
-            let grant = format!("g {head} {token}");
+            let grant = format!("{}{head} {token}", crate::wire::GRANT_PREFIX);
             self.inner.waiters.message(&key.channel, grant.as_bytes());
         }
         deleted
@@ -919,8 +926,8 @@ impl Backend for MemoryStore {
         &'a self,
         key: &'a LockKey,
         owner: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        async move { Ok(self.release_now(key, owner, false)) }.boxed()
+    ) -> BoxFuture<'a, Result<Released, LockError>> {
+        async move { Ok(Released::deleted(self.release_now(key, owner, false))) }.boxed()
     }
 
     fn rollback<'a>(
@@ -952,27 +959,6 @@ impl Backend for MemoryStore {
                 .collect()
         }
         .boxed()
-    }
-
-    fn waiter(&self, key: &LockKey) -> WaitSet {
-        WaitSet::new(vec![self.inner.waiters.register(&key.channel)])
-    }
-
-    fn wake_kept(&self, key: &LockKey) {
-        self.inner.waiters.wake_one(&key.channel);
-    }
-
-    fn yield_local(&self, key: &LockKey) {
-        self.inner.waiters.yield_round(&key.channel);
-    }
-
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
-        Some(self.inner.waiters.keeper())
-    }
-
-    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
-        // The store wakes waiters directly: registering is always free.
-        Some(self.waiter(key))
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
@@ -1086,7 +1072,7 @@ mod tests {
     }
 
     /// Whether a wake-up is pending for `handle` (taking it).
-    async fn woken(handle: &mut crate::wake::WakeHandle) -> bool {
+    async fn woken(handle: &mut crate::waiters::WakeHandle) -> bool {
         let woken = tokio::time::timeout(MS, handle.notified()).await.is_ok();
         if woken {
             handle.attempted(false);

@@ -11,12 +11,27 @@ use tokio::time::Instant;
 
 use super::redis::reply;
 use super::standalone::RedisBackend;
-use super::{Attempt, Backend, RenewItem, Renewal};
+use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
 use crate::lease::drift;
 use crate::name::LockKey;
-use crate::wake::WaitSet;
+use crate::wakeups::Wakeups;
 use crate::{BackendError, LockError, LockHolder, LockInfo, NodeAnswer};
+
+/// What Redlock supports beyond the plain lock: neither the lock family nor
+/// hot locks.
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    family: Some(Unsupported {
+        backend: "Redlock",
+        reason: "its masters are independent, so no one of them orders a queue, counts \
+                 readers or permits for all; use a single node, Sentinel or Cluster for it",
+    }),
+    hot_locks: Some(Unsupported {
+        backend: "Redlock",
+        reason: "keep_hot is not offered with Redlock: a kept lock would have to be given up \
+                 on a quorum of masters at once",
+    }),
+};
 
 /// The masters of a Redlock.
 #[derive(Debug)]
@@ -35,6 +50,12 @@ impl RedlockBackend {
             node_timeout,
             label,
         }
+    }
+
+    /// How this client hears the masters' releases: one subscription per
+    /// master, any of which wakes a waiter.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::quorum(self.nodes.iter().map(RedisBackend::wakeups))
     }
 
     /// A majority of the masters.
@@ -151,7 +172,9 @@ impl RedlockBackend {
     /// `NotHeld` (`Ok(false)`) when too few had it for it to have been ours;
     /// an error when failures leave that open.
     async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let replies = self.on_all(|node| node.release(key, owner)).await;
+        let replies = self
+            .on_all(|node| async move { node.release(key, owner).await.map(|r| r.deleted) })
+            .await;
         let deleted = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         let failed = replies.iter().filter(|r| r.is_err()).count();
         if deleted >= self.quorum() {
@@ -291,8 +314,10 @@ impl Backend for RedlockBackend {
         &'a self,
         key: &'a LockKey,
         owner: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        RedlockBackend::release(self, key, owner).boxed()
+    ) -> BoxFuture<'a, Result<Released, LockError>> {
+        RedlockBackend::release(self, key, owner)
+            .map(|deleted| deleted.map(Released::deleted))
+            .boxed()
     }
 
     /// Quiet on every master: waking on each would make the waiters of a
@@ -317,29 +342,14 @@ impl Backend for RedlockBackend {
         RedlockBackend::renew(self, items, lease).boxed()
     }
 
-    /// A waiter woken by a release on any master.
-    fn waiter(&self, key: &LockKey) -> WaitSet {
-        WaitSet::new(self.nodes.iter().map(|node| node.waiter(key)).collect())
-    }
-
-    /// One confirmed subscription of N does not cover the first attempt:
-    /// Redlock registers the usual way.
-    fn waiter_if_subscribed(&self, _key: &LockKey) -> Option<WaitSet> {
-        None
-    }
-
     fn shut_down(&self) {
         for node in &self.nodes {
             Backend::shut_down(node);
         }
     }
 
-    fn family_unsupported(&self) -> Option<(&'static str, &'static str)> {
-        Some((
-            "Redlock",
-            "its masters are independent, so no one of them orders a queue, counts readers or \
-             permits for all; use a single node, Sentinel or Cluster for it",
-        ))
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
@@ -352,9 +362,10 @@ impl Backend for RedlockBackend {
         &'a self,
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
-        let (backend, reason) = self
-            .family_unsupported()
-            .unwrap_or(("Redlock", "its masters are independent"));
+        let Unsupported { backend, reason } = self.capabilities().family.unwrap_or(Unsupported {
+            backend: "Redlock",
+            reason: "its masters are independent",
+        });
         let err = LockError::Unsupported {
             key: key.name.to_string(),
             primitive: key.kind.describe(),

@@ -15,17 +15,17 @@ use tokio::sync::Notify;
 
 use self::node::Node;
 use self::sentinel::{Follower, Sentinel};
-use self::subscriber::Subscriber;
+use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, RedisSettings};
-use super::{Attempt, Backend, RenewItem, Renewal};
+use super::{Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::LockKey;
+use crate::supervised::Supervised;
 use crate::sync::Mutex;
-use crate::task::Supervised;
-use crate::wake::{WaitSet, Waiters, WakeHandle};
+use crate::wakeups::Wakeups;
 use crate::{lease, BackendError, LockError, LockInfo};
 
 /// The current node, swapped when Sentinel reports a new master.
@@ -53,8 +53,8 @@ pub(crate) struct RedisBackend {
     label: String,
     settings: RedisSettings,
     scripts: Arc<Scripts>,
-    waiters: Arc<Waiters>,
-    subscriber: Supervised,
+    /// The subscription that wakes this master's waiters (see `wakeups()`).
+    subscription: Arc<NodeSubscription>,
 }
 
 impl RedisBackend {
@@ -107,6 +107,7 @@ impl RedisBackend {
                 scripts.clone(),
             ))
         });
+        let subscription = Arc::new(NodeSubscription::new(cell.clone(), settings.clone()));
         let backend = RedisBackend {
             cell,
             follower,
@@ -114,8 +115,7 @@ impl RedisBackend {
             label,
             settings,
             scripts,
-            waiters: Waiters::subscribed(),
-            subscriber: Supervised::default(),
+            subscription,
         };
         backend.ensure_watcher();
         backend
@@ -277,7 +277,7 @@ impl RedisBackend {
     /// owner, so `HDEL` of that field checks the owner and deletes the key in
     /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
     /// after a release that deleted nothing only costs a waiter one attempt.
-    pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<Released, LockError> {
         let pipe = self.scripts.release(key, owner);
         let outcome = match self.exec(&pipe, Scripts::release_replies(key), true).await {
             Ok((replies, node)) => {
@@ -287,12 +287,10 @@ impl RedisBackend {
             Err(err) => Err(err),
         };
         match outcome {
-            Ok((deleted, listeners)) => {
-                if let Some(count) = listeners {
-                    self.waiters.listeners(&key.channel, count);
-                }
-                Ok(deleted == 1)
-            }
+            Ok((deleted, listeners)) => Ok(Released {
+                deleted: deleted == 1,
+                listeners,
+            }),
             Err(err) => Err(self.error(key, err).await),
         }
     }
@@ -353,14 +351,10 @@ impl RedisBackend {
         }
     }
 
-    /// Registers a waiter on `key`'s channel, (re)starting the subscriber on
-    /// this runtime when it is not running.
-    pub(crate) fn waiter(&self, key: &LockKey) -> WakeHandle {
-        let handle = self.waiters.register(&key.channel);
-        self.subscriber.ensure(|| {
-            Subscriber::new(self.cell.clone(), self.settings.clone(), &self.waiters).run()
-        });
-        handle
+    /// How this client hears this master's releases: its subscription.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        let subscription = self.subscription.clone();
+        Wakeups::subscribed(subscription.waiters().clone(), subscription)
     }
 
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
@@ -406,7 +400,7 @@ impl Backend for RedisBackend {
         &'a self,
         key: &'a LockKey,
         owner: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
+    ) -> BoxFuture<'a, Result<Released, LockError>> {
         RedisBackend::release(self, key, owner).boxed()
     }
 
@@ -426,44 +420,11 @@ impl Backend for RedisBackend {
         RedisBackend::renew(self, items, lease).boxed()
     }
 
-    fn waiter(&self, key: &LockKey) -> WaitSet {
-        WaitSet::new(vec![RedisBackend::waiter(self, key)])
-    }
-
-    fn waiter_if_subscribed(&self, key: &LockKey) -> Option<WaitSet> {
-        if !self.subscriber.is_running() {
-            return None; // its confirmations went with it
-        }
-        let handle = self.waiters.register_if_ready(&key.channel)?;
-        Some(WaitSet::new(vec![handle]))
-    }
-
-    fn expect_wake(&self, key: &LockKey, expected: bool) {
-        self.waiters.expect_wake(&key.channel, expected);
-    }
-
-    fn wake_local(&self, key: &LockKey) {
-        self.waiters.wake_local(&key.channel);
-    }
-
-    fn wake_kept(&self, key: &LockKey) {
-        self.waiters.wake_one(&key.channel);
-    }
-
-    fn yield_local(&self, key: &LockKey) {
-        self.waiters.yield_round(&key.channel);
-    }
-
-    fn keeper(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::wake::Ask>> {
-        Some(self.waiters.keeper())
-    }
-
     fn ensure_running(&self) {
         self.ensure_watcher();
     }
 
     fn shut_down(&self) {
-        self.subscriber.stop();
         self.watcher.stop();
     }
 

@@ -20,8 +20,51 @@ use tokio::sync::mpsc;
 use super::NodeCell;
 use crate::backend::redis::command::bounded;
 use crate::backend::redis::RedisSettings;
-use crate::wake::Waiters;
+use crate::supervised::Supervised;
+use crate::waiters::Waiters;
+use crate::wakeups::Subscription;
 use crate::BackendError;
+
+/// The subscription of one master's waiters: the task below, supervised.
+#[derive(Debug)]
+pub(crate) struct NodeSubscription {
+    cell: Arc<NodeCell>,
+    settings: RedisSettings,
+    waiters: Arc<Waiters>,
+    task: Supervised,
+}
+
+impl NodeSubscription {
+    pub(super) fn new(cell: Arc<NodeCell>, settings: RedisSettings) -> Self {
+        NodeSubscription {
+            cell,
+            settings,
+            waiters: Waiters::subscribed(),
+            task: Supervised::default(),
+        }
+    }
+
+    /// The waiters it feeds.
+    pub(super) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
+    }
+}
+
+impl Subscription for NodeSubscription {
+    fn ensure(&self) {
+        self.task.ensure(|| {
+            Subscriber::new(self.cell.clone(), self.settings.clone(), &self.waiters).run()
+        });
+    }
+
+    fn is_running(&self) -> bool {
+        self.task.is_running()
+    }
+
+    fn stop(&self) {
+        self.task.stop();
+    }
+}
 
 pub(super) struct Subscriber {
     cell: Arc<NodeCell>,

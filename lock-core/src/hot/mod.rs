@@ -18,6 +18,13 @@
 //!   lock's channel, which every keeper follows while it keeps the lock.
 //! - **Renewed** by the watchdog while kept, idle or not: a lease lost while
 //!   kept idle is found at the next acquisition, which then asks the store.
+//!
+//! This folder holds the table of kept locks ([`Keeper`]) and the keeper's
+//! task (`task.rs`); the acquisition and the release consult the table
+//! through it, and hand the task a give-up callback, so the folder depends
+//! on nothing above the held-lock state and the waiters.
+
+mod task;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,11 +36,16 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::held::HeldLock;
+use crate::supervised::Supervised;
 use crate::sync::Mutex;
-use crate::task::Supervised;
-use crate::wake::{Ask, WaitSet};
+use crate::waiters::{Ask, WaitSet};
 
-pub(crate) use crate::name::KEEP_SUFFIX;
+pub(crate) use crate::wire::KEEP_SUFFIX;
+
+/// Gives up kept locks (releases them in the store, in the background);
+/// returns false once the client is gone, which ends the keeper's task.
+/// Called with no locks to ask only that.
+pub(crate) type GiveUp = Arc<dyn Fn(Vec<Arc<HeldLock>>) -> bool + Send + Sync>;
 
 /// The longest linger accepted.
 pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
@@ -113,15 +125,11 @@ impl Keeper {
         }
     }
 
-    /// Makes sure the keeper's task runs: `start` makes it (with this
-    /// keeper's state) when it does not run on the current runtime.
-    pub(crate) fn ensure_running<F, Fut>(&self, start: F)
-    where
-        F: FnOnce(Arc<Inner>) -> Fut,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
-    {
+    /// Makes sure the keeper's task runs on the current runtime, giving
+    /// locks up through `give_up` (made only when the task is started).
+    pub(crate) fn ensure_running(&self, give_up: impl FnOnce() -> GiveUp) {
         let inner = self.inner.clone();
-        self.task.ensure(move || start(inner));
+        self.task.ensure(move || task::run(inner, give_up()));
     }
 
     /// Stops the task for good (the client shut down).

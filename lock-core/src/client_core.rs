@@ -14,13 +14,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::closing::Closing;
 use crate::held::HeldLock;
+use crate::hot::Keeper;
 use crate::janitor::Janitor;
-use crate::keep::Keeper;
 use crate::name::{self, Kind, Layout, LockKey};
 use crate::scope::Scope;
+use crate::shutdown_state::Closing;
 use crate::sync::Mutex;
+use crate::wakeups::Wakeups;
 use crate::watchdog::Watchdog;
 use crate::LockError;
 
@@ -42,6 +43,8 @@ pub(crate) struct ClientCore {
     /// subscription to be confirmed).
     pub(crate) response_timeout: Duration,
     pub(crate) backend: Arc<dyn Backend>,
+    /// This client's waiters and the subscriptions that wake them.
+    pub(crate) wakeups: Wakeups,
     /// The identity of the store the locks live in (with the lock's Redis
     /// key, which includes the prefix, it says whether two clients' locks
     /// are the same lock).
@@ -58,7 +61,7 @@ pub(crate) struct ClientCore {
     releasing: AtomicUsize,
     pub(crate) closing: Closing,
     /// The `name` label of the client's metrics.
-    pub(crate) meter_names: crate::meter::Names,
+    pub(crate) meter_names: crate::metric_points::Names,
     /// Native or Redisson's layout of the plain lock.
     pub(crate) layout: Layout,
     /// Hot locks (`LockClientBuilder::keep_hot`), when on.
@@ -72,11 +75,13 @@ impl ClientCore {
         lease: Duration,
         response_timeout: Duration,
         backend: Arc<dyn Backend>,
+        wakeups: Wakeups,
     ) -> Self {
         let store = backend.store_id().into();
         ClientCore {
             id,
             store,
+            wakeups,
             prefix,
             lease,
             response_timeout,
@@ -87,16 +92,16 @@ impl ClientCore {
             holders: Mutex::default(),
             releasing: AtomicUsize::new(0),
             closing: Closing::default(),
-            meter_names: crate::meter::Names::default(),
+            meter_names: crate::metric_points::Names::default(),
             layout: Layout::Native,
             keeper: None,
         }
     }
 
-    /// Keeps hot locks for `linger` (see `keep.rs`), where the backend
+    /// Keeps hot locks for `linger` (see `hot/`), where the backend
     /// offers them.
     pub(crate) fn with_keeper(mut self, linger: Option<Duration>) -> Self {
-        self.keeper = linger.and_then(|linger| Some(Keeper::new(linger, self.backend.keeper()?)));
+        self.keeper = linger.and_then(|linger| Some(Keeper::new(linger, self.wakeups.keeper()?)));
         self
     }
 
@@ -248,13 +253,14 @@ impl ClientCore {
     }
 
     /// Stops the background work that must not outlive a shutdown for good:
-    /// the watchdog (nothing is renewed any more) and the backend's wake-up
-    /// subscribers. Background releases still run when queued.
+    /// the watchdog (nothing is renewed any more), the wake-up subscribers
+    /// and the backend's own background work. Background releases still run when queued.
     pub(crate) fn stop_background(&self) {
         if let Some(keeper) = &self.keeper {
             keeper.stop();
         }
         self.watchdog.stop();
+        self.wakeups.stop();
         self.backend.shut_down();
     }
 

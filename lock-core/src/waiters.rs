@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::sync::Mutex;
+use crate::wire::{ASK_PREFIX, GRANT_PREFIX};
 
 /// How long a wake-up holds other waiters back at most: a woken waiter that
 /// neither attempts nor leaves within it (a stalled task) stops blocking.
@@ -247,7 +248,7 @@ impl Waiters {
     /// taken); anything else is a release that wakes a waiter (see
     /// [`wake_one`](Waiters::wake_one)).
     pub(crate) fn message(&self, channel: &str, payload: &[u8]) {
-        if let Some(field) = payload.strip_prefix(b"w ") {
+        if let Some(field) = payload.strip_prefix(ASK_PREFIX.as_bytes()) {
             if let Ok(field) = std::str::from_utf8(field) {
                 let ask: Ask = (channel.into(), field.into());
                 for keeper in self.keepers.lock().iter() {
@@ -256,7 +257,7 @@ impl Waiters {
             }
             return;
         }
-        if let Some(grant) = payload.strip_prefix(b"g ") {
+        if let Some(grant) = payload.strip_prefix(GRANT_PREFIX.as_bytes()) {
             let parsed = std::str::from_utf8(grant).ok().and_then(|grant| {
                 let (owner, token) = grant.rsplit_once(' ')?;
                 Some((owner, token.parse::<u64>().ok()?))

@@ -10,8 +10,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::held::HeldLock;
+use crate::supervised::Supervised;
 use crate::sync::Mutex;
-use crate::task::Supervised;
 
 /// What [`LockClient::shutdown`](crate::LockClient::shutdown) did with the
 /// locks the client held when it began.
