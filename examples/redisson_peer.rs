@@ -51,8 +51,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let client = LockClient::builder()
             .layout(Layout::Redisson)
+            .cluster(seeds)
             .sharded_pubsub(mode)
-            .connect_cluster(seeds)
+            .connect()
             .await?;
         return run(args, conn, client).await;
     }

@@ -63,7 +63,7 @@ async fn locks_spread_over_every_master_and_share_one_slot_each() {
         let key = redis_key(&name);
         // The lock, its fencing counter and its channel hash to one slot.
         let slot = cluster.slot_of(&key);
-        let fence_key = client.inspect(&name).await.unwrap().fence_key;
+        let fence_key = client.admin().inspect(&name).await.unwrap().fence_key;
         assert_eq!(cluster.slot_of(&fence_key), slot);
         assert_eq!(cluster.slot_of(&format!("{key}:released")), slot);
         let master = cluster.master_of_slot(slot);
@@ -218,19 +218,19 @@ async fn inspect_and_list_see_locks_on_every_master() {
     for i in 0..12 {
         guards.push(client.lock(format!("listed:{i}")).acquire().await.unwrap());
     }
-    let listed = client.list("listed:").await.unwrap();
+    let listed = client.admin().list("listed:").await.unwrap();
     let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
     let mut expected: Vec<String> = (0..12).map(|i| format!("listed:{i}")).collect();
     expected.sort();
     assert_eq!(names, expected);
-    let info = client.inspect("listed:3").await.unwrap();
+    let info = client.admin().inspect("listed:3").await.unwrap();
     let holder = info.holder.expect("held");
     assert_eq!(holder.owner, guards[3].owner());
     assert_eq!(holder.fencing_token, guards[3].fencing_token());
     for guard in guards {
         guard.release().await.unwrap();
     }
-    assert!(client.list("listed:").await.unwrap().is_empty());
+    assert!(client.admin().list("listed:").await.unwrap().is_empty());
 }
 
 /// The family's inspection goes to the master of each name's slot: names on
@@ -270,27 +270,50 @@ async fn family_inspection_reads_each_name_on_its_master() {
         ));
     }
     for (name, (fair, read, permits, take)) in names.iter().zip(&guards) {
-        let info = operator.inspect_fair(name).await.unwrap();
+        let info = operator.admin().inspect_fair(name).await.unwrap();
         assert_eq!(info.holder.map(|h| h.owner).as_deref(), Some(fair.owner()));
-        let info = operator.inspect_read_write(name).await.unwrap();
+        let info = operator.admin().inspect_read_write(name).await.unwrap();
         let readers: Vec<&str> = info.readers.iter().map(|r| r.owner.as_str()).collect();
         assert_eq!(readers, [read.owner()]);
-        let info = operator.inspect_semaphore(name).await.unwrap();
+        let info = operator.admin().inspect_semaphore(name).await.unwrap();
         assert_eq!(info.in_use, *take);
         assert_eq!(info.holders[0].owner, permits.owner());
     }
     for name in &names {
-        assert!(operator.force_release_fair(name).await.unwrap());
-        assert!(operator.force_release_read_write(name).await.unwrap());
-        assert!(operator.force_release_semaphore(name).await.unwrap());
-        assert!(operator.inspect_fair(name).await.unwrap().holder.is_none());
+        assert!(operator.admin().force_release_fair(name).await.unwrap());
         assert!(operator
+            .admin()
+            .force_release_read_write(name)
+            .await
+            .unwrap());
+        assert!(operator
+            .admin()
+            .force_release_semaphore(name)
+            .await
+            .unwrap());
+        assert!(operator
+            .admin()
+            .inspect_fair(name)
+            .await
+            .unwrap()
+            .holder
+            .is_none());
+        assert!(operator
+            .admin()
             .inspect_read_write(name)
             .await
             .unwrap()
             .readers
             .is_empty());
-        assert_eq!(operator.inspect_semaphore(name).await.unwrap().in_use, 0);
+        assert_eq!(
+            operator
+                .admin()
+                .inspect_semaphore(name)
+                .await
+                .unwrap()
+                .in_use,
+            0
+        );
     }
     for (fair, read, permits, _) in guards {
         assert!(fair.release().await.is_err());
@@ -381,7 +404,7 @@ async fn edges_names_starting_with_a_closing_brace_work_on_the_cluster() {
             exists,
             "{name:?} is not stored as {key} on its slot's master"
         );
-        assert_eq!(b.inspect(name).await.unwrap().name, name);
+        assert_eq!(b.admin().inspect(name).await.unwrap().name, name);
         let waiter = tokio::spawn({
             let b = b.clone();
             async move {

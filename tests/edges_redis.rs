@@ -32,8 +32,9 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 
 /// Client-wide settings out of range are `InvalidConfig { key: "*", .. }`
 /// naming the value, from `LockClientBuilder::connect` (ranges: see
-/// `suite::builder_setting_problems`), `sync_replicas`' timeout included;
-/// `node_timeout` also from `connect_redlock`.
+/// `suite::builder_setting_problems`); each topology's own options where
+/// they apply: `sync_replicas`' timeout (1 ms ..= 1 day) on one node,
+/// `node_timeout` on Redlock.
 ///
 /// Old code: the lease (365 days + 1 s, `Duration::MAX`), the timeouts
 /// (500 µs, 1 day + 1 s, `Duration::MAX`) and every `sync_replicas` timeout
@@ -43,19 +44,50 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 async fn edges_redis_builder_settings_are_range_checked() {
     let server = RedisServer::start();
     let url = server.url();
-    let mut problems = suite::builder_setting_problems(
-        |builder| {
-            let url = url.clone();
-            async move { builder.connect(&url).await }
-        },
-        true,
-    )
+    let mut problems = suite::builder_setting_problems(|builder| {
+        let url = url.clone();
+        async move { builder.connect(&url).await }
+    })
     .await;
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    for value in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        DAY + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let shown = format!("{value:?}");
+        match LockClient::builder()
+            .redis(&url)
+            .sync_replicas(1, value)
+            .connect()
+            .await
+        {
+            Err(LockError::InvalidConfig { key, reason })
+                if key == "*" && reason.contains(&shown) => {}
+            other => problems.push(format!(
+                "sync_replicas(1, {shown}): expected InvalidConfig naming it, got {other:?}"
+            )),
+        }
+    }
+    for value in [Duration::from_millis(1), DAY] {
+        if let Err(err @ LockError::InvalidConfig { .. }) = LockClient::builder()
+            .redis(&url)
+            .sync_replicas(1, value)
+            .connect()
+            .await
+        {
+            problems.push(format!(
+                "sync_replicas(1, {value:?}) is in range but rejected: {err}"
+            ));
+        }
+    }
     for value in [Duration::ZERO, Duration::MAX] {
         let shown = format!("{value:?}");
         match LockClient::builder()
+            .redlock([url.as_str()])
             .node_timeout(value)
-            .connect_redlock([url.as_str()])
+            .connect()
             .await
         {
             Err(LockError::InvalidConfig { key, reason }) if key == "*" && reason.contains(&shown) => {}
@@ -178,7 +210,7 @@ async fn edges_rollback_of_an_abandoned_grant_spares_the_scopes_reacquisition() 
         let at = format!("{} ms after re-acquiring", step * 500);
         let taken = other.lock(name).try_acquire().await.unwrap();
         assert!(taken.is_none(), "{at}: another client took `b`");
-        let holder = other.inspect(name).await.unwrap().holder;
+        let holder = other.admin().inspect(name).await.unwrap().holder;
         assert_eq!(
             holder.as_ref().map(|h| h.owner.as_str()),
             Some(guard.owner()),
@@ -239,7 +271,13 @@ async fn edges_cancelled_acquire_cleanup_that_deletes_nothing_publishes_nothing(
     );
     assert!(held.is_held());
     assert_eq!(
-        holder.inspect(name).await.unwrap().holder.map(|h| h.owner),
+        holder
+            .admin()
+            .inspect(name)
+            .await
+            .unwrap()
+            .holder
+            .map(|h| h.owner),
         Some(held.owner().to_owned())
     );
     held.release().await.unwrap();

@@ -89,7 +89,7 @@ async fn interleave(a: &LockClient, b: &LockClient, op: &LockClient, store: &dyn
     let lock_a = a.lock(SKU).acquire().await.unwrap();
     let read_a = store.read(lock_a.fencing_token());
     // A's lock is taken away (an operator, or A paused past its lease).
-    assert!(op.force_release(SKU).await.unwrap());
+    assert!(op.admin().force_release(SKU).await.unwrap());
     let lock_b = b.lock(SKU).acquire().await.unwrap();
     assert!(lock_b.fencing_token() > lock_a.fencing_token());
     let read_b = store.read(lock_b.fencing_token());

@@ -10,14 +10,14 @@ use lock_test_support::{RedisServer, ServerOptions};
 /// Two clients on one store: `a` and `b`, plus `other` with another key prefix.
 async fn check_inspect_and_list(a: LockClient, b: LockClient, other: LockClient) {
     // Never used: free, no token issued.
-    let fresh = a.inspect("job:a").await.unwrap();
+    let fresh = a.admin().inspect("job:a").await.unwrap();
     assert_eq!(fresh.name, "job:a");
     assert_eq!(fresh.key, format!("{}{{job:a}}", a.key_prefix()));
     assert_eq!(fresh.holder, None);
     assert_eq!(fresh.last_fencing_token, None);
 
     let guard = a.lock("job:a").acquire().await.unwrap();
-    let seen_by_b = b.inspect("job:a").await.unwrap();
+    let seen_by_b = b.admin().inspect("job:a").await.unwrap();
     let holder = seen_by_b.holder.clone().expect("job:a is held");
     assert_eq!(holder.owner, guard.owner());
     assert_eq!(holder.client_id(), a.id());
@@ -32,7 +32,7 @@ async fn check_inspect_and_list(a: LockClient, b: LockClient, other: LockClient)
         .scope(async {
             let nested = a.lock("job:a").acquire().await.unwrap();
             assert_eq!(nested.hold_count(), 2);
-            let holder = b.inspect("job:a").await.unwrap().holder.unwrap();
+            let holder = b.admin().inspect("job:a").await.unwrap().holder.unwrap();
             assert_eq!(holder.holds, 1);
             nested.release().await.unwrap();
         })
@@ -51,16 +51,19 @@ async fn check_inspect_and_list(a: LockClient, b: LockClient, other: LockClient)
         locks.into_iter().map(|l| l.name).collect()
     };
     assert_eq!(
-        names(a.list("").await.unwrap()),
+        names(a.admin().list("").await.unwrap()),
         ["job:a", "job:b", "order:1"]
     );
-    assert_eq!(names(b.list("job:").await.unwrap()), ["job:a", "job:b"]);
     assert_eq!(
-        names(a.list("nothing").await.unwrap()),
+        names(b.admin().list("job:").await.unwrap()),
+        ["job:a", "job:b"]
+    );
+    assert_eq!(
+        names(a.admin().list("nothing").await.unwrap()),
         Vec::<String>::new()
     );
-    assert_eq!(names(other.list("").await.unwrap()), ["job:c"]);
-    let listed = a.list("job:b").await.unwrap();
+    assert_eq!(names(other.admin().list("").await.unwrap()), ["job:c"]);
+    let listed = a.admin().list("job:b").await.unwrap();
     assert_eq!(listed.len(), 1);
     let holder = listed[0].holder.as_ref().unwrap();
     assert_eq!(holder.owner, second.owner());
@@ -73,19 +76,19 @@ async fn check_inspect_and_list(a: LockClient, b: LockClient, other: LockClient)
     // Released: free, and the last token stays.
     let token = guard.fencing_token();
     guard.release().await.unwrap();
-    let after = b.inspect("job:a").await.unwrap();
+    let after = b.admin().inspect("job:a").await.unwrap();
     assert_eq!(after.holder, None);
     assert!(after.last_fencing_token >= Some(token));
-    assert_eq!(names(a.list("job:").await.unwrap()), ["job:b"]);
+    assert_eq!(names(a.admin().list("job:").await.unwrap()), ["job:b"]);
 
     // Force-released: gone from the list too.
-    assert!(a.force_release("job:b").await.unwrap());
-    assert_eq!(names(a.list("").await.unwrap()), ["order:1"]);
+    assert!(a.admin().force_release("job:b").await.unwrap());
+    assert_eq!(names(a.admin().list("").await.unwrap()), ["order:1"]);
     drop(second);
 
     // Names are checked as for locking.
     assert!(matches!(
-        a.inspect("").await,
+        a.admin().inspect("").await,
         Err(LockError::InvalidKey { .. })
     ));
     third.release().await.unwrap();
@@ -125,10 +128,10 @@ async fn memory_expired_locks_are_not_listed() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(client.list("").await.unwrap().len(), 1);
+    assert_eq!(client.admin().list("").await.unwrap().len(), 1);
     tokio::time::sleep(Duration::from_millis(120)).await;
-    assert!(client.list("").await.unwrap().is_empty());
-    let info = client.inspect("short").await.unwrap();
+    assert!(client.admin().list("").await.unwrap().is_empty());
+    let info = client.admin().inspect("short").await.unwrap();
     assert_eq!(info.holder, None);
     assert_eq!(info.last_fencing_token, Some(guard.fencing_token()));
 }
@@ -165,13 +168,13 @@ async fn redis_list_walks_the_whole_keyspace_with_scan() {
 
     let client = LockClient::connect(&server.url()).await.unwrap();
     // The fencing counter of bulk:0000's slot.
-    let counter = client.inspect("bulk:0000").await.unwrap().fence_key;
+    let counter = client.admin().inspect("bulk:0000").await.unwrap().fence_key;
     let () = redis::cmd("SET")
         .arg(&counter)
         .arg(7)
         .query(&mut conn)
         .unwrap();
-    let locks = client.list("").await.unwrap();
+    let locks = client.admin().list("").await.unwrap();
     assert_eq!(locks.len(), LOCKS);
     for (i, lock) in locks.iter().enumerate() {
         assert_eq!(lock.name, format!("bulk:{i:04}"));
@@ -183,7 +186,7 @@ async fn redis_list_walks_the_whole_keyspace_with_scan() {
         let expected = (lock.fence_key == counter).then_some(7);
         assert_eq!(lock.last_fencing_token, expected, "{}", lock.name);
     }
-    assert_eq!(client.list("bulk:12").await.unwrap().len(), 100);
+    assert_eq!(client.admin().list("bulk:12").await.unwrap().len(), 100);
     // KEYS was never sent.
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -203,10 +206,13 @@ async fn redis_list_prefix_is_not_a_glob() {
     let names = |locks: Vec<distlock::LockInfo>| -> Vec<String> {
         locks.into_iter().map(|l| l.name).collect()
     };
-    assert_eq!(names(client.list("a*").await.unwrap()), ["a*[b]?"]);
-    assert_eq!(names(client.list("a").await.unwrap()), ["a*[b]?", "ab"]);
+    assert_eq!(names(client.admin().list("a*").await.unwrap()), ["a*[b]?"]);
     assert_eq!(
-        names(client.list("a?").await.unwrap()),
+        names(client.admin().list("a").await.unwrap()),
+        ["a*[b]?", "ab"]
+    );
+    assert_eq!(
+        names(client.admin().list("a?").await.unwrap()),
         Vec::<String>::new()
     );
     star.release().await.unwrap();
@@ -223,24 +229,24 @@ async fn redis_inspect_reports_keys_of_another_type() {
         .query(&mut conn)
         .unwrap();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let fence_key = client.inspect("fence").await.unwrap().fence_key;
+    let fence_key = client.admin().inspect("fence").await.unwrap().fence_key;
     let () = redis::cmd("HSET")
         .arg(&fence_key)
         .arg("a")
         .arg("b")
         .query(&mut conn)
         .unwrap();
-    match client.inspect("text").await {
+    match client.admin().inspect("text").await {
         Err(LockError::WrongType { key, redis_key }) => {
             assert_eq!((key.as_str(), redis_key.as_str()), ("text", "lock:{text}"))
         }
         other => panic!("{other:?}"),
     }
-    match client.inspect("fence").await {
+    match client.admin().inspect("fence").await {
         Err(LockError::WrongType { redis_key, .. }) => assert_eq!(redis_key, fence_key),
         other => panic!("{other:?}"),
     }
-    assert!(client.list("").await.unwrap().is_empty());
+    assert!(client.admin().list("").await.unwrap().is_empty());
 }
 
 /// The ACL rule the README gives for operators (the lock rule plus SCAN,
@@ -259,11 +265,11 @@ async fn the_readme_operator_acl_rule_is_sufficient() {
         .await
         .unwrap();
     let guard = client.lock("acl:ops").acquire().await.unwrap();
-    let info = client.inspect("acl:ops").await.unwrap();
+    let info = client.admin().inspect("acl:ops").await.unwrap();
     assert_eq!(info.holder.unwrap().owner, guard.owner());
-    assert_eq!(client.list("acl:").await.unwrap().len(), 1);
-    assert!(client.force_release("acl:ops").await.unwrap());
-    assert!(client.list("").await.unwrap().is_empty());
+    assert_eq!(client.admin().list("acl:").await.unwrap().len(), 1);
+    assert!(client.admin().force_release("acl:ops").await.unwrap());
+    assert!(client.admin().list("").await.unwrap().is_empty());
     drop(guard);
 }
 
@@ -337,14 +343,14 @@ async fn redis_family_inspection_hides_what_expired_by_the_servers_clock() {
     let () = pipe.query(&mut conn).unwrap();
 
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let fence_key = client.inspect("raw").await.unwrap().fence_key;
+    let fence_key = client.admin().inspect("raw").await.unwrap().fence_key;
     let () = redis::cmd("SET")
         .arg(&fence_key)
         .arg(41)
         .query(&mut conn)
         .unwrap();
 
-    let fair = client.inspect_fair("raw").await.unwrap();
+    let fair = client.admin().inspect_fair("raw").await.unwrap();
     let holder = fair.holder.expect("held");
     assert_eq!((holder.owner.as_str(), holder.fencing_token), ("h:1", 5));
     assert!(holder.ttl.unwrap() <= Duration::from_secs(60));
@@ -354,7 +360,7 @@ async fn redis_family_inspection_hides_what_expired_by_the_servers_clock() {
     assert!(fair.queue[0].place_ttl > Duration::from_secs(3));
     assert_eq!(fair.last_fencing_token, Some(41));
 
-    let rw = client.inspect_read_write("raw").await.unwrap();
+    let rw = client.admin().inspect_read_write("raw").await.unwrap();
     let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
     assert_eq!(readers, ["live:1"]);
     let writer = rw.writer.expect("written");
@@ -367,7 +373,7 @@ async fn redis_family_inspection_hides_what_expired_by_the_servers_clock() {
         .collect();
     assert_eq!(waiting, ["waiting:1"]);
 
-    let sem = client.inspect_semaphore("raw").await.unwrap();
+    let sem = client.admin().inspect_semaphore("raw").await.unwrap();
     let holders: Vec<(&str, u32)> = sem
         .holders
         .iter()
@@ -412,23 +418,23 @@ async fn redis_family_inspection_reports_keys_of_another_type() {
         Err(LockError::WrongType { key, redis_key }) => (key, redis_key),
         other => panic!("{other:?}"),
     };
-    let (key, redis_key) = wrong(client.inspect_fair("a").await.map(drop));
+    let (key, redis_key) = wrong(client.admin().inspect_fair("a").await.map(drop));
     assert_eq!(
         (key.as_str(), redis_key.as_str()),
         ("a", "lock:{a}:fair:queue")
     );
-    let (_, redis_key) = wrong(client.inspect_read_write("b").await.map(drop));
+    let (_, redis_key) = wrong(client.admin().inspect_read_write("b").await.map(drop));
     assert_eq!(redis_key, "lock:{b}:rw:write");
-    let (_, redis_key) = wrong(client.inspect_semaphore("c").await.map(drop));
+    let (_, redis_key) = wrong(client.admin().inspect_semaphore("c").await.map(drop));
     assert_eq!(redis_key, "lock:{c}:sem:permits");
 
-    let fence_key = client.inspect("d").await.unwrap().fence_key;
+    let fence_key = client.admin().inspect("d").await.unwrap().fence_key;
     let () = redis::cmd("SET")
         .arg(&fence_key)
         .arg("not a number")
         .query(&mut conn)
         .unwrap();
-    let (_, redis_key) = wrong(client.inspect_semaphore("d").await.map(drop));
+    let (_, redis_key) = wrong(client.admin().inspect_semaphore("d").await.map(drop));
     assert_eq!(redis_key, fence_key);
 }
 
@@ -464,18 +470,25 @@ async fn the_readme_family_acl_rule_is_sufficient() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        client.inspect_fair("acl:fair").await.unwrap().queue.len(),
+        client
+            .admin()
+            .inspect_fair("acl:fair")
+            .await
+            .unwrap()
+            .queue
+            .len(),
         1
     );
     fair.release().await.unwrap();
     let handed = queued.await.unwrap();
-    assert!(client.force_release_fair("acl:fair").await.unwrap());
+    assert!(client.admin().force_release_fair("acl:fair").await.unwrap());
     assert!(handed.release().await.is_err());
 
     let rw = client.read_write_lock("acl:rw");
     let read = rw.read().acquire().await.unwrap();
     assert_eq!(
         client
+            .admin()
             .inspect_read_write("acl:rw")
             .await
             .unwrap()
@@ -486,12 +499,17 @@ async fn the_readme_family_acl_rule_is_sufficient() {
     read.release().await.unwrap();
     let write = rw.write().acquire().await.unwrap();
     assert!(client
+        .admin()
         .inspect_read_write("acl:rw")
         .await
         .unwrap()
         .writer
         .is_some());
-    assert!(client.force_release_read_write("acl:rw").await.unwrap());
+    assert!(client
+        .admin()
+        .force_release_read_write("acl:rw")
+        .await
+        .unwrap());
     assert!(write.release().await.is_err());
 
     let permits = client
@@ -500,7 +518,15 @@ async fn the_readme_family_acl_rule_is_sufficient() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(client.inspect_semaphore("acl:sem").await.unwrap().in_use, 2);
+    assert_eq!(
+        client
+            .admin()
+            .inspect_semaphore("acl:sem")
+            .await
+            .unwrap()
+            .in_use,
+        2
+    );
     permits.release().await.unwrap();
     let permits = client
         .semaphore("acl:sem", 3)
@@ -508,6 +534,10 @@ async fn the_readme_family_acl_rule_is_sufficient() {
         .acquire()
         .await
         .unwrap();
-    assert!(client.force_release_semaphore("acl:sem").await.unwrap());
+    assert!(client
+        .admin()
+        .force_release_semaphore("acl:sem")
+        .await
+        .unwrap());
     assert!(permits.release().await.is_err());
 }

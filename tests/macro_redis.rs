@@ -569,7 +569,7 @@ async fn current_gives_the_key_and_fencing_token() {
     assert!(held);
     let (_, second, _) = fenced(&client, 5).await.unwrap();
     assert!(second > first, "tokens must grow: {first} then {second}");
-    let fence_key = client.inspect("order:5").await.unwrap().fence_key;
+    let fence_key = client.admin().inspect("order:5").await.unwrap().fence_key;
     let issued: u64 = redis::cmd("GET")
         .arg(fence_key)
         .query(&mut server.conn())

@@ -31,7 +31,7 @@ impl Fixture for Memory {
     async fn delete_lock(&self, name: &str) {
         let operator = LockClient::builder().memory(self.store.clone()).unwrap();
         assert!(
-            operator.force_release(name).await.unwrap(),
+            operator.admin().force_release(name).await.unwrap(),
             "{name} was not held"
         );
     }
@@ -69,13 +69,10 @@ use distlock::LockError;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edges_memory_builder_settings_are_range_checked() {
     let store = MemoryStore::new();
-    let problems = suite::builder_setting_problems(
-        |builder| {
-            let store = store.clone();
-            async move { builder.memory(store) }
-        },
-        false,
-    )
+    let problems = suite::builder_setting_problems(|builder| {
+        let store = store.clone();
+        async move { builder.memory(store) }
+    })
     .await;
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
@@ -112,8 +109,14 @@ async fn edges_memory_store_survives_a_rejected_max_lease() {
                 .acquire()
                 .await
                 .unwrap_or_else(|err| panic!("{who}: {err}"));
-            assert!(client.inspect("edges:max").await.unwrap().holder.is_none());
-            assert_eq!(client.list("edges:max:").await.unwrap().len(), 1);
+            assert!(client
+                .admin()
+                .inspect("edges:max")
+                .await
+                .unwrap()
+                .holder
+                .is_none());
+            assert_eq!(client.admin().list("edges:max:").await.unwrap().len(), 1);
             guard.release().await.unwrap();
         }
         let guard = b.lock("edges:max").acquire().await.unwrap();
@@ -212,7 +215,11 @@ async fn a_waiter_of_the_holders_client_gets_a_force_released_lock_at_once() {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let forced = tokio::time::Instant::now();
-    assert!(operator.force_release("edges:forced").await.unwrap());
+    assert!(operator
+        .admin()
+        .force_release("edges:forced")
+        .await
+        .unwrap());
     let guard = waiter.await.unwrap().unwrap();
     assert!(
         forced.elapsed() < Duration::from_secs(2),

@@ -211,7 +211,7 @@ async fn the_keys_field_value_and_token_are_redissons() {
         .await
         .unwrap()
         .is_none());
-    let seen = client.inspect("interop:layout").await.unwrap();
+    let seen = client.admin().inspect("interop:layout").await.unwrap();
     let holder = seen.holder.as_ref().unwrap();
     assert_eq!(holder.owner, peer.field);
     // The hold count is Redisson's; node-redisson takes no token (a plain
@@ -224,7 +224,7 @@ async fn the_keys_field_value_and_token_are_redissons() {
         true,
         "a re-entry of node-redisson"
     );
-    let seen = client.inspect("interop:layout").await.unwrap();
+    let seen = client.admin().inspect("interop:layout").await.unwrap();
     assert_eq!(seen.holder.unwrap().holds, 2);
     peer.call("unlock");
     peer.call("unlock");
@@ -439,7 +439,7 @@ async fn a_force_unlock_on_one_side_is_a_loss_on_the_other() {
     // We force-release its lock: its unlock is refused, and a waiter of ours
     // is woken by the force-release's message.
     assert_eq!(peer.call("trylock 0"), true);
-    assert!(client.force_release(name).await.unwrap());
+    assert!(client.admin().force_release(name).await.unwrap());
     peer.send("unlock");
     let reply = peer.reply(Duration::from_secs(10));
     assert_eq!(
@@ -483,7 +483,7 @@ async fn redissons_other_locks_and_split_names_are_refused() {
         Err(LockError::WrongType { redis_key, .. }) => assert_eq!(redis_key, "interop:rw"),
         other => panic!("expected WrongType, got {other:?}"),
     }
-    match client.inspect("interop:rw").await {
+    match client.admin().inspect("interop:rw").await {
         Err(LockError::WrongType { redis_key, .. }) => assert_eq!(redis_key, "interop:rw"),
         other => panic!("inspect: expected WrongType, got {other:?}"),
     }
@@ -518,7 +518,7 @@ async fn redissons_other_locks_and_split_names_are_refused() {
         Err(LockError::Unsupported { .. })
     ));
     assert!(matches!(
-        client.list("").await,
+        client.admin().list("").await,
         Err(LockError::Unsupported { .. })
     ));
     // A holder that set no expiry (PTTL -1): busy, and a wait times out
@@ -568,8 +568,9 @@ async fn on_a_cluster_with_classic_pubsub_both_sides_take_turns_and_wake_each_ot
     // cluster client with shardedSubscriptionMode OFF.
     let client = LockClient::builder()
         .layout(Layout::Redisson)
+        .cluster(cluster.master_urls())
         .sharded_pubsub(ShardedPubSub::Off)
-        .connect_cluster(cluster.master_urls())
+        .connect()
         .await
         .unwrap();
     let mut rounds = Rounds::default();
@@ -625,13 +626,6 @@ async fn on_a_cluster_with_classic_pubsub_both_sides_take_turns_and_wake_each_ot
     guard.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
     assert!(released.elapsed() < Duration::from_secs(3));
-    // Sharded pub/sub is for clusters only.
-    let single = RedisServer::start();
-    assert!(matches!(
-        LockClient::builder()
-            .sharded_pubsub(ShardedPubSub::On)
-            .connect(&single.url())
-            .await,
-        Err(LockError::InvalidConfig { .. })
-    ));
+    // Sharded pub/sub is for clusters only: on one node it does not compile
+    // (tests/ui-client/fail/sharded_pubsub_on_one_node.rs).
 }

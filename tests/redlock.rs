@@ -121,25 +121,36 @@ async fn the_lock_family_is_refused_on_redlock() {
         }
         other => panic!("{primitive}: {other:?}"),
     };
-    refused(client.inspect_fair("family").await.map(drop), "fair lock");
     refused(
-        client.inspect_read_write("family").await.map(drop),
-        "read-write lock",
-    );
-    refused(
-        client.inspect_semaphore("family").await.map(drop),
-        "semaphore",
-    );
-    refused(
-        client.force_release_fair("family").await.map(drop),
+        client.admin().inspect_fair("family").await.map(drop),
         "fair lock",
     );
     refused(
-        client.force_release_read_write("family").await.map(drop),
+        client.admin().inspect_read_write("family").await.map(drop),
         "read-write lock",
     );
     refused(
-        client.force_release_semaphore("family").await.map(drop),
+        client.admin().inspect_semaphore("family").await.map(drop),
+        "semaphore",
+    );
+    refused(
+        client.admin().force_release_fair("family").await.map(drop),
+        "fair lock",
+    );
+    refused(
+        client
+            .admin()
+            .force_release_read_write("family")
+            .await
+            .map(drop),
+        "read-write lock",
+    );
+    refused(
+        client
+            .admin()
+            .force_release_semaphore("family")
+            .await
+            .map(drop),
         "semaphore",
     );
     for server in &fixture.servers {
@@ -231,8 +242,9 @@ async fn a_paused_master_costs_at_most_the_node_timeout() {
     let fixture = Redlock::new(5);
     let client = LockClient::builder()
         .response_timeout(Duration::from_secs(20))
+        .redlock(fixture.urls())
         .node_timeout(Duration::from_millis(200))
-        .connect_redlock(fixture.urls())
+        .connect()
         .await
         .unwrap();
     fixture.servers[1].pause();
@@ -282,7 +294,7 @@ async fn fencing_tokens_grow_across_holders_when_masters_disagree() {
     let mut fixture = Redlock::new(5);
     let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     // Master 0's counter is far ahead of the others'.
-    let fence_key = a.inspect("rl:fence").await.unwrap().fence_key;
+    let fence_key = a.admin().inspect("rl:fence").await.unwrap().fence_key;
     let () = redis::cmd("SET")
         .arg(fence_key)
         .arg(1000)
@@ -339,12 +351,12 @@ async fn inspect_and_list_report_the_majority_holder() {
     let client = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     let guard = client.lock("rl:listed").acquire().await.unwrap();
     fixture.servers[0].kill(); // a minority down: still answered
-    let info = client.inspect("rl:listed").await.unwrap();
+    let info = client.admin().inspect("rl:listed").await.unwrap();
     let holder = info.holder.expect("held on a majority");
     assert_eq!(holder.owner, guard.owner());
     assert_eq!(holder.fencing_token, guard.fencing_token());
     assert_eq!(info.last_fencing_token, Some(guard.fencing_token()));
-    let listed = client.list("rl:").await.unwrap();
+    let listed = client.admin().list("rl:").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name, "rl:listed");
     // Held on one master only (not a majority): not held.
@@ -352,8 +364,14 @@ async fn inspect_and_list_report_the_majority_holder() {
         .arg("lock:{rl:listed}")
         .query(&mut fixture.servers[1].conn())
         .unwrap();
-    assert!(client.inspect("rl:listed").await.unwrap().holder.is_none());
-    assert!(client.list("rl:").await.unwrap().is_empty());
+    assert!(client
+        .admin()
+        .inspect("rl:listed")
+        .await
+        .unwrap()
+        .holder
+        .is_none());
+    assert!(client.admin().list("rl:").await.unwrap().is_empty());
 }
 
 /// Sum of `calls` of `INFO commandstats` for `commands` on `server`.

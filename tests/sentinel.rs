@@ -249,8 +249,9 @@ async fn the_sentinel_watcher_stops_at_shutdown() {
 async fn sync_replicas_rolls_back_an_acquisition_no_replica_acknowledged() {
     let set = RedisSentinels::start(MASTER);
     let client = LockClient::builder()
+        .sentinel(set.sentinel_urls(), MASTER)
         .sync_replicas(1, Duration::from_millis(300))
-        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .connect()
         .await
         .unwrap();
     // With the replica up, WAIT is acknowledged.

@@ -70,7 +70,7 @@ async fn the_standalone_backend_works_on_redis_6_2() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let first = guard.fencing_token();
-    assert_eq!(client.list("").await.unwrap().len(), 1);
+    assert_eq!(client.admin().list("").await.unwrap().len(), 1);
     guard.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     assert!(next.fencing_token() > first);

@@ -95,7 +95,7 @@ fn a_process_that_shuts_down_on_sigint_frees_its_lock_at_once() {
     let (_, printed) = run_holder(&server, "exit");
     let guard = try_job();
     assert!(guard.is_none(), "held after the process exited:\n{printed}");
-    assert!(runtime.block_on(other.force_release(JOB)).unwrap());
+    assert!(runtime.block_on(other.admin().force_release(JOB)).unwrap());
 
     // With the shutdown: free as soon as the process is gone.
     let (signalled, printed) = run_holder(&server, "shutdown");

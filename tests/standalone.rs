@@ -525,7 +525,7 @@ async fn the_readme_acl_rule_is_sufficient() {
         "not woken by pub/sub"
     );
     next.release().await.unwrap();
-    assert!(b.force_release("acl:min").await.is_ok());
+    assert!(b.admin().force_release("acl:min").await.is_ok());
 }
 
 /// `INFO commandstats` calls of `command` since the last `CONFIG RESETSTAT`.

@@ -46,7 +46,7 @@ async fn lock_events_are_traced_with_their_key() {
     assert!(waiter.is_err());
     guard.release().await.unwrap();
     let lost = a.lock("traced:lost").acquire().await.unwrap();
-    assert!(b.force_release("traced:lost").await.unwrap());
+    assert!(b.admin().force_release("traced:lost").await.unwrap());
     tokio::time::timeout(Duration::from_secs(2), lost.lost())
         .await
         .unwrap();

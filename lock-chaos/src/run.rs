@@ -339,9 +339,11 @@ impl World {
                 let mut names = self.names.clone();
                 names.shuffle(&mut rand::rng());
                 for name in &names {
-                    let Ok(Ok(info)) =
-                        tokio::time::timeout(Duration::from_millis(500), inspector.inspect(name))
-                            .await
+                    let Ok(Ok(info)) = tokio::time::timeout(
+                        Duration::from_millis(500),
+                        inspector.admin().inspect(name),
+                    )
+                    .await
                     else {
                         continue;
                     };

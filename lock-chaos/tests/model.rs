@@ -404,6 +404,7 @@ impl Harness {
                 let held = self.held(lock);
                 let released = self
                     .operator
+                    .admin()
                     .force_release(&self.names[lock])
                     .await
                     .map_err(|e| format!("force_release: {e}"))?;
@@ -435,6 +436,7 @@ impl Harness {
         for l in 0..LOCKS {
             let info = self
                 .operator
+                .admin()
                 .inspect(&self.names[l])
                 .await
                 .map_err(|e| format!("inspect: {e}"))?;
@@ -504,6 +506,7 @@ impl Harness {
         for name in &self.names {
             let info = self
                 .operator
+                .admin()
                 .inspect(name)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -681,7 +684,7 @@ fn wait_after_force_release_by_the_same_client() {
             .expect("client");
         let operator = LockClient::builder().memory(store).expect("client");
         let _guard = client.lock("l").acquire().await.expect("acquire");
-        assert!(operator.force_release("l").await.expect("force"));
+        assert!(operator.admin().force_release("l").await.expect("force"));
         let waited = client.lock("l").wait(MEMORY.wait).acquire().await;
         assert!(
             waited.is_ok(),
@@ -724,7 +727,7 @@ fn cancelled_acquire_on_redis_releases_its_grant() {
             server.command_calls("evalsha") >= 1,
             "the cancelled acquire never reached the server"
         );
-        let info = operator.inspect("l").await.expect("inspect");
+        let info = operator.admin().inspect("l").await.expect("inspect");
         assert!(
             info.holder.is_none(),
             "the cancelled acquire still holds the lock: {:?}",

@@ -856,6 +856,12 @@ mod tests {
         fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
             self.store.inspect(key)
         }
+        fn subscribers<'a>(
+            &'a self,
+            keys: &'a [LockKey],
+        ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+            self.store.subscribers(keys)
+        }
         fn inspect_family<'a>(
             &'a self,
             key: &'a LockKey,

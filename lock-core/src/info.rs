@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 /// What the backend knows about one lock, as returned by
-/// [`LockClient::inspect`](crate::LockClient::inspect) and
-/// [`LockClient::list`](crate::LockClient::list).
+/// [`LockAdmin::inspect`](crate::LockAdmin::inspect) and
+/// [`LockAdmin::list`](crate::LockAdmin::list).
 ///
 /// A snapshot taken in one round trip; the lock may change right after.
 ///
@@ -78,7 +78,7 @@ fn client_of(owner: &str) -> &str {
 }
 
 /// What the backend records of a fair lock, as returned by
-/// [`LockClient::inspect_fair`](crate::LockClient::inspect_fair): its holder
+/// [`LockAdmin::inspect_fair`](crate::LockAdmin::inspect_fair): its holder
 /// and the waiters queued for it, in the order they will get it.
 ///
 /// A snapshot read at one instant (one script on Redis); only live entries
@@ -139,7 +139,7 @@ impl QueuedWaiter {
 }
 
 /// What the backend records of a read-write lock, as returned by
-/// [`LockClient::inspect_read_write`](crate::LockClient::inspect_read_write):
+/// [`LockAdmin::inspect_read_write`](crate::LockAdmin::inspect_read_write):
 /// its readers, its writer and the writers waiting for it.
 ///
 /// A snapshot read at one instant (one script on Redis); only live entries
@@ -198,7 +198,7 @@ impl Reader {
 }
 
 /// What the backend records of a semaphore, as returned by
-/// [`LockClient::inspect_semaphore`](crate::LockClient::inspect_semaphore):
+/// [`LockAdmin::inspect_semaphore`](crate::LockAdmin::inspect_semaphore):
 /// who holds how many permits.
 ///
 /// The total is not stored (every acquirer passes it), so it is not shown:

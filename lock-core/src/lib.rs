@@ -31,8 +31,8 @@
 //!   (at most N permits in use, each holder's permits expiring on its own
 //!   lease) hand out [`Lock`]s held like any other: watchdog, fencing token,
 //!   reentrancy, cancel safety. Not on Redlock ([`LockError::Unsupported`]).
-//!   [`LockClient::inspect_fair`], [`LockClient::inspect_read_write`] and
-//!   [`LockClient::inspect_semaphore`] show their holders, queues and
+//!   [`LockAdmin::inspect_fair`], [`LockAdmin::inspect_read_write`] and
+//!   [`LockAdmin::inspect_semaphore`] show their holders, queues and
 //!   permits in use (live entries only, by the server's clock).
 //! - **Graceful shutdown.** [`LockClient::shutdown`] refuses new locks, wakes
 //!   the waiters, lets the holders finish within a grace period, then
@@ -153,8 +153,9 @@ mod wire;
 
 pub use backend::MemoryStore;
 pub use client::{
-    ClientStats, LockClient, LockClientBuilder, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    ClientStats, ClusterConnect, LockAdmin, LockClient, LockClientBuilder, RedisConnect,
+    RedlockConnect, SentinelConnect, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use current::{current, current_all, CurrentLock};
 pub use error::{BackendError, LockError, NodeAnswer};

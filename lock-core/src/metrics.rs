@@ -284,7 +284,7 @@ mod tests {
                 .memory(MemoryStore::new())
                 .unwrap();
             let guard = client.lock("order:1").acquire().await.unwrap();
-            assert!(client.force_release("order:1").await.unwrap());
+            assert!(client.admin().force_release("order:1").await.unwrap());
             tokio::time::sleep(Duration::from_millis(1500)).await;
             assert!(!guard.is_held());
             let labels = [("kind", "lock"), ("name", "order:*")];

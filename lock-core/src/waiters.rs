@@ -362,6 +362,14 @@ impl Waiters {
         }
     }
 
+    /// How many waiters are registered on `channel`.
+    pub(crate) fn waiting(&self, channel: &str) -> u64 {
+        self.map
+            .lock()
+            .get(channel)
+            .map_or(0, |entry| u64::try_from(entry.refs).unwrap_or(u64::MAX))
+    }
+
     /// Whether `channel` has waiters.
     pub(crate) fn is_wanted(&self, channel: &str) -> bool {
         self.map.lock().contains_key(channel)

@@ -130,6 +130,7 @@ pub async fn edges_fixed_lease_out_of_range_is_invalid_config<F: Fixture>(fixtur
         .await
         .expect("a lease of 365 days is accepted");
     let ttl = a
+        .admin()
         .inspect("edges:lease-range:year")
         .await
         .unwrap()
@@ -283,6 +284,7 @@ pub async fn edges_odd_lock_names_work_end_to_end<F: Fixture>(fixture: &F) {
             other => panic!("{name:?} held: expected Busy, got {other:?}"),
         }
         let info = b
+            .admin()
             .inspect(name)
             .await
             .unwrap_or_else(|err| panic!("inspect({name:?}): {err:?}"));
@@ -293,6 +295,7 @@ pub async fn edges_odd_lock_names_work_end_to_end<F: Fixture>(fixture: &F) {
         assert_eq!(holder.owner, guard.owner(), "{name:?}");
         assert_eq!(holder.fencing_token, guard.fencing_token(), "{name:?}");
         let listed = b
+            .admin()
             .list("")
             .await
             .unwrap_or_else(|err| panic!("list(\"\") with {name:?} held: {err:?}"));
@@ -307,7 +310,7 @@ pub async fn edges_odd_lock_names_work_end_to_end<F: Fixture>(fixture: &F) {
             entry.holder.as_ref().map(|h| h.owner.as_str()),
             Some(guard.owner())
         );
-        let by_prefix = b.list(name).await.unwrap();
+        let by_prefix = b.admin().list(name).await.unwrap();
         assert!(
             by_prefix.iter().any(|info| info.name == name),
             "list({name:?}) does not report it: {by_prefix:?}"
@@ -342,7 +345,7 @@ pub async fn edges_odd_lock_names_work_end_to_end<F: Fixture>(fixture: &F) {
         );
         next.release().await.unwrap();
         assert!(
-            b.inspect(name).await.unwrap().holder.is_none(),
+            b.admin().inspect(name).await.unwrap().holder.is_none(),
             "{name:?} still held after its release"
         );
     }
@@ -355,14 +358,21 @@ pub async fn edges_odd_lock_names_work_end_to_end<F: Fixture>(fixture: &F) {
         .await
         .expect("`%7D` is another lock than `}`");
     assert_eq!(
-        a.inspect("}").await.unwrap().holder.unwrap().owner,
+        a.admin().inspect("}").await.unwrap().holder.unwrap().owner,
         brace.owner()
     );
     assert_eq!(
-        a.inspect("%7D").await.unwrap().holder.unwrap().owner,
+        a.admin()
+            .inspect("%7D")
+            .await
+            .unwrap()
+            .holder
+            .unwrap()
+            .owner,
         escaped.owner()
     );
     let listed: Vec<String> = a
+        .admin()
         .list("")
         .await
         .unwrap()
@@ -395,11 +405,11 @@ pub async fn edges_bad_names_get_typed_errors_everywhere<F: Fixture>(fixture: &F
             Err(LockError::InvalidKey { .. }) => {}
             other => panic!("lock({shown:?}..).acquire(): expected InvalidKey, got {other:?}"),
         }
-        match a.force_release(name).await {
+        match a.admin().force_release(name).await {
             Err(LockError::InvalidKey { .. }) => {}
             other => panic!("force_release({shown:?}..): expected InvalidKey, got {other:?}"),
         }
-        match a.inspect(name).await {
+        match a.admin().inspect(name).await {
             Err(LockError::InvalidKey { .. }) => {}
             other => panic!("inspect({shown:?}..): expected InvalidKey, got {other:?}"),
         }
@@ -411,7 +421,7 @@ pub async fn edges_bad_names_get_typed_errors_everywhere<F: Fixture>(fixture: &F
         .await
         .expect("a 1024-byte name is accepted");
     assert_eq!(
-        a.inspect(&max).await.unwrap().holder.unwrap().owner,
+        a.admin().inspect(&max).await.unwrap().holder.unwrap().owner,
         guard.owner()
     );
     guard.release().await.unwrap();
@@ -420,7 +430,7 @@ pub async fn edges_bad_names_get_typed_errors_everywhere<F: Fixture>(fixture: &F
         other => panic!("a 1025-byte name: expected InvalidKey, got {other:?}"),
     }
 
-    match a.list(&"p".repeat(2000)).await {
+    match a.admin().list(&"p".repeat(2000)).await {
         Ok(listed) => assert!(listed.is_empty(), "{listed:?}"),
         Err(LockError::InvalidKey { .. }) => {}
         Err(other) => panic!("list(<2000 bytes>): expected Ok(empty), got {other:?}"),
@@ -643,14 +653,14 @@ fn spin_barrier(arrived: &AtomicUsize, target: usize) {
 
 /// Checks the client-wide settings of `LockClientBuilder` against their
 /// ranges, building each through `build` (`memory(..)`, `connect(..)`):
-/// the watchdog lease must be 30 ms ..= 365 days, `response_timeout`,
-/// `connect_timeout` and `node_timeout` 1 ms ..= 1 day, with
-/// `sync_replicas` (when `sync_replicas` is set) its timeout 1 ms ..= 1 day;
-/// a key prefix must not contain `{` or `}`. Out of range is
+/// the watchdog lease must be 30 ms ..= 365 days, `response_timeout` and
+/// `connect_timeout` 1 ms ..= 1 day; a key prefix must not contain `{` or
+/// `}`. (The options of one topology, `sync_replicas` and `node_timeout`,
+/// are checked where they apply: `tests/edges_redis.rs`.) Out of range is
 /// `InvalidConfig { key: "*", reason naming the value }` (never a panic); a
 /// bound is not rejected as invalid (it may still fail to connect: a 1 ms
 /// response timeout). Returns every problem found.
-pub async fn builder_setting_problems<B, Fut>(build: B, sync_replicas: bool) -> Vec<String>
+pub async fn builder_setting_problems<B, Fut>(build: B) -> Vec<String>
 where
     B: Fn(LockClientBuilder) -> Fut,
     Fut: std::future::Future<Output = Result<LockClient, LockError>> + Send + 'static,
@@ -663,7 +673,7 @@ where
         Duration::MAX,
     ];
     let timeouts_ok = [Duration::from_millis(1), DAY];
-    let mut settings: Vec<(&str, Setting, Vec<Duration>, Vec<Duration>)> = vec![
+    let settings: Vec<(&str, Setting, Vec<Duration>, Vec<Duration>)> = vec![
         (
             "lease",
             |b, d| b.lease(d),
@@ -687,21 +697,7 @@ where
             timeouts_bad.to_vec(),
             timeouts_ok.to_vec(),
         ),
-        (
-            "node_timeout",
-            |b, d| b.node_timeout(d),
-            timeouts_bad.to_vec(),
-            timeouts_ok.to_vec(),
-        ),
     ];
-    if sync_replicas {
-        settings.push((
-            "sync_replicas(1, ..)",
-            |b, d| b.sync_replicas(1, d),
-            timeouts_bad.to_vec(),
-            timeouts_ok.to_vec(),
-        ));
-    }
     let mut problems = Vec::new();
     for (what, set, bad, good) in settings {
         for value in bad {
@@ -823,6 +819,7 @@ pub fn client_keeps_working_on_a_second_runtime<M, Fut>(
                     client.stats()
                 );
                 let ttl = other
+                    .admin()
                     .inspect(name)
                     .await
                     .unwrap()

@@ -570,18 +570,31 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     let short = Duration::from_millis(300);
 
     // Never used: nothing held, nothing queued.
-    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let fair = operator.admin().inspect_fair("inspect:fair").await.unwrap();
     assert_eq!(fair.name, "inspect:fair");
     assert_eq!(fair.key, format!("{prefix}{{inspect:fair}}:fair"));
     assert_eq!(
         fair.fence_key,
-        operator.inspect("inspect:fair").await.unwrap().fence_key
+        operator
+            .admin()
+            .inspect("inspect:fair")
+            .await
+            .unwrap()
+            .fence_key
     );
     assert!(fair.holder.is_none() && fair.queue.is_empty());
-    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let rw = operator
+        .admin()
+        .inspect_read_write("inspect:rw")
+        .await
+        .unwrap();
     assert_eq!(rw.key, format!("{prefix}{{inspect:rw}}:rw"));
     assert!(rw.readers.is_empty() && rw.writer.is_none() && rw.waiting_writers.is_empty());
-    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    let sem = operator
+        .admin()
+        .inspect_semaphore("inspect:sem")
+        .await
+        .unwrap();
     assert_eq!(sem.key, format!("{prefix}{{inspect:sem}}:sem"));
     assert!(sem.holders.is_empty());
     assert_eq!(sem.in_use, 0);
@@ -600,7 +613,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
         }));
         tokio::time::sleep(Duration::from_millis(200)).await; // it queues
     }
-    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let fair = operator.admin().inspect_fair("inspect:fair").await.unwrap();
     let holder = fair.holder.clone().expect("held");
     assert_eq!(holder.owner, held.owner());
     assert_eq!(holder.fencing_token, held.fencing_token());
@@ -618,6 +631,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     assert!(fair.last_fencing_token >= Some(held.fencing_token()));
     // The plain lock of the name is another lock.
     assert!(operator
+        .admin()
         .inspect("inspect:fair")
         .await
         .unwrap()
@@ -625,7 +639,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
         .is_none());
     held.release().await.unwrap();
     let first = waiters.remove(0).await.unwrap();
-    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let fair = operator.admin().inspect_fair("inspect:fair").await.unwrap();
     let holder = fair.holder.expect("handed to the head");
     assert_eq!(holder.owner, first.owner());
     assert_eq!(holder.fencing_token, first.fencing_token());
@@ -633,7 +647,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     assert_eq!(queued, [c.id()]);
     first.release().await.unwrap();
     waiters.remove(0).await.unwrap().release().await.unwrap();
-    let fair = operator.inspect_fair("inspect:fair").await.unwrap();
+    let fair = operator.admin().inspect_fair("inspect:fair").await.unwrap();
     assert!(fair.holder.is_none() && fair.queue.is_empty());
 
     // The read-write lock: readers (the soonest to expire first), then a
@@ -651,7 +665,11 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
         .acquire()
         .await
         .unwrap();
-    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let rw = operator
+        .admin()
+        .inspect_read_write("inspect:rw")
+        .await
+        .unwrap();
     let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
     assert_eq!(readers, [short_reader.owner(), long_reader.owner()]);
     assert!(rw.readers[0].ttl <= short, "{:?}", rw.readers[0]);
@@ -659,7 +677,11 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     assert!(rw.writer.is_none() && rw.waiting_writers.is_empty());
     // The short read ran out: not shown, although nothing purged it yet.
     tokio::time::sleep(short + Duration::from_millis(100)).await;
-    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let rw = operator
+        .admin()
+        .inspect_read_write("inspect:rw")
+        .await
+        .unwrap();
     let readers: Vec<&str> = rw.readers.iter().map(|r| r.owner.as_str()).collect();
     assert_eq!(readers, [long_reader.owner()]);
     let writer = tokio::spawn({
@@ -674,7 +696,11 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
         }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let rw = operator
+        .admin()
+        .inspect_read_write("inspect:rw")
+        .await
+        .unwrap();
     let waiting: Vec<&str> = rw.waiting_writers.iter().map(|w| w.client_id()).collect();
     assert_eq!(waiting, [c.id()]);
     let place = rw.waiting_writers[0].place_ttl;
@@ -683,7 +709,11 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     long_reader.release().await.unwrap();
     let _ = short_reader.release().await; // expired: not held any more
     let writing = writer.await.unwrap();
-    let rw = operator.inspect_read_write("inspect:rw").await.unwrap();
+    let rw = operator
+        .admin()
+        .inspect_read_write("inspect:rw")
+        .await
+        .unwrap();
     let holder = rw.writer.expect("written");
     assert_eq!(holder.owner, writing.owner());
     assert_eq!(holder.fencing_token, writing.fencing_token());
@@ -705,7 +735,11 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
         .acquire()
         .await
         .unwrap();
-    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    let sem = operator
+        .admin()
+        .inspect_semaphore("inspect:sem")
+        .await
+        .unwrap();
     let holders: Vec<(&str, u32)> = sem
         .holders
         .iter()
@@ -716,13 +750,18 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
     assert!(sem.holders[1].ttl > short && sem.holders[1].ttl <= a.lease());
     assert!(sem.last_fencing_token >= Some(one.fencing_token()));
     tokio::time::sleep(short + Duration::from_millis(100)).await;
-    let sem = operator.inspect_semaphore("inspect:sem").await.unwrap();
+    let sem = operator
+        .admin()
+        .inspect_semaphore("inspect:sem")
+        .await
+        .unwrap();
     assert_eq!(sem.in_use, 2, "{sem:?}");
     assert_eq!(sem.holders.len(), 1);
     two.release().await.unwrap();
     let _ = one.release().await;
     assert_eq!(
         operator
+            .admin()
             .inspect_semaphore("inspect:sem")
             .await
             .unwrap()
@@ -732,7 +771,7 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
 
     // Names are checked as for locking.
     assert!(matches!(
-        operator.inspect_semaphore("").await,
+        operator.admin().inspect_semaphore("").await,
         Err(LockError::InvalidKey { .. })
     ));
 }
@@ -743,9 +782,21 @@ pub async fn family_inspection_shows_holders_waiters_and_permits<F: Fixture>(fix
 /// find out at release; each reports whether anything was held.
 pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
     let [a, b, operator] = super::clients::<F, 3>(fixture).await;
-    assert!(!operator.force_release_fair("force:fair").await.unwrap());
-    assert!(!operator.force_release_read_write("force:rw").await.unwrap());
-    assert!(!operator.force_release_semaphore("force:sem").await.unwrap());
+    assert!(!operator
+        .admin()
+        .force_release_fair("force:fair")
+        .await
+        .unwrap());
+    assert!(!operator
+        .admin()
+        .force_release_read_write("force:rw")
+        .await
+        .unwrap());
+    assert!(!operator
+        .admin()
+        .force_release_semaphore("force:sem")
+        .await
+        .unwrap());
 
     let stuck = a.fair_lock("force:fair").acquire().await.unwrap();
     let waiter = tokio::spawn({
@@ -760,13 +811,22 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
-    assert!(operator.force_release_fair("force:fair").await.unwrap());
+    assert!(operator
+        .admin()
+        .force_release_fair("force:fair")
+        .await
+        .unwrap());
     let next = waiter.await.unwrap();
     assert!(
         released.elapsed() < Duration::from_secs(5),
         "handed over at once"
     );
-    let holder = operator.inspect_fair("force:fair").await.unwrap().holder;
+    let holder = operator
+        .admin()
+        .inspect_fair("force:fair")
+        .await
+        .unwrap()
+        .holder;
     assert_eq!(holder.map(|h| h.owner), Some(next.owner().to_owned()));
     assert!(stuck.release().await.is_err(), "the old holder lost it");
     next.release().await.unwrap();
@@ -780,8 +840,16 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
             .await
             .unwrap(),
     );
-    assert!(operator.force_release_read_write("force:rw").await.unwrap());
-    let info = operator.inspect_read_write("force:rw").await.unwrap();
+    assert!(operator
+        .admin()
+        .force_release_read_write("force:rw")
+        .await
+        .unwrap());
+    let info = operator
+        .admin()
+        .inspect_read_write("force:rw")
+        .await
+        .unwrap();
     assert!(info.readers.is_empty() && info.writer.is_none());
     let writer = b
         .read_write_lock("force:rw")
@@ -790,7 +858,11 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
         .await
         .unwrap();
     assert!(r1.release().await.is_err() && r2.release().await.is_err());
-    assert!(operator.force_release_read_write("force:rw").await.unwrap());
+    assert!(operator
+        .admin()
+        .force_release_read_write("force:rw")
+        .await
+        .unwrap());
     assert!(writer.release().await.is_err());
 
     let permits = a
@@ -799,9 +871,14 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
         .acquire()
         .await
         .unwrap();
-    assert!(operator.force_release_semaphore("force:sem").await.unwrap());
+    assert!(operator
+        .admin()
+        .force_release_semaphore("force:sem")
+        .await
+        .unwrap());
     assert_eq!(
         operator
+            .admin()
             .inspect_semaphore("force:sem")
             .await
             .unwrap()
@@ -816,7 +893,11 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
         .unwrap();
     assert!(permits.release().await.is_err());
     again.release().await.unwrap();
-    assert!(!operator.force_release_semaphore("force:sem").await.unwrap());
+    assert!(!operator
+        .admin()
+        .force_release_semaphore("force:sem")
+        .await
+        .unwrap());
 }
 
 /// Generates one `#[tokio::test]` per family suite test, on the fixture `$make`.

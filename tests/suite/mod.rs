@@ -732,14 +732,18 @@ pub async fn force_release_wakes_a_waiter<F: Fixture>(fixture: &F) {
     let waiter = spawn_waiter(b, "suite:force");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let forced = Instant::now();
-    assert!(operator.force_release("suite:force").await.unwrap());
+    assert!(operator.admin().force_release("suite:force").await.unwrap());
     let (acquired, guard) = waiter.await.unwrap();
     assert_within(
         acquired - forced,
         Duration::from_secs(1),
         "wake-up after force release",
     );
-    assert!(!operator.force_release("suite:nothing").await.unwrap());
+    assert!(!operator
+        .admin()
+        .force_release("suite:nothing")
+        .await
+        .unwrap());
     guard.release().await.unwrap();
     drop(abandoned);
 }
@@ -902,7 +906,8 @@ pub async fn reentry_through_another_client_fails_at_once<F: Fixture>(fixture: &
     other.unwrap().release().await.unwrap();
     // Nothing was taken or left behind by the refused attempt.
     assert_eq!(
-        b.inspect("suite:cross")
+        b.admin()
+            .inspect("suite:cross")
             .await
             .unwrap()
             .holder

@@ -62,7 +62,12 @@ pub async fn shutdown_releases_locks_for_other_clients<F: Fixture>(fixture: &F) 
     // The shut-down client's late release deleted nothing of B's.
     assert!(next.is_held());
     assert_eq!(
-        b.inspect(name).await.unwrap().holder.map(|h| h.owner),
+        b.admin()
+            .inspect(name)
+            .await
+            .unwrap()
+            .holder
+            .map(|h| h.owner),
         Some(next.owner().to_owned())
     );
     next.release().await.unwrap();
@@ -226,7 +231,13 @@ pub async fn shutdown_refuses_new_locks_and_stops_renewing<F: Fixture>(fixture: 
         .await;
     assert!(is_shutting_down(&all, &a), "{all:?}");
     assert_within(started.elapsed(), Duration::from_secs(1), "refusals");
-    assert!(a.inspect("shutdown:after").await.unwrap().holder.is_none());
+    assert!(a
+        .admin()
+        .inspect("shutdown:after")
+        .await
+        .unwrap()
+        .holder
+        .is_none());
 
     let again = a.shutdown(Duration::from_secs(20)).await.unwrap();
     assert_eq!(

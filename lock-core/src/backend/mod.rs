@@ -166,10 +166,23 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<FamilyState, LockError>>;
 
+    /// How many subscriptions follow the wake-up channel of each of `keys`
+    /// (the in-memory store: how many acquisitions wait), in their order.
+    fn subscribers<'a>(&'a self, keys: &'a [LockKey])
+        -> BoxFuture<'a, Result<Vec<u64>, LockError>>;
+
     /// Every held lock of `prefix` whose name starts with `name_prefix`.
     fn list<'a>(
         &'a self,
         prefix: &'a str,
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>>;
+}
+
+/// The names of `keys`, for an error about all of them.
+pub(crate) fn names(keys: &[LockKey]) -> String {
+    keys.iter()
+        .map(|key| &*key.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -19,9 +19,9 @@ use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, version, RedisSettings};
+use super::redis::{inspect, listeners, version, RedisSettings};
 use super::standalone::node::connect_error;
-use super::{Attempt, Backend, Released, RenewItem, Renewal};
+use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::sync::Mutex;
@@ -372,6 +372,50 @@ impl ClusterBackend {
         }
     }
 
+    /// Sharded pub/sub: `PUBSUB SHARDNUMSUB` of each channel on its
+    /// master. Classic: `PUBSUB NUMSUB` on every master, summed (a classic
+    /// subscription lives on the one node its client subscribed on).
+    async fn subscribers(&self, keys: &[LockKey]) -> Result<Vec<u64>, LockError> {
+        let backend_error = |source| LockError::Backend {
+            key: names(keys),
+            server: self.label.clone(),
+            source,
+        };
+        let timeout = self.settings.response_timeout;
+        if self.subscription.is_sharded() {
+            let mut counts = Vec::with_capacity(keys.len());
+            for key in keys {
+                let mut target = Routed {
+                    conn: self.conn.clone(),
+                    node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                        key.slot,
+                        SlotAddr::Master,
+                    ))),
+                };
+                let count = listeners::count(&mut target, &[&key.channel], true, timeout)
+                    .await
+                    .map_err(backend_error)?;
+                counts.push(count.first().copied().unwrap_or(0));
+            }
+            return Ok(counts);
+        }
+        let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
+        let mut sums = vec![0u64; keys.len()];
+        for (host, port) in self.masters().await.map_err(backend_error)? {
+            let mut target = Routed {
+                conn: self.conn.clone(),
+                node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+            };
+            let counts = listeners::count(&mut target, &channels, false, timeout)
+                .await
+                .map_err(backend_error)?;
+            for (sum, count) in sums.iter_mut().zip(counts) {
+                *sum = sum.saturating_add(count);
+            }
+        }
+        Ok(sums)
+    }
+
     async fn list(&self, prefix: &str, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
         // SCAN walks one node: ask every master.
         let masters = self.masters().await.map_err(|source| LockError::Backend {
@@ -496,6 +540,13 @@ impl Backend for ClusterBackend {
             .await
         }
         .boxed()
+    }
+
+    fn subscribers<'a>(
+        &'a self,
+        keys: &'a [LockKey],
+    ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+        ClusterBackend::subscribers(self, keys).boxed()
     }
 
     fn list<'a>(

@@ -62,6 +62,11 @@ impl ClusterSubscription {
     pub(super) fn waiters(&self) -> &Arc<Waiters> {
         &self.waiters
     }
+
+    /// Whether it uses sharded pub/sub.
+    pub(super) fn is_sharded(&self) -> bool {
+        self.sharded
+    }
 }
 
 impl Subscription for ClusterSubscription {

@@ -989,6 +989,19 @@ impl Backend for MemoryStore {
         async move { Ok(self.inner.state.lock().family(key, Instant::now())) }.boxed()
     }
 
+    /// The acquisitions waiting on each lock's channel (the store wakes
+    /// waiters directly: there are no subscriptions to count).
+    fn subscribers<'a>(
+        &'a self,
+        keys: &'a [LockKey],
+    ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+        let counts = keys
+            .iter()
+            .map(|key| self.inner.waiters.waiting(&key.channel))
+            .collect();
+        async move { Ok(counts) }.boxed()
+    }
+
     fn list<'a>(
         &'a self,
         prefix: &'a str,

@@ -6,6 +6,7 @@
 
 pub(crate) mod command;
 pub(crate) mod inspect;
+pub(crate) mod listeners;
 pub(crate) mod reply;
 pub(crate) mod scripts;
 pub(crate) mod version;

@@ -356,6 +356,36 @@ impl Backend for RedlockBackend {
         RedlockBackend::inspect(self, key).boxed()
     }
 
+    /// The most any master that answered counts (a client subscribes on
+    /// every master); an error when none answered.
+    fn subscribers<'a>(
+        &'a self,
+        keys: &'a [LockKey],
+    ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+        async move {
+            let replies = self.on_all(|node| node.subscribers(keys)).await;
+            let mut most: Option<Vec<u64>> = None;
+            let mut failure = None;
+            for reply in replies {
+                match reply {
+                    Ok(counts) => {
+                        let most = most.get_or_insert_with(|| vec![0; keys.len()]);
+                        for (m, c) in most.iter_mut().zip(counts) {
+                            *m = (*m).max(c);
+                        }
+                    }
+                    Err(err) => failure = Some(err),
+                }
+            }
+            match (most, failure) {
+                (Some(most), _) => Ok(most),
+                (None, Some(err)) => Err(err),
+                (None, None) => Ok(vec![0; keys.len()]),
+            }
+        }
+        .boxed()
+    }
+
     /// Refused, as acquisition is (`family_unsupported`): no one master
     /// knows the primitive's holders and waiters.
     fn inspect_family<'a>(

@@ -19,8 +19,8 @@ use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, RedisSettings};
-use super::{Attempt, Backend, Released, RenewItem, Renewal};
+use super::redis::{inspect, listeners, RedisSettings};
+use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::LockKey;
 use crate::supervised::Supervised;
@@ -370,6 +370,20 @@ impl RedisBackend {
         inspect::inspect_family(&mut conn, key, &self.scripts, timeout, &node.server).await
     }
 
+    pub(crate) async fn subscribers(&self, keys: &[LockKey]) -> Result<Vec<u64>, LockError> {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
+        let timeout = self.settings.response_timeout;
+        listeners::count(&mut conn, &channels, false, timeout)
+            .await
+            .map_err(|source| LockError::Backend {
+                key: names(keys),
+                server: node.server.clone(),
+                source,
+            })
+    }
+
     pub(crate) async fn list(
         &self,
         prefix: &str,
@@ -430,6 +444,13 @@ impl Backend for RedisBackend {
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         RedisBackend::inspect(self, key).boxed()
+    }
+
+    fn subscribers<'a>(
+        &'a self,
+        keys: &'a [LockKey],
+    ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+        RedisBackend::subscribers(self, keys).boxed()
     }
 
     fn inspect_family<'a>(

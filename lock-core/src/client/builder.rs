@@ -1,0 +1,490 @@
+//! [`LockClientBuilder`]: the settings every topology shares (key prefix,
+//! layout, lease, timeouts, TLS, hot locks, metrics), and the entry points
+//! to each topology's connection (`connect.rs`), where the options that
+//! apply to one topology only are set.
+
+use std::fmt;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngCore;
+
+use super::connect::{ClusterConnect, RedisConnect, RedisSource, RedlockConnect, SentinelConnect};
+use super::LockClient;
+use crate::backend::redis::{server_name, RedisSettings};
+use crate::backend::{Backend, Capabilities, MemoryStore, Unsupported};
+use crate::client_core::ClientCore;
+use crate::error::LockError;
+use crate::lease::{self, DEFAULT_LEASE};
+use crate::name::{self, Layout};
+use crate::wakeups::Wakeups;
+
+/// The default time allowed for one Redis command to answer.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default time allowed for connecting.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default prefix of the Redis keys of locks.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// Settings of a [`LockClient`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock_core::LockError> {
+/// use std::time::Duration;
+/// let client = distlock_core::LockClient::builder()
+///     .key_prefix("billing:lock:")
+///     .lease(Duration::from_secs(10))
+///     .response_timeout(Duration::from_millis(500))
+///     .connect("redis://127.0.0.1:6379/")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct LockClientBuilder {
+    /// The key prefix; `None`: the layout's default.
+    prefix: Option<String>,
+    layout: Layout,
+    lease: Duration,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    root_certificate: Option<Vec<u8>>,
+    client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    keep_hot: Option<Duration>,
+    #[cfg(feature = "metrics")]
+    metrics_names: crate::metrics::NameLabel,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            prefix: None,
+            layout: Layout::Native,
+            lease: DEFAULT_LEASE,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            root_certificate: None,
+            client_identity: None,
+            keep_hot: None,
+            #[cfg(feature = "metrics")]
+            metrics_names: crate::metrics::NameLabel::Off,
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut f = f.debug_struct("LockClientBuilder");
+        f.field("prefix", &self.prefix)
+            .field("layout", &self.layout)
+            .field("lease", &self.lease)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("root_certificate", &self.root_certificate.is_some())
+            .field("client_identity", &self.client_identity.is_some())
+            .field("keep_hot", &self.keep_hot);
+        #[cfg(feature = "metrics")]
+        f.field("metrics_names", &self.metrics_names);
+        f.finish()
+    }
+}
+
+impl LockClientBuilder {
+    /// Whether the client's per-lock metrics carry the lock's name as label
+    /// `name` (feature `metrics`; default [`NameLabel::Off`](crate::metrics::NameLabel::Off):
+    /// no name, so that the number of series does not grow with the names).
+    /// See the [`metrics`](crate::metrics) module.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_names(mut self, names: crate::metrics::NameLabel) -> Self {
+        self.metrics_names = names;
+        self
+    }
+
+    /// Prefix of the Redis keys (default `lock:`; empty in
+    /// [Redisson's layout](Layout::Redisson)): lock `order:42` is stored as
+    /// `<prefix>{order:42}` (Redisson's layout: `<prefix>order:42`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How plain locks are laid out in Redis (default [`Layout::Native`]).
+    /// With [`Layout::Redisson`] a lock of this client and a Redisson
+    /// `RLock` or `RFencedLock` of the same name exclude each other, wake
+    /// each other's waiters, and share `RFencedLock`'s fencing tokens; the
+    /// lock family is refused ([`LockError::Unsupported`]), and so is
+    /// Redlock. See the README's "Sharing locks with Redisson".
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Hot locks: a plain lock this client releases stays taken in its
+    /// name for `linger`, so that taking it again in this client costs no
+    /// round trip (as Chubby caches locks and the JVM biases monitors). Off
+    /// by default; for locks one client takes over and over.
+    ///
+    /// - **Mutual exclusion is unchanged.** Every scope of the client takes
+    ///   a kept lock through the client, one at a time; the store sees one
+    ///   holder, this client.
+    /// - **Another client asks for it and gets it.** Its attempt (any client
+    ///   of this library, hot or not) asks the keeper through the lock's
+    ///   channel: a lock kept idle is given up at once, one in use at the
+    ///   end of that use. The asker is woken by that release as by any, and
+    ///   asks again every 100 ms while it waits on a kept lock.
+    /// - **Given up after `linger` without a use**, at
+    ///   [`shutdown`](LockClient::shutdown), and (in the background) when
+    ///   the client is dropped.
+    /// - **Leases and `lost()` keep their meaning:** the watchdog renews a
+    ///   kept lock between uses; one lost meanwhile is found at the next
+    ///   acquisition, which asks the store.
+    /// - **Fencing tokens:** every use of a kept lock has the token the
+    ///   store gave when the client took it, until the client gives it up;
+    ///   the next holder's token is higher. Tokens order holders across
+    ///   clients, not the uses inside one client.
+    /// - **Applies to** plain locks with the watchdog lease, without
+    ///   [`hold_at_least`](crate::Lock::hold_at_least); not to fixed leases
+    ///   or the lock family. One node, Sentinel, Cluster and the in-memory
+    ///   store; refused with Redlock and in Redisson's layout (Redisson's
+    ///   clients do not ask a keeper).
+    ///
+    /// A linger of zero or over an hour is [`LockError::InvalidConfig`].
+    pub fn keep_hot(mut self, linger: Duration) -> Self {
+        self.keep_hot = Some(linger);
+        self
+    }
+
+    /// The key prefix in effect: the one set, or the layout's default.
+    pub(super) fn prefix(&self) -> &str {
+        match (&self.prefix, self.layout) {
+            (Some(prefix), _) => prefix,
+            (None, Layout::Redisson) => "",
+            (None, _) => DEFAULT_PREFIX,
+        }
+    }
+
+    /// The lease of watchdog-mode locks (default 30 s, renewed every lease/3;
+    /// between [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE) (30 ms) and
+    /// [`MAX_LEASE`](crate::MAX_LEASE)). A crashed holder's lock is free after
+    /// at most this.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long one command may take to answer (default 2 s; between 1 ms
+    /// and [`MAX_TIMEOUT`](crate::MAX_TIMEOUT)). A slower renewal is retried
+    /// until the lease deadline, not taken as a loss; a guard's
+    /// [`lost`](crate::LockGuard::lost) fires by that deadline whatever a
+    /// renewal still in flight may bring.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 5 s; between 1 ms and
+    /// [`MAX_TIMEOUT`](crate::MAX_TIMEOUT)).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A PEM root certificate to verify a `rediss://` server with, instead of
+    /// the system's roots (for a private CA).
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificate = Some(pem.into());
+        self
+    }
+
+    /// A PEM certificate and key to present to a `rediss://` server that
+    /// authenticates clients (mutual TLS).
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// A PEM-free TLS configuration as the `redis` crate takes it (root
+    /// certificate, client identity), for `rediss://` servers: the same as
+    /// [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) and
+    /// [`tls_client_certificate`](LockClientBuilder::tls_client_certificate)
+    /// together, for a program that already holds one.
+    pub fn tls(mut self, certificates: redis::TlsCertificates) -> Self {
+        self.root_certificate = certificates.root_cert;
+        self.client_identity = certificates
+            .client_tls
+            .map(|tls| (tls.client_cert, tls.client_key));
+        self
+    }
+
+    /// The connection settings, with `sync_replicas` where the topology has it.
+    pub(super) fn settings(&self, sync_replicas: Option<(u32, Duration)>) -> RedisSettings {
+        RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            sync_replicas,
+        }
+    }
+
+    /// Checks every setting; a bad one is `InvalidConfig` naming it and its value.
+    pub(super) fn validate(&self) -> Result<(), LockError> {
+        if let Some(linger) = self.keep_hot {
+            let reason = if linger.is_zero() || linger > crate::hot::MAX_LINGER {
+                Some(format!(
+                    "keep_hot needs a linger from 1 ns to 1 hour, got {linger:?}"
+                ))
+            } else if self.layout == Layout::Redisson {
+                Some(
+                    "keep_hot cannot be used in Redisson's layout: Redisson's clients do not \
+                     ask a keeper for a lock, so they would wait for every linger"
+                        .to_owned(),
+                )
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(LockError::InvalidConfig {
+                    key: "*".into(),
+                    reason,
+                });
+            }
+        }
+        name::check_prefix(self.prefix())?;
+        lease::check_watchdog(self.lease)?;
+        lease::check_timeout("the response timeout", self.response_timeout)?;
+        lease::check_timeout("the connect timeout", self.connect_timeout)?;
+        Ok(())
+    }
+
+    /// One Redis server at `url` (see [`LockClient::connect`] for the URL
+    /// forms), with the options of that topology ([`RedisConnect`]).
+    pub fn redis(self, url: &str) -> RedisConnect {
+        RedisConnect::new(self, RedisSource::Url(url.to_owned()))
+    }
+
+    /// One Redis server reached through `client`, a `redis::Client` the
+    /// program built already (its URL, credentials and TLS settings are
+    /// used as they are; this builder's TLS settings do not apply).
+    pub fn redis_client(self, client: redis::Client) -> RedisConnect {
+        RedisConnect::new(self, RedisSource::Client(Box::new(client)))
+    }
+
+    /// The master that the sentinels at `sentinel_urls` report for
+    /// `master_name` (see [`LockClient::sentinel`]), with the options of
+    /// that topology ([`SentinelConnect`]).
+    pub fn sentinel<I>(self, sentinel_urls: I, master_name: &str) -> SentinelConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        SentinelConnect::new(self, strings(sentinel_urls), master_name.to_owned())
+    }
+
+    /// A Redis Cluster through any of its nodes (see [`LockClient::cluster`]),
+    /// with the options of that topology ([`ClusterConnect`]).
+    pub fn cluster<I>(self, urls: I) -> ClusterConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        ClusterConnect::new(self, strings(urls))
+    }
+
+    /// Independent masters for Redlock (see [`LockClient::redlock`]), with
+    /// the options of that topology ([`RedlockConnect`]).
+    pub fn redlock<I>(self, urls: I) -> RedlockConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        RedlockConnect::new(self, strings(urls))
+    }
+
+    /// Connects to Redis (see [`LockClient::connect`] for the URL forms):
+    /// `self.redis(url).connect()`.
+    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        self.redis(url).connect().await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (see
+    /// [`LockClient::cluster`]): `self.cluster(urls).connect()`.
+    pub async fn connect_cluster<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.cluster(urls).connect().await
+    }
+
+    /// Connects to the master that the sentinels at `sentinel_urls` report
+    /// for `master_name` (see [`LockClient::sentinel`]):
+    /// `self.sentinel(sentinel_urls, master_name).connect()`.
+    pub async fn connect_sentinel<I>(
+        self,
+        sentinel_urls: I,
+        master_name: &str,
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.sentinel(sentinel_urls, master_name).connect().await
+    }
+
+    /// Connects to independent masters for Redlock (see
+    /// [`LockClient::redlock`]): `self.redlock(urls).connect()`.
+    pub async fn connect_redlock<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.redlock(urls).connect().await
+    }
+
+    /// Refuses an empty list of server URLs.
+    pub(super) fn urls(&self, urls: Vec<String>) -> Result<Vec<String>, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "at least one server URL is needed".into(),
+            });
+        }
+        Ok(urls)
+    }
+
+    pub(super) fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.root_certificate.is_none() && self.client_identity.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self
+                .client_identity
+                .clone()
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.root_certificate.clone(),
+        })
+    }
+
+    /// A client on `store`; clients on one store see each other's locks.
+    pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
+        self.validate()?;
+        let wakeups = store.wakeups();
+        self.connected(store, wakeups)
+    }
+
+    /// A client on `store` with settings that need no validation (the
+    /// defaults: [`LockClient::memory`]).
+    pub(super) fn build_memory(self, store: MemoryStore) -> LockClient {
+        let wakeups = store.wakeups();
+        self.build(Arc::new(store), wakeups)
+    }
+
+    /// The `redis::Client` of `url`, with this builder's TLS settings.
+    pub(super) fn redis_client_of(&self, url: &str) -> Result<redis::Client, LockError> {
+        let invalid = |err: redis::RedisError| LockError::InvalidConfig {
+            key: "*".into(),
+            reason: format!("invalid Redis URL: {err}"),
+        };
+        if url.starts_with("rediss://") {
+            // rustls needs a process-wide crypto provider; another part of the
+            // program may have installed one already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match self.tls_certificates() {
+            Some(certificates) if url.starts_with("rediss://") => {
+                redis::Client::build_with_tls(url, certificates).map_err(invalid)?
+            }
+            _ => redis::Client::open(url).map_err(invalid)?,
+        };
+        tracing::trace!(server = %server_name(&client), "lock client configured");
+        Ok(client)
+    }
+
+    /// The client on `backend`, once the settings it does not support are
+    /// refused.
+    pub(super) fn connected(
+        self,
+        backend: impl Backend,
+        wakeups: Wakeups,
+    ) -> Result<LockClient, LockError> {
+        if let Some(Unsupported { reason, .. }) = self.hot_locks_refused(backend.capabilities()) {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: reason.into(),
+            });
+        }
+        tracing::debug!(server = backend.server(), "lock client connected");
+        Ok(self.build(Arc::new(backend), wakeups))
+    }
+
+    /// Why `keep_hot`, when asked for, is refused on a backend with `capabilities`.
+    pub(super) fn hot_locks_refused(&self, capabilities: Capabilities) -> Option<Unsupported> {
+        self.keep_hot.and(capabilities.hot_locks)
+    }
+
+    fn build(self, backend: Arc<dyn Backend>, wakeups: Wakeups) -> LockClient {
+        let mut id = [0u8; 16];
+        rand::rng().fill_bytes(&mut id);
+        let id = match self.layout {
+            // As Java's `UUID.randomUUID()` prints it (a version 4 UUID):
+            // the id Redisson puts before `:<thread id>`.
+            Layout::Redisson => uuid_v4(id),
+            _ => id.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        let prefix = self.prefix().to_owned();
+        let core = ClientCore::new(
+            id.into(),
+            prefix,
+            self.lease,
+            self.response_timeout,
+            backend,
+            wakeups,
+        )
+        .with_layout(self.layout)
+        .with_keeper(self.keep_hot);
+        #[cfg(feature = "metrics")]
+        let core = core.with_meter_names(self.metrics_names);
+        LockClient::from_core(core)
+    }
+
+    /// The layout the client lays its plain locks out in.
+    pub(super) fn layout_in_use(&self) -> Layout {
+        self.layout
+    }
+
+    /// The lease of watchdog-mode locks, and the response timeout.
+    pub(super) fn timing(&self) -> (Duration, Duration) {
+        (self.lease, self.response_timeout)
+    }
+}
+
+/// Each of `values` as a `String`.
+fn strings<I>(values: I) -> Vec<String>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    values.into_iter().map(|v| v.as_ref().to_owned()).collect()
+}
+
+/// 16 random bytes as a version 4 UUID, `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`.
+fn uuid_v4(mut bytes: [u8; 16]) -> String {
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
