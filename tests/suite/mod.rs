@@ -110,6 +110,7 @@ macro_rules! behaviour_suite {
             fencing_tokens_increase_and_survive_expiry,
             bad_input_gets_typed_errors,
             force_release_wakes_a_waiter,
+            admin_counts_the_clients_waiting_for_a_lock,
             multi_lock_is_sorted_and_all_or_nothing,
             multi_lock_in_swapped_order_does_not_deadlock,
             current_reports_the_locks_of_the_scope,
@@ -1123,4 +1124,61 @@ pub async fn counter_worker() {
     for handle in handles {
         handle.await.unwrap();
     }
+}
+
+/// `LockAdmin::waiters` counts the clients waiting for each lock (one
+/// waiting task per client here, so that a Redis subscription and an
+/// in-memory waiter count alike): 0 while nobody waits, 2 while two other
+/// clients wait for the held lock (and 0 for a lock nobody waits for), and
+/// 0 again once they got it and left.
+pub async fn admin_counts_the_clients_waiting_for_a_lock<F: Fixture>(fixture: &F) {
+    let [holder, a, b] = clients::<F, 3>(fixture).await;
+    let admin = holder.admin();
+    let guard = holder.lock("admin:waited").acquire().await.unwrap();
+    assert_eq!(
+        admin.waiters(["admin:waited", "admin:free"]).await.unwrap(),
+        [0, 0]
+    );
+    // Each waiter releases at once, so that the other gets its turn.
+    let waiters = [a, b].map(|client| {
+        tokio::spawn(async move {
+            let guard = client
+                .lock("admin:waited")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap();
+            guard.release().await.unwrap();
+        })
+    });
+    let counted = async {
+        loop {
+            let counts = admin.waiters(["admin:waited", "admin:free"]).await.unwrap();
+            if counts == [2, 0] {
+                return;
+            }
+            assert!(counts[0] <= 2 && counts[1] == 0, "{counts:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), counted)
+        .await
+        .expect("both waiting clients counted");
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let left = async {
+        while admin.waiters(["admin:waited"]).await.unwrap() != [0] {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), left)
+        .await
+        .expect("no waiter counted once they left");
+    assert!(matches!(
+        admin.waiters([""]).await,
+        Err(LockError::InvalidKey { .. })
+    ));
+    assert_eq!(admin.waiters(Vec::<String>::new()).await.unwrap(), Vec::<u64>::new());
 }
