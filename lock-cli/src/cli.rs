@@ -1,4 +1,7 @@
 //! The command line: commands, options, help texts and value parsers.
+//!
+//! The argument types sit below the commands: this file imports none of the
+//! command modules (only the exit codes, for defaults), and they import it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -462,8 +465,8 @@ pub(crate) struct TopArgs {
     pub(crate) lease: Option<Duration>,
 
     /// The column to sort by (keys in the view: n, o, k, t, h, w; s cycles).
-    #[arg(long, value_enum, default_value_t = crate::top::SortBy::Name)]
-    pub(crate) sort: crate::top::SortBy,
+    #[arg(long, value_enum, default_value_t = SortBy::Name)]
+    pub(crate) sort: SortBy,
 
     /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
@@ -492,6 +495,52 @@ pub(crate) enum OnBusy {
     Fail,
     /// Exit 0 without running the command, silently.
     Skip,
+}
+
+/// A column of `lockctl top` to sort by: `--sort`, and the view's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SortBy {
+    /// The lock name.
+    Name,
+    /// The holder.
+    Owner,
+    /// The fencing token.
+    Token,
+    /// The lease left.
+    Ttl,
+    /// How long the holder has held it.
+    Hold,
+    /// The clients waiting.
+    Waiters,
+}
+
+impl SortBy {
+    /// The column's name, as `--sort` takes it.
+    pub(crate) fn label(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The key that sorts by this column in the view (see `TOP_HELP`).
+    pub(crate) fn of_key(key: char) -> Option<Self> {
+        Some(match key {
+            'n' => SortBy::Name,
+            'o' => SortBy::Owner,
+            'k' => SortBy::Token,
+            't' => SortBy::Ttl,
+            'h' => SortBy::Hold,
+            'w' => SortBy::Waiters,
+            _ => return None,
+        })
+    }
+
+    /// The next column, after the last the first (the view's `s`).
+    pub(crate) fn next(self) -> Self {
+        let all = Self::value_variants();
+        let at = all.iter().position(|s| *s == self).unwrap_or(0);
+        all.get(at + 1).or(all.first()).copied().unwrap_or(self)
+    }
 }
 
 /// How long `run` waits for a busy lock.
@@ -576,6 +625,19 @@ mod tests {
         assert!(parse_lease("1ms").is_err());
         assert!(parse_lease("366days").is_err());
         assert!(parse_positive("0s").is_err());
+    }
+
+    #[test]
+    fn sort_columns_cycle_and_are_named_as_sort_takes_them() {
+        let all = SortBy::value_variants();
+        let mut by = SortBy::Name;
+        for _ in all {
+            let parsed = SortBy::from_str(&by.label(), false);
+            assert_eq!(parsed, Ok(by));
+            by = by.next();
+        }
+        assert_eq!(by, SortBy::Name, "s comes back to the first column");
+        assert_eq!(SortBy::Waiters.label(), "waiters");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::child::{self, Signals};
 use crate::cli::{ConnectionArgs, OnBusy, Primitive, RunArgs, Wait};
 use crate::connect::{connect, server_of};
 use crate::exit::{self, Failure};
+use crate::output::count;
 
 /// Runs `args.command` under lock `args.key`; returns lockctl's exit code.
 pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8, Failure> {
@@ -200,14 +201,6 @@ async fn held_by(client: &LockClient, key: &str, primitive: Primitive) -> String
         }),
     };
     detail.ok().flatten().unwrap_or_default()
-}
-
-/// `"1 reader"`, `"2 readers"`.
-fn count(n: usize, what: &str) -> String {
-    match n {
-        1 => format!("1 {what}"),
-        n => format!("{n} {what}s"),
-    }
 }
 
 /// What keeps read-write lock `key` busy, for messages.
