@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use distlock_core::MIN_WATCHDOG_LEASE;
+use distlock_core::{LockOptions, Wait, MIN_WATCHDOG_LEASE};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -360,6 +360,13 @@ pub(crate) enum Primitive {
 }
 
 impl RunArgs {
+    /// The options of the acquisition. `--lease` is not among them: it is
+    /// the watchdog's lease, renewed while the command runs, a setting of
+    /// the client rather than a fixed lease of this lock.
+    pub(crate) fn lock_options(&self) -> LockOptions {
+        LockOptions::new().wait(self.wait)
+    }
+
     /// The lock to take, from the options (which clap made exclusive).
     pub(crate) fn primitive(&self) -> Primitive {
         let which = &self.primitive;
@@ -543,15 +550,6 @@ impl SortBy {
     }
 }
 
-/// How long `run` waits for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// Up to this long (zero: try once).
-    For(Duration),
-    /// As long as it takes.
-    Forever,
-}
-
 /// A humantime duration: `10s`, `500ms`, `1m 30s`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
@@ -565,11 +563,12 @@ fn parse_positive(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `forever`, or a duration (`0s` tries once).
 fn parse_wait(text: &str) -> Result<Wait, String> {
     if text.trim().eq_ignore_ascii_case("forever") {
         return Ok(Wait::Forever);
     }
-    parse_duration(text).map(Wait::For)
+    parse_duration(text).map(Wait::from)
 }
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
@@ -619,7 +618,7 @@ mod tests {
     fn durations() {
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("10s"), Ok(Wait::For(Duration::from_secs(10))));
-        assert_eq!(parse_wait("0s"), Ok(Wait::For(Duration::ZERO)));
+        assert_eq!(parse_wait("0s"), Ok(Wait::Once));
         assert!(parse_wait("10x").unwrap_err().contains("10x"));
         assert_eq!(parse_lease("500ms"), Ok(Duration::from_millis(500)));
         assert!(parse_lease("1ms").is_err());
@@ -638,6 +637,22 @@ mod tests {
         }
         assert_eq!(by, SortBy::Name, "s comes back to the first column");
         assert_eq!(SortBy::Waiters.label(), "waiters");
+    }
+
+    #[test]
+    fn the_wait_is_the_locks_option() {
+        let cli = Cli::try_parse_from(["lockctl", "run", "-k", "k", "-w", "forever", "--", "true"]);
+        match cli.map(|cli| cli.command) {
+            Ok(Command::Run(run)) => {
+                assert_eq!(run.lock_options(), LockOptions::new().wait_forever())
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["lockctl", "run", "-k", "k", "--", "true"]);
+        match cli.map(|cli| cli.command) {
+            Ok(Command::Run(run)) => assert_eq!(run.lock_options(), LockOptions::new()),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
