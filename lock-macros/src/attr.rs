@@ -28,9 +28,11 @@ pub(crate) enum Setting<T> {
     Runtime(Box<Expr>),
 }
 
-/// How long to wait for a busy lock.
+/// The parsed `wait = ...` argument: a literal checked while compiling, or
+/// an expression. Not a vocabulary of its own: code generation turns it into
+/// the runtime's `Wait`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Wait {
+pub(crate) enum WaitArg {
     Once,
     For(Duration),
     Forever,
@@ -64,7 +66,7 @@ pub(crate) struct Args {
     /// Whether they came as `keys = [...]`: several plain locks together.
     pub(crate) multi: bool,
     pub(crate) kind: Kind,
-    pub(crate) wait: Wait,
+    pub(crate) wait: WaitArg,
     pub(crate) lease: Option<Setting<Duration>>,
     pub(crate) at_least: Option<Setting<Duration>>,
     pub(crate) on_busy: OnBusy,
@@ -146,7 +148,7 @@ impl Args {
             keys: Vec::new(),
             multi: false,
             kind: Kind::Plain,
-            wait: Wait::Once,
+            wait: WaitArg::Once,
             lease: None,
             at_least: None,
             on_busy: OnBusy::Error,
@@ -215,12 +217,12 @@ impl Args {
             },
             "wait" => {
                 self.wait = match duration_value(&item.name, item.value)? {
-                    Setting::Runtime(expr) => Wait::Runtime(*expr),
+                    Setting::Runtime(expr) => WaitArg::Runtime(*expr),
                     Setting::Literal(lit) => match lit.value().trim() {
-                        "forever" => Wait::Forever,
+                        "forever" => WaitArg::Forever,
                         text => match duration(&lit, text, true)? {
-                            wait if wait.is_zero() => Wait::Once,
-                            wait => Wait::For(wait),
+                            wait if wait.is_zero() => WaitArg::Once,
+                            wait => WaitArg::For(wait),
                         },
                     },
                 };
@@ -587,7 +589,7 @@ mod tests {
             at_least = Duration::from_secs(5)
         ))
         .unwrap();
-        assert!(matches!(args.wait, Wait::Runtime(_)));
+        assert!(matches!(args.wait, WaitArg::Runtime(_)));
         assert_eq!(args.lease, Some(Setting::Literal(Duration::from_secs(60))));
         assert!(matches!(args.at_least, Some(Setting::Runtime(_))));
         // A runtime lease leaves a literal minimum to the lock's own check.

@@ -9,7 +9,7 @@ use syn::{
     TypeParamBound,
 };
 
-use crate::attr::{Args, Kind, OnBusy, Setting, Wait};
+use crate::attr::{Args, Kind, OnBusy, Setting, WaitArg};
 use crate::template::{respan, Scope, Template};
 
 /// Expands `#[distributed_lock(attr)] item`. On an error in the arguments the
@@ -295,13 +295,13 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
         quote!(::core::time::Duration::new(#secs, #nanos))
     };
     let wait = match &args.wait {
-        Wait::Once => quote!(#krate::__private::Wait::Once),
-        Wait::Forever => quote!(#krate::__private::Wait::Forever),
-        Wait::For(d) => {
+        WaitArg::Once => quote!(#krate::__private::Wait::Once),
+        WaitArg::Forever => quote!(#krate::__private::Wait::Forever),
+        WaitArg::For(d) => {
             let d = literal(*d);
             quote!(#krate::__private::Wait::For(#d))
         }
-        Wait::Runtime(expr) => {
+        WaitArg::Runtime(expr) => {
             let d = runtime("__lock_wait", expr, true);
             quote!(#krate::__private::Wait::For(#d))
         }
