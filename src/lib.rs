@@ -105,7 +105,7 @@ pub use distlock_core::*;
 /// | `keys = ["a:{x}", "a:{y}"]` | several locks, all or nothing, acquired in sorted order (no deadlock with swapped arguments) |
 /// | `wait = "10s"` | wait for a busy lock (humantime, checked at compile time); `"0s"`/absent tries once; `"forever"`; or a `Duration` expression |
 /// | `lease = "30s"` | fixed lease, not renewed (ShedLock's `lockAtMostFor`); absent: watchdog renews every lease/3; or a `Duration` expression |
-/// | `at_least = "5m"` | keep the lock at least this long after it was taken, even when the fn returns sooner (ShedLock's `lockAtLeastFor`, [`Lock::hold_at_least`]); at most a fixed `lease`; or a `Duration` expression |
+/// | `at_least = "5m"` | keep the lock at least this long after it was taken, even when the fn returns sooner (ShedLock's `lockAtLeastFor`, [`Lock::hold_at_least`]); at most a fixed `lease`; one `key`, not `keys`; or a `Duration` expression |
 /// | `fair` | the [fair lock](LockClient::fair_lock) named by `key` |
 /// | `read` / `write` | the read or write lock of the [read-write lock](LockClient::read_write_lock) named by `key` |
 /// | `permits = 5`, `take = 2` | `take` (default 1) permits of the [semaphore](LockClient::semaphore) named by `key` with `permits` in all; `u32` literals or expressions |

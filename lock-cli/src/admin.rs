@@ -3,7 +3,6 @@
 //! the family.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 
 use distlock_core::{
@@ -15,6 +14,7 @@ use serde::Serialize;
 use crate::cli::{ConnectionArgs, Family, ListArgs, ReleaseArgs, StatusArgs};
 use crate::connect::{connect, server_of};
 use crate::exit::{self, Failure};
+use crate::output::{count, millis, print_out, to_json};
 
 /// One lock as `status` and `list` print it (the JSON shape).
 #[derive(Debug, Serialize)]
@@ -402,19 +402,6 @@ fn waiter_text(waiter: &WaiterReport) -> String {
     )
 }
 
-/// `"1 reader"`, `"2 readers"`.
-fn count(n: usize, what: &str) -> String {
-    match n {
-        1 => format!("1 {what}"),
-        n => format!("{n} {what}s"),
-    }
-}
-
-/// Whole milliseconds.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// `lockctl list`.
 pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<u8, Failure> {
     let pattern = format!("{}*", args.prefix);
@@ -573,26 +560,4 @@ fn ttl_text(ttl_ms: Option<u64>) -> String {
 
 fn number_text(number: Option<u64>) -> String {
     number.map_or_else(|| "none".into(), |n| n.to_string())
-}
-
-/// Writes `text` to stdout. A closed pipe (`lockctl list | head -1`) is not
-/// an error; other write errors are.
-pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(err) => Err(Failure::new(
-            exit::SOFTWARE,
-            format!("cannot write to stdout: {err}"),
-        )),
-    }
-}
-
-pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<String, Failure> {
-    serde_json::to_string_pretty(value)
-        .map_err(|err| Failure::new(exit::SOFTWARE, format!("cannot write JSON: {err}")))
 }

@@ -1,11 +1,14 @@
 //! The command line: commands, options, help texts and value parsers.
+//!
+//! The argument types sit below the commands: this file imports none of the
+//! command modules (only the exit codes, for defaults), and they import it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use distlock_core::MIN_WATCHDOG_LEASE;
+use distlock_core::{LockOptions, Wait, MIN_WATCHDOG_LEASE};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -357,6 +360,13 @@ pub(crate) enum Primitive {
 }
 
 impl RunArgs {
+    /// The options of the acquisition. `--lease` is not among them: it is
+    /// the watchdog's lease, renewed while the command runs, a setting of
+    /// the client rather than a fixed lease of this lock.
+    pub(crate) fn lock_options(&self) -> LockOptions {
+        LockOptions::new().wait(self.wait)
+    }
+
     /// The lock to take, from the options (which clap made exclusive).
     pub(crate) fn primitive(&self) -> Primitive {
         let which = &self.primitive;
@@ -462,8 +472,8 @@ pub(crate) struct TopArgs {
     pub(crate) lease: Option<Duration>,
 
     /// The column to sort by (keys in the view: n, o, k, t, h, w; s cycles).
-    #[arg(long, value_enum, default_value_t = crate::top::SortBy::Name)]
-    pub(crate) sort: crate::top::SortBy,
+    #[arg(long, value_enum, default_value_t = SortBy::Name)]
+    pub(crate) sort: SortBy,
 
     /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
@@ -494,13 +504,50 @@ pub(crate) enum OnBusy {
     Skip,
 }
 
-/// How long `run` waits for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// Up to this long (zero: try once).
-    For(Duration),
-    /// As long as it takes.
-    Forever,
+/// A column of `lockctl top` to sort by: `--sort`, and the view's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SortBy {
+    /// The lock name.
+    Name,
+    /// The holder.
+    Owner,
+    /// The fencing token.
+    Token,
+    /// The lease left.
+    Ttl,
+    /// How long the holder has held it.
+    Hold,
+    /// The clients waiting.
+    Waiters,
+}
+
+impl SortBy {
+    /// The column's name, as `--sort` takes it.
+    pub(crate) fn label(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The key that sorts by this column in the view (see `TOP_HELP`).
+    pub(crate) fn of_key(key: char) -> Option<Self> {
+        Some(match key {
+            'n' => SortBy::Name,
+            'o' => SortBy::Owner,
+            'k' => SortBy::Token,
+            't' => SortBy::Ttl,
+            'h' => SortBy::Hold,
+            'w' => SortBy::Waiters,
+            _ => return None,
+        })
+    }
+
+    /// The next column, after the last the first (the view's `s`).
+    pub(crate) fn next(self) -> Self {
+        let all = Self::value_variants();
+        let at = all.iter().position(|s| *s == self).unwrap_or(0);
+        all.get(at + 1).or(all.first()).copied().unwrap_or(self)
+    }
 }
 
 /// A humantime duration: `10s`, `500ms`, `1m 30s`.
@@ -516,11 +563,12 @@ fn parse_positive(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `forever`, or a duration (`0s` tries once).
 fn parse_wait(text: &str) -> Result<Wait, String> {
     if text.trim().eq_ignore_ascii_case("forever") {
         return Ok(Wait::Forever);
     }
-    parse_duration(text).map(Wait::For)
+    parse_duration(text).map(Wait::from)
 }
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
@@ -570,12 +618,41 @@ mod tests {
     fn durations() {
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("10s"), Ok(Wait::For(Duration::from_secs(10))));
-        assert_eq!(parse_wait("0s"), Ok(Wait::For(Duration::ZERO)));
+        assert_eq!(parse_wait("0s"), Ok(Wait::Once));
         assert!(parse_wait("10x").unwrap_err().contains("10x"));
         assert_eq!(parse_lease("500ms"), Ok(Duration::from_millis(500)));
         assert!(parse_lease("1ms").is_err());
         assert!(parse_lease("366days").is_err());
         assert!(parse_positive("0s").is_err());
+    }
+
+    #[test]
+    fn sort_columns_cycle_and_are_named_as_sort_takes_them() {
+        let all = SortBy::value_variants();
+        let mut by = SortBy::Name;
+        for _ in all {
+            let parsed = SortBy::from_str(&by.label(), false);
+            assert_eq!(parsed, Ok(by));
+            by = by.next();
+        }
+        assert_eq!(by, SortBy::Name, "s comes back to the first column");
+        assert_eq!(SortBy::Waiters.label(), "waiters");
+    }
+
+    #[test]
+    fn the_wait_is_the_locks_option() {
+        let cli = Cli::try_parse_from(["lockctl", "run", "-k", "k", "-w", "forever", "--", "true"]);
+        match cli.map(|cli| cli.command) {
+            Ok(Command::Run(run)) => {
+                assert_eq!(run.lock_options(), LockOptions::new().wait_forever())
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["lockctl", "run", "-k", "k", "--", "true"]);
+        match cli.map(|cli| cli.command) {
+            Ok(Command::Run(run)) => assert_eq!(run.lock_options(), LockOptions::new()),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! and inspect or force-release locks, on any backend of `distlock-core`.
 //!
 //! See `lockctl --help` and the README's "lockctl" section.
+//!
+//! Modules import each other one way: the commands (`run`, `admin`, `top`)
+//! use `connect`, which uses the arguments (`cli`); `output`, `child` and
+//! `exit` are leaves below them.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
 
@@ -10,6 +14,7 @@ mod child;
 mod cli;
 mod connect;
 mod exit;
+mod output;
 mod run;
 mod top;
 

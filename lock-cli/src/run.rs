@@ -7,9 +7,10 @@ use distlock_core::{Lock, LockClient, LockError};
 use tokio::process::Child;
 
 use crate::child::{self, Signals};
-use crate::cli::{ConnectionArgs, OnBusy, Primitive, RunArgs, Wait};
+use crate::cli::{ConnectionArgs, OnBusy, Primitive, RunArgs};
 use crate::connect::{connect, server_of};
 use crate::exit::{self, Failure};
+use crate::output::count;
 
 /// Runs `args.command` under lock `args.key`; returns lockctl's exit code.
 pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8, Failure> {
@@ -36,11 +37,7 @@ pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8
     };
     let server = client.server().to_owned();
 
-    let lock = lock_of(&client, key, primitive);
-    let lock = match args.wait {
-        Wait::For(wait) => lock.wait(wait),
-        Wait::Forever => lock.wait_forever(),
-    };
+    let lock = lock_of(&client, key, primitive).options(args.lock_options());
     let acquired = tokio::select! {
         acquired = lock.acquire() => acquired,
         signo = signals.recv() => return Err(interrupted(signo, key, &server)),
@@ -200,14 +197,6 @@ async fn held_by(client: &LockClient, key: &str, primitive: Primitive) -> String
         }),
     };
     detail.ok().flatten().unwrap_or_default()
-}
-
-/// `"1 reader"`, `"2 readers"`.
-fn count(n: usize, what: &str) -> String {
-    match n {
-        1 => format!("1 {what}"),
-        n => format!("{n} {what}s"),
-    }
 }
 
 /// What keeps read-write lock `key` busy, for messages.

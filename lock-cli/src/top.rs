@@ -15,7 +15,6 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant, SystemTime};
 
-use clap::ValueEnum;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
 use distlock_core::redis;
@@ -23,10 +22,10 @@ use distlock_core::{LockClient, LockInfo};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::admin::{print_out, to_json};
-use crate::cli::{ConnectionArgs, TopArgs};
+use crate::cli::{ConnectionArgs, SortBy, TopArgs};
 use crate::connect::connect;
 use crate::exit::{self, Failure};
+use crate::output::{millis, print_out, to_json};
 
 /// The lease the bar is drawn against when neither `--lease` nor a longer
 /// TTL says otherwise (the client's default lease).
@@ -34,63 +33,6 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// Width of the lease-left bar, brackets included.
 const BAR: usize = 12;
-
-/// A column to sort by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum SortBy {
-    /// The lock name.
-    Name,
-    /// The holder.
-    Owner,
-    /// The fencing token.
-    Token,
-    /// The lease left.
-    Ttl,
-    /// How long the holder has held it.
-    Hold,
-    /// The clients waiting.
-    Waiters,
-}
-
-impl SortBy {
-    const ALL: [SortBy; 6] = [
-        SortBy::Name,
-        SortBy::Owner,
-        SortBy::Token,
-        SortBy::Ttl,
-        SortBy::Hold,
-        SortBy::Waiters,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            SortBy::Name => "name",
-            SortBy::Owner => "owner",
-            SortBy::Token => "token",
-            SortBy::Ttl => "ttl",
-            SortBy::Hold => "hold",
-            SortBy::Waiters => "waiters",
-        }
-    }
-
-    /// The key that sorts by this column.
-    fn of_key(key: char) -> Option<Self> {
-        Some(match key {
-            'n' => SortBy::Name,
-            'o' => SortBy::Owner,
-            'k' => SortBy::Token,
-            't' => SortBy::Ttl,
-            'h' => SortBy::Hold,
-            'w' => SortBy::Waiters,
-            _ => return None,
-        })
-    }
-
-    fn next(self) -> Self {
-        let at = Self::ALL.iter().position(|s| *s == self).unwrap_or(0);
-        Self::ALL[(at + 1) % Self::ALL.len()]
-    }
-}
 
 /// How long the current holder has held a lock, as the view saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +60,7 @@ pub(crate) struct Row {
 
 fn ser_millis<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
-        Some(d) => s.serialize_some(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        Some(d) => s.serialize_some(&millis(*d)),
         None => s.serialize_none(),
     }
 }

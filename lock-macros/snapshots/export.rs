@@ -9,15 +9,11 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
                 ::core::borrow::Borrow::<::distlock::LockClient>::borrow(&(self.locks)),
             ),
             ::std::format!("export:{}", tenant),
-            ::distlock::__private::Settings {
-                kind: ::distlock::__private::Kind::Permits {
-                    total: __lock_permits,
-                    take: 2u32,
-                },
-                wait: ::distlock::__private::Wait::For(__lock_wait),
-                lease: ::core::option::Option::None,
-                at_least: ::core::option::Option::None,
+            ::distlock::__private::Kind::Permits {
+                total: __lock_permits,
+                take: 2u32,
             },
+            ::distlock::LockOptions::new().wait(::distlock::Wait::from(__lock_wait)),
         )
         .await;
     let __lock_guard = match __lock_acquired {

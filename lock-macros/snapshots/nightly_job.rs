@@ -5,12 +5,8 @@ async fn nightly() {
     let __lock_acquired = locks::__private::acquire(
             ::core::option::Option::None,
             ::std::format!("job:nightly"),
-            locks::__private::Settings {
-                kind: locks::__private::Kind::Plain,
-                wait: locks::__private::Wait::Once,
-                lease: ::core::option::Option::None,
-                at_least: ::core::option::Option::None,
-            },
+            locks::__private::Kind::Plain,
+            locks::LockOptions::new(),
         )
         .await;
     let __lock_guard = match __lock_acquired {

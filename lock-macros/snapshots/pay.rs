@@ -5,14 +5,9 @@ async fn pay(id: u64) -> Result<Receipt, AppError> {
     let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::None,
             ::std::format!("order:{}", id),
-            ::distlock::__private::Settings {
-                kind: ::distlock::__private::Kind::Plain,
-                wait: ::distlock::__private::Wait::For(
-                    ::core::time::Duration::new(10u64, 0u32),
-                ),
-                lease: ::core::option::Option::None,
-                at_least: ::core::option::Option::None,
-            },
+            ::distlock::__private::Kind::Plain,
+            ::distlock::LockOptions::new()
+                .wait(::distlock::Wait::For(::core::time::Duration::new(10u64, 0u32))),
         )
         .await;
     let __lock_guard = match __lock_acquired {

@@ -5,16 +5,10 @@ async fn cleanup() {
     let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::None,
             ::std::format!("job:cleanup"),
-            ::distlock::__private::Settings {
-                kind: ::distlock::__private::Kind::Plain,
-                wait: ::distlock::__private::Wait::Once,
-                lease: ::core::option::Option::Some(
-                    ::core::time::Duration::new(600u64, 0u32),
-                ),
-                at_least: ::core::option::Option::Some(
-                    ::core::time::Duration::new(300u64, 0u32),
-                ),
-            },
+            ::distlock::__private::Kind::Plain,
+            ::distlock::LockOptions::new()
+                .lease(::core::time::Duration::new(600u64, 0u32))
+                .hold_at_least(::core::time::Duration::new(300u64, 0u32)),
         )
         .await;
     let __lock_guard = match __lock_acquired {

@@ -9,8 +9,7 @@ pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
             ::std::vec![
                 ::std::format!("account:{}", from.id), ::std::format!("account:{}", to)
             ],
-            ::distlock::__private::Wait::Once,
-            ::core::option::Option::Some(::core::time::Duration::new(5u64, 0u32)),
+            ::distlock::LockOptions::new().lease(::core::time::Duration::new(5u64, 0u32)),
         )
         .await;
     let __lock_guard = match __lock_acquired {

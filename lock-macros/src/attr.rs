@@ -1,6 +1,5 @@
-//! Parsing of the attribute's arguments: `key`, `keys`, `wait`, `lease`,
-//! `at_least`, `fair`, `read`, `write`, `permits`, `take`, `on_busy`,
-//! `client`, `crate`, `abort_on_lost`, and the checks between them.
+//! Parsing of the attribute's arguments (the options of [`OPTIONS`]) and the
+//! checks between them.
 
 use std::time::Duration;
 
@@ -11,9 +10,63 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Lit, LitStr, Path, Token};
 
-/// The options, in the order the error message lists them.
-pub(crate) const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `at_least`, `fair`, `read`, \
-     `write`, `permits`, `take`, `on_busy`, `client`, `crate`, `abort_on_lost`";
+/// One option of the attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    Key,
+    Keys,
+    Wait,
+    Lease,
+    AtLeast,
+    Fair,
+    Read,
+    Write,
+    Permits,
+    Take,
+    OnBusy,
+    Client,
+    Crate,
+    AbortOnLost,
+}
+
+/// Every option of the attribute by name, in the order messages list them:
+/// the one table the parser and the "expected one of" message read, and the
+/// documentation's tables are checked against (see the tests).
+const OPTIONS: [(&str, Opt); 14] = [
+    ("key", Opt::Key),
+    ("keys", Opt::Keys),
+    ("wait", Opt::Wait),
+    ("lease", Opt::Lease),
+    ("at_least", Opt::AtLeast),
+    ("fair", Opt::Fair),
+    ("read", Opt::Read),
+    ("write", Opt::Write),
+    ("permits", Opt::Permits),
+    ("take", Opt::Take),
+    ("on_busy", Opt::OnBusy),
+    ("client", Opt::Client),
+    ("crate", Opt::Crate),
+    ("abort_on_lost", Opt::AbortOnLost),
+];
+
+impl Opt {
+    /// The option called `name`, if there is one.
+    fn named(name: &str) -> Option<Self> {
+        OPTIONS
+            .iter()
+            .find(|(option, _)| *option == name)
+            .map(|&(_, opt)| opt)
+    }
+}
+
+/// `` `key`, `keys`, ... `` for messages.
+fn option_list() -> String {
+    OPTIONS
+        .iter()
+        .map(|(name, _)| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The lock's own range of fixed leases (`distlock_core::MIN_LEASE..=MAX_LEASE`),
 /// checked here so that a bad literal fails the build.
@@ -28,9 +81,11 @@ pub(crate) enum Setting<T> {
     Runtime(Box<Expr>),
 }
 
-/// How long to wait for a busy lock.
+/// The parsed `wait = ...` argument: a literal checked while compiling, or
+/// an expression. Not a vocabulary of its own: code generation turns it into
+/// the runtime's `Wait`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Wait {
+pub(crate) enum WaitArg {
     Once,
     For(Duration),
     Forever,
@@ -64,7 +119,7 @@ pub(crate) struct Args {
     /// Whether they came as `keys = [...]`: several plain locks together.
     pub(crate) multi: bool,
     pub(crate) kind: Kind,
-    pub(crate) wait: Wait,
+    pub(crate) wait: WaitArg,
     pub(crate) lease: Option<Setting<Duration>>,
     pub(crate) at_least: Option<Setting<Duration>>,
     pub(crate) on_busy: OnBusy,
@@ -146,7 +201,7 @@ impl Args {
             keys: Vec::new(),
             multi: false,
             kind: Kind::Plain,
-            wait: Wait::Once,
+            wait: WaitArg::Once,
             lease: None,
             at_least: None,
             on_busy: OnBusy::Error,
@@ -167,11 +222,21 @@ impl Args {
                 continue;
             }
             names.push(name.clone());
-            if let Err(err) = args.apply(&name, item, &mut seen) {
+            let Some(opt) = Opt::named(&name) else {
+                push(syn::Error::new(
+                    item.name.span(),
+                    format!("unknown option `{name}`; expected one of {}", option_list()),
+                ));
+                continue;
+            };
+            if let Err(err) = args.apply(opt, item, &mut seen) {
                 push(err);
             }
         }
-        if args.keys.is_empty() && !names.iter().any(|n| n == "key" || n == "keys") {
+        let named_a_key = names
+            .iter()
+            .any(|name| matches!(Opt::named(name), Some(Opt::Key | Opt::Keys)));
+        if args.keys.is_empty() && !named_a_key {
             push(syn::Error::new(
                 Span::call_site(),
                 "missing option `key`: say which lock to take, e.g. `key = \"order:{id}\"`",
@@ -186,18 +251,18 @@ impl Args {
         }
     }
 
-    fn apply(&mut self, name: &str, item: Item, seen: &mut Seen) -> syn::Result<()> {
+    fn apply(&mut self, opt: Opt, item: Item, seen: &mut Seen) -> syn::Result<()> {
         let span = item.name.span();
-        match name {
-            "key" | "keys" if !self.keys.is_empty() => Err(syn::Error::new(
+        match opt {
+            Opt::Key | Opt::Keys if !self.keys.is_empty() => Err(syn::Error::new(
                 span,
                 "give either `key` or `keys`, not both",
             )),
-            "key" => {
+            Opt::Key => {
                 self.keys.push(string_value(&item.name, item.value)?);
                 Ok(())
             }
-            "keys" => match item.value {
+            Opt::Keys => match item.value {
                 Some(Value::Strs(strs)) if !strs.is_empty() => {
                     self.keys = strs;
                     self.multi = true;
@@ -213,20 +278,20 @@ impl Args {
                     "expected `keys = [\"template\", ...]`",
                 )),
             },
-            "wait" => {
+            Opt::Wait => {
                 self.wait = match duration_value(&item.name, item.value)? {
-                    Setting::Runtime(expr) => Wait::Runtime(*expr),
+                    Setting::Runtime(expr) => WaitArg::Runtime(*expr),
                     Setting::Literal(lit) => match lit.value().trim() {
-                        "forever" => Wait::Forever,
+                        "forever" => WaitArg::Forever,
                         text => match duration(&lit, text, true)? {
-                            wait if wait.is_zero() => Wait::Once,
-                            wait => Wait::For(wait),
+                            wait if wait.is_zero() => WaitArg::Once,
+                            wait => WaitArg::For(wait),
                         },
                     },
                 };
                 Ok(())
             }
-            "lease" => {
+            Opt::Lease => {
                 self.lease = Some(match duration_value(&item.name, item.value)? {
                     Setting::Runtime(expr) => Setting::Runtime(expr),
                     Setting::Literal(lit) => {
@@ -243,7 +308,7 @@ impl Args {
                 });
                 Ok(())
             }
-            "at_least" => {
+            Opt::AtLeast => {
                 let (setting, literal) = match duration_value(&item.name, item.value)? {
                     Setting::Runtime(expr) => (Setting::Runtime(expr), None),
                     Setting::Literal(lit) => {
@@ -261,21 +326,22 @@ impl Args {
                 seen.at_least = Some((item.name, literal));
                 Ok(())
             }
-            "fair" | "read" | "write" => {
+            Opt::Fair | Opt::Read | Opt::Write => {
                 if item.value.is_some() {
+                    let name = &item.name;
                     return Err(syn::Error::new(
                         span,
                         format!("`{name}` takes no value: write `{name}` alone"),
                     ));
                 }
-                self.kind = match name {
-                    "fair" => Kind::Fair,
-                    "read" => Kind::Read,
+                self.kind = match opt {
+                    Opt::Fair => Kind::Fair,
+                    Opt::Read => Kind::Read,
                     _ => Kind::Write,
                 };
                 kind_once(seen, item.name)
             }
-            "permits" => {
+            Opt::Permits => {
                 seen.permits_named = true;
                 let (total, value_span) = count_value(&item.name, item.value, "permits = 5")?;
                 if let Setting::Literal(0) = total {
@@ -287,7 +353,7 @@ impl Args {
                 seen.permits = Some(total);
                 kind_once(seen, item.name)
             }
-            "take" => {
+            Opt::Take => {
                 let (take, value_span) = count_value(&item.name, item.value, "take = 2")?;
                 if let Setting::Literal(0) = take {
                     return Err(syn::Error::new(
@@ -298,7 +364,7 @@ impl Args {
                 seen.take = Some((item.name, take, value_span));
                 Ok(())
             }
-            "on_busy" => {
+            Opt::OnBusy => {
                 let ident = match item.value {
                     Some(Value::Expr(Expr::Path(path))) => path.path.get_ident().cloned(),
                     _ => None,
@@ -323,7 +389,7 @@ impl Args {
                     )),
                 }
             }
-            "client" => match item.value {
+            Opt::Client => match item.value {
                 Some(Value::Expr(expr)) => {
                     self.client = Some(expr);
                     Ok(())
@@ -333,24 +399,20 @@ impl Args {
                     "expected `client = <expression giving a LockClient or &LockClient>`",
                 )),
             },
-            "crate" => {
+            Opt::Crate => {
                 let lit = string_value(&item.name, item.value)?;
                 self.krate = Some(lit.parse().map_err(|_| {
                     syn::Error::new(lit.span(), "expected a path, e.g. `crate = \"my_locks\"`")
                 })?);
                 Ok(())
             }
-            "abort_on_lost" => match item.value {
+            Opt::AbortOnLost => match item.value {
                 None => {
                     self.abort_on_lost = Some(span);
                     Ok(())
                 }
                 Some(_) => Err(syn::Error::new(span, "`abort_on_lost` takes no value")),
             },
-            _ => Err(syn::Error::new(
-                span,
-                format!("unknown option `{name}`; expected one of {OPTIONS}"),
-            )),
         }
     }
 
@@ -553,6 +615,58 @@ mod tests {
     }
 
     #[test]
+    fn the_option_table_names_each_option_once() {
+        for (name, opt) in OPTIONS {
+            assert_eq!(Opt::named(name), Some(opt), "{name}");
+            assert_eq!(OPTIONS.iter().filter(|(n, _)| *n == name).count(), 1);
+        }
+        assert_eq!(Opt::named("timeout"), None);
+        let message = error(quote::quote!(key = "x", timeout = "1s"));
+        assert!(message.contains(&option_list()), "{message}");
+    }
+
+    /// The option names in the first column of the Markdown table under
+    /// `| option | meaning |` in `text` (`//`-comment markers stripped):
+    /// `read` for "`read` / `write`", `permits` for "`permits = 5`".
+    fn documented(text: &str) -> std::collections::BTreeSet<String> {
+        let rows = text
+            .lines()
+            .map(|line| line.trim_start().trim_start_matches('/').trim())
+            .skip_while(|line| *line != "| option | meaning |")
+            .skip(2)
+            .take_while(|line| line.starts_with('|'));
+        let mut names = std::collections::BTreeSet::new();
+        for row in rows {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            for code in first.split('`').skip(1).step_by(2) {
+                let name: String = code
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                names.insert(name);
+            }
+        }
+        names
+    }
+
+    /// The facade's documentation of the attribute and the README list the
+    /// options of [`OPTIONS`], no more, no fewer. They live outside this
+    /// package: checked in the workspace, skipped where they are absent.
+    #[test]
+    fn the_docs_list_the_options_of_the_table() {
+        let table: std::collections::BTreeSet<String> =
+            OPTIONS.iter().map(|(name, _)| (*name).to_owned()).collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for doc in ["src/lib.rs", "README.md"] {
+            let Ok(text) = std::fs::read_to_string(root.join(doc)) else {
+                eprintln!("{doc} is not here (not built in the workspace): not checked");
+                continue;
+            };
+            assert_eq!(documented(&text), table, "the option table of {doc}");
+        }
+    }
+
+    #[test]
     fn family_kinds_and_counts() {
         let args = parse(quote::quote!(key = "x", permits = 5, take = 2)).unwrap();
         assert!(matches!(
@@ -587,7 +701,7 @@ mod tests {
             at_least = Duration::from_secs(5)
         ))
         .unwrap();
-        assert!(matches!(args.wait, Wait::Runtime(_)));
+        assert!(matches!(args.wait, WaitArg::Runtime(_)));
         assert_eq!(args.lease, Some(Setting::Literal(Duration::from_secs(60))));
         assert!(matches!(args.at_least, Some(Setting::Runtime(_))));
         // A runtime lease leaves a literal minimum to the lock's own check.

@@ -9,7 +9,7 @@ use syn::{
     TypeParamBound,
 };
 
-use crate::attr::{Args, Kind, OnBusy, Setting, Wait};
+use crate::attr::{Args, Kind, OnBusy, Setting, WaitArg};
 use crate::template::{respan, Scope, Template};
 
 /// Expands `#[distributed_lock(attr)] item`. On an error in the arguments the
@@ -151,7 +151,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         },
         None => quote!(::core::option::Option::None),
     };
-    let (lets, settings) = settings(&args, &krate);
+    let (lets, Settings { kind, options }) = settings(&args, &krate);
     // Conversions into the user's error type are spanned at the return
     // type, so a missing `From<LockError>` is reported there. Where the
     // error type is `LockError` itself the conversion is the identity, which
@@ -184,18 +184,16 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     // One key: a `LockGuard` (any kind of lock); `keys`: a `MultiLockGuard`.
     let (acquire, guard_type) = if args.multi {
-        let (wait, lease) = (&settings.wait, &settings.lease);
         (
             quote! {
-                #krate::__private::acquire_all(#client, ::std::vec![#(#keys),*], #wait, #lease)
+                #krate::__private::acquire_all(#client, ::std::vec![#(#keys),*], #options)
             },
             quote!(#krate::MultiLockGuard),
         )
     } else {
-        let all = &settings.all;
         (
             quote! {
-                #krate::__private::acquire(#client, #(#keys)*, #all)
+                #krate::__private::acquire(#client, #(#keys)*, #kind, #options)
             },
             quote!(#krate::LockGuard),
         )
@@ -269,12 +267,12 @@ fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
-/// The `__private::Settings` of the call, and the `let`s before it that
-/// evaluate the options given as expressions. Those run at each call, before
-/// the lock is taken, in the function's scope (the arguments and `self`
-/// are visible, as to the key templates). Each goes through a conversion
-/// spanned at the expression, so a value of a wrong type is reported there,
-/// with what to write instead.
+/// The lock's kind and its `LockOptions` for the call, and the `let`s
+/// before them that evaluate the options given as expressions. Those run at
+/// each call, before the lock is taken, in the function's scope (the
+/// arguments and `self` are visible, as to the key templates). Each goes
+/// through a conversion spanned at the expression, so a value of a wrong
+/// type is reported there, with what to write instead.
 fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
     let mut lets = TokenStream::new();
     let mut runtime = |name: &str, expr: &Expr, duration: bool| {
@@ -294,31 +292,34 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
         let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
         quote!(::core::time::Duration::new(#secs, #nanos))
     };
-    let wait = match &args.wait {
-        Wait::Once => quote!(#krate::__private::Wait::Once),
-        Wait::Forever => quote!(#krate::__private::Wait::Forever),
-        Wait::For(d) => {
+    // Only what the attribute gave: the rest is `LockOptions::new()`'s
+    // default (try once, watchdog mode, no minimum hold).
+    let mut options = quote!(#krate::LockOptions::new());
+    match &args.wait {
+        WaitArg::Once => {}
+        WaitArg::Forever => options.extend(quote!(.wait(#krate::Wait::Forever))),
+        WaitArg::For(d) => {
             let d = literal(*d);
-            quote!(#krate::__private::Wait::For(#d))
+            options.extend(quote!(.wait(#krate::Wait::For(#d))));
         }
-        Wait::Runtime(expr) => {
+        WaitArg::Runtime(expr) => {
+            // `Wait::from`: a zero `Duration` tries once.
             let d = runtime("__lock_wait", expr, true);
-            quote!(#krate::__private::Wait::For(#d))
+            options.extend(quote!(.wait(#krate::Wait::from(#d))));
         }
+    }
+    let mut duration = |setting: &Setting<std::time::Duration>, name: &str| match setting {
+        Setting::Literal(d) => literal(*d),
+        Setting::Runtime(expr) => runtime(name, expr, true),
     };
-    let mut optional = |setting: &Option<Setting<std::time::Duration>>, name: &str| match setting {
-        None => quote!(::core::option::Option::None),
-        Some(Setting::Literal(d)) => {
-            let d = literal(*d);
-            quote!(::core::option::Option::Some(#d))
-        }
-        Some(Setting::Runtime(expr)) => {
-            let d = runtime(name, expr, true);
-            quote!(::core::option::Option::Some(#d))
-        }
-    };
-    let lease = optional(&args.lease, "__lock_lease");
-    let at_least = optional(&args.at_least, "__lock_at_least");
+    if let Some(lease) = &args.lease {
+        let d = duration(lease, "__lock_lease");
+        options.extend(quote!(.lease(#d)));
+    }
+    if let Some(at_least) = &args.at_least {
+        let d = duration(at_least, "__lock_at_least");
+        options.extend(quote!(.hold_at_least(#d)));
+    }
     let kind = match &args.kind {
         Kind::Plain => quote!(#krate::__private::Kind::Plain),
         Kind::Fair => quote!(#krate::__private::Kind::Fair),
@@ -334,23 +335,14 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
             quote!(#krate::__private::Kind::Permits { total: #total, take: #take })
         }
     };
-    let all = quote! {
-        #krate::__private::Settings {
-            kind: #kind,
-            wait: #wait,
-            lease: #lease,
-            at_least: #at_least,
-        }
-    };
-    (lets, Settings { wait, lease, all })
+    (lets, Settings { kind, options })
 }
 
-/// The settings of the call: `wait` and `lease` alone for several keys,
-/// all of them as a `__private::Settings` for one.
+/// The lock of the call: which member of the family (`__private::Kind`,
+/// unused with several keys, which are plain locks) and its `LockOptions`.
 struct Settings {
-    wait: TokenStream,
-    lease: TokenStream,
-    all: TokenStream,
+    kind: TokenStream,
+    options: TokenStream,
 }
 
 /// Which body to wrap; an error at `fn` when there is no async body.
