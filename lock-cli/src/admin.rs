@@ -259,20 +259,32 @@ pub(crate) async fn status(connection: &ConnectionArgs, args: StatusArgs) -> Res
     let key = args.key.as_str();
     let (json, text) = match args.family.family() {
         Family::Lock => {
-            let report = LockReport::new(client.inspect(key).await.map_err(failure)?, server);
+            let report =
+                LockReport::new(client.admin().inspect(key).await.map_err(failure)?, server);
             (to_json(&report)?, lock_text(&report))
         }
         Family::Fair => {
-            let report = FairReport::new(client.inspect_fair(key).await.map_err(failure)?, server);
+            let report = FairReport::new(
+                client.admin().inspect_fair(key).await.map_err(failure)?,
+                server,
+            );
             (to_json(&report)?, fair_text(&report))
         }
         Family::ReadWrite => {
-            let info = client.inspect_read_write(key).await.map_err(failure)?;
+            let info = client
+                .admin()
+                .inspect_read_write(key)
+                .await
+                .map_err(failure)?;
             let report = ReadWriteReport::new(info, server);
             (to_json(&report)?, read_write_text(&report))
         }
         Family::Semaphore => {
-            let info = client.inspect_semaphore(key).await.map_err(failure)?;
+            let info = client
+                .admin()
+                .inspect_semaphore(key)
+                .await
+                .map_err(failure)?;
             let report = SemaphoreReport::new(info, server);
             (to_json(&report)?, semaphore_text(&report))
         }
@@ -407,6 +419,7 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
     let pattern = format!("{}*", args.prefix);
     let client = connect(connection, &pattern, None).await?;
     let locks = client
+        .admin()
         .list(&args.prefix)
         .await
         .map_err(|err| Failure::from_lock(&err, &pattern, client.server(), exit::USAGE))?;
@@ -473,8 +486,17 @@ pub(crate) async fn release(connection: &ConnectionArgs, args: ReleaseArgs) -> R
     }
     // Who held it, for the operator's record; the release itself does not
     // depend on it.
-    let holder = client.inspect(&args.key).await.map_err(failure)?.holder;
-    let released = client.force_release(&args.key).await.map_err(failure)?;
+    let holder = client
+        .admin()
+        .inspect(&args.key)
+        .await
+        .map_err(failure)?
+        .holder;
+    let released = client
+        .admin()
+        .force_release(&args.key)
+        .await
+        .map_err(failure)?;
     let line = match (released, holder) {
         (true, Some(holder)) => format!(
             "released lock `{}` at {} (held by {}, fencing token {})\n",
@@ -501,8 +523,8 @@ async fn release_family(
     let server = client.server();
     let (what, released, held) = match family {
         Family::Lock | Family::Fair => {
-            let info = client.inspect_fair(key).await?;
-            let released = client.force_release_fair(key).await?;
+            let info = client.admin().inspect_fair(key).await?;
+            let released = client.admin().force_release_fair(key).await?;
             let mut held = info
                 .holder
                 .map(|h| format!("held by {}, fencing token {}", h.owner, h.fencing_token))
@@ -513,8 +535,8 @@ async fn release_family(
             ("fair lock", released, held)
         }
         Family::ReadWrite => {
-            let info = client.inspect_read_write(key).await?;
-            let released = client.force_release_read_write(key).await?;
+            let info = client.admin().inspect_read_write(key).await?;
+            let released = client.admin().force_release_read_write(key).await?;
             let mut parts = Vec::new();
             if let Some(writer) = &info.writer {
                 parts.push(format!(
@@ -531,8 +553,8 @@ async fn release_family(
             ("read-write lock", released, parts.join(", "))
         }
         Family::Semaphore => {
-            let info = client.inspect_semaphore(key).await?;
-            let released = client.force_release_semaphore(key).await?;
+            let info = client.admin().inspect_semaphore(key).await?;
+            let released = client.admin().force_release_semaphore(key).await?;
             let held = match info.holders.len() {
                 0 => String::new(),
                 n => format!(

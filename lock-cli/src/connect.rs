@@ -24,12 +24,19 @@ pub(crate) async fn connect(
             LayoutArg::Native => Layout::Native,
             LayoutArg::Redisson => Layout::Redisson,
         })
-        .sharded_pubsub(match args.sharded_pubsub {
-            ShardedArg::Auto => ShardedPubSub::Auto,
-            ShardedArg::On => ShardedPubSub::On,
-            ShardedArg::Off => ShardedPubSub::Off,
-        })
         .connect_timeout(args.connect_timeout);
+    let sharded = match args.sharded_pubsub {
+        ShardedArg::Auto => ShardedPubSub::Auto,
+        ShardedArg::On => ShardedPubSub::On,
+        ShardedArg::Off => ShardedPubSub::Off,
+    };
+    if args.cluster.is_empty() && sharded == ShardedPubSub::On {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--sharded-pubsub on is for a cluster (--cluster) only: one node, Sentinel and \
+             Redlock use classic pub/sub, as Redisson does",
+        ));
+    }
     if let Some(prefix) = &args.key_prefix {
         builder = builder.key_prefix(prefix.clone());
     }
@@ -45,7 +52,11 @@ pub(crate) async fn connect(
     };
     let (connected, server) = if !args.cluster.is_empty() {
         (
-            builder.connect_cluster(&args.cluster).await,
+            builder
+                .cluster(&args.cluster)
+                .sharded_pubsub(sharded)
+                .connect()
+                .await,
             format!("cluster {}", servers(&args.cluster)),
         )
     } else if !args.sentinel.is_empty() {

@@ -174,10 +174,11 @@ async fn held_by(client: &LockClient, key: &str, primitive: Primitive) -> String
     let held = |owner: &str| format!(", held by {owner}");
     let detail = match primitive {
         Primitive::Lock => client
+            .admin()
             .inspect(key)
             .await
             .map(|info| info.holder.map(|h| held(&h.owner))),
-        Primitive::Fair => client.inspect_fair(key).await.map(|info| {
+        Primitive::Fair => client.admin().inspect_fair(key).await.map(|info| {
             let queued = match info.queue.len() {
                 0 => String::new(),
                 n => format!(", {n} queued"),
@@ -188,20 +189,22 @@ async fn held_by(client: &LockClient, key: &str, primitive: Primitive) -> String
             ))
         }),
         Primitive::Read | Primitive::Write => read_write_detail(client, key).await,
-        Primitive::Permits { total, .. } => client.inspect_semaphore(key).await.map(|info| {
-            Some(format!(
-                ", {} of {total} permits in use by {}",
-                info.in_use,
-                count(info.holders.len(), "holder")
-            ))
-        }),
+        Primitive::Permits { total, .. } => {
+            client.admin().inspect_semaphore(key).await.map(|info| {
+                Some(format!(
+                    ", {} of {total} permits in use by {}",
+                    info.in_use,
+                    count(info.holders.len(), "holder")
+                ))
+            })
+        }
     };
     detail.ok().flatten().unwrap_or_default()
 }
 
 /// What keeps read-write lock `key` busy, for messages.
 async fn read_write_detail(client: &LockClient, key: &str) -> Result<Option<String>, LockError> {
-    let info = client.inspect_read_write(key).await?;
+    let info = client.admin().inspect_read_write(key).await?;
     let mut parts = Vec::new();
     if let Some(writer) = &info.writer {
         parts.push(format!("written by {}", writer.owner));

@@ -2,10 +2,11 @@
 //! every `--interval`; one snapshot (a table, or JSON) when stdout is not a
 //! terminal.
 //!
-//! The locks come from [`LockClient::list`] (SCAN on every backend). The
-//! waiters of a lock are the subscribers of its wake-up channel
-//! (`<key>:released`), counted with `PUBSUB NUMSUB` (`PUBSUB SHARDNUMSUB` on
-//! the channel's master in a cluster; the largest count of the masters on
+//! The locks come from [`LockAdmin::list`](distlock_core::LockAdmin::list)
+//! (SCAN on every backend) and their waiters from
+//! [`LockAdmin::waiters`](distlock_core::LockAdmin::waiters): the subscribers
+//! of each lock's wake-up channel (`PUBSUB NUMSUB`, `PUBSUB SHARDNUMSUB` on
+//! the channel's master in a cluster, the largest count of the masters on
 //! Redlock): each subscribed client counts once, however many of its tasks
 //! wait. The hold time is measured by the view from when it first saw the
 //! current fencing token.
@@ -17,7 +18,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
-use distlock_core::redis;
 use distlock_core::{LockClient, LockInfo};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -195,246 +195,12 @@ impl HoldClock {
     }
 }
 
-/// Counts the subscribers of wake-up channels on the backend's servers.
-enum Waiters {
-    /// A server (standalone) or the masters of Redlock (the largest count).
-    Nodes(Vec<Node>),
-    /// A cluster: `PUBSUB SHARDNUMSUB` on each channel's master.
-    Cluster {
-        urls: Vec<String>,
-        tls: Option<redis::TlsCertificates>,
-        conn: Option<redis::cluster_async::ClusterConnection>,
-    },
-    /// Sentinel: the master the sentinels name.
-    Sentinel {
-        sentinels: Vec<Node>,
-        master: String,
-        tls: Option<redis::TlsCertificates>,
-        node: Option<Node>,
-    },
-}
-
-/// The `--tls-*` files as the redis crate takes them (`None` without them,
-/// or when they cannot be read: connecting says so).
-fn tls_of(args: &ConnectionArgs) -> Option<redis::TlsCertificates> {
-    let root_cert = match &args.tls_ca_cert {
-        Some(path) => Some(std::fs::read(path).ok()?),
-        None => None,
-    };
-    let client_tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: std::fs::read(cert).ok()?,
-            client_key: std::fs::read(key).ok()?,
-        }),
-        _ => None,
-    };
-    (root_cert.is_some() || client_tls.is_some()).then_some(redis::TlsCertificates {
-        client_tls,
-        root_cert,
-    })
-}
-
-struct Node {
-    url: String,
-    /// The `--tls-*` files, for a `rediss://` URL.
-    tls: Option<redis::TlsCertificates>,
-    conn: Option<redis::aio::MultiplexedConnection>,
-}
-
-impl Node {
-    fn new(url: &str, tls: &Option<redis::TlsCertificates>) -> Self {
-        Node {
-            url: url.to_owned(),
-            tls: tls.clone().filter(|_| url.starts_with("rediss:")),
-            conn: None,
-        }
-    }
-
-    async fn conn(
-        &mut self,
-        timeout: Duration,
-    ) -> redis::RedisResult<&mut redis::aio::MultiplexedConnection> {
-        if self.conn.is_none() {
-            let client = match &self.tls {
-                Some(tls) => redis::Client::build_with_tls(self.url.as_str(), tls.clone())?,
-                None => redis::Client::open(self.url.as_str())?,
-            };
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout));
-            let conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            self.conn = Some(conn);
-        }
-        Ok(self.conn.as_mut().expect("just connected"))
-    }
-
-    /// `PUBSUB NUMSUB` of `channels`, in their order (one round trip).
-    async fn numsub(
-        &mut self,
-        channels: &[String],
-        timeout: Duration,
-    ) -> redis::RedisResult<Vec<u64>> {
-        let result = async {
-            let conn = self.conn(timeout).await?;
-            let pairs: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(channels)
-                .query_async(conn)
-                .await?;
-            Ok(pairs.into_iter().map(|(_, n)| n).collect())
-        }
-        .await;
-        if result.is_err() {
-            self.conn = None;
-        }
-        result
-    }
-}
-
-impl Waiters {
-    fn new(args: &ConnectionArgs) -> Self {
-        let tls = tls_of(args);
-        if !args.cluster.is_empty() {
-            Waiters::Cluster {
-                urls: args.cluster.clone(),
-                tls,
-                conn: None,
-            }
-        } else if !args.sentinel.is_empty() {
-            Waiters::Sentinel {
-                sentinels: args.sentinel.iter().map(|u| Node::new(u, &tls)).collect(),
-                master: args.master.clone().unwrap_or_default(),
-                tls,
-                node: None,
-            }
-        } else if !args.redlock.is_empty() {
-            Waiters::Nodes(args.redlock.iter().map(|u| Node::new(u, &tls)).collect())
-        } else {
-            Waiters::Nodes(vec![Node::new(&args.url, &tls)])
-        }
-    }
-
-    /// The subscribers of each of `channels`.
-    async fn count(&mut self, channels: &[String], timeout: Duration) -> Result<Vec<u64>, String> {
-        if channels.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self {
-            Waiters::Nodes(nodes) => {
-                let mut most = vec![0; channels.len()];
-                let mut answered = false;
-                let mut last_err = String::new();
-                for node in nodes.iter_mut() {
-                    match node.numsub(channels, timeout).await {
-                        Ok(counts) if counts.len() == channels.len() => {
-                            answered = true;
-                            for (m, c) in most.iter_mut().zip(counts) {
-                                *m = (*m).max(c);
-                            }
-                        }
-                        Ok(_) => last_err = "unexpected PUBSUB NUMSUB reply".into(),
-                        Err(err) => last_err = err.to_string(),
-                    }
-                }
-                if answered {
-                    Ok(most)
-                } else {
-                    Err(last_err)
-                }
-            }
-            Waiters::Cluster { urls, tls, conn } => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                if conn.is_none() {
-                    let mut builder = redis::cluster::ClusterClient::builder(urls.clone())
-                        .connection_timeout(timeout)
-                        .response_timeout(timeout);
-                    if let Some(tls) = tls {
-                        builder = builder.certs(tls.clone());
-                    }
-                    let client = builder.build().map_err(|e| e.to_string())?;
-                    *conn = Some(
-                        client
-                            .get_async_connection()
-                            .await
-                            .map_err(|e| e.to_string())?,
-                    );
-                }
-                let c = conn.as_mut().expect("just connected");
-                let mut counts = Vec::with_capacity(channels.len());
-                for channel in channels {
-                    let mut cmd = redis::cmd("PUBSUB");
-                    cmd.arg("SHARDNUMSUB").arg(channel);
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                        Route::with_key(channel.as_bytes(), SlotAddr::Master),
-                    ));
-                    let reply = match c.route_command(cmd, route).await {
-                        Ok(reply) => reply,
-                        Err(err) => {
-                            *conn = None;
-                            return Err(err.to_string());
-                        }
-                    };
-                    let pairs: Vec<(String, u64)> =
-                        redis::from_redis_value(reply).map_err(|e| e.to_string())?;
-                    counts.push(pairs.first().map_or(0, |(_, n)| *n));
-                }
-                Ok(counts)
-            }
-            Waiters::Sentinel {
-                sentinels,
-                master,
-                tls,
-                node,
-            } => {
-                let mut address = None;
-                let mut last_err = String::from("no sentinel answered");
-                let mut scheme = "redis";
-                for sentinel in sentinels.iter_mut() {
-                    let asked = async {
-                        let conn = sentinel.conn(timeout).await?;
-                        redis::cmd("SENTINEL")
-                            .arg("GET-MASTER-ADDR-BY-NAME")
-                            .arg(master.as_str())
-                            .query_async::<Option<(String, u16)>>(conn)
-                            .await
-                    }
-                    .await;
-                    match asked {
-                        Ok(Some((host, port))) => {
-                            if sentinel.url.starts_with("rediss:") {
-                                scheme = "rediss";
-                            }
-                            address = Some(format!("{scheme}://{host}:{port}/"));
-                            break;
-                        }
-                        Ok(None) => last_err = format!("the sentinels do not know `{master}`"),
-                        Err(err) => {
-                            sentinel.conn = None;
-                            last_err = err.to_string();
-                        }
-                    }
-                }
-                let address = address.ok_or(last_err)?;
-                if node.as_ref().is_none_or(|n| n.url != address) {
-                    *node = Some(Node::new(&address, tls));
-                }
-                let node = node.as_mut().expect("just set");
-                node.numsub(channels, timeout)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        }
-    }
-}
-
 /// Where the view reads from: the lock client (connected on first use, again
-/// after a failed connect) and the waiter counter.
+/// after a failed connect), whose operator's handle lists the locks and
+/// counts their waiters.
 struct Source<'a> {
     args: &'a ConnectionArgs,
     client: Option<LockClient>,
-    waiters: Waiters,
 }
 
 /// One refresh: the rows (sorted by name), and what could not be read.
@@ -449,8 +215,11 @@ impl Source<'_> {
         if self.client.is_none() {
             self.client = Some(connect(self.args, &pattern, None).await?);
         }
-        let client = self.client.as_ref().expect("just connected");
-        let locks: Vec<LockInfo> = client
+        let Some(client) = self.client.as_ref() else {
+            return Err(Failure::new(exit::UNAVAILABLE, "not connected"));
+        };
+        let admin = client.admin();
+        let locks: Vec<LockInfo> = admin
             .list(prefix)
             .await
             .map_err(|err| Failure::from_lock(&err, &pattern, client.server(), exit::USAGE))?;
@@ -469,19 +238,14 @@ impl Source<'_> {
                 })
             })
             .collect();
-        let channels: Vec<String> = rows.iter().map(|r| format!("{}:released", r.key)).collect();
-        let waiter_error = match self
-            .waiters
-            .count(&channels, self.args.connect_timeout)
-            .await
-        {
+        let waiter_error = match admin.waiters(rows.iter().map(|row| &row.name)).await {
             Ok(counts) => {
                 for (row, count) in rows.iter_mut().zip(counts) {
                     row.waiters = Some(count);
                 }
                 None
             }
-            Err(err) => Some(err),
+            Err(err) => Some(err.to_string()),
         };
         Ok(Snapshot { rows, waiter_error })
     }
@@ -499,7 +263,6 @@ pub(crate) async fn top(connection: &ConnectionArgs, args: TopArgs) -> Result<u8
     let mut source = Source {
         args: connection,
         client: None,
-        waiters: Waiters::new(connection),
     };
     if args.json || !std::io::stdout().is_terminal() {
         return snapshot(&mut source, &args).await;

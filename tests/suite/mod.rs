@@ -1180,5 +1180,8 @@ pub async fn admin_counts_the_clients_waiting_for_a_lock<F: Fixture>(fixture: &F
         admin.waiters([""]).await,
         Err(LockError::InvalidKey { .. })
     ));
-    assert_eq!(admin.waiters(Vec::<String>::new()).await.unwrap(), Vec::<u64>::new());
+    assert_eq!(
+        admin.waiters(Vec::<String>::new()).await.unwrap(),
+        Vec::<u64>::new()
+    );
 }
