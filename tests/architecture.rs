@@ -336,7 +336,11 @@ fn no_library_crate_has_an_import_cycle_between_files() {
             problems.push(format!("{}: {}", krate.name, cycle.join(" -> ")));
         }
     }
-    assert!(problems.is_empty(), "import cycles:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "import cycles:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -352,7 +356,10 @@ fn lock_core_rooms_depend_on_each_other_one_way() {
         }
     }
     if let Some(cycle) = cycle(&rooms) {
-        panic!("import cycle between rooms: {}\n{rooms:#?}", cycle.join(" -> "));
+        panic!(
+            "import cycle between rooms: {}\n{rooms:#?}",
+            cycle.join(" -> ")
+        );
     }
     // The protocol never reaches up to the public API.
     let low = [
@@ -368,7 +375,9 @@ fn lock_core_rooms_depend_on_each_other_one_way() {
         "hot",
         "wire",
     ];
-    let high = ["client", "lock", "guard", "multi", "acquire", "release", "family"];
+    let high = [
+        "client", "lock", "guard", "multi", "acquire", "release", "family",
+    ];
     for low in low {
         for high in high {
             assert!(
@@ -383,8 +392,17 @@ fn lock_core_rooms_depend_on_each_other_one_way() {
 fn a_backend_imports_no_protocol_or_api_module() {
     let core = Crate::read("lock-core", "distlock-core", "lib.rs");
     let allowed = [
-        "backend", "name", "slot", "lease", "info", "error", "sync", "supervised", "waiters",
-        "wakeups", "wire",
+        "backend",
+        "name",
+        "slot",
+        "lease",
+        "info",
+        "error",
+        "sync",
+        "supervised",
+        "waiters",
+        "wakeups",
+        "wire",
     ];
     let mut problems = Vec::new();
     for (file, targets) in core.graph() {
@@ -415,12 +433,16 @@ fn the_reader_resolves_paths_and_groups() {
         Some("error.rs")
     );
     assert_eq!(
-        core.resolve("backend/standalone/mod.rs", "super::redis::command::Replies")
-            .as_deref(),
+        core.resolve(
+            "backend/standalone/mod.rs",
+            "super::redis::command::Replies"
+        )
+        .as_deref(),
         Some("backend/redis/command.rs")
     );
     assert_eq!(
-        core.resolve("client/mod.rs", "self::admin::LockAdmin").as_deref(),
+        core.resolve("client/mod.rs", "self::admin::LockAdmin")
+            .as_deref(),
         Some("client/admin.rs")
     );
 }

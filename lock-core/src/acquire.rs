@@ -103,8 +103,8 @@ pub(crate) async fn acquire(
     }
     let labels = Labels::new(&core.meter_names, &key);
     let hot = match &core.keeper {
-        Some(_) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
-            crate::release::ensure_keeper(core);
+        Some(keeper) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
+            keeper.ensure_running();
             true
         }
         _ => false,
@@ -554,7 +554,7 @@ impl Request<'_> {
         let Some((lock, first)) = inserted else {
             // Shutting down: the kept lock is given up, not handed out.
             keeper.forget(&idle);
-            crate::release::release_in_background(core, idle, false);
+            keeper.give_up(idle);
             return Err(core.shutting_down(&self.key.name));
         };
         keeper.in_use(&lock, None);

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::held::HeldLock;
-use crate::hot::Keeper;
+use crate::hot::{GiveUp, Keeper};
 use crate::janitor::Janitor;
 use crate::name::{self, Kind, Layout, LockKey};
 use crate::scope::Scope;
@@ -100,8 +100,9 @@ impl ClientCore {
 
     /// Keeps hot locks for `linger` (see `hot/`), where the backend
     /// offers them.
-    pub(crate) fn with_keeper(mut self, linger: Option<Duration>) -> Self {
-        self.keeper = linger.and_then(|linger| Some(Keeper::new(linger, self.wakeups.keeper()?)));
+    pub(crate) fn with_keeper(mut self, linger: Option<Duration>, give_up: GiveUp) -> Self {
+        self.keeper =
+            linger.and_then(|linger| Some(Keeper::new(linger, self.wakeups.keeper()?, give_up)));
         self
     }
 

@@ -55,41 +55,47 @@
 //! name are stored percent-escaped so that the name is the whole hash tag.
 //!
 //! # Architecture
-//! Dependencies run one way, from the public API down to the backends:
+//! Dependencies run one way, from the public API down to the storage
+//! (`tests/architecture.rs` at the workspace root keeps it so):
 //!
 //! ```text
-//! client.rs  lock.rs  guard.rs  multi.rs  global.rs  current.rs     public API
-//!     |    family.rs     |         |                                (family: ReadWriteLock, Semaphore)
-//!     |         |        |         |
-//!  shutdown.rs  |        |         |                                graceful shutdown
-//!     |      acquire.rs  release.rs                                 the protocol: attempt, wait,
-//!     |         |   \      |                                        rollback; last release, hand-off
-//!     |         |    scope.rs                                       owners, reentrancy per call chain
-//!     +----> core.rs (id, settings, holders, closing.rs) ---+       closing.rs: the shutdown's state
-//!               |            |                       |
-//!           watchdog.rs   janitor.rs    held.rs     wake.rs         renewal; background cleanup;
-//!               |            |                                      a held lock's state; waiters
-//!            task.rs (supervised background tasks)
-//!               |
-//!           backend/  (one trait: memory/, standalone/, cluster/, redlock/; redis/ = shared protocol)
-//!               |
-//!           name.rs  slot.rs  lease.rs  info.rs  error.rs  sync.rs  leaves: names, slots, durations
+//! client/ (handle, builder, per-topology connect, admin)  lock.rs  guard.rs
+//! multi.rs  family.rs  global.rs  current.rs  options.rs (Wait, LockOptions)   public API
+//!     |
+//! shutdown.rs        acquire.rs        release.rs      the protocol: attempt, wait,
+//!     |                  |     \          |            rollback; last release, hand-off
+//!     |                  |    scope.rs     |            owners, reentrancy per call chain
+//!     +------------> client_core.rs <------+            id, settings, holders, the backend,
+//!                 /     |       |      \                the wake-ups, the watchdog
+//!        watchdog.rs janitor.rs hot/  shutdown_state.rs renewal; background jobs; hot locks
+//!                 \     |       |      /
+//!              held.rs  wakeups.rs  supervised.rs       a held lock; this process's
+//!                 |         |                           wake-ups; background tasks
+//!                 |     waiters.rs                      waiters per channel, hand-off
+//!                 |         |
+//!              backend/  (storage only: memory/, standalone/, cluster/, redlock/;
+//!                 |        redis/ = the shared wire protocol and scripts)
+//!                 |
+//!  name.rs slot.rs lease.rs wire.rs info.rs error.rs sync.rs metric_points.rs   leaves
 //! ```
 //!
 //! One acquisition: [`Lock::acquire`] -> `acquire::acquire` (re-entry in the
-//! current [`scope`](LockGuard::scope), else a new scope) -> `Request::run`
-//! (an attempt; when busy, a waiter from `Backend::waiter`, then attempts on
-//! each wake-up or after the holder's remaining lease) -> `Request::attempt`
-//! -> `Backend::acquire` (on Redis: `redis::command::run`, one `EVALSHA` of
-//! the acquire script, reloaded on `NOSCRIPT`) -> back in `attempt`: a
-//! `HeldLock`, recorded in the scope and, in watchdog mode, tracked by the
-//! watchdog -> a [`LockGuard`]. Its release: `release::release_last` ->
-//! `Backend::release` (`HDEL` + `PUBLISH`) and a local hand-off to a waiter
-//! of this client; a dropped guard's release is a `janitor` job. A shutdown:
-//! [`LockClient::shutdown`] -> `shutdown::shutdown` (refuses new locks and
-//! wakes the waiters through `closing.rs`) -> its driver task: the grace
-//! period, then `release::give_back` of every lock still held, the janitor
-//! drained, the watchdog and the subscribers stopped.
+//! current [`scope`](LockGuard::scope), else a new scope; its
+//! [`LockOptions`]) -> `Request::run` (an attempt; when busy, a waiter from
+//! the core's `Wakeups`, then attempts on each wake-up or after the holder's
+//! remaining lease) -> `Request::attempt` -> `Backend::acquire` (on Redis:
+//! `redis::command::run`, one `EVALSHA` of the acquire script, reloaded on
+//! `NOSCRIPT`) -> back in `attempt`: a `HeldLock`, recorded in the scope and,
+//! in watchdog mode, tracked by the watchdog -> a [`LockGuard`]. Its
+//! release: `release::release_last` -> `Backend::release` (`HDEL` +
+//! `PUBLISH`) and a local hand-off to a waiter of this client through the
+//! core's `Wakeups`; a dropped guard's release is a `janitor` job. A hot lock
+//! (`hot/`) is consulted by the attempt and kept by the release; its keeper
+//! task gives locks up through a callback the client's builder made. A
+//! shutdown: [`LockClient::shutdown`] -> `shutdown::shutdown` (refuses new
+//! locks and wakes the waiters through `shutdown_state.rs`) -> its driver
+//! task: the grace period, then `release::give_back` of every lock still
+//! held, the janitor drained, the watchdog and the subscribers stopped.
 //!
 //! The lock family takes the same path: a [`Lock`] of another
 //! `name::Kind` (fair, read, write, permits) has its own keys, and the

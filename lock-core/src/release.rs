@@ -5,7 +5,7 @@
 //! client's shutdown took from its holder is given back by the shutdown.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::backend::{Released, Renewal};
 use crate::client_core::ClientCore;
 use crate::held::HeldLock;
-use crate::hot::{Outcome, KEEP_SUFFIX};
+use crate::hot::{GiveUp, Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
 use crate::LockError;
 
@@ -211,22 +211,16 @@ async fn retry_release(core: &ClientCore, lock: &HeldLock, mut resent: bool) {
     }
 }
 
-/// Makes sure the task of `core`'s hot-lock keeper runs (see `hot/`): it
-/// gives locks up as background releases of the client, while the client
-/// lives.
-pub(crate) fn ensure_keeper(core: &Arc<ClientCore>) {
-    if let Some(keeper) = &core.keeper {
-        keeper.ensure_running(|| {
-            let core = Arc::downgrade(core);
-            Arc::new(move |locks: Vec<Arc<HeldLock>>| {
-                let Some(core) = core.upgrade() else {
-                    return false;
-                };
-                for lock in locks {
-                    release_in_background(&core, lock, false);
-                }
-                true
-            })
-        });
-    }
+/// How `core`'s hot-lock keeper gives locks up (see `hot/`): as background
+/// releases of the client, while the client lives.
+pub(crate) fn give_up_kept(core: Weak<ClientCore>) -> GiveUp {
+    Arc::new(move |locks: Vec<Arc<HeldLock>>| {
+        let Some(core) = core.upgrade() else {
+            return false;
+        };
+        for lock in locks {
+            release_in_background(&core, lock, false);
+        }
+        true
+    })
 }

@@ -18,6 +18,7 @@ use crate::client_core::ClientCore;
 use crate::error::LockError;
 use crate::lease::{self, DEFAULT_LEASE};
 use crate::name::{self, Layout};
+use crate::release;
 use crate::wakeups::Wakeups;
 
 /// The default time allowed for one Redis command to answer.
@@ -440,18 +441,23 @@ impl LockClientBuilder {
             _ => id.iter().map(|b| format!("{b:02x}")).collect(),
         };
         let prefix = self.prefix().to_owned();
-        let core = ClientCore::new(
-            id.into(),
-            prefix,
-            self.lease,
-            self.response_timeout,
-            backend,
-            wakeups,
-        )
-        .with_layout(self.layout)
-        .with_keeper(self.keep_hot);
-        #[cfg(feature = "metrics")]
-        let core = core.with_meter_names(self.metrics_names);
+        // The keeper of hot locks gives them up as background releases of
+        // this client, which it refers to weakly.
+        let core = Arc::new_cyclic(|core| {
+            let core = ClientCore::new(
+                id.into(),
+                prefix,
+                self.lease,
+                self.response_timeout,
+                backend,
+                wakeups,
+            )
+            .with_layout(self.layout)
+            .with_keeper(self.keep_hot, release::give_up_kept(core.clone()));
+            #[cfg(feature = "metrics")]
+            let core = core.with_meter_names(self.metrics_names);
+            core
+        });
         LockClient::from_core(core)
     }
 

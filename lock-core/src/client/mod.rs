@@ -326,9 +326,7 @@ impl LockClient {
     }
 
     /// The client on `core`.
-    pub(crate) fn from_core(core: ClientCore) -> Self {
-        LockClient {
-            core: Arc::new(core),
-        }
+    pub(crate) fn from_core(core: Arc<ClientCore>) -> Self {
+        LockClient { core }
     }
 }

@@ -54,6 +54,8 @@ pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
 pub(crate) struct Keeper {
     inner: Arc<Inner>,
     task: Supervised,
+    /// How the keeper gives locks up (the client's background release).
+    give_up: GiveUp,
 }
 
 impl std::ops::Deref for Keeper {
@@ -112,7 +114,11 @@ pub(crate) enum Take {
 }
 
 impl Keeper {
-    pub(crate) fn new(linger: Duration, asked: mpsc::UnboundedReceiver<Ask>) -> Self {
+    pub(crate) fn new(
+        linger: Duration,
+        asked: mpsc::UnboundedReceiver<Ask>,
+        give_up: GiveUp,
+    ) -> Self {
         Keeper {
             inner: Arc::new(Inner {
                 linger,
@@ -122,14 +128,20 @@ impl Keeper {
                 asked: Arc::new(tokio::sync::Mutex::new(asked)),
             }),
             task: Supervised::default(),
+            give_up,
         }
     }
 
-    /// Makes sure the keeper's task runs on the current runtime, giving
-    /// locks up through `give_up` (made only when the task is started).
-    pub(crate) fn ensure_running(&self, give_up: impl FnOnce() -> GiveUp) {
+    /// Makes sure the keeper's task runs on the current runtime.
+    pub(crate) fn ensure_running(&self) {
         let inner = self.inner.clone();
-        self.task.ensure(move || task::run(inner, give_up()));
+        let give_up = self.give_up.clone();
+        self.task.ensure(move || task::run(inner, give_up));
+    }
+
+    /// Gives `lock` up now (a kept lock that is not handed out after all).
+    pub(crate) fn give_up(&self, lock: Arc<HeldLock>) {
+        (self.give_up)(vec![lock]);
     }
 
     /// Stops the task for good (the client shut down).
