@@ -534,18 +534,8 @@ impl Request<'_> {
     /// of `idle`. No round trip.
     fn take_kept(&self, keeper: &Keeper, idle: Arc<HeldLock>) -> Result<Arc<HeldLock>, LockError> {
         let core = self.core;
-        let lock = Arc::new(
-            HeldLock::new(
-                self.key.clone(),
-                idle.owner.clone(),
-                idle.token,
-                self.lease,
-                Instant::now(),
-            )
-            .metered(self.labels.clone())
-            .spanned(),
-        );
-        lock.cap_validity(idle.valid_until());
+        // The same hold in the store: one lease, renewed and lost as one.
+        let lock = Arc::new(idle.next_use().metered(self.labels.clone()).spanned());
         let inserted = if core.is_closing() {
             None
         } else {

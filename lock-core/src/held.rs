@@ -3,7 +3,7 @@
 //! reentrant guards on it, the scope that holds it and the watchdog that
 //! renews it; it knows nothing of the client.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,9 +45,22 @@ impl Lease {
     }
 }
 
+/// The lease of a hold in the store, as this client knows it: shared by
+/// every [`HeldLock`] that stands for that one hold. A plain hold has one;
+/// the uses of a kept (hot) lock, one after another, share it, so that a
+/// renewal or a loss found through any of them is the lock's
+/// (one identity per kept lock).
+#[derive(Debug)]
+struct LeaseCell {
+    status: Mutex<Status>,
+    /// Woken when the lease is lost.
+    lost: Notify,
+}
+
 #[derive(Debug)]
 struct Status {
-    state: HoldState,
+    /// Lost, and why.
+    lost: Option<&'static str>,
     /// Until when the lease is known to run, on the local clock: the moment
     /// the last successful acquire or renewal was *sent*, plus the lease,
     /// minus a drift allowance. Once passed, the lock is lost for good.
@@ -55,12 +68,16 @@ struct Status {
     /// The client's shutdown took the lock from its holder and gives it back
     /// in the backend: the guard's own release has nothing left to send.
     surrendered: bool,
+    /// Uses of the hold not released yet: a loss found once all are
+    /// released (a late renewal answer) concerns nobody.
+    live: usize,
 }
 
 /// One lock held by one owner.
 #[derive(Debug)]
 pub(crate) struct HeldLock {
-    /// Unique in the process (the watchdog's handle on it).
+    /// Unique per hold in the store, in the process (the watchdog's handle
+    /// on it): the uses of a kept lock share it.
     pub(crate) id: u64,
     pub(crate) key: LockKey,
     pub(crate) owner: Arc<str>,
@@ -71,9 +88,12 @@ pub(crate) struct HeldLock {
     /// Held at least until then (ShedLock's `lockAtLeastFor`): a release
     /// before it shortens the lease to what is left instead of deleting.
     hold_until: Option<Instant>,
-    status: Mutex<Status>,
-    /// Woken when the state turns to `Lost`.
-    lost: Notify,
+    /// The lease of the hold in the store (shared by the uses of a kept lock).
+    cell: Arc<LeaseCell>,
+    /// This use was released before its lease was lost.
+    released: AtomicBool,
+    /// Its metrics were told that it is no longer held.
+    left: AtomicBool,
     /// Its metrics (nothing without the `metrics` feature).
     pub(crate) meter: HoldMeter,
     /// The `lock_hold` tracing span: from the grant until the lock is
@@ -101,14 +121,51 @@ impl HeldLock {
             lease,
             holds: AtomicUsize::new(1),
             hold_until: None,
-            status: Mutex::new(Status {
-                state: HoldState::Held,
-                valid_until: lease::valid_until(sent, lease.duration()),
-                surrendered: false,
+            cell: Arc::new(LeaseCell {
+                status: Mutex::new(Status {
+                    lost: None,
+                    valid_until: lease::valid_until(sent, lease.duration()),
+                    surrendered: false,
+                    live: 1,
+                }),
+                lost: Notify::new(),
             }),
-            lost: Notify::new(),
+            released: AtomicBool::new(false),
+            left: AtomicBool::new(false),
             meter: HoldMeter::none(),
             span: tracing::Span::none(),
+        }
+    }
+
+    /// The next use of the same hold in the store (a kept lock taken again,
+    /// or kept idle between uses): another `HeldLock` (its own guards,
+    /// metrics and span) with the same key, owner, token and lease, whose
+    /// lease is this one's: renewing or losing either is both.
+    pub(crate) fn next_use(&self) -> Self {
+        {
+            let mut status = self.cell.status.lock();
+            status.live = status.live.saturating_add(1);
+        }
+        HeldLock {
+            id: self.id,
+            key: self.key.clone(),
+            owner: self.owner.clone(),
+            token: self.token,
+            lease: self.lease,
+            holds: AtomicUsize::new(1),
+            hold_until: None,
+            cell: self.cell.clone(),
+            released: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            meter: HoldMeter::none(),
+            span: tracing::Span::none(),
+        }
+    }
+
+    /// Tells the metrics once that this use is no longer held.
+    fn leave(&self, lost: bool) {
+        if !self.left.swap(true, Ordering::AcqRel) {
+            self.meter.left(lost);
         }
     }
 
@@ -157,7 +214,7 @@ impl HeldLock {
     /// Counts the lease as running out at `until` at the latest (a fair lock
     /// handed over with a short claim lease, until its holder extends it).
     pub(crate) fn cap_validity(&self, until: Instant) {
-        let mut status = self.status.lock();
+        let mut status = self.cell.status.lock();
         status.valid_until = status.valid_until.min(until);
     }
 
@@ -165,21 +222,31 @@ impl HeldLock {
         matches!(self.lease, Lease::Watchdog(_))
     }
 
+    /// Released (before a loss), else lost, else held.
     pub(crate) fn state(&self) -> HoldState {
-        self.status.lock().state
+        let status = self.cell.status.lock();
+        if self.released.load(Ordering::Acquire) {
+            HoldState::Released
+        } else if let Some(reason) = status.lost {
+            HoldState::Lost(reason)
+        } else {
+            HoldState::Held
+        }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.status.lock().valid_until
+        self.cell.status.lock().valid_until
     }
 
     /// Records a successful renewal sent at `sent`. A lock whose lease had
     /// already run out on the local clock stays lost: its holder may have
     /// been told so.
+    /// The renewal extends the hold in the store, whichever use of it the
+    /// renewal was sent for (a kept lock handed from use to use meanwhile).
     pub(crate) fn renewed(&self, sent: Instant) {
         let until = lease::valid_until(sent, self.lease.duration());
-        let mut status = self.status.lock();
-        if status.state == HoldState::Held
+        let mut status = self.cell.status.lock();
+        if status.lost.is_none()
             && Instant::now() < status.valid_until
             && until > status.valid_until
         {
@@ -187,26 +254,35 @@ impl HeldLock {
         }
     }
 
-    /// Held: no loss detected and the lease known to run on the local clock.
+    /// Held: not released, no loss detected and the lease known to run on
+    /// the local clock.
     pub(crate) fn is_held(&self) -> bool {
-        let status = self.status.lock();
-        status.state == HoldState::Held && Instant::now() < status.valid_until
+        let status = self.cell.status.lock();
+        !self.released.load(Ordering::Acquire)
+            && status.lost.is_none()
+            && Instant::now() < status.valid_until
     }
 
-    /// Marks the lease lost (once) and tells every `lost()` waiter.
+    /// Marks the lease lost (once, for every use of the hold, also when found
+    /// through a use released since: a renewal answered after a kept lock
+    /// passed to its next use) and tells every `lost()` waiter. A use
+    /// released before stays released; once every use is released, a loss
+    /// concerns nobody and is not recorded.
     pub(crate) fn mark_lost(&self, reason: &'static str) {
         {
-            let mut status = self.status.lock();
-            if status.state != HoldState::Held {
+            let mut status = self.cell.status.lock();
+            if status.lost.is_some() || status.live == 0 {
                 return;
             }
-            status.state = HoldState::Lost(reason);
+            status.lost = Some(reason);
         }
-        self.meter.left(true);
+        if !self.released.load(Ordering::Acquire) {
+            self.leave(true);
+        }
         // Logged before `lost()` waiters are woken, so the event is in the
         // log by the time they react.
         tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
-        self.lost.notify_waiters();
+        self.cell.lost.notify_waiters();
     }
 
     /// Takes the lock from its holder because the client shuts down: marks
@@ -214,33 +290,30 @@ impl HeldLock {
     /// that its guard's release sends nothing (the shutdown gives it back).
     pub(crate) fn surrender(&self, reason: &'static str) {
         {
-            let mut status = self.status.lock();
+            let mut status = self.cell.status.lock();
             status.surrendered = true;
-            if status.state != HoldState::Held {
+            if status.lost.is_some() || self.released.load(Ordering::Acquire) {
                 return;
             }
-            status.state = HoldState::Lost(reason);
+            status.lost = Some(reason);
         }
-        self.meter.left(true);
+        self.leave(true);
         tracing::warn!(key = %self.key.name, token = self.token, reason, "lock lease lost");
-        self.lost.notify_waiters();
+        self.cell.lost.notify_waiters();
     }
 
     /// Whether the client's shutdown took the lock (see [`surrender`](HeldLock::surrender)).
     pub(crate) fn is_surrendered(&self) -> bool {
-        self.status.lock().surrendered
+        self.cell.status.lock().surrendered
     }
 
     /// Marks a lock whose lease ran out on the local clock as lost; returns
     /// whether it is lost.
     pub(crate) fn check_deadline(&self) -> bool {
-        let expired = {
-            let status = self.status.lock();
-            match status.state {
-                HoldState::Lost(_) => return true,
-                HoldState::Released => return false,
-                HoldState::Held => Instant::now() >= status.valid_until,
-            }
+        let expired = match self.state() {
+            HoldState::Lost(_) => return true,
+            HoldState::Released => return false,
+            HoldState::Held => Instant::now() >= self.valid_until(),
         };
         if expired {
             self.mark_lost(self.ran_out());
@@ -258,14 +331,15 @@ impl HeldLock {
     /// Marks a held lock released. A lost lock stays lost: a `lost()` woken
     /// by its loss must still find it lost when it runs.
     pub(crate) fn mark_released(&self) {
-        {
-            let mut status = self.status.lock();
-            if status.state != HoldState::Held {
-                return;
+        let lost = {
+            let mut status = self.cell.status.lock();
+            if status.lost.is_none() && !self.released.swap(true, Ordering::AcqRel) {
+                status.live = status.live.saturating_sub(1);
             }
-            status.state = HoldState::Released;
-        }
-        self.meter.left(false);
+            status.lost.is_some()
+        };
+        // A use of a kept lock lost through another use is told here.
+        self.leave(lost);
     }
 
     /// Resolves when the lease is lost: marked lost, or its local deadline
@@ -274,7 +348,7 @@ impl HeldLock {
         loop {
             // Created before the check: a `notify_waiters` after it still
             // completes this future.
-            let notified = self.lost.notified();
+            let notified = self.cell.lost.notified();
             if self.check_deadline() {
                 return;
             }
@@ -365,6 +439,41 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// The uses of a kept lock are one hold: a renewal answered for the use
+    /// that just ended extends the next one, and a loss found through any
+    /// of them (also one released since) is the hold's; a use released
+    /// before stays released. Once every use is released, a late loss
+    /// concerns nobody.
+    #[tokio::test(start_paused = true)]
+    async fn the_uses_of_one_hold_share_its_lease() {
+        let first = held(Lease::Watchdog(Duration::from_secs(1)));
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(600)).await;
+        let second = first.next_use();
+        first.mark_released();
+        // The renewal sent for the first use, answered after the hand-over.
+        first.renewed(sent + Duration::from_millis(500));
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert!(second.is_held(), "the renewal reached the use in progress");
+        // A `gone` answered for the first use reaches the second.
+        first.mark_lost("the lock was deleted, expired or taken over");
+        assert!(matches!(first.state(), HoldState::Released));
+        assert!(!second.is_held());
+        assert!(matches!(
+            second.lost_error(),
+            Some(LockError::LeaseLost { .. })
+        ));
+        tokio::time::timeout(Duration::from_millis(1), second.lost())
+            .await
+            .expect("lost() of the use in progress resolves");
+        // A plain lock released, then found gone by a late renewal: no loss.
+        let plain = held(Lease::Watchdog(Duration::from_secs(1)));
+        plain.mark_released();
+        plain.mark_lost("the lock was deleted, expired or taken over");
+        assert!(matches!(plain.state(), HoldState::Released));
+        assert!(plain.lost_error().is_none());
     }
 
     #[tokio::test(start_paused = true)]

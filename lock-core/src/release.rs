@@ -124,14 +124,8 @@ fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
         return Outcome::No;
     }
     let kept = keeper.keep(lock, || {
-        let idle = Arc::new(HeldLock::new(
-            lock.key.clone(),
-            lock.owner.clone(),
-            lock.token,
-            lock.lease,
-            Instant::now(),
-        ));
-        idle.cap_validity(lock.valid_until());
+        // The same hold in the store, idle: renewing it renews the lock.
+        let idle = Arc::new(lock.next_use());
         core.watchdog.track(&idle);
         idle
     });

@@ -73,9 +73,18 @@ impl Watchdog {
         self.shared.driver.ensure(move || run(shared));
     }
 
-    /// Stops renewing `lock`; returns whether it was being renewed.
+    /// Stops renewing `lock`; returns whether it was being renewed. The
+    /// uses of a kept lock are one hold with one id: forgetting a use that
+    /// another use of the hold replaced (`track`) keeps renewing the hold.
     pub(crate) fn forget(&self, lock: &HeldLock) -> bool {
-        self.shared.locks.lock().remove(&lock.id).is_some()
+        let mut locks = self.shared.locks.lock();
+        match locks.get(&lock.id) {
+            Some(tracked) if std::ptr::eq(tracked.as_ptr(), lock) => {
+                locks.remove(&lock.id);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Stops renewing for good (the client shut down): the driver ends and
@@ -143,7 +152,8 @@ impl Shared {
                     lock.renewed(sent);
                 }
                 // A lock released while this round was in flight is gone
-                // because of its release, not lost: only tracked locks count.
+                // because of its release, not lost: only tracked holds count
+                // (a kept lock's hold stays tracked from use to use).
                 Renewal::Gone => {
                     if self.locks.lock().remove(&lock.id).is_some() {
                         metered("lost");

@@ -235,6 +235,108 @@ pub async fn hot_tasks_of_the_keeper_take_turns<F: Fixture>(fixture: &F) {
     assert_within(released.elapsed(), Duration::from_secs(2), "three turns");
 }
 
+/// A kept lock used back to back by one client (uses a few microseconds
+/// apart, each renewal round answered after several hand-overs) is renewed
+/// as one lock: no use is refused or lost over many leases, and every use has
+/// the token of the first.
+///
+/// Old code: a renewal answered after the hand-over to the next use extended
+/// the use that had ended, so the use in progress ran out at the old
+/// deadline: about one `LeaseLost` per lease on a healthy server.
+pub async fn hot_lock_used_back_to_back_is_renewed_as_one<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_millis(300);
+    let keeper = fixture
+        .client_with(LockClient::builder().keep_hot(LONG).lease(lease))
+        .await;
+    let token = use_once(&keeper, "hot:back-to-back").await;
+    let started = Instant::now();
+    let (mut uses, mut problems) = (0u64, Vec::new());
+    while started.elapsed() < lease * 7 {
+        match keeper.lock("hot:back-to-back").acquire().await {
+            Ok(guard) => {
+                if guard.fencing_token() != token {
+                    problems.push(format!("use {uses}: token {}", guard.fencing_token()));
+                }
+                tokio::task::yield_now().await;
+                if let Err(err) = guard.release().await {
+                    problems.push(format!("use {uses}: release: {err}"));
+                }
+            }
+            Err(err) => problems.push(format!("use {uses}: acquire: {err}")),
+        }
+        uses += 1;
+    }
+    assert!(uses > 100, "only {uses} uses");
+    assert!(
+        problems.is_empty(),
+        "{} of {uses} uses failed:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// A kept lock deleted in the store while it is used back to back is known
+/// lost by the next renewal round (a third of the lease), not at the end of
+/// the last lease seen: no use with its token starts later, and the lock is
+/// taken from the store again with a higher token.
+///
+/// Old code: the round's `gone` answer marked a use that had already ended;
+/// the use in progress and its successors went on with the old token until
+/// the last successful renewal's deadline, up to a whole lease.
+pub async fn hot_lock_deleted_in_use_is_lost_within_a_renewal_period<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_millis(1500);
+    let keeper = fixture
+        .client_with(LockClient::builder().keep_hot(LONG).lease(lease))
+        .await;
+    let token = use_once(&keeper, "hot:deleted").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let user = tokio::spawn({
+        let (keeper, stop) = (keeper.clone(), stop.clone());
+        async move {
+            // (start of the use, its token)
+            let mut uses: Vec<(Instant, u64)> = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                let Ok(guard) = keeper
+                    .lock("hot:deleted")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                else {
+                    continue;
+                };
+                let at = Instant::now();
+                let token = guard.fencing_token();
+                tokio::task::yield_now().await;
+                let _ = guard.release().await; // a loss may be reported here
+                uses.push((at, token));
+            }
+            uses
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    fixture.delete_lock("hot:deleted").await;
+    let deleted = Instant::now();
+    tokio::time::sleep(lease).await;
+    stop.store(true, Ordering::Release);
+    let uses = user.await.unwrap();
+    // A renewal round every lease/3 (500 ms), plus a round's own time.
+    let bound = deleted + lease / 3 + Duration::from_millis(300);
+    let late: Vec<_> = uses
+        .iter()
+        .filter(|(at, t)| *t == token && *at > bound)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} uses with the deleted lock's token started after the bound, the last {:?} after the deletion",
+        late.len(),
+        late.last().map(|(at, _)| at.saturating_duration_since(deleted))
+    );
+    assert!(
+        uses.iter().any(|(_, t)| *t > token),
+        "taken from the store again with a higher token"
+    );
+}
+
 /// Generates one test per hot-lock suite test, on the fixture `$make`.
 #[macro_export]
 macro_rules! hot_suite {
@@ -249,6 +351,8 @@ macro_rules! hot_suite {
             hot_idle_lock_is_renewed,
             hot_shutdown_gives_up_kept_locks,
             hot_tasks_of_the_keeper_take_turns,
+            hot_lock_used_back_to_back_is_renewed_as_one,
+            hot_lock_deleted_in_use_is_lost_within_a_renewal_period,
         );
     };
 }
