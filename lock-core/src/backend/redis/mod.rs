@@ -3,6 +3,10 @@
 //! every command takes, with its timeout and `NOSCRIPT` reload
 //! (`command.rs`), reply parsing and error mapping (`reply.rs`), and
 //! read-only inspection (`inspect.rs`).
+//!
+//! These files depend on each other one way: `inspect` uses `reply`,
+//! `command` and `scripts`; `reply` uses `command` and `scripts`; `command`,
+//! `scripts` and `version` use none of the others.
 
 pub(crate) mod command;
 pub(crate) mod inspect;
