@@ -95,36 +95,32 @@ pub(crate) struct Scripts {
     rw_inspect: Script,
     permits_inspect: Script,
     redisson_acquire: Script,
-    /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
+    /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub): an argument
+    /// of every script that wakes waiters, and the plain release's command.
     publish: &'static str,
 }
 
 impl Scripts {
     /// The scripts; `sharded` publishes wake-ups with `SPUBLISH` (cluster).
+    /// The scripts are the same either way: the publishing ones take the
+    /// command as an argument.
     pub(crate) fn new(sharded: bool) -> Self {
-        let publishing = |script: &str| {
-            if sharded {
-                Script::new(&script.replace("'publish'", "'spublish'"))
-            } else {
-                Script::new(script)
-            }
-        };
         Scripts {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
-            rollback: publishing(ROLLBACK),
-            force_release: publishing(FORCE_RELEASE),
+            rollback: Script::new(ROLLBACK),
+            force_release: Script::new(FORCE_RELEASE),
             fence_floor: Script::new(FENCE_FLOOR),
             fair_acquire: Script::new(FAIR_ACQUIRE),
-            fair_release: publishing(FAIR_RELEASE),
+            fair_release: Script::new(FAIR_RELEASE),
             read_acquire: Script::new(READ_ACQUIRE),
             write_acquire: Script::new(WRITE_ACQUIRE),
-            read_release: publishing(READ_RELEASE),
-            write_rollback: publishing(WRITE_ROLLBACK),
+            read_release: Script::new(READ_RELEASE),
+            write_rollback: Script::new(WRITE_ROLLBACK),
             permits_acquire: Script::new(PERMITS_ACQUIRE),
-            permits_release: publishing(PERMITS_RELEASE),
+            permits_release: Script::new(PERMITS_RELEASE),
             renew_member: Script::new(RENEW_MEMBER),
-            family_force_release: publishing(FAMILY_FORCE_RELEASE),
+            family_force_release: Script::new(FAMILY_FORCE_RELEASE),
             fair_inspect: Script::new(FAIR_INSPECT),
             rw_inspect: Script::new(RW_INSPECT),
             permits_inspect: Script::new(PERMITS_INSPECT),
@@ -231,7 +227,7 @@ impl Scripts {
         match key.kind {
             Kind::Exclusive => {
                 let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
-                cmd.arg(owner);
+                cmd.arg(owner).arg(self.publish);
                 one(cmd)
             }
             Kind::Fair => self.fair(key, owner, "rollback"),
@@ -242,7 +238,7 @@ impl Scripts {
                     key.channel.to_string(),
                 ];
                 let mut cmd = evalsha(&self.write_rollback, &refs(&keys));
-                cmd.arg(owner);
+                cmd.arg(owner).arg(self.publish);
                 one(cmd)
             }
             Kind::Read | Kind::Permits { .. } => self.give_back(key, owner),
@@ -251,9 +247,9 @@ impl Scripts {
 
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
-        match key.kind {
-            Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
-            Kind::Fair => self.fair(key, "", "force"),
+        let mut cmd = match key.kind {
+            Kind::Exclusive => evalsha(&self.force_release, &[&key.lock, &key.channel]),
+            Kind::Fair => return self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
                 let keys = [
                     key.aux(":read"),
@@ -261,13 +257,12 @@ impl Scripts {
                     key.aux(":wait"),
                     key.channel.to_string(),
                 ];
-                one(evalsha(&self.family_force_release, &refs(&keys)))
+                evalsha(&self.family_force_release, &refs(&keys))
             }
-            Kind::Permits { .. } => one(evalsha(
-                &self.family_force_release,
-                &refs(&permits_keys(key)),
-            )),
-        }
+            Kind::Permits { .. } => evalsha(&self.family_force_release, &refs(&permits_keys(key))),
+        };
+        cmd.arg(self.publish);
+        one(cmd)
     }
 
     /// The read-only inspection of the primitive of `key` (a plain lock: its
@@ -308,21 +303,19 @@ impl Scripts {
         let mut cmd = evalsha(&self.fair_release, &refs(&keys));
         cmd.arg(owner)
             .arg(mode)
-            .arg(lease::millis(lease::QUEUE_PRESENCE));
+            .arg(lease::millis(lease::QUEUE_PRESENCE))
+            .arg(self.publish);
         one(cmd)
     }
 
     /// Gives back a read hold or permits.
     fn give_back(&self, key: &LockKey, owner: &str) -> Pipeline {
-        let cmd = if key.kind == Kind::Read {
-            let mut cmd = evalsha(&self.read_release, &[&key.lock, &key.channel]);
-            cmd.arg(owner);
-            cmd
+        let mut cmd = if key.kind == Kind::Read {
+            evalsha(&self.read_release, &[&key.lock, &key.channel])
         } else {
-            let mut cmd = evalsha(&self.permits_release, &refs(&permits_keys(key)));
-            cmd.arg(owner);
-            cmd
+            evalsha(&self.permits_release, &refs(&permits_keys(key)))
         };
+        cmd.arg(owner).arg(self.publish);
         one(cmd)
     }
 
@@ -464,6 +457,33 @@ mod tests {
         RW_INSPECT,
         PERMITS_INSPECT,
     ];
+
+    /// A cluster's scripts are a standalone node's: the publish command is
+    /// an argument, so one copy of each script serves both.
+    #[test]
+    fn sharded_and_classic_pub_sub_share_the_scripts() {
+        let classic = Scripts::new(false);
+        let sharded = Scripts::new(true);
+        for (a, b) in classic.all().iter().zip(sharded.all()) {
+            assert_eq!(a.get_hash(), b.get_hash());
+        }
+        assert_eq!((classic.publish, sharded.publish), ("PUBLISH", "SPUBLISH"));
+    }
+
+    /// A script that named `publish` itself would publish on the wrong kind
+    /// of channel on a cluster, where waiters listen with `SSUBSCRIBE`.
+    #[test]
+    fn no_script_names_its_publish_command() {
+        for source in SOURCES {
+            let code: String = source
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .to_lowercase();
+            assert!(!code.contains("publish'"), "{source}");
+        }
+    }
 
     /// Every script starts with its header comment, which states its KEYS
     /// and what it returns.

@@ -11,6 +11,7 @@
 -- ARGV[2]  `release`: ARGV[1]'s hold; `rollback`: ARGV[1]'s grant and its
 --          place in the queue; `force`: whoever holds it
 -- ARGV[3]  how long a place lasts, ms: the longest hand-over lease
+-- ARGV[4]  the publish command: PUBLISH, or SPUBLISH (sharded pub/sub)
 --
 -- The head becomes the holder with a new token, and only it is told, by
 -- `g <owner> <token>` on KEYS[6]. The hand-over lease is the head's own, but
@@ -44,7 +45,7 @@ while true do
     local token = redis.call('incr', KEYS[2])
     redis.call('hset', KEYS[1], head, token)
     redis.call('pexpire', KEYS[1], math.min(tonumber(lease), tonumber(ARGV[3])))
-    redis.call('publish', KEYS[6], 'g ' .. head .. ' ' .. token)
+    redis.call(ARGV[4], KEYS[6], 'g ' .. head .. ' ' .. token)
     return deleted
   end
 end

@@ -3,6 +3,7 @@
 --
 -- KEYS[1..n-1]  the primitive's keys
 -- KEYS[n]       its wake-up channel
+-- ARGV[1]       the publish command: PUBLISH, or SPUBLISH (sharded pub/sub)
 --
 -- Returns 1 when a key was deleted, 0 when there was none.
 local n = 0
@@ -12,5 +13,5 @@ end
 if n == 0 then
   return 0
 end
-redis.call('publish', KEYS[#KEYS], '1')
+redis.call(ARGV[1], KEYS[#KEYS], '1')
 return 1

@@ -4,6 +4,7 @@
 -- KEYS[2]  their permits: owner -> count
 -- KEYS[3]  the semaphore's wake-up channel
 -- ARGV[1]  owner
+-- ARGV[2]  the publish command: PUBLISH, or SPUBLISH (sharded pub/sub)
 --
 -- Wakes the waiters (message `1`) when a hold was there.
 --
@@ -15,7 +16,7 @@ if not expires then
   return 0
 end
 redis.call('zrem', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[3], '1')
+redis.call(ARGV[2], KEYS[3], '1')
 if tonumber(expires) <= now then
   return 0
 end

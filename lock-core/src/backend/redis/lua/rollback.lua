@@ -5,6 +5,7 @@
 -- KEYS[1]  the lock's hash: field owner
 -- KEYS[2]  the lock's wake-up channel
 -- ARGV[1]  owner
+-- ARGV[2]  the publish command: PUBLISH, or SPUBLISH (sharded pub/sub)
 --
 -- Returns 1 when the grant was deleted, 0 when ARGV[1] held nothing.
 --
@@ -15,6 +16,6 @@ if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], '0')
+  redis.call(ARGV[2], KEYS[2], '0')
 end
 return 1
