@@ -9,9 +9,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{Pipeline, RedisResult, Script, Value};
+use redis::{ErrorKind, Pipeline, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
-use super::reply::is_noscript;
 use crate::BackendError;
 
 /// One reply per command of a pipeline (ignored commands have none).
@@ -123,6 +122,12 @@ pub(crate) async fn run<T: Target>(
     }
     bounded(timeout, target.load(scripts)).await?;
     bounded(timeout, target.send(pipe, count)).await
+}
+
+/// Whether `err` is `NOSCRIPT`: the node does not have the script (it
+/// restarted, was promoted, or its scripts were flushed).
+fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
 }
 
 /// Runs `fut`, failing with [`BackendError::Timeout`] after `timeout`.

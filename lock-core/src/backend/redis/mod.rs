@@ -1,8 +1,12 @@
 //! The Redis wire protocol of the lock, shared by the standalone/Sentinel,
-//! Cluster and Redlock backends: the scripts (`scripts.rs`), the one path
-//! every command takes, with its timeout and `NOSCRIPT` reload
-//! (`command.rs`), reply parsing and error mapping (`reply.rs`), and
-//! read-only inspection (`inspect.rs`).
+//! Cluster and Redlock backends: the scripts (`scripts.rs`, their Lua in
+//! `lua/`, one file per script), the one path every command takes, with its
+//! timeout and `NOSCRIPT` reload (`command.rs`), reply parsing and error
+//! mapping (`reply.rs`), and read-only inspection (`inspect.rs`).
+//!
+//! These files depend on each other one way: `inspect` uses `reply`,
+//! `command` and `scripts`; `reply` uses `command` and `scripts`; `command`,
+//! `scripts` and `version` use none of the others.
 
 pub(crate) mod command;
 pub(crate) mod inspect;

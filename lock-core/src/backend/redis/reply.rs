@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{RedisError, RedisResult, Value};
 
 use super::command::{self, Replies, Target};
 use super::scripts;
@@ -94,10 +94,7 @@ fn parse<T: redis::FromRedisValue>(reply: Value) -> Result<T, BackendError> {
     redis::from_redis_value(reply).map_err(|e| BackendError::Redis(e.into()))
 }
 
-pub(crate) fn is_noscript(err: &RedisError) -> bool {
-    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
-}
-
+/// Whether `err` says a key holds another type than the command expects.
 pub(crate) fn is_wrong_type(err: &RedisError) -> bool {
     let text = err.to_string();
     err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") || text.contains("not an integer")

@@ -7,451 +7,71 @@ use redis::{Cmd, Pipeline, Script};
 use crate::lease;
 use crate::name::{Kind, Layout, LockKey};
 
-/// Takes the lock when it is free (or already ours), bumping the fencing
-/// counter of the lock's slot on a first acquisition. The hash field is the
-/// owner, its value the fencing token. Replies `{1, token}` or `{0, pttl}`;
-/// `{2, pttl}` when a hot-lock keeper holds it (its field ends with `~k`),
-/// after asking it to give the lock up: `w <field>` on the lock's channel
-/// (KEYS[3], with the `PUBLISH` or `SPUBLISH` of ARGV[3]).
-///
-/// `PTTL` comes first: it tells a free lock (-2) from a held one and gives
-/// the busy reply its TTL, so a free lock costs 4 calls and a busy one 2.
-const ACQUIRE: &str = r"
-local ttl = redis.call('pttl', KEYS[1])
-if ttl == -2 then
-  local token = redis.call('incr', KEYS[2])
-  redis.call('hset', KEYS[1], ARGV[1], token)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token}
-end
-local holder = redis.call('hkeys', KEYS[1])[1]
-if holder == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('hget', KEYS[1], ARGV[1]))}
-end
-if holder and string.sub(holder, -2) == '~k' then
-  redis.call(ARGV[3], KEYS[3], 'w ' .. holder)
-  return {2, ttl}
-end
-return {0, ttl}
-";
+/// A script's source: the files `lua/<part>.lua`, one after the other (a
+/// script that needs the server's clock or a shared prelude starts with it).
+/// Each file's header comment states its KEYS, ARGV and reply.
+macro_rules! lua {
+    ($($part:literal),+ $(,)?) => {
+        concat!($(include_str!(concat!("lua/", $part, ".lua"))),+)
+    };
+}
 
-/// The plain lock in Redisson's layout, taken as Redisson's `RFencedLock`
-/// takes it: a free lock gets the next token of the name's own counter and
-/// the hash field `owner = 1` (the hold count; re-entries are counted in
-/// the client). KEYS: the lock hash, `redisson_lock_token:{..}`, Redisson's
-/// fair-lock queue `redisson_lock_queue:{..}`. ARGV: owner, lease ms.
-/// Replies `{1, token}` or `{0, pttl}`; refuses a name that Redisson uses as
-/// a fair lock (its queue exists) or a read-write lock (field `mode`),
-/// whose scripts would not see this lock.
-const REDISSON_ACQUIRE: &str = r"
-local ttl = redis.call('pttl', KEYS[1])
-if ttl == -2 then
-  if redis.call('exists', KEYS[3]) == 1 then
-    return redis.error_reply('WRONGTYPE REDISSON_FAIRLOCK the name is a Redisson fair lock')
-  end
-  local token = redis.call('incr', KEYS[2])
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token}
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
-end
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-  return redis.error_reply('WRONGTYPE REDISSON_RWLOCK the name is a Redisson read-write lock')
-end
-return {0, ttl}
-";
+/// Takes the plain lock, or asks a hot-lock keeper holding it to give it up.
+const ACQUIRE: &str = lua!("acquire");
 
-/// Extends the lease only when ARGV[1] owns the lock.
-const RENEW: &str = r"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-";
+/// Takes the plain lock in Redisson's layout, as Redisson's `RFencedLock` does.
+const REDISSON_ACQUIRE: &str = lua!("redisson_acquire");
 
-/// Takes back ARGV[1]'s grant: deletes its field (the hash's only one, so
-/// the lock), and wakes a waiter only when that freed the lock. The plain
-/// lock's wake-up message is `0` in both layouts: any message wakes this
-/// library's waiters, and `0` is Redisson's `UNLOCK_MESSAGE` (its waiters
-/// decode the message as a number).
-const ROLLBACK: &str = r"
-if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], '0')
-end
-return 1
-";
+/// Extends a hash lock's lease when the owner holds it.
+const RENEW: &str = lua!("renew");
 
-/// Deletes the lock whoever owns it (operator override), then wakes a waiter.
-const FORCE_RELEASE: &str = r"
-if redis.call('del', KEYS[1]) == 0 then
-  return 0
-end
-redis.call('publish', KEYS[2], '0')
-return 1
-";
+/// Takes back the plain lock's grant, waking a waiter when that freed it.
+const ROLLBACK: &str = lua!("rollback");
 
-/// Raises the fencing counter to at least ARGV[1] (Redlock: keeps a
-/// majority of the masters' counters at or above the last token issued).
-const FENCE_FLOOR: &str = r"
-local current = tonumber(redis.call('get', KEYS[1]) or '0')
-if current < tonumber(ARGV[1]) then
-  redis.call('set', KEYS[1], ARGV[1])
-end
-return 1
-";
+/// Deletes the plain lock whoever holds it, waking a waiter.
+const FORCE_RELEASE: &str = lua!("force_release");
 
-/// The server's clock in milliseconds, for the holders and waiters that
-/// expire one by one inside a key (reads, permits, queued waiters). Redis 7
-/// replicates a script's effects, not the script, so `TIME` is allowed
-/// before writes; Redis 6 needs to be told.
-const NOW: &str = r"
-if redis.replicate_commands then redis.replicate_commands() end
-local clock = redis.call('time')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-";
+/// Raises a fencing counter to a floor (Redlock).
+const FENCE_FLOOR: &str = lua!("fence_floor");
 
-/// Drops the fair lock's waiters whose place ran out (KEYS[3] the queue,
-/// KEYS[4] the places' deadlines, KEYS[5] the waiters' leases).
-const FAIR_PURGE: &str = r"
-local gone = redis.call('zrangebyscore', KEYS[4], '-inf', now)
-if #gone > 0 then
-  redis.call('zrem', KEYS[3], unpack(gone))
-  redis.call('hdel', KEYS[5], unpack(gone))
-  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
-end
-";
+/// Takes the fair lock, or queues for it.
+const FAIR_ACQUIRE: &str = lua!("prelude/now", "prelude/fair_purge", "fair_acquire");
 
-/// The fair lock. KEYS: the lock's hash (field owner, value token), the
-/// fencing counter, the queue (owner -> arrival), the places' deadlines
-/// (owner -> server ms), the waiters' leases (owner -> ms). ARGV: owner,
-/// lease ms, whether to queue when busy, how long a place lasts.
-///
-/// Takes the lock when it is ours (handed to us by a release) or free with
-/// nobody ahead of us; else queues us (or refreshes our place) and replies
-/// `{0, ms}` until the holder's lease or the head's place runs out.
-const FAIR_ACQUIRE: &str = r"
-local token = redis.call('hget', KEYS[1], ARGV[1])
-if token then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
-    redis.call('zrem', KEYS[4], ARGV[1])
-    redis.call('hdel', KEYS[5], ARGV[1])
-  end
-  return {1, tonumber(token)}
-end
-local ttl = redis.call('pttl', KEYS[1])
-if ttl == -2 then
-  local head = redis.call('zrange', KEYS[3], 0, 0)[1]
-  if head == nil or head == ARGV[1] then
-    token = redis.call('incr', KEYS[2])
-    redis.call('hset', KEYS[1], ARGV[1], token)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    if head then
-      redis.call('zrem', KEYS[3], ARGV[1])
-      redis.call('zrem', KEYS[4], ARGV[1])
-      redis.call('hdel', KEYS[5], ARGV[1])
-    end
-    return {1, token}
-  end
-  ttl = math.max(1, tonumber(redis.call('zscore', KEYS[4], head)) - now)
-end
-if ARGV[3] == '1' then
-  if redis.call('zscore', KEYS[3], ARGV[1]) == false then
-    redis.call('zadd', KEYS[3], redis.call('incr', KEYS[2]), ARGV[1])
-  end
-  redis.call('zadd', KEYS[4], now + tonumber(ARGV[4]), ARGV[1])
-  redis.call('hset', KEYS[5], ARGV[1], ARGV[2])
-  for i = 3, 5 do redis.call('pexpire', KEYS[i], ARGV[4]) end
-end
-return {0, ttl}
-";
+/// Gives the fair lock back (release, rollback, force) and hands it to the head of its queue.
+const FAIR_RELEASE: &str = lua!("prelude/now", "prelude/fair_purge", "fair_release");
 
-/// Gives the fair lock back (ARGV[2] `release`: ARGV[1]'s hold; `rollback`:
-/// ARGV[1]'s grant and its place in the queue; `force`: whoever holds it)
-/// and hands it straight to the head of the queue: the head becomes the
-/// holder with a new token, and only it is told, by `g <owner> <token>` on
-/// the channel. The hand-over lease is the head's own, but at most ARGV[3]
-/// (the place's lifetime): a head that died while queued holds the lock no
-/// longer than that; a live one extends it to its lease at once. KEYS: as `FAIR_ACQUIRE`, plus the
-/// channel. Replies whether a hold was deleted.
-const FAIR_RELEASE: &str = r"
-local deleted
-if ARGV[2] == 'force' then
-  deleted = redis.call('del', KEYS[1])
-else
-  deleted = redis.call('hdel', KEYS[1], ARGV[1])
-  if ARGV[2] == 'rollback' and redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
-    redis.call('zrem', KEYS[4], ARGV[1])
-    redis.call('hdel', KEYS[5], ARGV[1])
-  end
-end
-if deleted == 0 and redis.call('exists', KEYS[1]) == 1 then
-  return 0
-end
-while true do
-  local head = redis.call('zrange', KEYS[3], 0, 0)[1]
-  if head == nil then
-    return deleted
-  end
-  local lease = redis.call('hget', KEYS[5], head)
-  redis.call('zrem', KEYS[3], head)
-  redis.call('zrem', KEYS[4], head)
-  redis.call('hdel', KEYS[5], head)
-  if lease then
-    local token = redis.call('incr', KEYS[2])
-    redis.call('hset', KEYS[1], head, token)
-    redis.call('pexpire', KEYS[1], math.min(tonumber(lease), tonumber(ARGV[3])))
-    redis.call('publish', KEYS[6], 'g ' .. head .. ' ' .. token)
-    return deleted
-  end
-end
-";
+/// Takes a read hold of a read-write lock.
+const READ_ACQUIRE: &str = lua!("prelude/now", "read_acquire");
 
-/// A read hold. KEYS: the readers (owner -> expiry, server ms), the
-/// writer's hash, the fencing counter, the waiting writers (owner -> place
-/// deadline). ARGV: owner, lease ms. Refused while another owner writes, and
-/// to a new reader while a writer waits (writers are not starved).
-const READ_ACQUIRE: &str = r"
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-local writer = redis.call('hkeys', KEYS[2])[1]
-if writer and writer ~= ARGV[1] then
-  return {0, redis.call('pttl', KEYS[2])}
-end
-if not writer and redis.call('zscore', KEYS[1], ARGV[1]) == false then
-  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
-  local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')
-  if first[1] then
-    return {0, math.max(1, tonumber(first[2]) - now)}
-  end
-end
-local expires = now + tonumber(ARGV[2])
-redis.call('zadd', KEYS[1], expires, ARGV[1])
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('pexpireat', KEYS[1], expires)
-end
-return {1, redis.call('incr', KEYS[3])}
-";
+/// Takes the write hold of a read-write lock, or records the intent.
+const WRITE_ACQUIRE: &str = lua!("prelude/now", "write_acquire");
 
-/// The write hold. KEYS: as `READ_ACQUIRE`. ARGV: owner, lease ms, whether
-/// to record the intent when busy, how long the intent lasts. Granted when
-/// nobody writes and nobody reads.
-const WRITE_ACQUIRE: &str = r"
-local token = redis.call('hget', KEYS[2], ARGV[1])
-if token then
-  redis.call('pexpire', KEYS[2], ARGV[2])
-  return {1, tonumber(token)}
-end
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-local ttl = redis.call('pttl', KEYS[2])
-if ttl == -2 then
-  local reader = redis.call('zrange', KEYS[1], 0, 0, 'withscores')
-  if reader[1] == nil then
-    redis.call('zrem', KEYS[4], ARGV[1])
-    token = redis.call('incr', KEYS[3])
-    redis.call('hset', KEYS[2], ARGV[1], token)
-    redis.call('pexpire', KEYS[2], ARGV[2])
-    return {1, token}
-  end
-  ttl = math.max(1, tonumber(reader[2]) - now)
-end
-if ARGV[3] == '1' then
-  redis.call('zadd', KEYS[4], now + tonumber(ARGV[4]), ARGV[1])
-  redis.call('pexpire', KEYS[4], ARGV[4])
-end
-return {0, ttl}
-";
+/// Gives a read hold back.
+const READ_RELEASE: &str = lua!("prelude/now", "read_release");
 
-/// Gives a read hold back (release and rollback alike). KEYS: the readers,
-/// the channel. Replies whether a live hold was deleted (an expired one was
-/// not held any more); wakes the waiters when no live reader is left.
-const READ_RELEASE: &str = r"
-local expires = redis.call('zscore', KEYS[1], ARGV[1])
-if not expires then
-  return 0
-end
-redis.call('zrem', KEYS[1], ARGV[1])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-if redis.call('zcard', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], '1')
-end
-if tonumber(expires) <= now then
-  return 0
-end
-return 1
-";
+/// Takes back a writer's grant and its intent.
+const WRITE_ROLLBACK: &str = lua!("write_rollback");
 
-/// Takes back a writer's grant and its intent. KEYS: the writer's hash, the
-/// waiting writers, the channel. Wakes the waiters when that freed the lock
-/// or let readers in.
-const WRITE_ROLLBACK: &str = r"
-local deleted = redis.call('hdel', KEYS[1], ARGV[1])
-local left = redis.call('zrem', KEYS[2], ARGV[1])
-if deleted + left > 0 then
-  redis.call('publish', KEYS[3], '1')
-end
-return deleted
-";
+/// Takes permits of a semaphore.
+const PERMITS_ACQUIRE: &str = lua!("prelude/now", "permits_acquire");
 
-/// `take` permits of a semaphore. KEYS: the holders (owner -> expiry,
-/// server ms), their permits (owner -> count), the fencing counter. ARGV:
-/// owner, lease ms, take, total. Holders whose lease ran out give their
-/// permits back first (a crashed holder leaks nothing).
-const PERMITS_ACQUIRE: &str = r"
-local gone = redis.call('zrangebyscore', KEYS[1], '-inf', now)
-if #gone > 0 then
-  redis.call('hdel', KEYS[2], unpack(gone))
-  redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-end
-local lease = tonumber(ARGV[2])
-local expires = now + lease
-if redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
-  local used = 0
-  for _, n in ipairs(redis.call('hvals', KEYS[2])) do
-    used = used + tonumber(n)
-  end
-  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then
-    local first = redis.call('zrange', KEYS[1], 0, 0, 'withscores')
-    if first[1] then
-      return {0, math.max(1, tonumber(first[2]) - now)}
-    end
-    return {0, -1}
-  end
-  redis.call('hset', KEYS[2], ARGV[1], ARGV[3])
-end
-redis.call('zadd', KEYS[1], expires, ARGV[1])
-for i = 1, 2 do
-  if redis.call('pttl', KEYS[i]) < lease then
-    redis.call('pexpireat', KEYS[i], expires)
-  end
-end
-return {1, redis.call('incr', KEYS[3])}
-";
+/// Gives permits back.
+const PERMITS_RELEASE: &str = lua!("prelude/now", "permits_release");
 
-/// Gives permits back (release and rollback alike). KEYS: the holders,
-/// their permits, the channel. Replies whether a live hold was deleted (an
-/// expired one was not held any more); wakes the waiters.
-const PERMITS_RELEASE: &str = r"
-local expires = redis.call('zscore', KEYS[1], ARGV[1])
-redis.call('hdel', KEYS[2], ARGV[1])
-if not expires then
-  return 0
-end
-redis.call('zrem', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[3], '1')
-if tonumber(expires) <= now then
-  return 0
-end
-return 1
-";
+/// Renews a hold that expires inside a key (a read hold, permits).
+const RENEW_MEMBER: &str = lua!("prelude/now", "renew_member");
 
-/// Renews a hold that expires inside a key (a read, permits): KEYS[1] the
-/// holders (owner -> expiry), the other KEYS expire with it. ARGV: owner,
-/// lease ms.
-const RENEW_MEMBER: &str = r"
-local expires = redis.call('zscore', KEYS[1], ARGV[1])
-if not expires or tonumber(expires) <= now then
-  return 0
-end
-local lease = tonumber(ARGV[2])
-expires = now + lease
-redis.call('zadd', KEYS[1], expires, ARGV[1])
-for i = 1, #KEYS do
-  if redis.call('pttl', KEYS[i]) < lease then
-    redis.call('pexpireat', KEYS[i], expires)
-  end
-end
-return 1
-";
+/// Deletes every key of a read-write lock or a semaphore, waking the waiters.
+const FAMILY_FORCE_RELEASE: &str = lua!("family_force_release");
 
-/// Deletes every key of a primitive whoever holds it (operator override;
-/// KEYS: the keys, then the channel), then wakes the waiters.
-const FAMILY_FORCE: &str = r"
-local n = 0
-for i = 1, #KEYS - 1 do
-  n = n + redis.call('del', KEYS[i])
-end
-if n == 0 then
-  return 0
-end
-redis.call('publish', KEYS[#KEYS], '1')
-return 1
-";
+/// Reads a fair lock's (or a plain lock's) holder and queue.
+const FAIR_INSPECT: &str = lua!("prelude/now", "prelude/inspect", "fair_inspect");
 
-/// The start of the read-only inspection scripts (after `NOW`): refuses
-/// (`{0, key}`) when a key (KEYS[i]) holds another type than ARGV[i], and
-/// defines `holder(key)`, a hash lock's `{owner, token, pttl, fields}` (`{}`
-/// when free), and `live(key, permits)`, the members of a sorted set whose
-/// score (a deadline in server ms) is still ahead, soonest first, as
-/// `owner, ms left, n` triples: `n` from the hash `permits` (members without
-/// one left out), 1 without it.
-const INSPECT_PRELUDE: &str = r"
-for i = 1, #KEYS do
-  local found = redis.call('type', KEYS[i])['ok']
-  if found ~= 'none' and found ~= ARGV[i] then
-    return {0, KEYS[i]}
-  end
-end
-local function holder(key)
-  local fields = redis.call('hgetall', key)
-  if #fields == 0 then
-    return {}
-  end
-  return {fields[1], fields[2], redis.call('pttl', key), #fields / 2}
-end
-local function live(key, permits)
-  local out = {}
-  local members = redis.call('zrangebyscore', key, now, '+inf', 'withscores')
-  for i = 1, #members, 2 do
-    local left = tonumber(members[i + 1]) - now
-    local n = 1
-    if permits then
-      n = tonumber(redis.call('hget', permits, members[i]) or '')
-    end
-    if left > 0 and n then
-      out[#out + 1] = members[i]
-      out[#out + 1] = left
-      out[#out + 1] = n
-    end
-  end
-  return out
-end
-";
+/// Reads a read-write lock's writer, readers and waiting writers.
+const RW_INSPECT: &str = lua!("prelude/now", "prelude/inspect", "rw_inspect");
 
-/// A fair lock's holder and its queue, in order, without the waiters whose
-/// place ran out. KEYS: the lock's hash, the fencing counter, the queue, the
-/// places' deadlines. Replies `{1, holder, {}, waiters, counter}`.
-const FAIR_INSPECT: &str = r"
-local queue = {}
-for _, owner in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-  local deadline = tonumber(redis.call('zscore', KEYS[4], owner) or '')
-  if deadline and deadline > now then
-    queue[#queue + 1] = owner
-    queue[#queue + 1] = deadline - now
-    queue[#queue + 1] = 0
-  end
-end
-return {1, holder(KEYS[1]), {}, queue, redis.call('get', KEYS[2])}
-";
-
-/// A read-write lock's writer, live readers and live waiting writers. KEYS:
-/// as `READ_ACQUIRE`. Replies `{1, writer, readers, waiting, counter}`.
-const RW_INSPECT: &str = r"
-return {1, holder(KEYS[2]), live(KEYS[1]), live(KEYS[4]), redis.call('get', KEYS[3])}
-";
-
-/// A semaphore's live holders and their permits. KEYS: as
-/// `PERMITS_ACQUIRE`. Replies `{1, {}, holders, {}, counter}`.
-const PERMITS_INSPECT: &str = r"
-return {1, {}, live(KEYS[1], KEYS[2]), {}, redis.call('get', KEYS[3])}
-";
+/// Reads a semaphore's holders and their permits.
+const PERMITS_INSPECT: &str = lua!("prelude/now", "prelude/inspect", "permits_inspect");
 
 /// The lock scripts of one backend, loaded once per node.
 #[derive(Debug)]
@@ -470,45 +90,40 @@ pub(crate) struct Scripts {
     permits_acquire: Script,
     permits_release: Script,
     renew_member: Script,
-    family_force: Script,
+    family_force_release: Script,
     fair_inspect: Script,
     rw_inspect: Script,
     permits_inspect: Script,
     redisson_acquire: Script,
-    /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub).
+    /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub): an argument
+    /// of every script that wakes waiters, and the plain release's command.
     publish: &'static str,
 }
 
 impl Scripts {
     /// The scripts; `sharded` publishes wake-ups with `SPUBLISH` (cluster).
+    /// The scripts are the same either way: the publishing ones take the
+    /// command as an argument.
     pub(crate) fn new(sharded: bool) -> Self {
-        let publishing = |script: &str| {
-            if sharded {
-                Script::new(&script.replace("'publish'", "'spublish'"))
-            } else {
-                Script::new(script)
-            }
-        };
-        let timed = |script: &str| publishing(&format!("{NOW}{script}"));
         Scripts {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
-            rollback: publishing(ROLLBACK),
-            force_release: publishing(FORCE_RELEASE),
+            rollback: Script::new(ROLLBACK),
+            force_release: Script::new(FORCE_RELEASE),
             fence_floor: Script::new(FENCE_FLOOR),
-            fair_acquire: timed(&format!("{FAIR_PURGE}{FAIR_ACQUIRE}")),
-            fair_release: timed(&format!("{FAIR_PURGE}{FAIR_RELEASE}")),
-            read_acquire: timed(READ_ACQUIRE),
-            write_acquire: timed(WRITE_ACQUIRE),
-            read_release: timed(READ_RELEASE),
-            write_rollback: publishing(WRITE_ROLLBACK),
-            permits_acquire: timed(PERMITS_ACQUIRE),
-            permits_release: timed(PERMITS_RELEASE),
-            renew_member: timed(RENEW_MEMBER),
-            family_force: publishing(FAMILY_FORCE),
-            fair_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{FAIR_INSPECT}")),
-            rw_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{RW_INSPECT}")),
-            permits_inspect: Script::new(&format!("{NOW}{INSPECT_PRELUDE}{PERMITS_INSPECT}")),
+            fair_acquire: Script::new(FAIR_ACQUIRE),
+            fair_release: Script::new(FAIR_RELEASE),
+            read_acquire: Script::new(READ_ACQUIRE),
+            write_acquire: Script::new(WRITE_ACQUIRE),
+            read_release: Script::new(READ_RELEASE),
+            write_rollback: Script::new(WRITE_ROLLBACK),
+            permits_acquire: Script::new(PERMITS_ACQUIRE),
+            permits_release: Script::new(PERMITS_RELEASE),
+            renew_member: Script::new(RENEW_MEMBER),
+            family_force_release: Script::new(FAMILY_FORCE_RELEASE),
+            fair_inspect: Script::new(FAIR_INSPECT),
+            rw_inspect: Script::new(RW_INSPECT),
+            permits_inspect: Script::new(PERMITS_INSPECT),
             redisson_acquire: Script::new(REDISSON_ACQUIRE),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
@@ -531,7 +146,7 @@ impl Scripts {
             &self.permits_acquire,
             &self.permits_release,
             &self.renew_member,
-            &self.family_force,
+            &self.family_force_release,
             &self.fair_inspect,
             &self.rw_inspect,
             &self.permits_inspect,
@@ -612,7 +227,7 @@ impl Scripts {
         match key.kind {
             Kind::Exclusive => {
                 let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
-                cmd.arg(owner);
+                cmd.arg(owner).arg(self.publish);
                 one(cmd)
             }
             Kind::Fair => self.fair(key, owner, "rollback"),
@@ -623,7 +238,7 @@ impl Scripts {
                     key.channel.to_string(),
                 ];
                 let mut cmd = evalsha(&self.write_rollback, &refs(&keys));
-                cmd.arg(owner);
+                cmd.arg(owner).arg(self.publish);
                 one(cmd)
             }
             Kind::Read | Kind::Permits { .. } => self.give_back(key, owner),
@@ -632,9 +247,9 @@ impl Scripts {
 
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
-        match key.kind {
-            Kind::Exclusive => one(evalsha(&self.force_release, &[&key.lock, &key.channel])),
-            Kind::Fair => self.fair(key, "", "force"),
+        let mut cmd = match key.kind {
+            Kind::Exclusive => evalsha(&self.force_release, &[&key.lock, &key.channel]),
+            Kind::Fair => return self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
                 let keys = [
                     key.aux(":read"),
@@ -642,10 +257,12 @@ impl Scripts {
                     key.aux(":wait"),
                     key.channel.to_string(),
                 ];
-                one(evalsha(&self.family_force, &refs(&keys)))
+                evalsha(&self.family_force_release, &refs(&keys))
             }
-            Kind::Permits { .. } => one(evalsha(&self.family_force, &refs(&permits_keys(key)))),
-        }
+            Kind::Permits { .. } => evalsha(&self.family_force_release, &refs(&permits_keys(key))),
+        };
+        cmd.arg(self.publish);
+        one(cmd)
     }
 
     /// The read-only inspection of the primitive of `key` (a plain lock: its
@@ -680,27 +297,25 @@ impl Scripts {
         one(cmd)
     }
 
-    /// `FAIR_RELEASE` in `mode`.
+    /// `FAIR_RELEASE` in `mode` (`release`, `rollback` or `force`).
     fn fair(&self, key: &LockKey, owner: &str, mode: &str) -> Pipeline {
         let keys = fair_keys(key);
         let mut cmd = evalsha(&self.fair_release, &refs(&keys));
         cmd.arg(owner)
             .arg(mode)
-            .arg(lease::millis(lease::QUEUE_PRESENCE));
+            .arg(lease::millis(lease::QUEUE_PRESENCE))
+            .arg(self.publish);
         one(cmd)
     }
 
     /// Gives back a read hold or permits.
     fn give_back(&self, key: &LockKey, owner: &str) -> Pipeline {
-        let cmd = if key.kind == Kind::Read {
-            let mut cmd = evalsha(&self.read_release, &[&key.lock, &key.channel]);
-            cmd.arg(owner);
-            cmd
+        let mut cmd = if key.kind == Kind::Read {
+            evalsha(&self.read_release, &[&key.lock, &key.channel])
         } else {
-            let mut cmd = evalsha(&self.permits_release, &refs(&permits_keys(key)));
-            cmd.arg(owner);
-            cmd
+            evalsha(&self.permits_release, &refs(&permits_keys(key)))
         };
+        cmd.arg(owner).arg(self.publish);
         one(cmd)
     }
 
@@ -723,7 +338,7 @@ impl Scripts {
             .arg(owner)
             .cmd(self.publish)
             .arg(&*key.channel)
-            // The plain lock's message (see `ROLLBACK`).
+            // The plain lock's message (see `lua/rollback.lua`).
             .arg("0");
         pipe
     }
@@ -815,4 +430,69 @@ pub(crate) fn renewals() -> Pipeline {
 /// Appends `WAIT replicas timeout` (`sync_replicas`).
 pub(crate) fn wait(pipe: &mut Pipeline, replicas: u32, timeout: Duration) {
     pipe.cmd("WAIT").arg(replicas).arg(lease::millis(timeout));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCES: [&str; 19] = [
+        ACQUIRE,
+        REDISSON_ACQUIRE,
+        RENEW,
+        ROLLBACK,
+        FORCE_RELEASE,
+        FENCE_FLOOR,
+        FAIR_ACQUIRE,
+        FAIR_RELEASE,
+        READ_ACQUIRE,
+        WRITE_ACQUIRE,
+        READ_RELEASE,
+        WRITE_ROLLBACK,
+        PERMITS_ACQUIRE,
+        PERMITS_RELEASE,
+        RENEW_MEMBER,
+        FAMILY_FORCE_RELEASE,
+        FAIR_INSPECT,
+        RW_INSPECT,
+        PERMITS_INSPECT,
+    ];
+
+    /// A cluster's scripts are a standalone node's: the publish command is
+    /// an argument, so one copy of each script serves both.
+    #[test]
+    fn sharded_and_classic_pub_sub_share_the_scripts() {
+        let classic = Scripts::new(false);
+        let sharded = Scripts::new(true);
+        for (a, b) in classic.all().iter().zip(sharded.all()) {
+            assert_eq!(a.get_hash(), b.get_hash());
+        }
+        assert_eq!((classic.publish, sharded.publish), ("PUBLISH", "SPUBLISH"));
+    }
+
+    /// A script that named `publish` itself would publish on the wrong kind
+    /// of channel on a cluster, where waiters listen with `SSUBSCRIBE`.
+    #[test]
+    fn no_script_names_its_publish_command() {
+        for source in SOURCES {
+            let code: String = source
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .to_lowercase();
+            assert!(!code.contains("publish'"), "{source}");
+        }
+    }
+
+    /// Every script starts with its header comment, which states its KEYS
+    /// and what it returns.
+    #[test]
+    fn scripts_start_with_their_header() {
+        for source in SOURCES {
+            assert!(source.starts_with("-- "), "{source}");
+            assert!(source.contains("\n-- KEYS["), "{source}");
+            assert!(source.contains("\n-- Returns "), "{source}");
+        }
+    }
 }

@@ -1,0 +1,12 @@
+-- Inspect a read-write lock: its writer, live readers and live waiting
+-- writers. Read-only (after now.lua and prelude/inspect.lua).
+--
+-- KEYS[1]  the readers: owner -> expiry, server ms
+-- KEYS[2]  the writer's hash: field owner, value fencing token
+-- KEYS[3]  the fencing counter of the lock's slot
+-- KEYS[4]  the waiting writers: owner -> place deadline, server ms
+-- ARGV[1..4]  the types of KEYS[1..4]: zset, hash, string, zset
+--
+-- Returns {1, writer, readers, waiting, counter} (or the prelude's
+-- {0, key}).
+return {1, holder(KEYS[2]), live(KEYS[1]), live(KEYS[4]), redis.call('get', KEYS[3])}
