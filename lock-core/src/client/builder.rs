@@ -1,7 +1,8 @@
 //! [`LockClientBuilder`]: the settings every topology shares (key prefix,
-//! layout, lease, timeouts, TLS, hot locks, metrics), and the entry points
-//! to each topology's connection (`connect.rs`), where the options that
-//! apply to one topology only are set.
+//! layout, lease, timeouts, TLS, hot locks, metrics) and the making of a
+//! client on a connected backend. The entry points to each topology's
+//! connection, where the options of one topology only are set, are in
+//! `connect.rs`.
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -10,7 +11,6 @@ use std::time::Duration;
 
 use rand::RngCore;
 
-use super::connect::{ClusterConnect, RedisConnect, RedisSource, RedlockConnect, SentinelConnect};
 use super::LockClient;
 use crate::backend::redis::{server_name, RedisSettings};
 use crate::backend::{Backend, Capabilities, MemoryStore, Unsupported};
@@ -262,91 +262,6 @@ impl LockClientBuilder {
         Ok(())
     }
 
-    /// One Redis server at `url` (see [`LockClient::connect`] for the URL
-    /// forms), with the options of that topology ([`RedisConnect`]).
-    pub fn redis(self, url: &str) -> RedisConnect {
-        RedisConnect::new(self, RedisSource::Url(url.to_owned()))
-    }
-
-    /// One Redis server reached through `client`, a `redis::Client` the
-    /// program built already (its URL, credentials and TLS settings are
-    /// used as they are; this builder's TLS settings do not apply).
-    pub fn redis_client(self, client: redis::Client) -> RedisConnect {
-        RedisConnect::new(self, RedisSource::Client(Box::new(client)))
-    }
-
-    /// The master that the sentinels at `sentinel_urls` report for
-    /// `master_name` (see [`LockClient::sentinel`]), with the options of
-    /// that topology ([`SentinelConnect`]).
-    pub fn sentinel<I>(self, sentinel_urls: I, master_name: &str) -> SentinelConnect
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        SentinelConnect::new(self, strings(sentinel_urls), master_name.to_owned())
-    }
-
-    /// A Redis Cluster through any of its nodes (see [`LockClient::cluster`]),
-    /// with the options of that topology ([`ClusterConnect`]).
-    pub fn cluster<I>(self, urls: I) -> ClusterConnect
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        ClusterConnect::new(self, strings(urls))
-    }
-
-    /// Independent masters for Redlock (see [`LockClient::redlock`]), with
-    /// the options of that topology ([`RedlockConnect`]).
-    pub fn redlock<I>(self, urls: I) -> RedlockConnect
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        RedlockConnect::new(self, strings(urls))
-    }
-
-    /// Connects to Redis (see [`LockClient::connect`] for the URL forms):
-    /// `self.redis(url).connect()`.
-    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
-        self.redis(url).connect().await
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (see
-    /// [`LockClient::cluster`]): `self.cluster(urls).connect()`.
-    pub async fn connect_cluster<I>(self, urls: I) -> Result<LockClient, LockError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        self.cluster(urls).connect().await
-    }
-
-    /// Connects to the master that the sentinels at `sentinel_urls` report
-    /// for `master_name` (see [`LockClient::sentinel`]):
-    /// `self.sentinel(sentinel_urls, master_name).connect()`.
-    pub async fn connect_sentinel<I>(
-        self,
-        sentinel_urls: I,
-        master_name: &str,
-    ) -> Result<LockClient, LockError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        self.sentinel(sentinel_urls, master_name).connect().await
-    }
-
-    /// Connects to independent masters for Redlock (see
-    /// [`LockClient::redlock`]): `self.redlock(urls).connect()`.
-    pub async fn connect_redlock<I>(self, urls: I) -> Result<LockClient, LockError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        self.redlock(urls).connect().await
-    }
-
     /// Refuses an empty list of server URLs.
     pub(super) fn urls(&self, urls: Vec<String>) -> Result<Vec<String>, LockError> {
         if urls.is_empty() {
@@ -470,15 +385,6 @@ impl LockClientBuilder {
     pub(super) fn timing(&self) -> (Duration, Duration) {
         (self.lease, self.response_timeout)
     }
-}
-
-/// Each of `values` as a `String`.
-fn strings<I>(values: I) -> Vec<String>
-where
-    I: IntoIterator,
-    I::Item: AsRef<str>,
-{
-    values.into_iter().map(|v| v.as_ref().to_owned()).collect()
 }
 
 /// 16 random bytes as a version 4 UUID, `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`.

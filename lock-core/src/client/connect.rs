@@ -38,6 +38,103 @@ pub enum ShardedPubSub {
     Off,
 }
 
+/// The entry points to each topology's connection.
+impl LockClientBuilder {
+    /// One Redis server at `url` (see [`LockClient::connect`] for the URL
+    /// forms), with the options of that topology ([`RedisConnect`]).
+    pub fn redis(self, url: &str) -> RedisConnect {
+        RedisConnect::new(self, RedisSource::Url(url.to_owned()))
+    }
+
+    /// One Redis server reached through `client`, a `redis::Client` the
+    /// program built already (its URL, credentials and TLS settings are
+    /// used as they are; this builder's TLS settings do not apply).
+    pub fn redis_client(self, client: redis::Client) -> RedisConnect {
+        RedisConnect::new(self, RedisSource::Client(Box::new(client)))
+    }
+
+    /// The master that the sentinels at `sentinel_urls` report for
+    /// `master_name` (see [`LockClient::sentinel`]), with the options of
+    /// that topology ([`SentinelConnect`]).
+    pub fn sentinel<I>(self, sentinel_urls: I, master_name: &str) -> SentinelConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        SentinelConnect::new(self, strings(sentinel_urls), master_name.to_owned())
+    }
+
+    /// A Redis Cluster through any of its nodes (see [`LockClient::cluster`]),
+    /// with the options of that topology ([`ClusterConnect`]).
+    pub fn cluster<I>(self, urls: I) -> ClusterConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        ClusterConnect::new(self, strings(urls))
+    }
+
+    /// Independent masters for Redlock (see [`LockClient::redlock`]), with
+    /// the options of that topology ([`RedlockConnect`]).
+    pub fn redlock<I>(self, urls: I) -> RedlockConnect
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        RedlockConnect::new(self, strings(urls))
+    }
+
+    /// Connects to Redis (see [`LockClient::connect`] for the URL forms):
+    /// `self.redis(url).connect()`.
+    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        self.redis(url).connect().await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (see
+    /// [`LockClient::cluster`]): `self.cluster(urls).connect()`.
+    pub async fn connect_cluster<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.cluster(urls).connect().await
+    }
+
+    /// Connects to the master that the sentinels at `sentinel_urls` report
+    /// for `master_name` (see [`LockClient::sentinel`]):
+    /// `self.sentinel(sentinel_urls, master_name).connect()`.
+    pub async fn connect_sentinel<I>(
+        self,
+        sentinel_urls: I,
+        master_name: &str,
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.sentinel(sentinel_urls, master_name).connect().await
+    }
+
+    /// Connects to independent masters for Redlock (see
+    /// [`LockClient::redlock`]): `self.redlock(urls).connect()`.
+    pub async fn connect_redlock<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.redlock(urls).connect().await
+    }
+}
+
+/// Each of `values` as a `String`.
+fn strings<I>(values: I) -> Vec<String>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    values.into_iter().map(|v| v.as_ref().to_owned()).collect()
+}
+
 /// Where a [`RedisConnect`] reaches its server.
 pub(super) enum RedisSource {
     Url(String),
