@@ -277,4 +277,44 @@ mod tests {
             });
         });
     }
+
+    /// A guard dropped on a thread without a runtime (a `std::thread`, a
+    /// rayon pool) is released at once on the runtime the client is used
+    /// on, not at the next use of the client or the end of its lease; one
+    /// dropped after that runtime shut down is released on the next one the
+    /// client is used on, without a panic.
+    #[test]
+    fn a_guard_dropped_on_a_thread_without_a_runtime_is_released_at_once() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = MemoryStore::new();
+        let client = LockClient::builder().memory(store.clone()).unwrap();
+        let guard = runtime.block_on(client.lock("x").acquire()).unwrap();
+        std::thread::spawn(move || drop(guard)).join().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        while store.held() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the dropped guard's lock is still held"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Its runtime gone: nothing panics, and the next runtime releases it.
+        let guard = runtime.block_on(client.lock("y").acquire()).unwrap();
+        drop(runtime);
+        std::thread::spawn(move || drop(guard)).join().unwrap();
+        let next = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        next.block_on(async {
+            let other = client.lock("z").acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(store.held(), 1, "only z is held");
+            other.release().await.unwrap();
+        });
+    }
 }
