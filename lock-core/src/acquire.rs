@@ -73,13 +73,14 @@ pub(crate) async fn acquire(
         }
         None => {
             // Only a waiting acquisition would wait on itself; a single try
-            // finds the lock busy, as it is.
-            // (Reads and permits are shared: another client's hold does not
-            // make them wait on themselves.)
+            // finds the lock busy, as it is. Any kind of the primitive counts
+            // (its stem): a chain holding a read through one client and
+            // asking for the write through another waits for itself, and so
+            // does a read behind a writer waiting for the chain's read, or a
+            // permit the chain's own permits keep from it.
             let held = match wait {
                 Wait::Once => None,
-                _ if kind.is_shared() => None,
-                _ => crate::current::held_by_other_client(&core.store, &key.lock, &core.id),
+                _ => crate::current::held_by_other_client(&core.store, key.stem(), &core.id),
             };
             if let Some(held) = held {
                 let holder = held.owner.to_string();

@@ -37,12 +37,14 @@ pub(crate) fn enter(
     frame
 }
 
-/// A lock of the current call chain that is the lock stored at `redis_key`
-/// in `store` and still held, under an owner of another client than
-/// `client_id`: acquiring it through `client_id` would wait on itself.
+/// A lock of the current call chain that is a hold of the primitive whose
+/// keys have the stem `stem` in `store` (any kind of it: a plain or fair
+/// lock, a read or the write of a read-write lock, permits) and still held,
+/// under an owner of another client than `client_id`: acquiring the
+/// primitive through `client_id` would wait on itself.
 pub(crate) fn held_by_other_client(
     store: &str,
-    redis_key: &str,
+    stem: &str,
     client_id: &str,
 ) -> Option<Arc<HeldLock>> {
     let mut frame = CURRENT.try_with(Arc::clone).ok();
@@ -52,7 +54,7 @@ pub(crate) fn held_by_other_client(
             .owner
             .strip_prefix(client_id)
             .is_none_or(|rest| !rest.starts_with(':'));
-        if &*f.store == store && &*lock.key.lock == redis_key && other_client && lock.is_held() {
+        if &*f.store == store && &**lock.key.stem() == stem && other_client && lock.is_held() {
             return Some(lock.clone());
         }
         frame = f.parent.clone();

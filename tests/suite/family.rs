@@ -900,6 +900,113 @@ pub async fn family_force_release_of_each_primitive<F: Fixture>(fixture: &F) {
         .unwrap());
 }
 
+/// A call chain that holds any kind of a family primitive through one client
+/// and asks for any kind of the same primitive through another, with a
+/// wait, gets `HeldByOtherClient` at once (as the plain and fair locks do),
+/// instead of waiting on itself: a read then the write, the write then a
+/// read, permits then more permits (of a semaphore its own permits fill).
+/// Other primitives are taken as usual, and a single try is `Busy`.
+///
+/// Old code: the write after a read, a read after the write and the
+/// permits waited out their whole wait (`TimedOut` after 3 s).
+pub async fn family_held_through_another_client_fails_at_once<F: Fixture>(fixture: &F) {
+    let [a, b] = [fixture.client().await, fixture.client().await];
+    let wait = Duration::from_secs(3);
+    let expect_refused = |what: &str, outcome: Result<distlock::LockGuard, LockError>| match outcome
+    {
+        Err(LockError::HeldByOtherClient {
+            holder_client,
+            client,
+            ..
+        }) => {
+            assert_eq!(holder_client, a.id(), "{what}");
+            assert_eq!(client, b.id(), "{what}");
+        }
+        other => panic!("{what}: expected HeldByOtherClient, got {other:?}"),
+    };
+    let started = Instant::now();
+    let read = a
+        .read_write_lock("cross:rw")
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    let (write, other) = read
+        .scope(async {
+            let write = b
+                .read_write_lock("cross:rw")
+                .write()
+                .wait(wait)
+                .acquire()
+                .await;
+            let other = b
+                .read_write_lock("cross:other")
+                .write()
+                .wait(wait)
+                .acquire()
+                .await;
+            (write, other)
+        })
+        .await;
+    expect_refused("the write after a read", write);
+    other.unwrap().release().await.unwrap();
+    read.release().await.unwrap();
+    let write = a
+        .read_write_lock("cross:rw")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    let (read, once) = write
+        .scope(async {
+            let read = b
+                .read_write_lock("cross:rw")
+                .read()
+                .wait(wait)
+                .acquire()
+                .await;
+            let once = b.read_write_lock("cross:rw").read().acquire().await;
+            (read, once)
+        })
+        .await;
+    expect_refused("a read after the write", read);
+    assert!(matches!(once, Err(LockError::Busy { .. })), "{once:?}");
+    write.release().await.unwrap();
+    let permits = a
+        .semaphore("cross:sem", 2)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap();
+    let more = permits
+        .scope(b.semaphore("cross:sem", 2).permit().wait(wait).acquire())
+        .await;
+    expect_refused("a permit after the chain's permits", more);
+    permits.release().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not after the waits: {:?}",
+        started.elapsed()
+    );
+    // Nothing left behind: b takes each primitive now.
+    b.read_write_lock("cross:rw")
+        .write()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    b.semaphore("cross:sem", 2)
+        .permits(2)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Generates one `#[tokio::test]` per family suite test, on the fixture `$make`.
 #[macro_export]
 macro_rules! family_suite {
@@ -921,6 +1028,7 @@ macro_rules! family_suite {
             scheduled_hold_at_least_outlives_an_early_release,
             family_inspection_shows_holders_waiters_and_permits,
             family_force_release_of_each_primitive,
+            family_held_through_another_client_fails_at_once,
         );
     };
 }
