@@ -8,6 +8,7 @@
 
 mod fair;
 mod read_write;
+mod semaphore;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 
 use self::fair::Fair;
 use self::read_write::{rw_stem, ReadWrite};
+use self::semaphore::Permits;
 use super::{Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::{self, Kind, LockKey};
@@ -92,18 +94,6 @@ impl Entry {
     }
 }
 
-/// A semaphore's holders: owner -> the permits it took, until when.
-#[derive(Debug, Default)]
-struct Permits {
-    holders: HashMap<Box<str>, Permit>,
-}
-
-#[derive(Debug)]
-struct Permit {
-    permits: u32,
-    expires_at: Instant,
-}
-
 /// `now + d`, or `now` when that overflows (an entry that expires at once:
 /// the safe side; leases and presence are range-checked, so it cannot).
 fn after(now: Instant, d: Duration) -> Instant {
@@ -120,48 +110,6 @@ fn until(at: Instant, now: Instant) -> Duration {
 fn next_token(fence: &mut u64) -> u64 {
     *fence = fence.saturating_add(1);
     *fence
-}
-
-impl Permits {
-    /// Drops the holders whose lease ran out: their permits come back.
-    fn purge(&mut self, now: Instant) {
-        self.holders.retain(|_, p| p.expires_at > now);
-    }
-
-    /// `PERMITS_ACQUIRE`: `take` of `total` permits.
-    fn acquire(
-        &mut self,
-        owner: &str,
-        lease: Duration,
-        take: u32,
-        total: u32,
-        now: Instant,
-        fence: &mut u64,
-    ) -> Attempt {
-        self.purge(now);
-        let expires_at = after(now, lease);
-        if let Some(held) = self.holders.get_mut(owner) {
-            held.expires_at = expires_at; // keeps the permits it took
-        } else {
-            let used: u64 = self.holders.values().map(|p| u64::from(p.permits)).sum();
-            if used.saturating_add(u64::from(take)) > u64::from(total) {
-                let first = self.holders.values().map(|p| p.expires_at).min();
-                return Attempt::Busy {
-                    ttl: first.map(|first| until(first, now)),
-                };
-            }
-            self.holders.insert(
-                owner.into(),
-                Permit {
-                    permits: take,
-                    expires_at,
-                },
-            );
-        }
-        Attempt::Acquired {
-            token: next_token(fence),
-        }
-    }
 }
 
 impl State {
@@ -301,28 +249,6 @@ impl MemoryStore {
         Attempt::Acquired { token }
     }
 
-    fn permits_acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-        take: u32,
-        total: u32,
-    ) -> Attempt {
-        let now = Instant::now();
-        let mut guard = self.inner.state.lock();
-        if !guard.permits.contains_key(&*key.lock) {
-            guard.sweep(now);
-        }
-        let State { permits, fence, .. } = &mut *guard;
-        let semaphore = permits.entry(key.lock.clone()).or_default();
-        let attempt = semaphore.acquire(owner, lease, take, total, now, fence);
-        if semaphore.holders.is_empty() {
-            permits.remove(&*key.lock);
-        }
-        attempt
-    }
-
     /// Gives `owner`'s hold of `key` back (`rollback`: its grant, and its
     /// place in a fair lock's queue or its writer's intent), waking waiters
     /// as the scripts do. Returns whether a hold was deleted.
@@ -364,33 +290,6 @@ impl MemoryStore {
             self.inner.waiters.wake_one(&key.channel);
         }
         ours
-    }
-
-    /// `PERMITS_RELEASE` of `owner`'s permits, or (`None`) `FAMILY_FORCE`
-    /// of every holder's. Wakes the waiters when permits came back.
-    fn permits_release(&self, key: &LockKey, owner: Option<&str>) -> bool {
-        let now = Instant::now();
-        let mut state = self.inner.state.lock();
-        let Some(semaphore) = state.permits.get_mut(&*key.lock) else {
-            return false;
-        };
-        semaphore.purge(now);
-        let removed = match owner {
-            Some(owner) => semaphore.holders.remove(owner).is_some(),
-            None => {
-                let any = !semaphore.holders.is_empty();
-                semaphore.holders.clear();
-                any
-            }
-        };
-        if semaphore.holders.is_empty() {
-            state.permits.remove(&*key.lock);
-        }
-        drop(state);
-        if removed {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        removed
     }
 
     /// Extends `owner`'s hold of `key` by `lease` from now when it is still
@@ -750,82 +649,6 @@ mod tests {
             handle.attempted(false);
         }
         woken
-    }
-
-    /// The permits held (unexpired) of the semaphore `x`.
-    fn permits_in_use(store: &MemoryStore, key: &LockKey) -> u32 {
-        let now = Instant::now();
-        let state = store.inner.state.lock();
-        state.permits.get(&*key.lock).map_or(0, |s| {
-            s.holders
-                .values()
-                .filter(|h| h.expires_at > now)
-                .map(|h| h.permits)
-                .sum()
-        })
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn permits_never_exceed_the_total() {
-        let store = MemoryStore::new();
-        let (two, one) = (
-            try_key(Kind::Permits { take: 2, total: 3 }),
-            try_key(Kind::Permits { take: 1, total: 3 }),
-        );
-        let mut handle = store.inner.waiters.register(&two.channel);
-        let a = granted(store.acquire_now(&two, "a:1", LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(
-            busy(store.acquire_now(&two, "b:1", LEASE)),
-            Some(LEASE - Duration::from_secs(1))
-        );
-        granted(store.acquire_now(&one, "c:1", LEASE));
-        busy(store.acquire_now(&one, "d:1", LEASE));
-        // A holder's next attempt renews its permits, taking no more.
-        assert!(granted(store.acquire_now(&two, "a:1", LEASE)) > a);
-        assert_eq!(permits_in_use(&store, &two), 3);
-        assert!(store.release_now(&two, "a:1", false));
-        assert!(woken(&mut handle).await);
-        assert!(!store.release_now(&two, "a:1", true));
-        granted(store.acquire_now(&two, "b:1", LEASE));
-        busy(store.acquire_now(&one, "d:1", LEASE));
-        assert!(store.force_now(&one));
-        assert_eq!(store.entries(), 0);
-        // More than the total is never granted (and has no holder to wait for).
-        let too_many = try_key(Kind::Permits { take: 4, total: 3 });
-        assert_eq!(busy(store.acquire_now(&too_many, "e:1", LEASE)), None);
-        assert_eq!(store.entries(), 0);
-
-        // Any mix of takes, leases and releases stays within the total.
-        for i in 0u32..2_000 {
-            let owner = format!("o{}:1", i % 7);
-            let take = i * 7 % 3 + 1;
-            let key = try_key(Kind::Permits { take, total: 4 });
-            if i % 5 == 0 {
-                store.release_now(&key, &owner, false);
-            } else {
-                let lease = Duration::from_millis(u64::from(i * 13 % 2_000 + 100));
-                store.acquire_now(&key, &owner, lease);
-            }
-            assert!(permits_in_use(&store, &key) <= 4, "step {i}");
-            tokio::time::advance(Duration::from_millis(u64::from(i % 300))).await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_crashed_holders_permits_come_back_after_its_lease() {
-        let store = MemoryStore::new();
-        let all = try_key(Kind::Permits { take: 3, total: 3 });
-        let one = try_key(Kind::Permits { take: 1, total: 3 });
-        granted(store.acquire_now(&all, "a:1", Duration::from_secs(1)));
-        assert_eq!(
-            busy(store.acquire_now(&one, "b:1", LEASE)),
-            Some(Duration::from_secs(1))
-        );
-        tokio::time::advance(Duration::from_secs(1)).await; // a crashed
-        granted(store.acquire_now(&one, "b:1", LEASE));
-        assert!(!store.release_now(&all, "a:1", false), "a's lease ran out");
-        assert_eq!(store.held(), 1);
     }
 
     #[tokio::test(start_paused = true)]
