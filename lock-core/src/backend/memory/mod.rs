@@ -2,9 +2,14 @@
 //!
 //! Every primitive of the lock family behaves as its Lua scripts do on Redis
 //! (`redis/scripts.rs`), with `tokio::time::Instant` as the clock instead of
-//! the server's `TIME`: the plain lock, the fair lock with its queue and
-//! direct hand-off, the write-preferring read-write lock, and the semaphore
-//! whose holders expire one by one.
+//! the server's `TIME`, and has its state machine in a file of its own: the
+//! plain lock (`plain.rs`), the fair lock with its queue and direct hand-off
+//! (`fair.rs`), the write-preferring read-write lock (`read_write.rs`), and
+//! the semaphore whose holders expire one by one (`semaphore.rs`). What the
+//! store shows of them without changing them is `inspect.rs`. This file holds
+//! the store and its state, the holder entry and deadlines the primitives
+//! share, the sweep of expired entries, and the `Backend` operations, each
+//! dispatched by the primitive's kind.
 
 mod fair;
 mod inspect;
@@ -346,6 +351,7 @@ mod tests {
     use super::*;
     use crate::lease::QUEUE_PRESENCE;
 
+    // Shared with the primitives' tests, in their files.
     pub(super) const LEASE: Duration = Duration::from_secs(10);
     pub(super) const MS: Duration = Duration::from_millis(1);
 
