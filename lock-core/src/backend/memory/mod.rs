@@ -2,25 +2,38 @@
 //!
 //! Every primitive of the lock family behaves as its Lua scripts do on Redis
 //! (`redis/scripts.rs`), with `tokio::time::Instant` as the clock instead of
-//! the server's `TIME`: the plain lock, the fair lock with its queue and
-//! direct hand-off, the write-preferring read-write lock, and the semaphore
-//! whose holders expire one by one.
+//! the server's `TIME`, and has its state machine in a file of its own: the
+//! plain lock (`plain.rs`), the fair lock with its queue and direct hand-off
+//! (`fair.rs`), the write-preferring read-write lock (`read_write.rs`), and
+//! the semaphore whose holders expire one by one (`semaphore.rs`). What the
+//! store shows of them without changing them is `inspect.rs`. This file holds
+//! the store and its state, the holder entry and deadlines the primitives
+//! share, the sweep of expired entries, and the `Backend` operations, each
+//! dispatched by the primitive's kind.
 
-use std::collections::{HashMap, VecDeque};
+mod fair;
+mod inspect;
+mod plain;
+mod read_write;
+mod semaphore;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
+use self::fair::Fair;
+use self::read_write::{rw_stem, ReadWrite};
+use self::semaphore::Permits;
 use super::{Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
-use crate::lease::QUEUE_PRESENCE;
-use crate::name::{self, Kind, LockKey};
+use crate::name::{Kind, LockKey};
 use crate::sync::Mutex;
 use crate::waiters::Waiters;
 use crate::wakeups::Wakeups;
-use crate::{LockError, LockHolder, LockInfo, PermitHolder, QueuedWaiter};
+use crate::{LockError, LockInfo};
 
 /// Lock state kept in this process, for tests and single-process programs.
 ///
@@ -88,45 +101,6 @@ impl Entry {
     }
 }
 
-/// A fair lock: its holder and the waiters queued for it, in arrival order.
-#[derive(Debug, Default)]
-struct Fair {
-    holder: Option<Entry>,
-    queue: VecDeque<Queued>,
-}
-
-/// A waiter queued on a fair lock.
-#[derive(Debug)]
-struct Queued {
-    owner: Box<str>,
-    /// Until when it keeps its place without another attempt.
-    place: Instant,
-    /// The lease it gets when the lock is handed to it.
-    lease: Duration,
-}
-
-/// A read-write lock: its readers (each expiring on its own), its writer,
-/// and the writers waiting for it (whose intent keeps new readers out).
-#[derive(Debug, Default)]
-struct ReadWrite {
-    readers: HashMap<Box<str>, Instant>,
-    writer: Option<Entry>,
-    /// Waiting writers: owner -> until when its intent lasts.
-    intents: HashMap<Box<str>, Instant>,
-}
-
-/// A semaphore's holders: owner -> the permits it took, until when.
-#[derive(Debug, Default)]
-struct Permits {
-    holders: HashMap<Box<str>, Permit>,
-}
-
-#[derive(Debug)]
-struct Permit {
-    permits: u32,
-    expires_at: Instant,
-}
-
 /// `now + d`, or `now` when that overflows (an entry that expires at once:
 /// the safe side; leases and presence are range-checked, so it cannot).
 fn after(now: Instant, d: Duration) -> Instant {
@@ -145,228 +119,7 @@ fn next_token(fence: &mut u64) -> u64 {
     *fence
 }
 
-impl Fair {
-    /// Drops the waiters whose place ran out.
-    fn purge(&mut self, now: Instant) {
-        self.queue.retain(|q| q.place > now);
-    }
-
-    /// The holder, while its lease runs.
-    fn live_holder(&self, now: Instant) -> Option<&Entry> {
-        self.holder.as_ref().filter(|h| h.live(now))
-    }
-
-    /// Nobody holds it and nobody waits for it: the state can go.
-    fn idle(&self, now: Instant) -> bool {
-        self.live_holder(now).is_none() && self.queue.iter().all(|q| q.place <= now)
-    }
-
-    /// `owner` leaves the queue (if it was in it).
-    fn leave(&mut self, owner: &str) {
-        self.queue.retain(|q| *q.owner != *owner);
-    }
-
-    /// Queues `owner` at the tail, or keeps its place, and refreshes its
-    /// place's deadline and its lease.
-    fn wait(&mut self, owner: &str, lease: Duration, now: Instant) {
-        let place = after(now, QUEUE_PRESENCE);
-        match self.queue.iter_mut().find(|q| *q.owner == *owner) {
-            Some(queued) => {
-                queued.place = place;
-                queued.lease = lease;
-            }
-            None => self.queue.push_back(Queued {
-                owner: owner.into(),
-                place,
-                lease,
-            }),
-        }
-    }
-
-    /// `FAIR_ACQUIRE` (after `FAIR_PURGE`).
-    fn acquire(
-        &mut self,
-        owner: &str,
-        lease: Duration,
-        queue: bool,
-        now: Instant,
-        fence: &mut u64,
-    ) -> Attempt {
-        let ttl = match self.holder.as_mut().filter(|h| h.live(now)) {
-            Some(holder) if *holder.owner == *owner => {
-                holder.expires_at = after(now, lease);
-                let token = holder.token;
-                self.leave(owner);
-                return Attempt::Acquired { token };
-            }
-            Some(holder) => holder.expires_at.saturating_duration_since(now),
-            None => match self.queue.front() {
-                Some(head) if *head.owner != *owner => until(head.place, now),
-                _ => {
-                    let token = next_token(fence);
-                    self.holder = Some(Entry {
-                        owner: owner.into(),
-                        token,
-                        expires_at: after(now, lease),
-                    });
-                    self.leave(owner);
-                    return Attempt::Acquired { token };
-                }
-            },
-        };
-        if queue {
-            self.wait(owner, lease, now);
-        }
-        Attempt::Busy { ttl: Some(ttl) }
-    }
-
-    /// Hands the (free) lock to the head of the queue: it becomes the holder
-    /// with its own lease and a new token. Returns whom, with which token.
-    fn hand_off(&mut self, now: Instant, fence: &mut u64) -> Option<(Box<str>, u64)> {
-        // Purged: every waiter left has a live place.
-        let head = self.queue.pop_front()?;
-        let token = next_token(fence);
-        self.holder = Some(Entry {
-            owner: head.owner.clone(),
-            token,
-            // The hand-over lease (`FAIR_RELEASE`): the head's own, at most
-            // a queue place's lifetime, so a head that died while queued
-            // holds it no longer than that; a live one extends it at once.
-            expires_at: after(now, head.lease.min(crate::lease::QUEUE_PRESENCE)),
-        });
-        Some((head.owner, token))
-    }
-}
-
-impl ReadWrite {
-    /// Drops the expired readers, writer and intents.
-    fn purge(&mut self, now: Instant) {
-        self.readers.retain(|_, expires_at| *expires_at > now);
-        self.intents.retain(|_, deadline| *deadline > now);
-        if self.writer.as_ref().is_some_and(|w| !w.live(now)) {
-            self.writer = None;
-        }
-    }
-
-    /// Nothing live is left (after `purge`).
-    fn idle(&self) -> bool {
-        self.readers.is_empty() && self.writer.is_none() && self.intents.is_empty()
-    }
-
-    /// `READ_ACQUIRE`.
-    fn read(&mut self, owner: &str, lease: Duration, now: Instant, fence: &mut u64) -> Attempt {
-        self.purge(now);
-        match &self.writer {
-            Some(writer) if *writer.owner != *owner => {
-                return Attempt::Busy {
-                    ttl: Some(writer.expires_at.saturating_duration_since(now)),
-                };
-            }
-            Some(_) => {} // the writer may read
-            None if !self.readers.contains_key(owner) => {
-                // A waiting writer keeps new readers out (not those in).
-                if let Some(first) = self.intents.values().min() {
-                    return Attempt::Busy {
-                        ttl: Some(until(*first, now)),
-                    };
-                }
-            }
-            None => {}
-        }
-        self.readers.insert(owner.into(), after(now, lease));
-        Attempt::Acquired {
-            token: next_token(fence),
-        }
-    }
-
-    /// `WRITE_ACQUIRE`.
-    fn write(
-        &mut self,
-        owner: &str,
-        lease: Duration,
-        queue: bool,
-        now: Instant,
-        fence: &mut u64,
-    ) -> Attempt {
-        self.purge(now);
-        let ttl = match &mut self.writer {
-            Some(writer) if *writer.owner == *owner => {
-                writer.expires_at = after(now, lease);
-                return Attempt::Acquired {
-                    token: writer.token,
-                };
-            }
-            Some(writer) => writer.expires_at.saturating_duration_since(now),
-            None => match self.readers.values().min() {
-                Some(first) => until(*first, now),
-                None => {
-                    self.intents.remove(owner);
-                    let token = next_token(fence);
-                    self.writer = Some(Entry {
-                        owner: owner.into(),
-                        token,
-                        expires_at: after(now, lease),
-                    });
-                    return Attempt::Acquired { token };
-                }
-            },
-        };
-        if queue {
-            self.intents
-                .insert(owner.into(), after(now, QUEUE_PRESENCE));
-        }
-        Attempt::Busy { ttl: Some(ttl) }
-    }
-}
-
-impl Permits {
-    /// Drops the holders whose lease ran out: their permits come back.
-    fn purge(&mut self, now: Instant) {
-        self.holders.retain(|_, p| p.expires_at > now);
-    }
-
-    /// `PERMITS_ACQUIRE`: `take` of `total` permits.
-    fn acquire(
-        &mut self,
-        owner: &str,
-        lease: Duration,
-        take: u32,
-        total: u32,
-        now: Instant,
-        fence: &mut u64,
-    ) -> Attempt {
-        self.purge(now);
-        let expires_at = after(now, lease);
-        if let Some(held) = self.holders.get_mut(owner) {
-            held.expires_at = expires_at; // keeps the permits it took
-        } else {
-            let used: u64 = self.holders.values().map(|p| u64::from(p.permits)).sum();
-            if used.saturating_add(u64::from(take)) > u64::from(total) {
-                let first = self.holders.values().map(|p| p.expires_at).min();
-                return Attempt::Busy {
-                    ttl: first.map(|first| until(first, now)),
-                };
-            }
-            self.holders.insert(
-                owner.into(),
-                Permit {
-                    permits: take,
-                    expires_at,
-                },
-            );
-        }
-        Attempt::Acquired {
-            token: next_token(fence),
-        }
-    }
-}
-
 impl State {
-    /// The entry of `lock` when its lease still runs.
-    fn live(&mut self, lock: &str, now: Instant) -> Option<&mut Entry> {
-        self.locks.get_mut(lock).filter(|e| e.expires_at > now)
-    }
-
     /// Every entry kept, of every primitive.
     fn len(&self) -> usize {
         self.locks.len() + self.fair.len() + self.rw.len() + self.permits.len()
@@ -395,12 +148,6 @@ impl State {
     }
 }
 
-/// The map key of a read-write lock's state: the stem shared by its read and
-/// write keys.
-fn rw_stem(key: &LockKey) -> &Arc<str> {
-    key.stem()
-}
-
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -419,35 +166,6 @@ impl MemoryStore {
         *self.inner.renew_delay.lock() = delay;
     }
 
-    /// The number of holds currently live (unexpired): each plain or fair
-    /// lock held, each writer, each reader and each semaphore holder counts
-    /// one.
-    pub fn held(&self) -> usize {
-        let now = Instant::now();
-        let state = self.inner.state.lock();
-        let locks = state.locks.values().filter(|e| e.live(now)).count();
-        let fair = state
-            .fair
-            .values()
-            .filter(|f| f.live_holder(now).is_some())
-            .count();
-        let rw: usize = state
-            .rw
-            .values()
-            .map(|rw| {
-                let writer = rw.writer.as_ref().is_some_and(|w| w.live(now));
-                let readers = rw.readers.values().filter(|e| **e > now).count();
-                usize::from(writer) + readers
-            })
-            .sum();
-        let permits: usize = state
-            .permits
-            .values()
-            .map(|p| p.holders.values().filter(|h| h.expires_at > now).count())
-            .sum();
-        locks + fair + rw + permits
-    }
-
     /// The number of entries the store keeps (a lock, or the state of a fair
     /// lock, read-write lock or semaphore): the held ones plus expired ones
     /// not swept yet. It stays below about twice the most held at once (and
@@ -464,102 +182,6 @@ impl MemoryStore {
             Kind::Read | Kind::Write => self.rw_acquire(key, owner, lease),
             Kind::Permits { take, total } => self.permits_acquire(key, owner, lease, take, total),
         }
-    }
-
-    fn exclusive_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
-        let now = Instant::now();
-        // The lease was range-checked: this cannot overflow; if it could,
-        // the entry would expire at once (the safe side).
-        let expires_at = now.checked_add(lease).unwrap_or(now);
-        let mut state = self.inner.state.lock();
-        if let Some(entry) = state.live(&key.lock, now) {
-            if &*entry.owner == owner {
-                entry.expires_at = expires_at;
-                return Attempt::Acquired { token: entry.token };
-            }
-            let ttl = entry.expires_at.saturating_duration_since(now);
-            if !entry.owner.ends_with(crate::wire::KEEP_SUFFIX) {
-                return Attempt::Busy { ttl: Some(ttl) };
-            }
-            // Held by a hot-lock keeper: ask it to give the lock up (as the
-            // acquire script does), and look again soon.
-            let ask = format!("{}{}", crate::wire::ASK_PREFIX, entry.owner);
-            drop(state);
-            self.inner.waiters.message(&key.channel, ask.as_bytes());
-            return Attempt::Busy {
-                ttl: Some(ttl.min(crate::wire::ASK_AGAIN)),
-            };
-        }
-        state.sweep(now);
-        state.fence = state.fence.saturating_add(1);
-        let token = state.fence;
-        state.locks.insert(
-            key.lock.clone(),
-            Entry {
-                owner: owner.into(),
-                token,
-                expires_at,
-            },
-        );
-        Attempt::Acquired { token }
-    }
-
-    fn fair_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
-        let now = Instant::now();
-        let mut guard = self.inner.state.lock();
-        if !guard.fair.contains_key(&*key.lock) {
-            guard.sweep(now);
-        }
-        let State { fair, fence, .. } = &mut *guard;
-        let lock = fair.entry(key.lock.clone()).or_default();
-        lock.purge(now);
-        let attempt = lock.acquire(owner, lease, key.queue, now, fence);
-        if lock.idle(now) {
-            fair.remove(&*key.lock);
-        }
-        attempt
-    }
-
-    fn rw_acquire(&self, key: &LockKey, owner: &str, lease: Duration) -> Attempt {
-        let now = Instant::now();
-        let stem = rw_stem(key).clone();
-        let mut guard = self.inner.state.lock();
-        if !guard.rw.contains_key(&stem) {
-            guard.sweep(now);
-        }
-        let State { rw, fence, .. } = &mut *guard;
-        let lock = rw.entry(stem.clone()).or_default();
-        let attempt = if key.kind == Kind::Read {
-            lock.read(owner, lease, now, fence)
-        } else {
-            lock.write(owner, lease, key.queue, now, fence)
-        };
-        if lock.idle() {
-            rw.remove(&stem);
-        }
-        attempt
-    }
-
-    fn permits_acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-        take: u32,
-        total: u32,
-    ) -> Attempt {
-        let now = Instant::now();
-        let mut guard = self.inner.state.lock();
-        if !guard.permits.contains_key(&*key.lock) {
-            guard.sweep(now);
-        }
-        let State { permits, fence, .. } = &mut *guard;
-        let semaphore = permits.entry(key.lock.clone()).or_default();
-        let attempt = semaphore.acquire(owner, lease, take, total, now, fence);
-        if semaphore.holders.is_empty() {
-            permits.remove(&*key.lock);
-        }
-        attempt
     }
 
     /// Gives `owner`'s hold of `key` back (`rollback`: its grant, and its
@@ -585,154 +207,6 @@ impl MemoryStore {
             Kind::Read | Kind::Write => self.rw_force(key),
             Kind::Permits { .. } => self.permits_release(key, None),
         }
-    }
-
-    /// Deletes the lock when `owner` holds it (or unconditionally when `owner`
-    /// is `None`) and wakes a waiter. Returns whether a lock was deleted.
-    fn delete(&self, key: &LockKey, owner: Option<&str>) -> bool {
-        let now = Instant::now();
-        let mut state = self.inner.state.lock();
-        let ours = state
-            .live(&key.lock, now)
-            .is_some_and(|entry| owner.is_none_or(|o| *entry.owner == *o));
-        if ours {
-            state.locks.remove(&key.lock);
-        }
-        drop(state);
-        if ours {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        ours
-    }
-
-    /// `FAIR_RELEASE`: deletes `owner`'s hold (`None`: whoever's; `rollback`:
-    /// `owner` also leaves the queue), then, unless another owner still
-    /// holds the lock, hands it to the head of the queue and tells only it.
-    fn fair_release(&self, key: &LockKey, owner: Option<&str>, rollback: bool) -> bool {
-        let now = Instant::now();
-        let mut guard = self.inner.state.lock();
-        let State { fair, fence, .. } = &mut *guard;
-        let Some(lock) = fair.get_mut(&*key.lock) else {
-            return false;
-        };
-        lock.purge(now);
-        let held = lock.live_holder(now).is_some();
-        let deleted = lock
-            .live_holder(now)
-            .is_some_and(|h| owner.is_none_or(|o| *h.owner == *o));
-        if deleted {
-            lock.holder = None;
-        }
-        if rollback {
-            if let Some(owner) = owner {
-                lock.leave(owner);
-            }
-        }
-        // Held by another owner: nothing to hand off.
-        let handed = if held && !deleted {
-            None
-        } else {
-            lock.hand_off(now, fence)
-        };
-        if lock.idle(now) {
-            fair.remove(&*key.lock);
-        }
-        drop(guard);
-        if let Some((head, token)) = handed {
-            let grant = format!("{}{head} {token}", crate::wire::GRANT_PREFIX);
-            self.inner.waiters.message(&key.channel, grant.as_bytes());
-        }
-        deleted
-    }
-
-    /// `READ_RELEASE`: deletes `owner`'s read hold; wakes the waiters when
-    /// the last reader left.
-    fn read_release(&self, key: &LockKey, owner: &str) -> bool {
-        let now = Instant::now();
-        let stem = rw_stem(key).clone();
-        let mut state = self.inner.state.lock();
-        let Some(lock) = state.rw.get_mut(&stem) else {
-            return false;
-        };
-        lock.purge(now);
-        let removed = lock.readers.remove(owner).is_some();
-        let last = removed && lock.readers.is_empty();
-        if lock.idle() {
-            state.rw.remove(&stem);
-        }
-        drop(state);
-        if last {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        removed
-    }
-
-    /// The write hold's release (deletes it when `owner` holds it) or
-    /// `WRITE_ROLLBACK` (also withdraws `owner`'s intent). Wakes the waiters
-    /// when that freed the lock or let readers in.
-    fn write_release(&self, key: &LockKey, owner: &str, rollback: bool) -> bool {
-        let now = Instant::now();
-        let stem = rw_stem(key).clone();
-        let mut state = self.inner.state.lock();
-        let Some(lock) = state.rw.get_mut(&stem) else {
-            return false;
-        };
-        lock.purge(now);
-        let deleted = lock.writer.as_ref().is_some_and(|w| *w.owner == *owner);
-        if deleted {
-            lock.writer = None;
-        }
-        let left = rollback && lock.intents.remove(owner).is_some();
-        if lock.idle() {
-            state.rw.remove(&stem);
-        }
-        drop(state);
-        if deleted || left {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        deleted
-    }
-
-    /// `FAMILY_FORCE` of a read-write lock: drops its whole state.
-    fn rw_force(&self, key: &LockKey) -> bool {
-        let now = Instant::now();
-        let mut state = self.inner.state.lock();
-        let existed = state.rw.remove(&**rw_stem(key)).is_some_and(|mut lock| {
-            lock.purge(now);
-            !lock.idle()
-        });
-        drop(state);
-        if existed {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        existed
-    }
-
-    /// `PERMITS_RELEASE` of `owner`'s permits, or (`None`) `FAMILY_FORCE`
-    /// of every holder's. Wakes the waiters when permits came back.
-    fn permits_release(&self, key: &LockKey, owner: Option<&str>) -> bool {
-        let now = Instant::now();
-        let mut state = self.inner.state.lock();
-        let Some(semaphore) = state.permits.get_mut(&*key.lock) else {
-            return false;
-        };
-        semaphore.purge(now);
-        let removed = match owner {
-            Some(owner) => semaphore.holders.remove(owner).is_some(),
-            None => {
-                let any = !semaphore.holders.is_empty();
-                semaphore.holders.clear();
-                any
-            }
-        };
-        if semaphore.holders.is_empty() {
-            state.permits.remove(&*key.lock);
-        }
-        drop(state);
-        if removed {
-            self.inner.waiters.wake_one(&key.channel);
-        }
-        removed
     }
 
     /// Extends `owner`'s hold of `key` by `lease` from now when it is still
@@ -778,128 +252,6 @@ impl MemoryStore {
             }
             None => Renewal::Gone,
         }
-    }
-}
-
-impl State {
-    /// What the store records of the primitive of `key` at `now`, live
-    /// entries only (as `FAIR_INSPECT`, `RW_INSPECT` and `PERMITS_INSPECT`
-    /// read them on Redis, in their order).
-    fn family(&self, key: &LockKey, now: Instant) -> FamilyState {
-        let remaining = |at: Instant| at.saturating_duration_since(now);
-        let holder = |entry: &Entry| LockHolder {
-            owner: entry.owner.to_string(),
-            fencing_token: entry.token,
-            ttl: Some(remaining(entry.expires_at)),
-            holds: 1,
-        };
-        let mut state = match key.kind {
-            Kind::Exclusive => FamilyState {
-                holder: self
-                    .locks
-                    .get(&*key.lock)
-                    .filter(|e| e.live(now))
-                    .map(holder),
-                ..FamilyState::default()
-            },
-            Kind::Fair => self
-                .fair
-                .get(&*key.lock)
-                .map(|fair| FamilyState {
-                    holder: fair.live_holder(now).map(holder),
-                    waiters: fair
-                        .queue
-                        .iter()
-                        .filter(|q| q.place > now)
-                        .map(|q| QueuedWaiter {
-                            owner: q.owner.to_string(),
-                            place_ttl: remaining(q.place),
-                        })
-                        .collect(),
-                    ..FamilyState::default()
-                })
-                .unwrap_or_default(),
-            Kind::Read | Kind::Write => self
-                .rw
-                .get(&**rw_stem(key))
-                .map(|rw| {
-                    let live = |map| live_by_deadline(map, now);
-                    FamilyState {
-                        holder: rw.writer.as_ref().filter(|w| w.live(now)).map(holder),
-                        shares: live(&rw.readers)
-                            .into_iter()
-                            .map(|(at, owner)| PermitHolder {
-                                owner: owner.to_owned(),
-                                permits: 1,
-                                ttl: remaining(at),
-                            })
-                            .collect(),
-                        waiters: live(&rw.intents)
-                            .into_iter()
-                            .map(|(at, owner)| QueuedWaiter {
-                                owner: owner.to_owned(),
-                                place_ttl: remaining(at),
-                            })
-                            .collect(),
-                        ..FamilyState::default()
-                    }
-                })
-                .unwrap_or_default(),
-            Kind::Permits { .. } => self
-                .permits
-                .get(&*key.lock)
-                .map(|semaphore| {
-                    let mut entries: Vec<(Instant, &str, u32)> = semaphore
-                        .holders
-                        .iter()
-                        .filter(|(_, p)| p.expires_at > now)
-                        .map(|(owner, p)| (p.expires_at, &**owner, p.permits))
-                        .collect();
-                    entries.sort_unstable();
-                    FamilyState {
-                        shares: entries
-                            .into_iter()
-                            .map(|(at, owner, permits)| PermitHolder {
-                                owner: owner.to_owned(),
-                                permits,
-                                ttl: remaining(at),
-                            })
-                            .collect(),
-                        ..FamilyState::default()
-                    }
-                })
-                .unwrap_or_default(),
-        };
-        state.last_fencing_token = (self.fence > 0).then_some(self.fence);
-        state
-    }
-}
-
-/// The owners in `map` whose deadline is after `now`, the soonest first,
-/// then by owner (as a sorted set orders ties).
-fn live_by_deadline(map: &HashMap<Box<str>, Instant>, now: Instant) -> Vec<(Instant, &str)> {
-    let mut entries: Vec<(Instant, &str)> = map
-        .iter()
-        .filter(|(_, at)| **at > now)
-        .map(|(owner, at)| (*at, &**owner))
-        .collect();
-    entries.sort_unstable();
-    entries
-}
-
-/// What the store knows of the lock `key` (`entry`, when held).
-fn info(key: &LockKey, entry: Option<&Entry>, fence: u64, now: Instant) -> LockInfo {
-    LockInfo {
-        name: key.name.to_string(),
-        key: key.lock.to_string(),
-        fence_key: key.fence(),
-        holder: entry.map(|e| LockHolder {
-            owner: e.owner.to_string(),
-            fencing_token: e.token,
-            ttl: Some(e.expires_at.saturating_duration_since(now)),
-            holds: 1,
-        }),
-        last_fencing_token: (fence > 0).then_some(fence),
     }
 }
 
@@ -962,24 +314,7 @@ impl Backend for MemoryStore {
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-        async move {
-            let now = Instant::now();
-            let state = self.inner.state.lock();
-            // The holder of a plain or fair lock or of a write hold; reads
-            // and permits have many holders, not shown here.
-            let entry = match key.kind {
-                Kind::Exclusive => state.locks.get(&*key.lock),
-                Kind::Fair => state.fair.get(&*key.lock).and_then(|f| f.holder.as_ref()),
-                Kind::Write => state
-                    .rw
-                    .get(&**rw_stem(key))
-                    .and_then(|rw| rw.writer.as_ref()),
-                Kind::Read | Kind::Permits { .. } => None,
-            };
-            let entry = entry.filter(|e| e.live(now));
-            Ok(info(key, entry, state.fence, now))
-        }
-        .boxed()
+        async move { Ok(self.inspect_now(key)) }.boxed()
     }
 
     fn inspect_family<'a>(
@@ -1007,69 +342,33 @@ impl Backend for MemoryStore {
         prefix: &'a str,
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
-        async move {
-            let now = Instant::now();
-            let state = self.inner.state.lock();
-            Ok(state
-                .locks
-                .iter()
-                .filter(|(_, e)| e.expires_at > now)
-                .filter_map(|(lock, e)| {
-                    let name = name::name_of(prefix, lock)?;
-                    let key = LockKey::new(prefix, &name).ok()?;
-                    name.starts_with(name_prefix)
-                        .then(|| info(&key, Some(e), state.fence, now))
-                })
-                .collect())
-        }
-        .boxed()
+        async move { Ok(self.list_now(prefix, name_prefix)) }.boxed()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::QUEUE_PRESENCE;
 
-    #[tokio::test(start_paused = true)]
-    async fn expired_entries_are_swept_and_tokens_keep_growing() {
-        let store = MemoryStore::new();
-        let mut last = 0;
-        for i in 0..10_000 {
-            let key = LockKey::new("lock:", &format!("job:{i}")).unwrap();
-            match store.acquire_now(&key, "a:1", Duration::from_millis(10)) {
-                Attempt::Acquired { token } => {
-                    assert!(token > last);
-                    last = token;
-                }
-                other => panic!("{other:?}"),
-            }
-            tokio::time::advance(Duration::from_millis(20)).await; // expires unreleased
-        }
-        assert!(store.entries() <= 64, "{} entries kept", store.entries());
-        let key = LockKey::new("lock:", "job:0").unwrap();
-        assert!(matches!(
-            store.acquire_now(&key, "b:1", Duration::from_millis(10)),
-            Attempt::Acquired { token } if token > last
-        ));
-    }
-
-    const LEASE: Duration = Duration::from_secs(10);
-    const MS: Duration = Duration::from_millis(1);
+    // Shared with the primitives' tests, in their files.
+    pub(super) const LEASE: Duration = Duration::from_secs(10);
+    pub(super) const MS: Duration = Duration::from_millis(1);
 
     /// The keys of `kind` of the family `x`, for an attempt that does not wait.
-    fn try_key(kind: Kind) -> LockKey {
+    pub(super) fn try_key(kind: Kind) -> LockKey {
         LockKey::of_kind("lock:", "x", kind).unwrap()
     }
 
     /// The keys of `kind` of the family `x`, for an attempt that waits.
-    fn wait_key(kind: Kind) -> LockKey {
+    pub(super) fn wait_key(kind: Kind) -> LockKey {
         let mut key = try_key(kind);
         key.queue = true;
         key
     }
 
     #[track_caller]
-    fn granted(attempt: Attempt) -> u64 {
+    pub(super) fn granted(attempt: Attempt) -> u64 {
         match attempt {
             Attempt::Acquired { token } => token,
             other => panic!("expected a grant, got {other:?}"),
@@ -1077,7 +376,7 @@ mod tests {
     }
 
     #[track_caller]
-    fn busy(attempt: Attempt) -> Option<Duration> {
+    pub(super) fn busy(attempt: Attempt) -> Option<Duration> {
         match attempt {
             Attempt::Busy { ttl } => ttl,
             other => panic!("expected busy, got {other:?}"),
@@ -1085,314 +384,12 @@ mod tests {
     }
 
     /// Whether a wake-up is pending for `handle` (taking it).
-    async fn woken(handle: &mut crate::waiters::WakeHandle) -> bool {
+    pub(super) async fn woken(handle: &mut crate::waiters::WakeHandle) -> bool {
         let woken = tokio::time::timeout(MS, handle.notified()).await.is_ok();
         if woken {
             handle.attempted(false);
         }
         woken
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_fair_lock_is_handed_to_the_head_of_its_queue_in_arrival_order() {
-        let store = MemoryStore::new();
-        let key = wait_key(Kind::Fair);
-        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
-        let mut handle = store.inner.waiters.register(&key.channel);
-        let slot_b = handle.expect_grant(&b);
-        let slot_c = handle.expect_grant(&c);
-
-        let a = granted(store.acquire_now(&key, "a:1", LEASE));
-        assert_eq!(busy(store.acquire_now(&key, &b, LEASE)), Some(LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(
-            busy(store.acquire_now(&key, &c, LEASE)),
-            Some(LEASE - 1000 * MS)
-        );
-        // b's next attempt keeps its place ahead of c.
-        busy(store.acquire_now(&key, &b, LEASE));
-        // An attempt that does not wait takes no place.
-        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
-
-        assert!(store.release_now(&key, "a:1", false));
-        let tb = slot_b.take().expect("the head was handed the lock");
-        assert!(tb > a, "{tb} > {a}");
-        assert_eq!(slot_c.take(), None, "only the head is told");
-        assert!(!woken(&mut handle).await, "a hand-off wakes nobody else");
-        assert_eq!(store.held(), 1, "b holds it before its next attempt");
-        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
-        busy(store.acquire_now(&key, &c, LEASE));
-        assert_eq!(granted(store.acquire_now(&key, &b, LEASE)), tb);
-
-        assert!(!store.release_now(&key, "a:1", false), "a holds it no more");
-        assert_eq!(slot_c.take(), None, "a's late release handed nothing off");
-        assert!(store.release_now(&key, &b, false));
-        let tc = slot_c.take().expect("the next in line was handed the lock");
-        assert!(tc > tb);
-        assert_eq!(slot_b.take(), None);
-        assert_eq!(granted(store.acquire_now(&key, &c, LEASE)), tc);
-
-        // Nobody waits any more: free for anyone.
-        assert!(store.release_now(&key, &c, false));
-        assert_eq!(store.entries(), 0, "an empty fair lock is dropped");
-        assert!(granted(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE)) > tc);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_fair_lock_whose_holder_expired_waits_for_the_head_of_its_queue() {
-        let store = MemoryStore::new();
-        let key = wait_key(Kind::Fair);
-        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
-        let handle = store.inner.waiters.register(&key.channel);
-        let slot_b = handle.expect_grant(&b);
-
-        granted(store.acquire_now(&key, "a:1", Duration::from_secs(1)));
-        busy(store.acquire_now(&key, &b, LEASE));
-        busy(store.acquire_now(&key, &c, LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await; // a crashed
-                                                            // Free, but b is ahead: c waits at most until b's place runs out.
-        assert_eq!(
-            busy(store.acquire_now(&key, &c, LEASE)),
-            Some(QUEUE_PRESENCE - Duration::from_secs(1))
-        );
-        busy(store.acquire_now(&try_key(Kind::Fair), "d:1", LEASE));
-        // A release of the lapsed hold deletes nothing but hands it to b.
-        assert!(!store.release_now(&key, "a:1", false));
-        let tb = slot_b.take().expect("handed to the head");
-        assert_eq!(granted(store.acquire_now(&key, &b, LEASE)), tb);
-
-        // The head may also just take the free lock on its next attempt.
-        assert!(store.force_now(&key), "force deletes b's hold...");
-        assert!(granted(store.acquire_now(&key, &c, LEASE)) > tb, "...for c");
-        assert!(store.force_now(&key));
-        assert_eq!(store.entries(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_queued_waiter_that_stops_attempting_loses_its_place() {
-        let store = MemoryStore::new();
-        let key = wait_key(Kind::Fair);
-        let (b, c): (Arc<str>, Arc<str>) = ("b:1".into(), "c:1".into());
-        let handle = store.inner.waiters.register(&key.channel);
-        let slot_b = handle.expect_grant(&b);
-        let slot_c = handle.expect_grant(&c);
-
-        granted(store.acquire_now(&key, "a:1", Duration::from_secs(60)));
-        busy(store.acquire_now(&key, &b, LEASE)); // b's process then hangs
-        for _ in 0..3 {
-            busy(store.acquire_now(&key, &c, LEASE)); // c keeps attempting
-            tokio::time::advance(Duration::from_secs(2)).await;
-        }
-        // b's place ran out at 5 s; c's lasts until 9 s.
-        assert!(store.release_now(&key, "a:1", false));
-        assert_eq!(slot_b.take(), None, "the stale waiter was skipped");
-        let tc = slot_c.take().expect("handed to the live waiter");
-        assert_eq!(granted(store.acquire_now(&key, &c, LEASE)), tc);
-        // b comes back: at the tail, behind nobody but the holder.
-        assert_eq!(busy(store.acquire_now(&key, &b, LEASE)), Some(LEASE));
-
-        // A waiter that gives up (rollback) leaves the queue at once.
-        busy(store.acquire_now(&key, "d:1", LEASE));
-        assert!(!store.release_now(&key, &b, true), "b held nothing");
-        assert!(store.release_now(&key, &c, false));
-        assert_eq!(slot_b.take(), None, "b left the queue");
-        assert!(slot_c.take().is_none());
-        assert_eq!(store.held(), 1, "d was handed the lock");
-        // Rolling a hand-off back passes the lock on.
-        busy(store.acquire_now(&key, &b, LEASE));
-        assert!(store.release_now(&key, "d:1", true));
-        assert!(slot_b.take().is_some(), "the rollback handed it on to b");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn readers_share_and_a_writer_excludes_readers_and_writers() {
-        let store = MemoryStore::new();
-        let (read, write) = (try_key(Kind::Read), try_key(Kind::Write));
-        let mut handle = store.inner.waiters.register(&read.channel);
-
-        let r1 = granted(store.acquire_now(&read, "r1:1", LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let r2 = granted(store.acquire_now(&read, "r2:1", LEASE));
-        assert!(r2 > r1);
-        assert_eq!(store.held(), 2);
-        // A writer waits for the reader that expires first.
-        assert_eq!(
-            busy(store.acquire_now(&write, "w1:1", LEASE)),
-            Some(LEASE - Duration::from_secs(1))
-        );
-        assert!(store.release_now(&read, "r1:1", false));
-        assert!(!woken(&mut handle).await, "a reader is left");
-        assert!(!store.release_now(&read, "r1:1", false), "released once");
-        busy(store.acquire_now(&write, "w1:1", LEASE));
-        assert!(store.release_now(&read, "r2:1", true));
-        assert!(woken(&mut handle).await, "the last reader left");
-
-        let w = granted(store.acquire_now(&write, "w1:1", LEASE));
-        assert!(w > r2);
-        assert_eq!(granted(store.acquire_now(&write, "w1:1", LEASE)), w);
-        assert_eq!(busy(store.acquire_now(&read, "r3:1", LEASE)), Some(LEASE));
-        assert_eq!(busy(store.acquire_now(&write, "w2:1", LEASE)), Some(LEASE));
-        // Another kind of the same name is another lock.
-        granted(store.acquire_now(&try_key(Kind::Exclusive), "r3:1", LEASE));
-        granted(store.acquire_now(&try_key(Kind::Fair), "r3:1", LEASE));
-
-        assert!(!store.release_now(&write, "w2:1", false), "not w2's");
-        assert!(!woken(&mut handle).await);
-        assert!(store.release_now(&write, "w1:1", false));
-        assert!(woken(&mut handle).await, "the writer left");
-        assert!(granted(store.acquire_now(&read, "r3:1", LEASE)) > w);
-
-        // Force drops every reader (and writer).
-        granted(store.acquire_now(&read, "r4:1", LEASE));
-        assert!(store.force_now(&write));
-        assert!(woken(&mut handle).await);
-        assert!(!store.force_now(&read), "nothing left");
-        granted(store.acquire_now(&write, "w2:1", LEASE));
-        assert!(store.force_now(&read));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_waiting_writer_keeps_new_readers_out_until_its_intent_expires() {
-        let store = MemoryStore::new();
-        let read = try_key(Kind::Read);
-        let mut handle = store.inner.waiters.register(&read.channel);
-
-        granted(store.acquire_now(&read, "r1:1", LEASE));
-        // A writer that only tries records no intent.
-        busy(store.acquire_now(&try_key(Kind::Write), "w:1", LEASE));
-        granted(store.acquire_now(&read, "r2:1", LEASE));
-        assert!(store.release_now(&read, "r2:1", false));
-
-        // A waiting one does: new readers wait, those in stay in.
-        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
-        assert_eq!(
-            busy(store.acquire_now(&read, "r2:1", LEASE)),
-            Some(QUEUE_PRESENCE)
-        );
-        granted(store.acquire_now(&read, "r1:1", LEASE));
-        // Its intent expires when it stops attempting.
-        tokio::time::advance(QUEUE_PRESENCE - MS).await;
-        busy(store.acquire_now(&read, "r2:1", LEASE));
-        tokio::time::advance(MS).await;
-        granted(store.acquire_now(&read, "r2:1", LEASE));
-
-        // A writer that gives up withdraws its intent and wakes the readers.
-        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
-        busy(store.acquire_now(&read, "r3:1", LEASE));
-        assert!(!store.release_now(&wait_key(Kind::Write), "w:1", true));
-        assert!(woken(&mut handle).await, "the intent was withdrawn");
-        granted(store.acquire_now(&read, "r3:1", LEASE));
-
-        // Once the readers left, the waiting writer gets it and its intent
-        // goes with the grant.
-        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
-        for reader in ["r1:1", "r2:1", "r3:1"] {
-            assert!(store.release_now(&read, reader, false));
-        }
-        granted(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
-        assert!(store.release_now(&wait_key(Kind::Write), "w:1", false));
-        granted(store.acquire_now(&read, "r4:1", LEASE));
-        assert!(store.release_now(&read, "r4:1", false));
-        assert_eq!(store.entries(), 0, "an empty read-write lock is dropped");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_writer_may_take_the_read_lock() {
-        let store = MemoryStore::new();
-        let (read, write) = (try_key(Kind::Read), try_key(Kind::Write));
-        let w = granted(store.acquire_now(&write, "w:1", LEASE));
-        busy(store.acquire_now(&wait_key(Kind::Write), "w2:1", LEASE)); // an intent
-        assert!(granted(store.acquire_now(&read, "w:1", LEASE)) > w);
-        assert_eq!(busy(store.acquire_now(&read, "r:1", LEASE)), Some(LEASE));
-        // Downgrade: the write hold goes, the read hold stays.
-        assert!(store.release_now(&write, "w:1", false));
-        assert_eq!(store.held(), 1);
-        busy(store.acquire_now(&write, "w2:1", LEASE));
-        assert_eq!(
-            busy(store.acquire_now(&read, "r:1", LEASE)),
-            Some(QUEUE_PRESENCE),
-            "w2 waits"
-        );
-        granted(store.acquire_now(&read, "w:1", LEASE));
-        tokio::time::advance(QUEUE_PRESENCE).await;
-        granted(store.acquire_now(&read, "r:1", LEASE));
-        assert_eq!(store.held(), 2);
-    }
-
-    /// The permits held (unexpired) of the semaphore `x`.
-    fn permits_in_use(store: &MemoryStore, key: &LockKey) -> u32 {
-        let now = Instant::now();
-        let state = store.inner.state.lock();
-        state.permits.get(&*key.lock).map_or(0, |s| {
-            s.holders
-                .values()
-                .filter(|h| h.expires_at > now)
-                .map(|h| h.permits)
-                .sum()
-        })
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn permits_never_exceed_the_total() {
-        let store = MemoryStore::new();
-        let (two, one) = (
-            try_key(Kind::Permits { take: 2, total: 3 }),
-            try_key(Kind::Permits { take: 1, total: 3 }),
-        );
-        let mut handle = store.inner.waiters.register(&two.channel);
-        let a = granted(store.acquire_now(&two, "a:1", LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(
-            busy(store.acquire_now(&two, "b:1", LEASE)),
-            Some(LEASE - Duration::from_secs(1))
-        );
-        granted(store.acquire_now(&one, "c:1", LEASE));
-        busy(store.acquire_now(&one, "d:1", LEASE));
-        // A holder's next attempt renews its permits, taking no more.
-        assert!(granted(store.acquire_now(&two, "a:1", LEASE)) > a);
-        assert_eq!(permits_in_use(&store, &two), 3);
-        assert!(store.release_now(&two, "a:1", false));
-        assert!(woken(&mut handle).await);
-        assert!(!store.release_now(&two, "a:1", true));
-        granted(store.acquire_now(&two, "b:1", LEASE));
-        busy(store.acquire_now(&one, "d:1", LEASE));
-        assert!(store.force_now(&one));
-        assert_eq!(store.entries(), 0);
-        // More than the total is never granted (and has no holder to wait for).
-        let too_many = try_key(Kind::Permits { take: 4, total: 3 });
-        assert_eq!(busy(store.acquire_now(&too_many, "e:1", LEASE)), None);
-        assert_eq!(store.entries(), 0);
-
-        // Any mix of takes, leases and releases stays within the total.
-        for i in 0u32..2_000 {
-            let owner = format!("o{}:1", i % 7);
-            let take = i * 7 % 3 + 1;
-            let key = try_key(Kind::Permits { take, total: 4 });
-            if i % 5 == 0 {
-                store.release_now(&key, &owner, false);
-            } else {
-                let lease = Duration::from_millis(u64::from(i * 13 % 2_000 + 100));
-                store.acquire_now(&key, &owner, lease);
-            }
-            assert!(permits_in_use(&store, &key) <= 4, "step {i}");
-            tokio::time::advance(Duration::from_millis(u64::from(i % 300))).await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_crashed_holders_permits_come_back_after_its_lease() {
-        let store = MemoryStore::new();
-        let all = try_key(Kind::Permits { take: 3, total: 3 });
-        let one = try_key(Kind::Permits { take: 1, total: 3 });
-        granted(store.acquire_now(&all, "a:1", Duration::from_secs(1)));
-        assert_eq!(
-            busy(store.acquire_now(&one, "b:1", LEASE)),
-            Some(Duration::from_secs(1))
-        );
-        tokio::time::advance(Duration::from_secs(1)).await; // a crashed
-        granted(store.acquire_now(&one, "b:1", LEASE));
-        assert!(!store.release_now(&all, "a:1", false), "a's lease ran out");
-        assert_eq!(store.held(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1460,122 +457,5 @@ mod tests {
         }
         assert!(store.entries() <= 64, "{} entries kept", store.entries());
         assert_eq!(store.held(), 0);
-    }
-
-    /// The owners of `entries`, in order.
-    fn owners<'a>(entries: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-        entries.into_iter().collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn family_inspection_shows_live_entries_only_in_their_order() {
-        let store = MemoryStore::new();
-        let inspect = |kind| {
-            store
-                .inner
-                .state
-                .lock()
-                .family(&try_key(kind), Instant::now())
-        };
-
-        // A fair lock: the holder, then the queue in arrival order.
-        let fair = wait_key(Kind::Fair);
-        let a = granted(store.acquire_now(&fair, "a:1", LEASE));
-        busy(store.acquire_now(&fair, "b:1", LEASE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        busy(store.acquire_now(&fair, "c:1", LEASE));
-        let state = inspect(Kind::Fair);
-        let holder = state.holder.expect("held");
-        assert_eq!((holder.owner.as_str(), holder.fencing_token), ("a:1", a));
-        assert_eq!(holder.ttl, Some(LEASE - Duration::from_secs(1)));
-        let queue = &state.waiters;
-        assert_eq!(owners(queue.iter().map(|q| &*q.owner)), ["b:1", "c:1"]);
-        assert_eq!(queue[0].place_ttl, QUEUE_PRESENCE - Duration::from_secs(1));
-        assert_eq!(queue[1].place_ttl, QUEUE_PRESENCE);
-        // b stops attempting: its place runs out and it is not shown,
-        // although nothing purged it yet.
-        tokio::time::advance(QUEUE_PRESENCE - Duration::from_secs(1)).await;
-        let state = inspect(Kind::Fair);
-        assert_eq!(owners(state.waiters.iter().map(|q| &*q.owner)), ["c:1"]);
-        assert_eq!(
-            store
-                .inner
-                .state
-                .lock()
-                .fair
-                .values()
-                .next()
-                .map(|f| f.queue.len()),
-            Some(2)
-        );
-        // Nor is an expired holder.
-        tokio::time::advance(LEASE).await;
-        let state = inspect(Kind::Fair);
-        assert!(state.holder.is_none() && state.waiters.is_empty());
-        assert_eq!(state.last_fencing_token, Some(a));
-
-        // A read-write lock: readers by expiry, the waiting writers, the writer.
-        let (read, write) = (try_key(Kind::Read), wait_key(Kind::Write));
-        granted(store.acquire_now(&read, "r2:1", LEASE));
-        granted(store.acquire_now(&read, "r1:1", Duration::from_secs(1)));
-        busy(store.acquire_now(&write, "w:1", LEASE));
-        let state = inspect(Kind::Write);
-        assert!(state.holder.is_none());
-        let readers = &state.shares;
-        assert_eq!(owners(readers.iter().map(|r| &*r.owner)), ["r1:1", "r2:1"]);
-        assert_eq!(readers[0].ttl, Duration::from_secs(1));
-        assert_eq!(owners(state.waiters.iter().map(|w| &*w.owner)), ["w:1"]);
-        assert_eq!(state.waiters[0].place_ttl, QUEUE_PRESENCE);
-        tokio::time::advance(Duration::from_secs(1)).await; // r1 expired
-        let state = inspect(Kind::Read);
-        assert_eq!(owners(state.shares.iter().map(|r| &*r.owner)), ["r2:1"]);
-        assert!(store.release_now(&read, "r2:1", false));
-        let token = granted(store.acquire_now(&write, "w:1", LEASE));
-        let state = inspect(Kind::Read);
-        let writer = state.holder.expect("written");
-        assert_eq!(
-            (writer.owner.as_str(), writer.fencing_token),
-            ("w:1", token)
-        );
-        assert!(state.shares.is_empty() && state.waiters.is_empty());
-
-        // A semaphore: each holder's permits, by expiry; expired ones left out.
-        let take = |n| try_key(Kind::Permits { take: n, total: 5 });
-        granted(store.acquire_now(&take(2), "p2:1", LEASE));
-        granted(store.acquire_now(&take(1), "p1:1", Duration::from_secs(1)));
-        granted(store.acquire_now(&take(1), "p0:1", Duration::from_secs(1)));
-        let state = inspect(Kind::Permits { take: 1, total: 1 });
-        let holders: Vec<(&str, u32)> = state
-            .shares
-            .iter()
-            .map(|p| (&*p.owner, p.permits))
-            .collect();
-        assert_eq!(holders, [("p0:1", 1), ("p1:1", 1), ("p2:1", 2)]);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let state = inspect(Kind::Permits { take: 3, total: 9 });
-        assert_eq!(owners(state.shares.iter().map(|p| &*p.owner)), ["p2:1"]);
-        assert_eq!(state.shares[0].ttl, LEASE - Duration::from_secs(1));
-
-        // Never used: nothing, and the store's counter.
-        let state = store.inner.state.lock().family(
-            &LockKey::of_kind("lock:", "y", Kind::Fair).unwrap(),
-            Instant::now(),
-        );
-        assert!(state.holder.is_none() && state.waiters.is_empty() && state.shares.is_empty());
-        assert!(state.last_fencing_token.is_some());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn inspect_shows_the_holder_of_a_fair_or_write_lock() {
-        let store = MemoryStore::new();
-        for kind in [Kind::Fair, Kind::Write, Kind::Read] {
-            let key = try_key(kind);
-            granted(store.acquire_now(&key, "a:1", LEASE));
-            let info = store.inspect(&key).await.unwrap();
-            let owner = info.holder.map(|h| h.owner);
-            let expected = (kind != Kind::Read).then(|| "a:1".to_owned());
-            assert_eq!(owner, expected, "{kind:?}");
-            store.release_now(&key, "a:1", false);
-        }
     }
 }
