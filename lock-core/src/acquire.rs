@@ -188,6 +188,20 @@ fn check_kind(core: &ClientCore, key: &LockKey) -> Result<(), LockError> {
     Ok(())
 }
 
+/// A busy answer: the holder's remaining lease when known, and (the fair
+/// lock) the fencing counter when the attempt was answered.
+#[derive(Debug, Clone, Copy)]
+struct Busy {
+    ttl: Option<Duration>,
+    fence: Option<u64>,
+}
+
+impl Busy {
+    fn ttl(ttl: Option<Duration>) -> Self {
+        Busy { ttl, fence: None }
+    }
+}
+
 /// One acquisition in progress.
 struct Request<'a> {
     core: &'a Arc<ClientCore>,
@@ -307,7 +321,7 @@ impl Request<'_> {
                 waiter.attempted(matches!(attempt, Ok(Ok(_))));
                 match attempt {
                     Ok(Ok(lock)) => return Ok(lock),
-                    Ok(Err(ttl)) => ttl,
+                    Ok(Err(busy)) => busy.ttl,
                     // Redlock without a majority of masters answering: retry
                     // after a random delay (so that competing clients do not
                     // collide again), until the deadline.
@@ -378,15 +392,24 @@ impl Request<'_> {
         let mut handed: Option<u64> = None;
         let mut _waiting = None;
         let mut last_sent = started;
+        // The fencing counter when our last attempt was answered: a grant
+        // with a token at or below it was made before that attempt (and
+        // delivered after it, on the subscription connection): stale.
+        let mut seen_fence: Option<u64> = None;
         // The lease a release hands the fair lock over with.
         let claim = self.lease.duration().min(lease::QUEUE_PRESENCE);
         loop {
             let attempt = match handed.take() {
-                // Handed to us after our last attempt was answered (so the
-                // grant came after `last_sent`): the lease is counted from
-                // then. Only while that is recent; else one attempt confirms
-                // it (and restarts the lease).
-                Some(token) if Instant::now().saturating_duration_since(last_sent) <= claim / 2 => {
+                // Handed to us after our last attempt was answered (its token
+                // is above the counter that attempt saw, so the grant came
+                // after `last_sent`): the lease is counted from then. Only
+                // while that is recent; else one attempt confirms it (and
+                // restarts the lease). A stale grant (made before that
+                // attempt) is only a wake-up: the attempt decides.
+                Some(token)
+                    if Instant::now().saturating_duration_since(last_sent) <= claim / 2
+                        && seen_fence.is_none_or(|seen| token > seen) =>
+                {
                     let pending = self.pending();
                     self.labels.hand_off();
                     self.hold(token, last_sent, pending).map(|lock| {
@@ -414,7 +437,12 @@ impl Request<'_> {
                     queued.armed = false;
                     return Ok(lock);
                 }
-                Ok(Err(ttl)) => ttl,
+                Ok(Err(busy)) => {
+                    if busy.fence.is_some() {
+                        seen_fence = busy.fence;
+                    }
+                    busy.ttl
+                }
                 Err(err) => return Err(err),
             };
             queued.armed = key.queue;
@@ -492,13 +520,13 @@ impl Request<'_> {
         }
     }
 
-    /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(ttl))` when busy.
-    async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Option<Duration>>, LockError> {
+    /// One attempt: `Ok(Ok(lock))` when acquired, `Ok(Err(busy))` when busy.
+    async fn attempt(&self) -> Result<Result<Arc<HeldLock>, Busy>, LockError> {
         let owner = match self.core.keeper.as_ref().filter(|_| self.hot) {
             Some(keeper) => match keeper.take(&self.key.channel) {
                 Take::Idle(idle) => return self.take_kept(keeper, idle).map(Ok),
                 // Another scope of this client uses it: its release wakes us.
-                Take::InUse(left) => return Ok(Err(Some(left))),
+                Take::InUse(left) => return Ok(Err(Busy::ttl(Some(left)))),
                 Take::Absent => keeper.field(&self.core.id),
             },
             None => self.scope.owner.clone(),
@@ -512,9 +540,9 @@ impl Request<'_> {
             .await;
         let token = match reply {
             Ok(Attempt::Acquired { token }) => token,
-            Ok(Attempt::Busy { ttl }) => {
+            Ok(Attempt::Busy { ttl, fence }) => {
                 pending.armed = false;
-                return Ok(Err(ttl));
+                return Ok(Err(Busy { ttl, fence }));
             }
             // The request may have been granted without us hearing of it:
             // `pending` takes it back on drop.
@@ -1015,5 +1043,134 @@ mod tests {
             info.holder.map(|h| h.owner),
             Some(taken.lock.owner.to_string())
         );
+    }
+
+    /// The in-memory store, but the first fair-lock attempt that finds the
+    /// lock busy is followed by a grant message for the attempting owner
+    /// whose token is the counter that attempt saw: a grant made before the
+    /// attempt and delivered after it (grants come on the subscription
+    /// connection, attempts on the command connection).
+    #[derive(Debug)]
+    struct StaleGrant {
+        store: MemoryStore,
+        sent: AtomicBool,
+    }
+
+    impl Backend for StaleGrant {
+        fn server(&self) -> &str {
+            "stale"
+        }
+        fn acquire<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+            lease: Duration,
+        ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+            async move {
+                let attempt = self.store.acquire(key, owner, lease).await;
+                if let Ok(Attempt::Busy {
+                    fence: Some(fence), ..
+                }) = attempt
+                {
+                    if !self.sent.swap(true, Ordering::SeqCst) {
+                        let grant = format!("g {owner} {fence}");
+                        self.store.waiters().message(&key.channel, grant.as_bytes());
+                    }
+                }
+                attempt
+            }
+            .boxed()
+        }
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+        ) -> BoxFuture<'a, Result<Released, LockError>> {
+            self.store.release(key, owner)
+        }
+        fn rollback<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.rollback(key, owner)
+        }
+        fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.force_release(key)
+        }
+        fn renew<'a>(
+            &'a self,
+            items: &'a [RenewItem],
+            lease: Duration,
+        ) -> BoxFuture<'a, Vec<Renewal>> {
+            self.store.renew(items, lease)
+        }
+        fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+            self.store.inspect(key)
+        }
+        fn subscribers<'a>(
+            &'a self,
+            keys: &'a [LockKey],
+        ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+            self.store.subscribers(keys)
+        }
+        fn inspect_family<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<crate::info::FamilyState, LockError>> {
+            self.store.inspect_family(key)
+        }
+        fn list<'a>(
+            &'a self,
+            prefix: &'a str,
+            name_prefix: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
+            self.store.list(prefix, name_prefix)
+        }
+    }
+
+    /// A fair-lock waiter never takes a grant older than its own last
+    /// attempt: a grant message with a token at or below the counter that
+    /// attempt saw (made before it, delivered after it) is a wake-up, not a
+    /// hand-off. The waiter attempts again, finds the lock held, and times
+    /// out; the holder keeps it.
+    ///
+    /// Old code: the waiter took the stale grant as handed to it and
+    /// returned a guard with the old token while another owner held the
+    /// lock: two holders.
+    #[tokio::test]
+    async fn a_fair_waiter_does_not_take_a_grant_older_than_its_attempt() {
+        let store = MemoryStore::new();
+        let backend = Arc::new(StaleGrant {
+            store: store.clone(),
+            sent: AtomicBool::new(false),
+        });
+        let core = Arc::new(ClientCore::new(
+            "c".into(),
+            "lock:".into(),
+            Duration::from_secs(30),
+            Duration::from_secs(2),
+            backend,
+            store.wakeups(),
+        ));
+        let key = core.key_of("f", Kind::Fair).unwrap();
+        assert!(matches!(
+            Backend::acquire(&store, &key, "h:1", Duration::from_secs(30)).await,
+            Ok(Attempt::Acquired { .. })
+        ));
+        let outcome = acquire(
+            &core,
+            "f",
+            Kind::Fair,
+            LockOptions::new().wait(Duration::from_millis(300)),
+        )
+        .await;
+        assert!(
+            matches!(outcome, Err(LockError::TimedOut { .. })),
+            "{:?}",
+            outcome.map(|acquired| acquired.lock.token)
+        );
+        let info = store.inspect_family(&key).await.unwrap();
+        assert_eq!(info.holder.map(|h| h.owner).as_deref(), Some("h:1"));
     }
 }

@@ -101,7 +101,12 @@ impl Fair {
         if queue {
             self.wait(owner, lease, now);
         }
-        Attempt::Busy { ttl: Some(ttl) }
+        // The counter now: a grant at or below it was made before this
+        // attempt (see `Attempt::Busy`).
+        Attempt::Busy {
+            ttl: Some(ttl),
+            fence: Some(*fence),
+        }
     }
 
     /// Hands the (free) lock to the head of the queue: it becomes the holder

@@ -160,6 +160,12 @@ impl MemoryStore {
         Wakeups::direct(self.inner.waiters.clone())
     }
 
+    /// Tests: the waiters the store wakes (to deliver a message by hand).
+    #[cfg(test)]
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.inner.waiters
+    }
+
     /// Tests: every renewal round takes `delay`.
     #[cfg(test)]
     pub(crate) fn set_renew_delay(&self, delay: Duration) {
@@ -378,7 +384,7 @@ mod tests {
     #[track_caller]
     pub(super) fn busy(attempt: Attempt) -> Option<Duration> {
         match attempt {
-            Attempt::Busy { ttl } => ttl,
+            Attempt::Busy { ttl, .. } => ttl,
             other => panic!("expected busy, got {other:?}"),
         }
     }

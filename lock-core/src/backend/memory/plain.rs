@@ -32,16 +32,14 @@ impl MemoryStore {
             }
             let ttl = entry.expires_at.saturating_duration_since(now);
             if !entry.owner.ends_with(crate::wire::KEEP_SUFFIX) {
-                return Attempt::Busy { ttl: Some(ttl) };
+                return Attempt::busy(Some(ttl));
             }
             // Held by a hot-lock keeper: ask it to give the lock up (as the
             // acquire script does), and look again soon.
             let ask = format!("{}{}", crate::wire::ASK_PREFIX, entry.owner);
             drop(state);
             self.inner.waiters.message(&key.channel, ask.as_bytes());
-            return Attempt::Busy {
-                ttl: Some(ttl.min(crate::wire::ASK_AGAIN)),
-            };
+            return Attempt::busy(Some(ttl.min(crate::wire::ASK_AGAIN)));
         }
         state.sweep(now);
         state.fence = state.fence.saturating_add(1);

@@ -44,17 +44,13 @@ impl ReadWrite {
         self.purge(now);
         match &self.writer {
             Some(writer) if *writer.owner != *owner => {
-                return Attempt::Busy {
-                    ttl: Some(writer.expires_at.saturating_duration_since(now)),
-                };
+                return Attempt::busy(Some(writer.expires_at.saturating_duration_since(now)));
             }
             Some(_) => {} // the writer may read
             None if !self.readers.contains_key(owner) => {
                 // A waiting writer keeps new readers out (not those in).
                 if let Some(first) = self.intents.values().min() {
-                    return Attempt::Busy {
-                        ttl: Some(until(*first, now)),
-                    };
+                    return Attempt::busy(Some(until(*first, now)));
                 }
             }
             None => {}
@@ -101,7 +97,7 @@ impl ReadWrite {
             self.intents
                 .insert(owner.into(), after(now, QUEUE_PRESENCE));
         }
-        Attempt::Busy { ttl: Some(ttl) }
+        Attempt::busy(Some(ttl))
     }
 }
 

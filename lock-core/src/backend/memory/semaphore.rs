@@ -47,9 +47,7 @@ impl Permits {
             let used: u64 = self.holders.values().map(|p| u64::from(p.permits)).sum();
             if used.saturating_add(u64::from(take)) > u64::from(total) {
                 let first = self.holders.values().map(|p| p.expires_at).min();
-                return Attempt::Busy {
-                    ttl: first.map(|first| until(first, now)),
-                };
+                return Attempt::busy(first.map(|first| until(first, now)));
             }
             self.holders.insert(
                 owner.into(),

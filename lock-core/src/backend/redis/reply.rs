@@ -35,9 +35,15 @@ pub(crate) fn release(replies: Replies) -> Result<(i64, Option<u64>), BackendErr
     Ok((deleted, listeners))
 }
 
-/// The acquire script's reply: `{1, token}` or `{0, pttl}`.
+/// The acquire script's reply: `{1, token}`, or `{0, pttl}` (the fair lock:
+/// `{0, pttl, fence}`, the fencing counter when the attempt was answered).
 pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
-    let (granted, value): (i64, i64) = parse(reply)?;
+    let values: Vec<i64> = parse(reply)?;
+    let (granted, value, fence) = match values.as_slice() {
+        [granted, value] => (*granted, *value, None),
+        [granted, value, fence] => (*granted, *value, u64::try_from(*fence).ok()),
+        other => return Err(BackendError::Protocol(format!("acquire reply {other:?}"))),
+    };
     Ok(match granted {
         1 => Attempt::Acquired {
             token: u64::try_from(value)
@@ -45,15 +51,14 @@ pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
         },
         // Held by a hot-lock keeper, which was asked to give it up: look
         // again soon even if the request is missed.
-        2 => Attempt::Busy {
-            ttl: Some(
-                u64::try_from(value)
-                    .map_or(crate::lease::ASK_AGAIN, Duration::from_millis)
-                    .min(crate::lease::ASK_AGAIN),
-            ),
-        },
+        2 => Attempt::busy(Some(
+            u64::try_from(value)
+                .map_or(crate::lease::ASK_AGAIN, Duration::from_millis)
+                .min(crate::lease::ASK_AGAIN),
+        )),
         _ => Attempt::Busy {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            fence,
         },
     })
 }

@@ -108,7 +108,7 @@ impl RedlockBackend {
                     tokens.push(token);
                     "granted".to_owned()
                 }
-                Ok(Attempt::Busy { ttl }) => {
+                Ok(Attempt::Busy { ttl, .. }) => {
                     busy_ttl = Some(match (busy_ttl.flatten(), ttl) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -148,11 +148,11 @@ impl RedlockBackend {
         }
         self.silent_rollback(key, owner).await;
         if let Some(ttl) = busy_ttl {
-            return Ok(Attempt::Busy { ttl });
+            return Ok(Attempt::busy(ttl));
         }
         if tokens.len() >= self.quorum() && !valid {
             tracing::debug!(key = %key.name, ?elapsed, "redlock quorum reached too late; released");
-            return Ok(Attempt::Busy { ttl: None });
+            return Ok(Attempt::busy(None));
         }
         Err(LockError::QuorumNotReached {
             key: key.name.to_string(),

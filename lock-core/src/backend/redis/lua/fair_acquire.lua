@@ -14,8 +14,10 @@
 -- Takes the lock when it is ours (handed to us by a release) or free with
 -- nobody ahead of us.
 --
--- Returns {1, token} when held by ARGV[1], else {0, ms}: until the holder's
--- lease or the head's place runs out.
+-- Returns {1, token} when held by ARGV[1], else {0, ms, fence}: until the
+-- holder's lease or the head's place runs out, and the fencing counter now
+-- (a grant message with a token at or below it was made before this
+-- attempt: the waiter must not take it for a hand-off after it).
 local token = redis.call('hget', KEYS[1], ARGV[1])
 if token then
   redis.call('pexpire', KEYS[1], ARGV[2])
@@ -49,4 +51,4 @@ if ARGV[3] == '1' then
   redis.call('hset', KEYS[5], ARGV[1], ARGV[2])
   for i = 3, 5 do redis.call('pexpire', KEYS[i], ARGV[4]) end
 end
-return {0, ttl}
+return {0, ttl, tonumber(redis.call('get', KEYS[2]) or '0')}
