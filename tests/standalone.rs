@@ -845,3 +845,40 @@ fn hot_client_moved_to_another_runtime_still_hears_requests() {
         taken.release().await.unwrap();
     });
 }
+
+/// A client records its layout in the database's registry when it
+/// connects, so that an operator (`LockAdmin::layouts`), and every client
+/// that connects after one of another layout (a warning), learns that two
+/// layouts share the database: a name taken in both is two locks.
+/// Old code: nothing recorded, nothing said; both layouts took `order:1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layouts_on_one_database_are_recorded() {
+    let server = RedisServer::start();
+    let native = LockClient::connect(&server.url()).await.unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [distlock::Layout::Native]
+    );
+    let redisson = LockClient::builder()
+        .layout(distlock::Layout::Redisson)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [distlock::Layout::Native, distlock::Layout::Redisson]
+    );
+    // The hazard itself, which the registry exists to tell about.
+    let a = native.lock("order:1").acquire().await.unwrap();
+    let b = redisson.lock("order:1").acquire().await.unwrap();
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("distlock:layouts")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        ttl > 23 * 3600 * 1000,
+        "kept a day after the last connection: {ttl}"
+    );
+}

@@ -64,6 +64,21 @@ async fn lock_events_are_traced_with_their_key() {
             "no `{event}` event with its key in:\n{log}"
         );
     }
+    // Clients of two layouts on one store: the second one warns (issue 25:
+    // a name taken in both layouts is two locks).
+    let shared = MemoryStore::new();
+    let _native = LockClient::builder().memory(shared.clone()).unwrap();
+    let _redisson = LockClient::builder()
+        .layout(distlock::Layout::Redisson)
+        .memory(shared)
+        .unwrap();
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.lines().any(|line| line.contains("WARN")
+            && line.contains("clients of another lock layout use this store")
+            && line.contains("layout=\"redisson\"")),
+        "no warning about two layouts in:\n{log}"
+    );
     // The acquisition's span carries the key and the owner.
     assert!(
         log.lines().any(|line| line.contains("lock acquired")

@@ -881,6 +881,12 @@ mod tests {
         ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
             self.store.subscribers(keys)
         }
+        fn layouts<'a>(
+            &'a self,
+            mine: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+            self.store.layouts(mine)
+        }
         fn inspect_family<'a>(
             &'a self,
             key: &'a LockKey,
@@ -1113,6 +1119,12 @@ mod tests {
             keys: &'a [LockKey],
         ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
             self.store.subscribers(keys)
+        }
+        fn layouts<'a>(
+            &'a self,
+            mine: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+            self.store.layouts(mine)
         }
         fn inspect_family<'a>(
             &'a self,

@@ -39,6 +39,25 @@ pub enum Layout {
     Redisson,
 }
 
+impl Layout {
+    /// The layout's name in the store's registry of layouts in use.
+    pub(crate) fn registry_name(self) -> &'static str {
+        match self {
+            Layout::Native => "native",
+            Layout::Redisson => "redisson",
+        }
+    }
+
+    /// The layout registered as `name`, if it is one of this version's.
+    pub(crate) fn from_registry_name(name: &str) -> Option<Self> {
+        match name {
+            "native" => Some(Layout::Native),
+            "redisson" => Some(Layout::Redisson),
+            _ => None,
+        }
+    }
+}
+
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when
 /// the name contains a `{` (whether or not it is a valid hash tag).
 fn redisson_prefixed(prefix: &str, name: &str) -> String {

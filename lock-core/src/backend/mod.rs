@@ -184,6 +184,14 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn subscribers<'a>(&'a self, keys: &'a [LockKey])
         -> BoxFuture<'a, Result<Vec<u64>, LockError>>;
 
+    /// The layouts of the clients that used this store lately (see
+    /// `layouts.rs`), after recording `mine` (a client connecting) when
+    /// given.
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>>;
+
     /// Every held lock of `prefix` whose name starts with `name_prefix`.
     fn list<'a>(
         &'a self,

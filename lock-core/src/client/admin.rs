@@ -48,6 +48,38 @@ impl LockAdmin {
         LockAdmin { core }
     }
 
+    /// The layouts of the clients that used this store lately: each client
+    /// records its [`Layout`] when it connects (Redis: the hash
+    /// `distlock:layouts`, kept a day after the last connection; the
+    /// in-memory store: its clients). Two layouts on one store are a hazard
+    /// (a name taken in both is two locks that do not exclude each other);
+    /// a client that connects then logs a warning. Redisson's own clients
+    /// do not record themselves.
+    ///
+    /// Errors: [`LockError::Backend`] (an ACL user needs `+hset +pexpire
+    /// +hkeys` on `distlock:layouts`; without them clients only lose the
+    /// warning).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::{Layout, LockClient, MemoryStore};
+    /// let store = MemoryStore::new();
+    /// let native = LockClient::builder().memory(store.clone())?;
+    /// let _redisson = LockClient::builder().layout(Layout::Redisson).memory(store)?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// assert_eq!(native.admin().layouts().await?, [Layout::Native, Layout::Redisson]);
+    /// # Ok::<(), distlock_core::LockError>(()) })?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn layouts(&self) -> Result<Vec<Layout>, LockError> {
+        let names = self.core.backend.layouts(None).await?;
+        Ok(names
+            .iter()
+            .filter_map(|name| Layout::from_registry_name(name))
+            .collect())
+    }
+
     /// How many clients wait for each of the locks `names` (in their
     /// order): on Redis, the subscriptions to each lock's wake-up channel
     /// (`PUBSUB NUMSUB`, on a cluster with sharded pub/sub `PUBSUB

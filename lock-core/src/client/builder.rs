@@ -292,6 +292,8 @@ impl LockClientBuilder {
     /// A client on `store`; clients on one store see each other's locks.
     pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
         self.validate()?;
+        let mine = self.layout.registry_name();
+        warn_mixed(mine, &store.layouts_now(Some(mine)), "memory");
         let wakeups = store.wakeups();
         self.connected(store, wakeups)
     }
@@ -341,6 +343,25 @@ impl LockClientBuilder {
         Ok(self.build(Arc::new(backend), wakeups))
     }
 
+    /// The client on `backend` (see [`connected`](Self::connected)), once
+    /// its layout is recorded in the store's registry: a store that clients
+    /// of another layout use too is warned about, loudly (a lock name taken
+    /// in both layouts is two locks that do not exclude each other). The
+    /// registry is best effort: a store that refuses it (an ACL user without
+    /// access to its key) only loses the warning.
+    pub(super) async fn connected_checked(
+        self,
+        backend: impl Backend,
+        wakeups: Wakeups,
+    ) -> Result<LockClient, LockError> {
+        let mine = self.layout.registry_name();
+        match backend.layouts(Some(mine)).await {
+            Ok(layouts) => warn_mixed(mine, &layouts, backend.server()),
+            Err(err) => tracing::debug!(error = %err, "layout registry not written"),
+        }
+        self.connected(backend, wakeups)
+    }
+
     /// Why `keep_hot`, when asked for, is refused on a backend with `capabilities`.
     pub(super) fn hot_locks_refused(&self, capabilities: Capabilities) -> Option<Unsupported> {
         self.keep_hot.and(capabilities.hot_locks)
@@ -384,6 +405,26 @@ impl LockClientBuilder {
     /// The lease of watchdog-mode locks, and the response timeout.
     pub(super) fn timing(&self) -> (Duration, Duration) {
         (self.lease, self.response_timeout)
+    }
+}
+
+/// Warns when `layouts` (the store's registry) holds another layout than
+/// `mine`.
+fn warn_mixed(mine: &str, layouts: &[String], server: &str) {
+    let others: Vec<&str> = layouts
+        .iter()
+        .map(String::as_str)
+        .filter(|layout| *layout != mine)
+        .collect();
+    if !others.is_empty() {
+        tracing::warn!(
+            server,
+            layout = mine,
+            others = ?others,
+            "clients of another lock layout use this store: a lock name taken in both layouts \
+             is two locks that do not exclude each other; give every client of one lock the \
+             same layout (and key prefix)"
+        );
     }
 }
 

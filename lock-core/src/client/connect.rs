@@ -224,7 +224,7 @@ impl RedisConnect {
         let settings = self.builder.settings(self.sync_replicas);
         let backend = RedisBackend::connect(client, settings).await?;
         let wakeups = backend.wakeups();
-        self.builder.connected(backend, wakeups)
+        self.builder.connected_checked(backend, wakeups).await
     }
 }
 
@@ -285,7 +285,7 @@ impl SentinelConnect {
         let settings = self.builder.settings(self.sync_replicas);
         let backend = RedisBackend::connect_sentinel(sentinel, settings).await?;
         let wakeups = backend.wakeups();
-        self.builder.connected(backend, wakeups)
+        self.builder.connected_checked(backend, wakeups).await
     }
 }
 
@@ -356,7 +356,7 @@ impl ClusterConnect {
         let backend =
             ClusterBackend::connect(make_builder, seeds, builder.settings(None), sharded).await?;
         let wakeups = backend.wakeups();
-        builder.connected(backend, wakeups)
+        builder.connected_checked(backend, wakeups).await
     }
 }
 
@@ -464,6 +464,6 @@ impl RedlockConnect {
         .collect::<Result<Vec<_>, _>>()?;
         let backend = RedlockBackend::new(nodes, node_timeout);
         let wakeups = backend.wakeups();
-        builder.connected(backend, wakeups)
+        builder.connected_checked(backend, wakeups).await
     }
 }

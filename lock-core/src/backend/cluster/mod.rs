@@ -19,7 +19,7 @@ use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, listeners, version, RedisSettings};
+use super::redis::{inspect, layouts, listeners, version, RedisSettings};
 use super::standalone::node::connect_error;
 use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
@@ -547,6 +547,22 @@ impl Backend for ClusterBackend {
         keys: &'a [LockKey],
     ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
         ClusterBackend::subscribers(self, keys).boxed()
+    }
+
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        async move {
+            layouts::exchange(&mut self.by_key(), mine, self.settings.response_timeout)
+                .await
+                .map_err(|source| LockError::Backend {
+                    key: layouts::KEY.to_owned(),
+                    server: self.label.clone(),
+                    source,
+                })
+        }
+        .boxed()
     }
 
     fn list<'a>(

@@ -85,6 +85,8 @@ struct State {
     fence: u64,
     /// The number of entries after the last sweep of expired ones.
     swept: usize,
+    /// The layouts of the clients built on the store.
+    layouts: std::collections::BTreeSet<String>,
 }
 
 /// One holder: of a plain or fair lock, or the writer of a read-write lock.
@@ -158,6 +160,16 @@ impl MemoryStore {
     /// waiters of all its clients directly.
     pub(crate) fn wakeups(&self) -> Wakeups {
         Wakeups::direct(self.inner.waiters.clone())
+    }
+
+    /// Records `mine` (when given) as the layout of a client of the store,
+    /// and returns the layouts recorded.
+    pub(crate) fn layouts_now(&self, mine: Option<&str>) -> Vec<String> {
+        let mut state = self.inner.state.lock();
+        if let Some(mine) = mine {
+            state.layouts.insert(mine.to_owned());
+        }
+        state.layouts.iter().cloned().collect()
     }
 
     /// Tests: the waiters the store wakes (to deliver a message by hand).
@@ -328,6 +340,14 @@ impl Backend for MemoryStore {
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
         async move { Ok(self.inner.state.lock().family(key, Instant::now())) }.boxed()
+    }
+
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        let layouts = self.layouts_now(mine);
+        async move { Ok(layouts) }.boxed()
     }
 
     /// The acquisitions waiting on each lock's channel (the store wakes

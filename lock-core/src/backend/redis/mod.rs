@@ -10,6 +10,7 @@
 
 pub(crate) mod command;
 pub(crate) mod inspect;
+pub(crate) mod layouts;
 pub(crate) mod listeners;
 pub(crate) mod reply;
 pub(crate) mod scripts;

@@ -356,6 +356,35 @@ impl Backend for RedlockBackend {
         RedlockBackend::inspect(self, key).boxed()
     }
 
+    /// Every layout any master that answered records; an error when none
+    /// answered.
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        async move {
+            let replies = self.on_all(|node| node.layouts(mine)).await;
+            let mut all: Option<Vec<String>> = None;
+            let mut failure = None;
+            for reply in replies {
+                match reply {
+                    Ok(layouts) => all.get_or_insert_with(Vec::new).extend(layouts),
+                    Err(err) => failure = Some(err),
+                }
+            }
+            match (all, failure) {
+                (Some(mut all), _) => {
+                    all.sort();
+                    all.dedup();
+                    Ok(all)
+                }
+                (None, Some(err)) => Err(err),
+                (None, None) => Ok(Vec::new()),
+            }
+        }
+        .boxed()
+    }
+
     /// The most any master that answered counts (a client subscribes on
     /// every master); an error when none answered.
     fn subscribers<'a>(

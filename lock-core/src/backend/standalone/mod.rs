@@ -19,7 +19,7 @@ use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, listeners, RedisSettings};
+use super::redis::{inspect, layouts, listeners, RedisSettings};
 use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
 use crate::info::FamilyState;
 use crate::name::LockKey;
@@ -370,6 +370,18 @@ impl RedisBackend {
         inspect::inspect_family(&mut conn, key, &self.scripts, timeout, &node.server).await
     }
 
+    pub(crate) async fn layouts(&self, mine: Option<&str>) -> Result<Vec<String>, LockError> {
+        let node = self.cell.get();
+        let mut conn = node.conn.clone();
+        layouts::exchange(&mut conn, mine, self.settings.response_timeout)
+            .await
+            .map_err(|source| LockError::Backend {
+                key: layouts::KEY.to_owned(),
+                server: node.server.clone(),
+                source,
+            })
+    }
+
     pub(crate) async fn subscribers(&self, keys: &[LockKey]) -> Result<Vec<u64>, LockError> {
         let node = self.cell.get();
         let mut conn = node.conn.clone();
@@ -451,6 +463,13 @@ impl Backend for RedisBackend {
         keys: &'a [LockKey],
     ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
         RedisBackend::subscribers(self, keys).boxed()
+    }
+
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        RedisBackend::layouts(self, mine).boxed()
     }
 
     fn inspect_family<'a>(
