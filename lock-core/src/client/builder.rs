@@ -301,6 +301,7 @@ impl LockClientBuilder {
     /// A client on `store` with settings that need no validation (the
     /// defaults: [`LockClient::memory`]).
     pub(super) fn build_memory(self, store: MemoryStore) -> LockClient {
+        store.layouts_now(Some(self.layout.registry_name()));
         let wakeups = store.wakeups();
         self.build(Arc::new(store), wakeups)
     }
