@@ -14,25 +14,10 @@ use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::http::Responder;
+use crate::release::{log_release, release, Release};
 use crate::status::Failure;
 
 pub(crate) type Acquire = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
-pub(crate) type Release = Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
-
-/// Starts releasing `guard`; the release finishes in the background if the
-/// future is dropped.
-pub(crate) fn release(guard: LockGuard) -> Release {
-    Box::pin(guard.release())
-}
-
-/// Logs a release that found the lock lost: the request's work may have
-/// overlapped another holder's.
-pub(crate) fn log_release(key: &str, result: Result<(), LockError>) {
-    if let Err(error) = result {
-        tracing::warn!(key, error = %error, "a request finished after its lock was lost");
-    }
-}
-
 /// What the request does once it has the lock.
 pub(crate) struct Pending<S, R> {
     pub(crate) service: S,

@@ -11,8 +11,8 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response};
 
 use crate::body::ResponseBody;
-use crate::http::{message, Reject, Responder};
-use crate::status::Failure;
+use crate::http::{Reject, Responder};
+use crate::status::{message, Failure};
 
 /// The gRPC flavour of [`LockLayer`](crate::LockLayer), made by
 /// [`LockLayer::grpc`](crate::LockLayer::grpc), for tonic's

@@ -14,7 +14,7 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use crate::body::ResponseBody;
 use crate::future::Answered;
 use crate::grpc;
-use crate::status::Failure;
+use crate::status::{log_failure, message, Failure};
 use crate::FencingToken;
 
 /// The HTTP flavour of [`LockLayer`](crate::LockLayer), the default: when the
@@ -110,44 +110,6 @@ impl Answer {
 }
 
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
-
-/// Logs a lock failure: busy is routine, the others are worth a look.
-pub(crate) fn log_failure(error: &LockError, failure: Failure) {
-    match failure {
-        // A shutdown is routine too: the service is going away on purpose.
-        _ if matches!(error, LockError::ShuttingDown { .. }) => {
-            tracing::debug!(key = error.key(), error = %error, "request not locked: shutting down")
-        }
-        Failure::Busy | Failure::Limited { .. } | Failure::BadKey => {
-            tracing::debug!(key = error.key(), error = %error, "request not locked")
-        }
-        Failure::Unavailable => {
-            tracing::warn!(key = error.key(), error = %error, "lock backend unavailable")
-        }
-        Failure::Internal => tracing::error!(key = error.key(), error = %error, "lock failed"),
-    }
-}
-
-/// The client-facing message for a failure on lock `key`.
-pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String {
-    match failure {
-        Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
-        Failure::Limited { limit } => {
-            format!("too many requests for `{key}` at once (at most {limit}); retry later")
-        }
-        Failure::Unavailable => match error {
-            LockError::LeaseLost { .. } => {
-                format!("lock `{key}` could not be kept; retry later")
-            }
-            LockError::ShuttingDown { .. } => {
-                format!("lock `{key}` is unavailable: the service is shutting down")
-            }
-            _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
-        },
-        Failure::BadKey => error.to_string(),
-        Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
-    }
-}
 
 impl Responder {
     /// Puts the token in the request's extensions, when asked to.

@@ -121,6 +121,7 @@ mod http;
 mod layer;
 pub mod mode;
 mod plain;
+mod release;
 mod service;
 mod status;
 mod token;
