@@ -5,68 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use distlock_core::{Lock, LockClient, LockError};
+use distlock_core::{LockClient, LockOptions};
 use http::{HeaderName, HeaderValue, StatusCode};
 use tower_layer::Layer;
 
+use crate::config::Config;
 use crate::http::Reject;
-use crate::mode::{ConcurrencyLimit, Exclusive, Fair, LockMode, LockingMode, ReadWrite};
+use crate::mode::{ConcurrencyLimit, Exclusive, Fair, LockingMode, ReadWrite};
 use crate::{Grpc, Http, LockService, Plain};
-
-/// How long a request waits for a busy lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    For(Duration),
-    Forever,
-}
-
-/// A check of the lock names a key extractor gives; see
-/// [`LockLayer::validate_key`].
-pub(crate) type KeyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
-/// What a [`LockService`] needs: the client, the extractor, the lock options,
-/// the flavour and the mode.
-#[derive(Clone)]
-pub(crate) struct Config<K, P, M> {
-    pub(crate) client: LockClient,
-    pub(crate) extractor: K,
-    pub(crate) check: Option<KeyCheck>,
-    pub(crate) wait: Wait,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) protocol: P,
-    pub(crate) mode: M,
-}
-
-impl<K, P, M> Config<K, P, M> {
-    /// Refuses `key` when the layer's [`validate_key`](LockLayer::validate_key)
-    /// check does, as an invalid lock name.
-    pub(crate) fn check(&self, key: &str) -> Result<(), LockError> {
-        match &self.check {
-            Some(check) if !check(key) => Err(LockError::InvalidKey {
-                key: shown(key),
-                reason: "refused by the service's key check",
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// The lock `request` takes on `key` in the layer's mode, with the
-    /// layer's wait and lease.
-    pub(crate) fn lock<R>(&self, key: String, request: &R) -> Lock
-    where
-        M: LockMode<R>,
-    {
-        let lock = self.mode.lock_for(&self.client, key, request);
-        let lock = match self.wait {
-            Wait::For(wait) => lock.wait(wait),
-            Wait::Forever => lock.wait_forever(),
-        };
-        match self.lease {
-            Some(lease) => lock.lease(lease),
-            None => lock,
-        }
-    }
-}
 
 /// A tower [`Layer`] that runs each request under a distributed lock chosen
 /// by a [`KeyExtractor`](crate::KeyExtractor).
@@ -147,8 +93,7 @@ impl<K> LockLayer<K, Http> {
                 client,
                 extractor,
                 check: None,
-                wait: Wait::For(Duration::ZERO),
-                lease: None,
+                options: LockOptions::new(),
                 protocol: Http::new(),
                 mode: Exclusive,
             },
@@ -449,54 +394,21 @@ impl<K, M> LockLayer<K, Grpc, M> {
 
 impl<K, P, M> LockLayer<K, P, M> {
     fn with_protocol<Q>(self, protocol: Q) -> LockLayer<K, Q, M> {
-        let Config {
-            client,
-            extractor,
-            check,
-            wait,
-            lease,
-            protocol: _,
-            mode,
-        } = self.config;
         LockLayer {
-            config: Config {
-                client,
-                extractor,
-                check,
-                wait,
-                lease,
-                protocol,
-                mode,
-            },
+            config: self.config.with_protocol(protocol),
         }
     }
 
     fn with_mode<N>(self, mode: N) -> LockLayer<K, P, N> {
-        let Config {
-            client,
-            extractor,
-            check,
-            wait,
-            lease,
-            protocol,
-            mode: _,
-        } = self.config;
         LockLayer {
-            config: Config {
-                client,
-                extractor,
-                check,
-                wait,
-                lease,
-                protocol,
-                mode,
-            },
+            config: self.config.with_mode(mode),
         }
     }
+
     /// Waits up to `wait` for a busy lock (woken by the holder's release);
     /// `Duration::ZERO`, the default, tries once.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.config.wait = Wait::For(wait);
+        self.config.options = self.config.options.wait(wait);
         self
     }
 
@@ -504,7 +416,7 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// every request before it on the same lock is done, or until its client
     /// gives up; prefer a bounded [`wait`](LockLayer::wait).
     pub fn wait_forever(mut self) -> Self {
-        self.config.wait = Wait::Forever;
+        self.config.options = self.config.options.wait_forever();
         self
     }
 
@@ -513,7 +425,35 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// lock is in watchdog mode: the client's lease, renewed while the
     /// request runs.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = Some(lease);
+        self.config.options = self.config.options.lease(lease);
+        self
+    }
+
+    /// Takes every lock option from `options` (wait, lease, minimum hold),
+    /// replacing what [`wait`](LockLayer::wait),
+    /// [`wait_forever`](LockLayer::wait_forever) and
+    /// [`lease`](LockLayer::lease) set before: the same
+    /// [`LockOptions`] value configures a lock taken by hand
+    /// ([`Lock::options`](distlock_core::Lock::options)) and the layer's.
+    ///
+    /// A [minimum hold](LockOptions::hold_at_least) keeps each request's lock
+    /// held that long after it was taken, even when the handler answers
+    /// sooner (the release then cuts the lease to what is left).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, LockOptions};
+    /// use distlock_tower::{LockLayer, PathTemplate};
+    ///
+    /// let options = LockOptions::new()
+    ///     .wait(Duration::from_secs(5))
+    ///     .lease(Duration::from_secs(30));
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/orders/{id}/pay", "order:{id}"))
+    ///     .options(options);
+    /// # let _ = layer;
+    /// ```
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.config.options = options;
         self
     }
 
@@ -575,39 +515,16 @@ where
 
 impl<K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockLayer<K, P, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockLayer")
-            .field("client", &self.config.client)
-            .field("extractor", &std::any::type_name::<K>())
-            .field("validate_key", &self.config.check.is_some())
-            .field("wait", &self.config.wait)
-            .field("lease", &self.config.lease)
-            .field("protocol", &self.config.protocol)
-            .field("mode", &self.config.mode)
-            .finish()
+        let mut out = f.debug_struct("LockLayer");
+        self.config.debug_fields(&mut out);
+        out.finish()
     }
-}
-
-/// A lock name cut to a length that fits an error message (as distlock-core
-/// shows names in its errors): a refused name comes from the client and may
-/// be long.
-fn shown(key: &str) -> String {
-    const SHOWN: usize = 64;
-    if key.len() <= SHOWN {
-        return key.to_owned();
-    }
-    let mut end = SHOWN;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}... ({} bytes)",
-        key.get(..end).unwrap_or_default(),
-        key.len()
-    )
 }
 
 #[cfg(test)]
 mod tests {
+    use distlock_core::LockError;
+
     use super::*;
 
     #[test]

@@ -6,9 +6,11 @@
 //!   closure, or a built-in [`PathTemplate`] (`/orders/{id}/pay` ->
 //!   `order:{id}`), [`HeaderKey`] or [`GrpcKey`]. `None` lets a request
 //!   through unlocked.
-//! - The lock options are distlock-core's: [`wait`](LockLayer::wait) (default:
-//!   try once) and a fixed [`lease`](LockLayer::lease) (default: watchdog,
-//!   renewed while the handler runs).
+//! - The lock options are distlock-core's [`LockOptions`](distlock_core::LockOptions),
+//!   given whole with [`options`](LockLayer::options) or one by one:
+//!   [`wait`](LockLayer::wait) (default: try once) and a fixed
+//!   [`lease`](LockLayer::lease) (default: watchdog, renewed while the
+//!   handler runs).
 //! - The [`mode`] picks the primitive of the lock family a request
 //!   takes on its name: the plain lock (default), the fair lock
 //!   ([`fair`](LockLayer::fair)), the read or write lock of a read-write
@@ -114,6 +116,7 @@
 )]
 
 mod body;
+mod config;
 mod extract;
 mod future;
 mod grpc;

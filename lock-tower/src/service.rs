@@ -9,9 +9,9 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use crate::body::ResponseBody;
+use crate::config::Config;
 use crate::future::{Locked, Pending, PlainResponseFuture, ResponseFuture};
 use crate::http::Responder;
-use crate::layer::Config;
 use crate::mode::{Exclusive, LockMode};
 use crate::status::Failure;
 use crate::{Grpc, Http, KeyExtractor, LockLayer, Plain};
@@ -109,16 +109,10 @@ impl<S: Clone, K, P, M> Clone for LockService<S, K, P, M> {
 
 impl<S: fmt::Debug, K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockService<S, K, P, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockService")
-            .field("inner", &self.inner)
-            .field("client", &self.config.client)
-            .field("extractor", &std::any::type_name::<K>())
-            .field("validate_key", &self.config.check.is_some())
-            .field("wait", &self.config.wait)
-            .field("lease", &self.config.lease)
-            .field("protocol", &self.config.protocol)
-            .field("mode", &self.config.mode)
-            .finish()
+        let mut out = f.debug_struct("LockService");
+        out.field("inner", &self.inner);
+        self.config.debug_fields(&mut out);
+        out.finish()
     }
 }
 
