@@ -22,7 +22,8 @@ pub(crate) struct Config<K, P, M> {
     pub(crate) check: Option<KeyCheck>,
     /// Wait, lease and minimum hold of every lock the layer takes.
     pub(crate) options: LockOptions,
-    pub(crate) protocol: P,
+    /// The flavour and its own options; each request's future holds it too.
+    pub(crate) flavour: Arc<P>,
     pub(crate) mode: M,
 }
 
@@ -52,13 +53,13 @@ impl<K, P, M> Config<K, P, M> {
     }
 
     /// The same settings with another flavour.
-    pub(crate) fn with_protocol<Q>(self, protocol: Q) -> Config<K, Q, M> {
+    pub(crate) fn with_flavour<Q>(self, flavour: Q) -> Config<K, Q, M> {
         let Config {
             client,
             extractor,
             check,
             options,
-            protocol: _,
+            flavour: _,
             mode,
         } = self;
         Config {
@@ -66,7 +67,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
-            protocol,
+            flavour: Arc::new(flavour),
             mode,
         }
     }
@@ -78,7 +79,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
-            protocol,
+            flavour,
             mode: _,
         } = self;
         Config {
@@ -86,7 +87,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
-            protocol,
+            flavour,
             mode,
         }
     }
@@ -101,7 +102,7 @@ impl<K, P, M> Config<K, P, M> {
             .field("extractor", &std::any::type_name::<K>())
             .field("validate_key", &self.check.is_some())
             .field("options", &self.options)
-            .field("protocol", &self.protocol)
+            .field("flavour", &self.flavour)
             .field("mode", &self.mode);
     }
 }

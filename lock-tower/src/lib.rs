@@ -23,7 +23,8 @@
 //!   [`hold_until_body_end`](LockLayer::hold_until_body_end), in the
 //!   [`ResponseBody`]), and the handler runs in its ownership scope: a
 //!   domain function that takes the same lock re-enters it.
-//! - A request that does not get its lock gets an answer from its flavour:
+//! - A request that does not get its lock gets an answer from its flavour
+//!   (a [`Flavour`], part of the layer's type like the mode):
 //!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 429
 //!   with `Retry-After` over a concurrency limit, 503 with `Retry-After`
 //!   when the backend did not answer; never an error, so axum can serve it),
@@ -118,6 +119,7 @@
 mod body;
 mod config;
 mod extract;
+mod flavour;
 mod future;
 mod grpc;
 mod http;
@@ -131,6 +133,7 @@ mod token;
 
 pub use body::ResponseBody;
 pub use extract::{GrpcKey, HeaderKey, KeyExtractor, Or, PathTemplate};
+pub use flavour::{Flavour, HttpFlavour};
 pub use future::{PlainResponseFuture, ResponseFuture};
 pub use grpc::Grpc;
 pub use http::Http;

@@ -1,14 +1,18 @@
-//! Which answer each [`LockError`] gets: the HTTP status ([`http_status`])
-//! and the gRPC code (`grpc_code`, with the `tonic` feature) the layer
-//! answers with, public so that a handler can answer a lock error of its own
-//! the way the layer does.
+//! How each [`LockError`] is answered: its class ([`Failure`]), the HTTP
+//! status ([`http_status`]) and gRPC code (`grpc_code`, with the `tonic`
+//! feature) of the class, the message the client reads and the line the log
+//! gets. The functions are public so that a handler can answer a lock error
+//! of its own the way the layer does.
 
 use distlock_core::LockError;
 use http::StatusCode;
 
 /// How the layer classifies a lock failure: one class per answer.
+///
+/// `pub` because the sealed [`Flavour`](crate::Flavour)'s hidden `reject`
+/// takes it; this module is private, so no one outside the crate can name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Held by another owner (after the wait): the client may retry later.
     Busy,
     /// The concurrency limit of `limit` requests per name was reached (after
