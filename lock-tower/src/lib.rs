@@ -116,6 +116,23 @@
     )
 )]
 
+// The files depend on each other one way, from the layer down (the test
+// `tests/architecture.rs` checks it):
+//
+//   layer    -> config, service, flavour, http, grpc, plain, mode
+//   service  -> config, future, flavour, extract, mode, http (type default)
+//   future   -> flavour, release, status, http and plain (type defaults)
+//   http, grpc, plain -> flavour, body, status (each builds its own answers)
+//   flavour  -> body, status, token
+//   body     -> release
+//   config   -> mode
+//   status, release, token, extract, mode: leaves
+//
+// The layer builds a config and services from it; a service names each
+// request's lock and starts a future; the future takes the lock, calls the
+// inner service, releases the lock, and has the request's flavour (the
+// sealed `Flavour`, implemented once in each of http, grpc and plain) build
+// the answer, a rejection included. No file imports through the crate root.
 mod body;
 mod config;
 mod extract;
