@@ -147,7 +147,9 @@ const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 /// `Retry-After` is in whole seconds: round up, and never 0 (which would
 /// invite an immediate retry storm).
 fn retry_after_secs(after: Duration) -> u64 {
-    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    let secs = after
+        .as_secs()
+        .saturating_add(u64::from(after.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -161,5 +163,7 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
         assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+        // Rounding up the longest duration saturates instead of overflowing.
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 }
