@@ -16,9 +16,9 @@ use crate::core::ClientCore;
 use crate::held::{HeldLock, Lease};
 use crate::keep::{Keeper, Take};
 use crate::lease;
-use crate::options::{LockOptions, Wait};
 use crate::meter::Labels;
 use crate::name::{Kind, LockKey};
+use crate::options::{LockOptions, Wait};
 use crate::scope::{Attempting, Scope};
 use crate::wake::WaitSet;
 use crate::LockError;
@@ -926,7 +926,9 @@ mod tests {
         let store = MemoryStore::new();
         let stalled = Arc::new(AtomicBool::new(false));
         let core = stallable_core(&store, Duration::ZERO, stalled.clone());
-        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.unwrap();
+        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+            .await
+            .unwrap();
         let waiters: Vec<_> = (0..2)
             .map(|_| {
                 let core = core.clone();
@@ -937,8 +939,8 @@ mod tests {
                         Kind::Exclusive,
                         LockOptions::new().wait(Duration::from_millis(300)),
                     )
-                        .await
-                        .map(|_| ())
+                    .await
+                    .map(|_| ())
                 })
             })
             .collect();
@@ -960,7 +962,11 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let acquiring = tokio::spawn({
             let core = core.clone();
-            async move { acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await.map(|_| ()) }
+            async move {
+                acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+                    .await
+                    .map(|_| ())
+            }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(store.held(), 1, "granted, the answer on its way");
@@ -980,7 +986,9 @@ mod tests {
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
-        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new()).await.unwrap();
+        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new())
+            .await
+            .unwrap();
         // Inside the outer lock's scope: one attempt on `x` is abandoned while
         // a sibling attempt of the same scope (same owner) is under way.
         let (abandoned, taken) = outer

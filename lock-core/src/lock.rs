@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::acquire::{self, Acquired};
 use crate::core::ClientCore;
-use crate::options::{LockOptions, Wait};
 use crate::name::Kind;
+use crate::options::{LockOptions, Wait};
 use crate::{LockError, LockGuard};
 
 /// A lock to acquire: its name, how long to wait and which lease to use.
