@@ -9,7 +9,7 @@ use distlock_core::LockGuard;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::future::{log_release, release, Release};
+use crate::release::{log_release, release, Release};
 
 pin_project! {
     /// The response body of the HTTP and gRPC flavours of

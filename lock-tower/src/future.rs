@@ -1,5 +1,6 @@
-//! The response futures: they take the lock, call the inner service, and own
-//! the guard until the response is ready.
+//! [`ResponseFuture`]: a request's way from its lock to its answer, as one
+//! pin-projected enum of states (acquiring, calling, releasing), in every
+//! flavour; the flavour builds the answer.
 
 use std::fmt;
 use std::future::Future;
@@ -8,236 +9,36 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use distlock_core::{LockError, LockGuard};
-use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::body::ResponseBody;
-use crate::http::Responder;
+use crate::flavour::Flavour;
+use crate::http::Http;
+use crate::plain::Plain;
+use crate::release::{log_release, release, Release};
 use crate::status::Failure;
 
+/// A lock acquisition in progress.
 pub(crate) type Acquire = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
-pub(crate) type Release = Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
-
-/// Starts releasing `guard`; the release finishes in the background if the
-/// future is dropped.
-pub(crate) fn release(guard: LockGuard) -> Release {
-    Box::pin(guard.release())
-}
-
-/// Logs a release that found the lock lost: the request's work may have
-/// overlapped another holder's.
-pub(crate) fn log_release(key: &str, result: Result<(), LockError>) {
-    if let Err(error) = result {
-        tracing::warn!(key, error = %error, "a request finished after its lock was lost");
-    }
-}
-
-/// What the request does once it has the lock.
-pub(crate) struct Pending<S, R> {
-    pub(crate) service: S,
-    pub(crate) request: R,
-    /// Runs on the request before it is handed to the service.
-    pub(crate) prepare: fn(&Responder, &mut R, &LockGuard),
-    pub(crate) responder: Option<Arc<Responder>>,
-    /// The layer's concurrency limit, in that mode: a busy permit means the
-    /// limit was reached.
-    pub(crate) limit: Option<u32>,
-}
-
-/// Why a locked request did not produce a response.
-pub(crate) enum Failed<E> {
-    /// The lock was not taken, and how to answer that.
-    Lock(LockError, Failure),
-    Service(E),
-}
 
 pin_project! {
-    /// The part every flavour shares: acquire, then call the inner service
-    /// inside the guard's scope, then hand back the guard with the response.
-    pub(crate) struct Locked<S, R>
-    where
-        S: Service<R>,
-    {
-        // Field order is drop order: the handler's future goes before the
-        // guard, so its destructors still run under the lock.
-        #[pin]
-        future: Option<S::Future>,
-        guard: Option<LockGuard>,
-        // The fencing token of the lock, once taken.
-        token: Option<u64>,
-        acquire: Option<Acquire>,
-        pending: Option<Pending<S, R>>,
-        // Hand the guard out with the response instead of releasing it first.
-        hand_over: bool,
-        // The request was refused before any lock was asked for.
-        refused: Option<(LockError, Failure)>,
-        release: Option<(String, Release)>,
-        output: Option<Result<S::Response, S::Error>>,
-    }
-}
-
-impl<S, R> Locked<S, R>
-where
-    S: Service<R>,
-{
-    /// A request that runs without a lock: the service was already called.
-    pub(crate) fn unlocked(future: S::Future) -> Self {
-        Locked {
-            future: Some(future),
-            guard: None,
-            token: None,
-            acquire: None,
-            pending: None,
-            hand_over: false,
-            refused: None,
-            release: None,
-            output: None,
-        }
-    }
-
-    /// A request refused before its lock was asked for (its key failed the
-    /// layer's check): fails with `error`, the service is not called.
-    pub(crate) fn refused(error: LockError, failure: Failure) -> Self {
-        Locked {
-            future: None,
-            guard: None,
-            token: None,
-            acquire: None,
-            pending: None,
-            hand_over: false,
-            refused: Some((error, failure)),
-            release: None,
-            output: None,
-        }
-    }
-
-    /// A request that calls the service once `acquire` gives the guard. With
-    /// `hand_over` the guard comes out with the response; otherwise the lock
-    /// is released before the response is.
-    pub(crate) fn after(acquire: Acquire, pending: Pending<S, R>, hand_over: bool) -> Self {
-        Locked {
-            future: None,
-            guard: None,
-            token: None,
-            acquire: Some(acquire),
-            pending: Some(pending),
-            hand_over,
-            refused: None,
-            release: None,
-            output: None,
-        }
-    }
-}
-
-/// A response, with the fencing token it was made under (none for an
-/// unlocked request) and the guard when it is handed over.
-pub(crate) struct Answered<T> {
-    pub(crate) response: T,
-    pub(crate) token: Option<u64>,
-    pub(crate) guard: Option<LockGuard>,
-}
-
-type LockedOutput<S, R> =
-    Result<Answered<<S as Service<R>>::Response>, Failed<<S as Service<R>>::Error>>;
-
-impl<S, R> Future for Locked<S, R>
-where
-    S: Service<R>,
-{
-    type Output = LockedOutput<S, R>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        if let Some((error, failure)) = this.refused.take() {
-            return Poll::Ready(Err(Failed::Lock(error, failure)));
-        }
-        if let Some(acquire) = this.acquire.as_mut() {
-            let acquired = ready!(acquire.as_mut().poll(cx));
-            *this.acquire = None;
-            // Set with `acquire` and taken only here: present by construction.
-            #[allow(clippy::expect_used)]
-            let pending = this
-                .pending
-                .take()
-                .expect("a locked request has its service and request");
-            let guard = match acquired {
-                Ok(guard) => guard,
-                Err(error) => {
-                    let failure = Failure::of_request(&error, pending.limit);
-                    return Poll::Ready(Err(Failed::Lock(error, failure)));
-                }
-            };
-            let Pending {
-                mut service,
-                mut request,
-                prepare,
-                responder,
-                limit: _,
-            } = pending;
-            if let Some(responder) = &responder {
-                prepare(responder, &mut request, &guard);
-            }
-            // Inside the guard's scope, the handler re-enters this lock
-            // instead of waiting for itself.
-            let future = guard.in_scope(|| service.call(request));
-            this.future.set(Some(future));
-            *this.token = Some(guard.fencing_token());
-            *this.guard = Some(guard);
-        }
-        if let Some(future) = this.future.as_mut().as_pin_mut() {
-            let output = match this.guard.as_ref() {
-                Some(guard) => ready!(guard.in_scope(|| future.poll(cx))),
-                None => ready!(future.poll(cx)),
-            };
-            this.future.set(None);
-            match this.guard.take() {
-                Some(guard) if *this.hand_over && output.is_ok() => {
-                    *this.guard = Some(guard);
-                }
-                // Release before answering: a client that sends its next
-                // request after reading this response must not find the lock
-                // still held by this one.
-                Some(guard) => *this.release = Some((guard.key().to_owned(), release(guard))),
-                None => {}
-            }
-            *this.output = Some(output);
-        }
-        if let Some((key, release)) = this.release.as_mut() {
-            let released = ready!(release.as_mut().poll(cx));
-            log_release(key, released);
-            *this.release = None;
-        }
-        // Polling a completed future breaks the `Future` contract; tower's
-        // own response futures panic the same way.
-        #[allow(clippy::expect_used)]
-        let output = this
-            .output
-            .take()
-            .expect("response future polled after completion");
-        Poll::Ready(match output {
-            Ok(response) => Ok(Answered {
-                response,
-                token: *this.token,
-                guard: this.guard.take(),
-            }),
-            Err(error) => Err(Failed::Service(error)),
-        })
-    }
-}
-
-pin_project! {
-    /// The response future of the HTTP and gRPC flavours of
-    /// [`LockService`](crate::LockService).
+    /// The response future of [`LockService`](crate::LockService), in each
+    /// flavour `P` ([`Http`], [`Grpc`](crate::Grpc), [`Plain`]).
     ///
     /// It waits for the lock (as configured on the layer), then runs the
     /// inner service inside the guard's scope while the client's watchdog
     /// renews the lease. When the inner service has answered, it releases the
-    /// lock (one round trip) and then resolves to the response, so a client
-    /// that reads the response finds the lock free; with
-    /// `hold_until_body_end` the guard moves into the [`ResponseBody`]
-    /// instead. When the lock was not taken it resolves to the layer's own
-    /// answer. It only fails when the inner service fails.
+    /// lock (one round trip) and then resolves to the answer, so a client
+    /// that reads it finds the lock free; with
+    /// [`hold_until_body_end`](crate::LockLayer::hold_until_body_end) the
+    /// guard moves into the [`ResponseBody`](crate::ResponseBody) instead.
+    /// When the lock was not taken it resolves to the flavour's answer to
+    /// that: the layer's own response in the HTTP and gRPC flavours (it then
+    /// fails only when the inner service fails), the
+    /// [`LockError`](distlock_core::LockError) converted into the service's
+    /// error in the plain one.
+    ///
+    /// Polled again after it completed, it stays pending.
     ///
     /// # Cancel safety
     /// Dropping it (a client that disconnected, a timeout layer above) never
@@ -245,104 +46,309 @@ pin_project! {
     /// grant already made by the server is released in the background); while
     /// the handler runs, the handler's future is dropped first and then the
     /// guard, which releases the lock in the background within a round trip.
-    pub struct ResponseFuture<S, R>
+    pub struct ResponseFuture<S, R, P = Http>
     where
         S: Service<R>,
     {
         #[pin]
-        locked: Locked<S, R>,
-        responder: Arc<Responder>,
+        state: State<S, R>,
+        flavour: Arc<P>,
+        // The layer's concurrency limit, in that mode: a busy permit means
+        // the limit was reached.
+        limit: Option<u32>,
     }
 }
 
-impl<S, R> ResponseFuture<S, R>
-where
-    S: Service<R>,
-{
-    pub(crate) fn new(locked: Locked<S, R>, responder: Arc<Responder>) -> Self {
-        ResponseFuture { locked, responder }
-    }
-}
-
-impl<S, ReqBody, ResBody> Future for ResponseFuture<S, Request<ReqBody>>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-{
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        Poll::Ready(match ready!(this.locked.poll(cx)) {
-            Ok(answer) => Ok(this.responder.respond(answer)),
-            Err(Failed::Lock(error, failure)) => Ok(this.responder.reject(&error, failure)),
-            Err(Failed::Service(error)) => Err(error),
-        })
-    }
-}
-
-impl<S, R> fmt::Debug for ResponseFuture<S, R>
-where
-    S: Service<R>,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("acquiring", &self.locked.acquire.is_some())
-            .field("guard", &self.locked.guard)
-            .finish()
-    }
-}
+/// The response future of the plain flavour of
+/// [`LockService`](crate::LockService): the inner response, or the
+/// [`LockError`](distlock_core::LockError) (converted into the service's
+/// error) when the lock was not taken. When the inner future completes, the
+/// lock is released before the result is handed on.
+///
+/// # Cancel safety
+/// As [`ResponseFuture`]: dropping it never leaves the lock held.
+pub type PlainResponseFuture<S, R> = ResponseFuture<S, R, Plain>;
 
 pin_project! {
-    /// The response future of the plain flavour of
-    /// [`LockService`](crate::LockService): the inner response, or the
-    /// [`LockError`] (converted into the service's error) when the lock was
-    /// not taken. When the inner future completes, the lock is released
-    /// before the result is handed on.
-    ///
-    /// # Cancel safety
-    /// As [`ResponseFuture`]: dropping it never leaves the lock held.
-    pub struct PlainResponseFuture<S, R>
-    where
-        S: Service<R>,
-    {
-        #[pin]
-        locked: Locked<S, R>,
+    /// Where a request is on its way from its lock to its answer; each state
+    /// owns what the next one needs.
+    #[project = StateProj]
+    #[project_replace = StateOwned]
+    enum State<S: Service<R>, R> {
+        // Refused before any lock was asked for: its key failed the layer's
+        // check.
+        Refused {
+            error: LockError,
+        },
+        // Taking the lock; the ready inner service and the request wait for
+        // it.
+        Acquiring {
+            acquire: Acquire,
+            service: S,
+            request: R,
+        },
+        // The inner service runs, inside the guard's scope when the request
+        // is locked (`None`: it runs unlocked). The handler's future is
+        // declared first, so it is dropped before the guard: its destructors
+        // still run under the lock.
+        Calling {
+            #[pin]
+            future: S::Future,
+            guard: Option<LockGuard>,
+        },
+        // The inner service answered; its lock is released before the answer
+        // goes out.
+        Releasing {
+            release: Release,
+            key: String,
+            token: u64,
+            output: Result<S::Response, S::Error>,
+        },
+        // The answer went out.
+        Done,
     }
 }
 
-impl<S, R> PlainResponseFuture<S, R>
+impl<S, R, P> ResponseFuture<S, R, P>
 where
     S: Service<R>,
 {
-    pub(crate) fn new(locked: Locked<S, R>) -> Self {
-        PlainResponseFuture { locked }
+    /// A request that runs without a lock: the service was already called.
+    pub(crate) fn unlocked(future: S::Future, flavour: Arc<P>) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                guard: None,
+            },
+            flavour,
+            limit: None,
+        }
+    }
+
+    /// A request refused before its lock was asked for (its key failed the
+    /// layer's check): answered for `error`, the service is not called.
+    pub(crate) fn refused(error: LockError, flavour: Arc<P>) -> Self {
+        ResponseFuture {
+            state: State::Refused { error },
+            flavour,
+            limit: None,
+        }
+    }
+
+    /// A request that calls `service` once `acquire` gives it the lock; in
+    /// a layer with a concurrency `limit`, a busy permit is answered as the
+    /// limit reached.
+    pub(crate) fn acquiring(
+        acquire: Acquire,
+        service: S,
+        request: R,
+        flavour: Arc<P>,
+        limit: Option<u32>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Acquiring {
+                acquire,
+                service,
+                request,
+            },
+            flavour,
+            limit,
+        }
     }
 }
 
-impl<S, R> Future for PlainResponseFuture<S, R>
+impl<S, R, P> Future for ResponseFuture<S, R, P>
 where
     S: Service<R>,
-    S::Error: From<LockError>,
+    P: Flavour<R, S::Response, S::Error>,
 {
-    type Output = Result<S::Response, S::Error>;
+    type Output = Result<P::Response, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Poll::Ready(match ready!(self.project().locked.poll(cx)) {
-            Ok(answer) => Ok(answer.response),
-            Err(Failed::Lock(error, _)) => Err(error.into()),
-            Err(Failed::Service(error)) => Err(error),
-        })
+        let mut this = self.project();
+        loop {
+            // The handler's future is pinned: it is polled where it lies.
+            if let StateProj::Calling { future, guard } = this.state.as_mut().project() {
+                let output = match guard.as_ref() {
+                    // Inside the guard's scope, the handler re-enters this
+                    // lock instead of waiting for itself.
+                    Some(guard) => ready!(guard.in_scope(|| future.poll(cx))),
+                    None => ready!(future.poll(cx)),
+                };
+                let guard = guard.take();
+                // The finished handler's future is dropped here, while the
+                // lock is still held.
+                this.state.set(State::Done);
+                let Some(guard) = guard else {
+                    return Poll::Ready(
+                        output.map(|response| this.flavour.respond(response, None, None)),
+                    );
+                };
+                let token = guard.fencing_token();
+                if output.is_ok() && this.flavour.hands_over() {
+                    let answer = output
+                        .map(|response| this.flavour.respond(response, Some(token), Some(guard)));
+                    return Poll::Ready(answer);
+                }
+                // Release before answering: a client that sends its next
+                // request after reading this answer must not find the lock
+                // still held by this one.
+                this.state.set(State::Releasing {
+                    key: guard.key().to_owned(),
+                    release: release(guard),
+                    token,
+                    output,
+                });
+                continue;
+            }
+            // The other states are taken out whole, and put back while they
+            // wait.
+            match this.state.as_mut().project_replace(State::Done) {
+                StateOwned::Refused { error } => {
+                    return Poll::Ready(reject(this.flavour.as_ref(), error, *this.limit));
+                }
+                StateOwned::Acquiring {
+                    mut acquire,
+                    mut service,
+                    mut request,
+                } => {
+                    let Poll::Ready(acquired) = acquire.as_mut().poll(cx) else {
+                        this.state.set(State::Acquiring {
+                            acquire,
+                            service,
+                            request,
+                        });
+                        return Poll::Pending;
+                    };
+                    let guard = match acquired {
+                        Ok(guard) => guard,
+                        Err(error) => {
+                            return Poll::Ready(reject(this.flavour.as_ref(), error, *this.limit));
+                        }
+                    };
+                    this.flavour.prepare(&mut request, &guard);
+                    let future = guard.in_scope(|| service.call(request));
+                    this.state.set(State::Calling {
+                        future,
+                        guard: Some(guard),
+                    });
+                }
+                StateOwned::Releasing {
+                    mut release,
+                    key,
+                    token,
+                    output,
+                } => {
+                    let Poll::Ready(released) = release.as_mut().poll(cx) else {
+                        this.state.set(State::Releasing {
+                            release,
+                            key,
+                            token,
+                            output,
+                        });
+                        return Poll::Pending;
+                    };
+                    log_release(&key, released);
+                    let answer =
+                        output.map(|response| this.flavour.respond(response, Some(token), None));
+                    return Poll::Ready(answer);
+                }
+                // `Calling` is polled in place above and never gets here.
+                // `Done`: polled after completion, which the `Future`
+                // contract leaves open; it stays pending.
+                StateOwned::Calling { .. } | StateOwned::Done => return Poll::Pending,
+            }
+        }
     }
 }
 
-impl<S, R> fmt::Debug for PlainResponseFuture<S, R>
+/// The flavour's answer to a request whose lock was not taken: in a layer
+/// with a concurrency `limit`, a busy permit is the limit reached.
+fn reject<P, R, T, E>(flavour: &P, error: LockError, limit: Option<u32>) -> Result<P::Response, E>
+where
+    P: Flavour<R, T, E>,
+{
+    let failure = Failure::of_request(&error, limit);
+    flavour.reject(error, failure)
+}
+
+impl<S, R, P> fmt::Debug for ResponseFuture<S, R, P>
 where
     S: Service<R>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PlainResponseFuture")
-            .field("acquiring", &self.locked.acquire.is_some())
-            .field("guard", &self.locked.guard)
+        let (state, guard) = match &self.state {
+            State::Refused { .. } => ("refused", None),
+            State::Acquiring { .. } => ("acquiring", None),
+            State::Calling { guard, .. } => ("calling", guard.as_ref()),
+            State::Releasing { .. } => ("releasing", None),
+            State::Done => ("done", None),
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("guard", &guard)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{ready, Ready};
+    use std::task::Waker;
+
+    use distlock_core::LockClient;
+
+    use super::*;
+
+    /// Doubles its request.
+    struct Double;
+
+    impl Service<u32> for Double {
+        type Response = u32;
+        type Error = LockError;
+        type Future = Ready<Result<u32, LockError>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LockError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, job: u32) -> Self::Future {
+            ready(Ok(job * 2))
+        }
+    }
+
+    #[tokio::test]
+    async fn polled_after_completion_it_stays_pending() {
+        let future = PlainResponseFuture::<Double, u32>::unlocked(Double.call(21), Arc::new(Plain));
+        let mut future = std::pin::pin!(future);
+        assert_eq!(future.as_mut().await.unwrap(), 42);
+        assert_eq!(
+            format!("{future:?}"),
+            r#"ResponseFuture { state: "done", guard: None }"#
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+    }
+
+    #[tokio::test]
+    async fn a_lock_error_is_the_flavours_answer() {
+        let client = LockClient::memory();
+        let held = client.lock("job:1").acquire().await.unwrap();
+        let acquire = Box::pin(client.lock("job:1").acquire());
+        let future = PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None);
+        assert_eq!(
+            format!("{future:?}"),
+            r#"ResponseFuture { state: "acquiring", guard: None }"#
+        );
+        let error = future.await.unwrap_err();
+        assert!(matches!(error, LockError::Busy { .. }), "{error:?}");
+        held.release().await.unwrap();
+
+        // Free now: the service runs under the lock, which is released
+        // before the answer.
+        let acquire = Box::pin(client.lock("job:1").acquire());
+        let future = PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None);
+        assert_eq!(future.await.unwrap(), 42);
+        assert!(client.lock("job:1").try_acquire().await.unwrap().is_some());
     }
 }

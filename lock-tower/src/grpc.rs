@@ -1,18 +1,15 @@
-//! The gRPC flavour ([`Grpc`]): lock failures become gRPC statuses
-//! (`ABORTED`, `RESOURCE_EXHAUSTED`, `UNAVAILABLE`), sent as trailers-only
-//! responses.
-
-use std::fmt;
-use std::sync::Arc;
+//! The gRPC flavour ([`Grpc`]): the building of the trailers-only response a
+//! call gets when it did not get its lock (`ABORTED`, `RESOURCE_EXHAUSTED`,
+//! `UNAVAILABLE`, ...).
 
 use bytes::Bytes;
-use distlock_core::LockError;
+use distlock_core::{LockError, LockGuard};
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Response};
+use http::{HeaderValue, Request, Response};
 
 use crate::body::ResponseBody;
-use crate::http::{message, Reject, Responder};
-use crate::status::Failure;
+use crate::flavour::{sealed, Exchange, Flavour, HttpFlavour};
+use crate::status::{log_failure, message, Failure};
 
 /// The gRPC flavour of [`LockLayer`](crate::LockLayer), made by
 /// [`LockLayer::grpc`](crate::LockLayer::grpc), for tonic's
@@ -35,30 +32,49 @@ use crate::status::Failure;
 /// `RESOURCE_EXHAUSTED` is its code for a quota or a limit that was reached,
 /// kept apart from it so that a client can back off instead. gRPC has no
 /// `Retry-After`: the message names the semaphore and its limit.
-#[derive(Clone)]
-pub struct Grpc(pub(crate) Arc<Responder>);
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub(crate) exchange: Exchange,
+}
 
-impl fmt::Debug for Grpc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+impl sealed::Sealed for Grpc {}
+
+impl HttpFlavour for Grpc {
+    fn exchange_mut(&mut self) -> &mut Exchange {
+        &mut self.exchange
     }
 }
 
-impl Grpc {
-    pub(crate) fn from_http(http: &crate::Http) -> Self {
-        let mut responder = (*http.0).clone();
-        responder.reject = Reject::Grpc;
-        Grpc(Arc::new(responder))
+impl<B, ResBody, E> Flavour<Request<B>, Response<ResBody>, E> for Grpc {
+    type Response = Response<ResponseBody<ResBody>>;
+
+    fn prepare(&self, request: &mut Request<B>, guard: &LockGuard) {
+        self.exchange.prepare(request, guard);
+    }
+
+    fn hands_over(&self) -> bool {
+        self.exchange.hold_until_body_end
+    }
+
+    fn respond(
+        &self,
+        response: Response<ResBody>,
+        token: Option<u64>,
+        guard: Option<LockGuard>,
+    ) -> Self::Response {
+        self.exchange.respond(response, token, guard)
+    }
+
+    fn reject(&self, error: LockError, failure: Failure) -> Result<Self::Response, E> {
+        log_failure(&error, failure);
+        let key = error.key().unwrap_or("*");
+        Ok(status_response(key, &error, failure))
     }
 }
 
 /// A trailers-only gRPC response: HTTP 200 whose headers carry the status,
 /// and an empty body.
-pub(crate) fn status_response<B>(
-    key: &str,
-    error: &LockError,
-    failure: Failure,
-) -> Response<ResponseBody<B>> {
+fn status_response<B>(key: &str, error: &LockError, failure: Failure) -> Response<ResponseBody<B>> {
     let code = failure.grpc_code();
     let mut response = Response::new(ResponseBody::rejection(Bytes::new()));
     let headers = response.headers_mut();

@@ -1,21 +1,18 @@
-//! The HTTP flavour ([`Http`]): lock failures become responses (409, 429 and
+//! The HTTP flavour ([`Http`]): its configurable answers, and the building
+//! of the response a request gets when it did not get its lock (409, 429 and
 //! 503 with `Retry-After`, 400, 500), so the service stays infallible for
 //! axum.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use distlock_core::{LockError, LockGuard};
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 
 use crate::body::ResponseBody;
-use crate::future::Answered;
-use crate::grpc;
-use crate::status::Failure;
-use crate::FencingToken;
+use crate::flavour::{sealed, Exchange, Flavour, HttpFlavour};
+use crate::status::{log_failure, message, Failure};
 
 /// The HTTP flavour of [`LockLayer`](crate::LockLayer), the default: when the
 /// lock is not taken the layer answers itself, with a response, never an
@@ -36,162 +33,34 @@ use crate::FencingToken;
 /// The bodies are short `text/plain` messages naming the lock (the busy and
 /// the 503 answer's body and content type can be set); a backend error's
 /// details (server address, cause) go to the log, not to the client.
-#[derive(Clone)]
-pub struct Http(pub(crate) Arc<Responder>);
-
-impl fmt::Debug for Http {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
+#[derive(Clone, Debug)]
+pub struct Http {
+    pub(crate) exchange: Exchange,
+    /// The answer to a busy lock.
+    pub(crate) busy: Answer,
+    /// The answer to a reached concurrency limit.
+    pub(crate) limited: Answer,
+    /// The answer to an unavailable backend.
+    pub(crate) unavailable: Answer,
 }
 
 impl Http {
     /// The defaults: 409, 429 and 503, all with `Retry-After: 1`, the token
     /// extension on.
     pub(crate) fn new() -> Self {
-        Http(Arc::new(Responder {
-            reject: Reject::Http(Box::new(HttpRejection {
-                busy: Answer::new(Failure::Busy.status()),
-                limited: Answer::new(StatusCode::TOO_MANY_REQUESTS),
-                unavailable: Answer::new(Failure::Unavailable.status()),
-            })),
-            token_extension: true,
-            token_header: None,
-            hold_until_body_end: false,
-        }))
-    }
-}
-
-/// What the HTTP and gRPC flavours do around the inner service.
-#[derive(Clone, Debug)]
-pub(crate) struct Responder {
-    pub(crate) reject: Reject,
-    pub(crate) token_extension: bool,
-    pub(crate) token_header: Option<HeaderName>,
-    pub(crate) hold_until_body_end: bool,
-}
-
-/// How a lock failure is answered.
-#[derive(Clone, Debug)]
-pub(crate) enum Reject {
-    // Boxed: three configurable answers make it large, and `Grpc` is empty.
-    Http(Box<HttpRejection>),
-    Grpc,
-}
-
-/// The configurable HTTP answers: to a busy lock, to a reached concurrency
-/// limit and to an unavailable backend.
-#[derive(Clone, Debug)]
-pub(crate) struct HttpRejection {
-    pub(crate) busy: Answer,
-    pub(crate) limited: Answer,
-    pub(crate) unavailable: Answer,
-}
-
-/// One configurable answer.
-#[derive(Clone, Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    /// `None`: a `text/plain` message naming the lock.
-    pub(crate) body: Option<Bytes>,
-    pub(crate) content_type: HeaderValue,
-    pub(crate) retry_after: Option<Duration>,
-}
-
-impl Answer {
-    fn new(status: StatusCode) -> Self {
-        Answer {
-            status,
-            body: None,
-            content_type: HeaderValue::from_static(TEXT_PLAIN),
-            retry_after: Some(Duration::from_secs(1)),
+        Http {
+            exchange: Exchange::default(),
+            busy: Answer::new(Failure::Busy.status()),
+            limited: Answer::new(StatusCode::TOO_MANY_REQUESTS),
+            unavailable: Answer::new(Failure::Unavailable.status()),
         }
-    }
-}
-
-const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
-
-/// Logs a lock failure: busy is routine, the others are worth a look.
-pub(crate) fn log_failure(error: &LockError, failure: Failure) {
-    match failure {
-        // A shutdown is routine too: the service is going away on purpose.
-        _ if matches!(error, LockError::ShuttingDown { .. }) => {
-            tracing::debug!(key = error.key(), error = %error, "request not locked: shutting down")
-        }
-        Failure::Busy | Failure::Limited { .. } | Failure::BadKey => {
-            tracing::debug!(key = error.key(), error = %error, "request not locked")
-        }
-        Failure::Unavailable => {
-            tracing::warn!(key = error.key(), error = %error, "lock backend unavailable")
-        }
-        Failure::Internal => tracing::error!(key = error.key(), error = %error, "lock failed"),
-    }
-}
-
-/// The client-facing message for a failure on lock `key`.
-pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String {
-    match failure {
-        Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
-        Failure::Limited { limit } => {
-            format!("too many requests for `{key}` at once (at most {limit}); retry later")
-        }
-        Failure::Unavailable => match error {
-            LockError::LeaseLost { .. } => {
-                format!("lock `{key}` could not be kept; retry later")
-            }
-            LockError::ShuttingDown { .. } => {
-                format!("lock `{key}` is unavailable: the service is shutting down")
-            }
-            _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
-        },
-        Failure::BadKey => error.to_string(),
-        Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
-    }
-}
-
-impl Responder {
-    /// Puts the token in the request's extensions, when asked to.
-    pub(crate) fn prepare<B>(&self, request: &mut Request<B>, guard: &LockGuard) {
-        if self.token_extension {
-            request
-                .extensions_mut()
-                .insert(FencingToken::new(guard.key(), guard.fencing_token()));
-        }
-    }
-
-    /// The inner service's response, with the token header and the guard
-    /// (handed over with `hold_until_body_end`) in its body.
-    pub(crate) fn respond<B>(&self, answer: Answered<Response<B>>) -> Response<ResponseBody<B>> {
-        let (mut parts, body) = answer.response.into_parts();
-        if let (Some(name), Some(token)) = (&self.token_header, answer.token) {
-            parts.headers.insert(name.clone(), HeaderValue::from(token));
-        }
-        Response::from_parts(parts, ResponseBody::inner(body, answer.guard))
     }
 
     /// The answer to a request whose lock was not taken, for `error` of
-    /// class `failure`.
-    pub(crate) fn reject<B>(
-        &self,
-        error: &LockError,
-        failure: Failure,
-    ) -> Response<ResponseBody<B>> {
-        log_failure(error, failure);
+    /// class `failure`: the configured answer of its class, or the default
+    /// status with a message naming the lock.
+    fn rejection<B>(&self, error: &LockError, failure: Failure) -> Response<ResponseBody<B>> {
         let key = error.key().unwrap_or("*");
-        match &self.reject {
-            Reject::Http(http) => http.response(key, error, failure),
-            Reject::Grpc => grpc::status_response(key, error, failure),
-        }
-    }
-}
-
-impl HttpRejection {
-    fn response<B>(
-        &self,
-        key: &str,
-        error: &LockError,
-        failure: Failure,
-    ) -> Response<ResponseBody<B>> {
         let configured = match failure {
             Failure::Busy => Some(&self.busy),
             Failure::Limited { .. } => Some(&self.limited),
@@ -218,10 +87,69 @@ impl HttpRejection {
     }
 }
 
+impl sealed::Sealed for Http {}
+
+impl HttpFlavour for Http {
+    fn exchange_mut(&mut self) -> &mut Exchange {
+        &mut self.exchange
+    }
+}
+
+impl<B, ResBody, E> Flavour<Request<B>, Response<ResBody>, E> for Http {
+    type Response = Response<ResponseBody<ResBody>>;
+
+    fn prepare(&self, request: &mut Request<B>, guard: &LockGuard) {
+        self.exchange.prepare(request, guard);
+    }
+
+    fn hands_over(&self) -> bool {
+        self.exchange.hold_until_body_end
+    }
+
+    fn respond(
+        &self,
+        response: Response<ResBody>,
+        token: Option<u64>,
+        guard: Option<LockGuard>,
+    ) -> Self::Response {
+        self.exchange.respond(response, token, guard)
+    }
+
+    fn reject(&self, error: LockError, failure: Failure) -> Result<Self::Response, E> {
+        log_failure(&error, failure);
+        Ok(self.rejection(&error, failure))
+    }
+}
+
+/// One configurable answer.
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    /// `None`: a `text/plain` message naming the lock.
+    pub(crate) body: Option<Bytes>,
+    pub(crate) content_type: HeaderValue,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl Answer {
+    fn new(status: StatusCode) -> Self {
+        Answer {
+            status,
+            body: None,
+            content_type: HeaderValue::from_static(TEXT_PLAIN),
+            retry_after: Some(Duration::from_secs(1)),
+        }
+    }
+}
+
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
 /// `Retry-After` is in whole seconds: round up, and never 0 (which would
 /// invite an immediate retry storm).
 fn retry_after_secs(after: Duration) -> u64 {
-    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    let secs = after
+        .as_secs()
+        .saturating_add(u64::from(after.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -235,5 +163,7 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
         assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+        // Rounding up the longest duration saturates instead of overflowing.
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 }

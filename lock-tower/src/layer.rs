@@ -1,72 +1,23 @@
-//! [`LockLayer`]: the layer and its options.
+//! [`LockLayer`]: the layer and its options, a builder of the services'
+//! [`Config`]; also the service's constructor from a layer
+//! ([`LockService::new`]), so that the service never imports the layer.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use distlock_core::{Lock, LockClient, LockError};
+use distlock_core::{LockClient, LockOptions};
 use http::{HeaderName, HeaderValue, StatusCode};
 use tower_layer::Layer;
 
-use crate::http::Reject;
-use crate::mode::{ConcurrencyLimit, Exclusive, Fair, LockMode, LockingMode, ReadWrite};
-use crate::{Grpc, Http, LockService, Plain};
-
-/// How long a request waits for a busy lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    For(Duration),
-    Forever,
-}
-
-/// A check of the lock names a key extractor gives; see
-/// [`LockLayer::validate_key`].
-pub(crate) type KeyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
-/// What a [`LockService`] needs: the client, the extractor, the lock options,
-/// the flavour and the mode.
-#[derive(Clone)]
-pub(crate) struct Config<K, P, M> {
-    pub(crate) client: LockClient,
-    pub(crate) extractor: K,
-    pub(crate) check: Option<KeyCheck>,
-    pub(crate) wait: Wait,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) protocol: P,
-    pub(crate) mode: M,
-}
-
-impl<K, P, M> Config<K, P, M> {
-    /// Refuses `key` when the layer's [`validate_key`](LockLayer::validate_key)
-    /// check does, as an invalid lock name.
-    pub(crate) fn check(&self, key: &str) -> Result<(), LockError> {
-        match &self.check {
-            Some(check) if !check(key) => Err(LockError::InvalidKey {
-                key: shown(key),
-                reason: "refused by the service's key check",
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// The lock `request` takes on `key` in the layer's mode, with the
-    /// layer's wait and lease.
-    pub(crate) fn lock<R>(&self, key: String, request: &R) -> Lock
-    where
-        M: LockMode<R>,
-    {
-        let lock = self.mode.lock_for(&self.client, key, request);
-        let lock = match self.wait {
-            Wait::For(wait) => lock.wait(wait),
-            Wait::Forever => lock.wait_forever(),
-        };
-        match self.lease {
-            Some(lease) => lock.lease(lease),
-            None => lock,
-        }
-    }
-}
+use crate::config::Config;
+use crate::flavour::{Exchange, HttpFlavour};
+use crate::grpc::Grpc;
+use crate::http::Http;
+use crate::mode::{ConcurrencyLimit, Exclusive, Fair, LockingMode, ReadWrite};
+use crate::plain::Plain;
+use crate::service::LockService;
 
 /// A tower [`Layer`] that runs each request under a distributed lock chosen
 /// by a [`KeyExtractor`](crate::KeyExtractor).
@@ -147,9 +98,8 @@ impl<K> LockLayer<K, Http> {
                 client,
                 extractor,
                 check: None,
-                wait: Wait::For(Duration::ZERO),
-                lease: None,
-                protocol: Http::new(),
+                options: LockOptions::new(),
+                flavour: Arc::new(Http::new()),
                 mode: Exclusive,
             },
         }
@@ -167,7 +117,7 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     /// answered as busy. The fair lock's keys are its own: a fair layer and a
     /// plain lock on the same name do not exclude each other. Not available
     /// on Redlock: each request is answered `500` (`INTERNAL`) with
-    /// [`LockError::Unsupported`].
+    /// [`LockError::Unsupported`](distlock_core::LockError::Unsupported).
     ///
     /// ```
     /// use std::time::Duration;
@@ -195,9 +145,12 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     /// The lock is writers-first: once a writer waits, new readers wait
     /// behind it, so a stream of reads cannot starve writes. A handler may
     /// take the read lock of its name while the request holds the write lock
-    /// (downgrade), not the other way round ([`LockError::UpgradeRefused`],
+    /// (downgrade), not the other way round
+    /// ([`LockError::UpgradeRefused`](distlock_core::LockError::UpgradeRefused),
     /// answered `500`). The read-write lock's keys are its own. Not
-    /// available on Redlock ([`LockError::Unsupported`], answered `500`).
+    /// available on Redlock
+    /// ([`LockError::Unsupported`](distlock_core::LockError::Unsupported),
+    /// answered `500`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -235,8 +188,11 @@ impl<K, P> LockLayer<K, P, Exclusive> {
     /// Every replica must use the same `max` for a name (the total is not
     /// stored in Redis). `max` must be at least 1: a layer built with 0 logs
     /// an error now and answers every request `500` (`INTERNAL`) with
-    /// distlock-core's [`LockError::InvalidConfig`]. Not available on Redlock
-    /// ([`LockError::Unsupported`], answered `500`).
+    /// distlock-core's
+    /// [`LockError::InvalidConfig`](distlock_core::LockError::InvalidConfig).
+    /// Not available on Redlock
+    /// ([`LockError::Unsupported`](distlock_core::LockError::Unsupported),
+    /// answered `500`).
     ///
     /// ```
     /// use distlock_core::LockClient;
@@ -263,8 +219,8 @@ impl<K, M> LockLayer<K, Http, M> {
     /// The gRPC flavour: lock failures become gRPC statuses. The options set
     /// so far (wait, lease, mode, fencing token, body hold) are kept.
     pub fn grpc(self) -> LockLayer<K, Grpc, M> {
-        let protocol = Grpc::from_http(&self.config.protocol);
-        self.with_protocol(protocol)
+        let exchange = self.config.flavour.exchange.clone();
+        self.with_flavour(Grpc { exchange })
     }
 
     /// The plain tower flavour, for services that are not HTTP: the
@@ -272,14 +228,14 @@ impl<K, M> LockLayer<K, Http, M> {
     /// (which must implement `From<LockError>`, as `tower::BoxError` does).
     /// The wait, lease and mode set so far are kept.
     pub fn plain(self) -> LockLayer<K, Plain, M> {
-        self.with_protocol(Plain)
+        self.with_flavour(Plain)
     }
 
     /// The status when the lock backend did not answer or failed, the lock
     /// could not be kept, or the lock client is shutting down
     /// (`LockError::ShuttingDown`; default `503 Service Unavailable`).
     pub fn unavailable_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.unavailable.status = status);
+        self.http().unavailable.status = status;
         self
     }
 
@@ -289,52 +245,27 @@ impl<K, M> LockLayer<K, Http, M> {
     /// changes it.
     pub fn unavailable_body(mut self, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        self.http_rejection(|r| r.unavailable.body = Some(body));
+        self.http().unavailable.body = Some(body);
         self
     }
 
     /// The `Content-Type` of a 503 answer (default
     /// `text/plain; charset=utf-8`).
     pub fn unavailable_content_type(mut self, content_type: HeaderValue) -> Self {
-        self.http_rejection(|r| r.unavailable.content_type = content_type);
+        self.http().unavailable.content_type = content_type;
         self
     }
 
     /// The `Retry-After` of a 503 answer, in whole seconds rounded up
     /// (default 1 s); `None` leaves the header out.
     pub fn unavailable_retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.unavailable.retry_after = after);
+        self.http().unavailable.retry_after = after;
         self
     }
 
-    fn http_rejection(&mut self, change: impl FnOnce(&mut crate::http::HttpRejection)) {
-        if let Reject::Http(rejection) = &mut Arc::make_mut(&mut self.config.protocol.0).reject {
-            change(rejection);
-        }
-    }
-
-    /// Puts a [`FencingToken`](crate::FencingToken) (the lock name and
-    /// token) in the extensions of each locked request, for the handler
-    /// (default: on).
-    pub fn fencing_token_extension(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).token_extension = enabled;
-        self
-    }
-
-    /// Adds the fencing token to each locked response, in header `name`
-    /// (e.g. `x-fencing-token`; default: no header).
-    pub fn fencing_token_header(mut self, name: HeaderName) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).token_header = Some(name);
-        self
-    }
-
-    /// Holds the lock until the response body has been sent in full (or has
-    /// failed, or been dropped), instead of releasing it when the handler
-    /// returns the response (default: off). For streaming bodies whose
-    /// production must stay under the lock.
-    pub fn hold_until_body_end(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).hold_until_body_end = enabled;
-        self
+    /// The HTTP flavour's own options, to change.
+    fn http(&mut self) -> &mut Http {
+        Arc::make_mut(&mut self.config.flavour)
     }
 }
 
@@ -343,7 +274,7 @@ impl<K, M> LockLayer<K, Http, M> {
 impl<K, M: LockingMode> LockLayer<K, Http, M> {
     /// The status of a busy lock, after the wait (default `409 Conflict`).
     pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.busy.status = status);
+        self.http().busy.status = status;
         self
     }
 
@@ -352,7 +283,7 @@ impl<K, M: LockingMode> LockLayer<K, Http, M> {
     /// [`busy_content_type`](LockLayer::busy_content_type) changes it.
     pub fn busy_body(mut self, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        self.http_rejection(|r| r.busy.body = Some(body));
+        self.http().busy.body = Some(body);
         self
     }
 
@@ -371,14 +302,14 @@ impl<K, M: LockingMode> LockLayer<K, Http, M> {
     /// # let _ = layer;
     /// ```
     pub fn busy_content_type(mut self, content_type: HeaderValue) -> Self {
-        self.http_rejection(|r| r.busy.content_type = content_type);
+        self.http().busy.content_type = content_type;
         self
     }
 
     /// The `Retry-After` of a busy answer, in whole seconds rounded up
     /// (default 1 s); `None` leaves the header out.
     pub fn retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.busy.retry_after = after);
+        self.http().busy.retry_after = after;
         self
     }
 }
@@ -389,7 +320,7 @@ impl<K> LockLayer<K, Http, ConcurrencyLimit> {
     /// after the wait (default `429 Too Many Requests`; `503 Service
     /// Unavailable` is the other usual choice).
     pub fn limit_status(mut self, status: StatusCode) -> Self {
-        self.http_rejection(|r| r.limited.status = status);
+        self.http().limited.status = status;
         self
     }
 
@@ -399,14 +330,14 @@ impl<K> LockLayer<K, Http, ConcurrencyLimit> {
     /// [`limit_content_type`](LockLayer::limit_content_type) changes it.
     pub fn limit_body(mut self, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        self.http_rejection(|r| r.limited.body = Some(body));
+        self.http().limited.body = Some(body);
         self
     }
 
     /// The `Content-Type` of an over-the-limit answer (default
     /// `text/plain; charset=utf-8`).
     pub fn limit_content_type(mut self, content_type: HeaderValue) -> Self {
-        self.http_rejection(|r| r.limited.content_type = content_type);
+        self.http().limited.content_type = content_type;
         self
     }
 
@@ -418,85 +349,62 @@ impl<K> LockLayer<K, Http, ConcurrencyLimit> {
     /// a limited request usually takes, so that a client that retries then
     /// is likely to find a permit free.
     pub fn limit_retry_after(mut self, after: Option<Duration>) -> Self {
-        self.http_rejection(|r| r.limited.retry_after = after);
+        self.http().limited.retry_after = after;
         self
     }
 }
 
-impl<K, M> LockLayer<K, Grpc, M> {
-    /// Puts a [`FencingToken`](crate::FencingToken) in the extensions of each
-    /// locked call, where tonic hands it on in `Request::extensions()`
-    /// (default: on).
+/// The options of the flavours that answer HTTP requests ([`Http`] and
+/// [`Grpc`]).
+impl<K, P: HttpFlavour, M> LockLayer<K, P, M> {
+    /// Puts a [`FencingToken`](crate::FencingToken) (the lock name and
+    /// token) in the extensions of each locked request, for the handler; in
+    /// tonic, `Request::extensions()` hands it on (default: on).
     pub fn fencing_token_extension(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).token_extension = enabled;
+        self.exchange().token_extension = enabled;
         self
     }
 
-    /// Adds the fencing token to the response metadata of each locked call,
-    /// under `name` (e.g. `x-fencing-token`; default: none).
+    /// Adds the fencing token to each locked response, in header `name`
+    /// (e.g. `x-fencing-token`; in gRPC, response metadata under `name`;
+    /// default: none).
     pub fn fencing_token_header(mut self, name: HeaderName) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).token_header = Some(name);
+        self.exchange().token_header = Some(name);
         self
     }
 
-    /// Holds the lock until the response body (for a server-streaming call:
-    /// the whole stream) has been sent (default: off).
+    /// Holds the lock until the response body (for a server-streaming gRPC
+    /// call: the whole stream) has been sent in full (or has failed, or been
+    /// dropped), instead of releasing it when the handler returns the
+    /// response (default: off). For streaming bodies whose production must
+    /// stay under the lock.
     pub fn hold_until_body_end(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.config.protocol.0).hold_until_body_end = enabled;
+        self.exchange().hold_until_body_end = enabled;
         self
+    }
+
+    fn exchange(&mut self) -> &mut Exchange {
+        Arc::make_mut(&mut self.config.flavour).exchange_mut()
     }
 }
 
 impl<K, P, M> LockLayer<K, P, M> {
-    fn with_protocol<Q>(self, protocol: Q) -> LockLayer<K, Q, M> {
-        let Config {
-            client,
-            extractor,
-            check,
-            wait,
-            lease,
-            protocol: _,
-            mode,
-        } = self.config;
+    fn with_flavour<Q>(self, flavour: Q) -> LockLayer<K, Q, M> {
         LockLayer {
-            config: Config {
-                client,
-                extractor,
-                check,
-                wait,
-                lease,
-                protocol,
-                mode,
-            },
+            config: self.config.with_flavour(flavour),
         }
     }
 
     fn with_mode<N>(self, mode: N) -> LockLayer<K, P, N> {
-        let Config {
-            client,
-            extractor,
-            check,
-            wait,
-            lease,
-            protocol,
-            mode: _,
-        } = self.config;
         LockLayer {
-            config: Config {
-                client,
-                extractor,
-                check,
-                wait,
-                lease,
-                protocol,
-                mode,
-            },
+            config: self.config.with_mode(mode),
         }
     }
+
     /// Waits up to `wait` for a busy lock (woken by the holder's release);
     /// `Duration::ZERO`, the default, tries once.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.config.wait = Wait::For(wait);
+        self.config.options = self.config.options.wait(wait);
         self
     }
 
@@ -504,7 +412,7 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// every request before it on the same lock is done, or until its client
     /// gives up; prefer a bounded [`wait`](LockLayer::wait).
     pub fn wait_forever(mut self) -> Self {
-        self.config.wait = Wait::Forever;
+        self.config.options = self.config.options.wait_forever();
         self
     }
 
@@ -513,7 +421,35 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// lock is in watchdog mode: the client's lease, renewed while the
     /// request runs.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = Some(lease);
+        self.config.options = self.config.options.lease(lease);
+        self
+    }
+
+    /// Takes every lock option from `options` (wait, lease, minimum hold),
+    /// replacing what [`wait`](LockLayer::wait),
+    /// [`wait_forever`](LockLayer::wait_forever) and
+    /// [`lease`](LockLayer::lease) set before: the same
+    /// [`LockOptions`] value configures a lock taken by hand
+    /// ([`Lock::options`](distlock_core::Lock::options)) and the layer's.
+    ///
+    /// A [minimum hold](LockOptions::hold_at_least) keeps each request's lock
+    /// held that long after it was taken, even when the handler answers
+    /// sooner (the release then cuts the lease to what is left).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, LockOptions};
+    /// use distlock_tower::{LockLayer, PathTemplate};
+    ///
+    /// let options = LockOptions::new()
+    ///     .wait(Duration::from_secs(5))
+    ///     .lease(Duration::from_secs(30));
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/orders/{id}/pay", "order:{id}"))
+    ///     .options(options);
+    /// # let _ = layer;
+    /// ```
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.config.options = options;
         self
     }
 
@@ -521,7 +457,9 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// happens: a name `check` refuses is not locked, the inner service is
     /// not called, and nothing is sent to the backend. The request is
     /// answered as for an invalid lock name: `400 Bad Request` (HTTP),
-    /// `INVALID_ARGUMENT` (gRPC), or [`LockError::InvalidKey`] (plain).
+    /// `INVALID_ARGUMENT` (gRPC), or
+    /// [`LockError::InvalidKey`](distlock_core::LockError::InvalidKey)
+    /// (plain).
     ///
     /// The layer runs before the handler's extractors, so a request the
     /// handler would reject (a path parameter that does not parse, an
@@ -573,41 +511,27 @@ where
     }
 }
 
-impl<K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockLayer<K, P, M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockLayer")
-            .field("client", &self.config.client)
-            .field("extractor", &std::any::type_name::<K>())
-            .field("validate_key", &self.config.check.is_some())
-            .field("wait", &self.config.wait)
-            .field("lease", &self.config.lease)
-            .field("protocol", &self.config.protocol)
-            .field("mode", &self.config.mode)
-            .finish()
+// The service's constructor from a layer lives with the layer, so that the
+// service does not depend on the layer that builds it.
+impl<S, K, P, M> LockService<S, K, P, M> {
+    /// Wraps `inner` with the lock configured on `layer`.
+    pub fn new(inner: S, layer: LockLayer<K, P, M>) -> Self {
+        LockService::with_config(inner, Arc::new(layer.config))
     }
 }
 
-/// A lock name cut to a length that fits an error message (as distlock-core
-/// shows names in its errors): a refused name comes from the client and may
-/// be long.
-fn shown(key: &str) -> String {
-    const SHOWN: usize = 64;
-    if key.len() <= SHOWN {
-        return key.to_owned();
+impl<K, P: fmt::Debug, M: fmt::Debug> fmt::Debug for LockLayer<K, P, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("LockLayer");
+        self.config.debug_fields(&mut out);
+        out.finish()
     }
-    let mut end = SHOWN;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}... ({} bytes)",
-        key.get(..end).unwrap_or_default(),
-        key.len()
-    )
 }
 
 #[cfg(test)]
 mod tests {
+    use distlock_core::LockError;
+
     use super::*;
 
     #[test]

@@ -6,9 +6,11 @@
 //!   closure, or a built-in [`PathTemplate`] (`/orders/{id}/pay` ->
 //!   `order:{id}`), [`HeaderKey`] or [`GrpcKey`]. `None` lets a request
 //!   through unlocked.
-//! - The lock options are distlock-core's: [`wait`](LockLayer::wait) (default:
-//!   try once) and a fixed [`lease`](LockLayer::lease) (default: watchdog,
-//!   renewed while the handler runs).
+//! - The lock options are distlock-core's [`LockOptions`](distlock_core::LockOptions),
+//!   given whole with [`options`](LockLayer::options) or one by one:
+//!   [`wait`](LockLayer::wait) (default: try once) and a fixed
+//!   [`lease`](LockLayer::lease) (default: watchdog, renewed while the
+//!   handler runs).
 //! - The [`mode`] picks the primitive of the lock family a request
 //!   takes on its name: the plain lock (default), the fair lock
 //!   ([`fair`](LockLayer::fair)), the read or write lock of a read-write
@@ -21,7 +23,8 @@
 //!   [`hold_until_body_end`](LockLayer::hold_until_body_end), in the
 //!   [`ResponseBody`]), and the handler runs in its ownership scope: a
 //!   domain function that takes the same lock re-enters it.
-//! - A request that does not get its lock gets an answer from its flavour:
+//! - A request that does not get its lock gets an answer from its flavour
+//!   (a [`Flavour`], part of the layer's type like the mode):
 //!   [`Http`] (409 with `Retry-After` for a lock held by another owner, 429
 //!   with `Retry-After` over a concurrency limit, 503 with `Retry-After`
 //!   when the backend did not answer; never an error, so axum can serve it),
@@ -113,20 +116,41 @@
     )
 )]
 
+// The files depend on each other one way, from the layer down (the test
+// `tests/architecture.rs` checks it):
+//
+//   layer    -> config, service, flavour, http, grpc, plain, mode
+//   service  -> config, future, flavour, extract, mode, http (type default)
+//   future   -> flavour, release, status, http and plain (type defaults)
+//   http, grpc, plain -> flavour, body, status (each builds its own answers)
+//   flavour  -> body, status, token
+//   body     -> release
+//   config   -> mode
+//   status, release, token, extract, mode: leaves
+//
+// The layer builds a config and services from it; a service names each
+// request's lock and starts a future; the future takes the lock, calls the
+// inner service, releases the lock, and has the request's flavour (the
+// sealed `Flavour`, implemented once in each of http, grpc and plain) build
+// the answer, a rejection included. No file imports through the crate root.
 mod body;
+mod config;
 mod extract;
+mod flavour;
 mod future;
 mod grpc;
 mod http;
 mod layer;
 pub mod mode;
 mod plain;
+mod release;
 mod service;
 mod status;
 mod token;
 
 pub use body::ResponseBody;
 pub use extract::{GrpcKey, HeaderKey, KeyExtractor, Or, PathTemplate};
+pub use flavour::{Flavour, HttpFlavour};
 pub use future::{PlainResponseFuture, ResponseFuture};
 pub use grpc::Grpc;
 pub use http::Http;

@@ -1,14 +1,18 @@
-//! Which answer each [`LockError`] gets: the HTTP status ([`http_status`])
-//! and the gRPC code (`grpc_code`, with the `tonic` feature) the layer
-//! answers with, public so that a handler can answer a lock error of its own
-//! the way the layer does.
+//! How each [`LockError`] is answered: its class ([`Failure`]), the HTTP
+//! status ([`http_status`]) and gRPC code (`grpc_code`, with the `tonic`
+//! feature) of the class, the message the client reads and the line the log
+//! gets. The functions are public so that a handler can answer a lock error
+//! of its own the way the layer does.
 
 use distlock_core::LockError;
 use http::StatusCode;
 
 /// How the layer classifies a lock failure: one class per answer.
+///
+/// `pub` because the sealed [`Flavour`](crate::Flavour)'s hidden `reject`
+/// takes it; this module is private, so no one outside the crate can name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Held by another owner (after the wait): the client may retry later.
     Busy,
     /// The concurrency limit of `limit` requests per name was reached (after
@@ -91,6 +95,44 @@ impl Failure {
     }
 }
 
+/// Logs a lock failure: busy is routine, the others are worth a look.
+pub(crate) fn log_failure(error: &LockError, failure: Failure) {
+    match failure {
+        // A shutdown is routine too: the service is going away on purpose.
+        _ if matches!(error, LockError::ShuttingDown { .. }) => {
+            tracing::debug!(key = error.key(), error = %error, "request not locked: shutting down")
+        }
+        Failure::Busy | Failure::Limited { .. } | Failure::BadKey => {
+            tracing::debug!(key = error.key(), error = %error, "request not locked")
+        }
+        Failure::Unavailable => {
+            tracing::warn!(key = error.key(), error = %error, "lock backend unavailable")
+        }
+        Failure::Internal => tracing::error!(key = error.key(), error = %error, "lock failed"),
+    }
+}
+
+/// The client-facing message for a failure on lock `key`.
+pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String {
+    match failure {
+        Failure::Busy => format!("lock `{key}` is held by another request; retry later"),
+        Failure::Limited { limit } => {
+            format!("too many requests for `{key}` at once (at most {limit}); retry later")
+        }
+        Failure::Unavailable => match error {
+            LockError::LeaseLost { .. } => {
+                format!("lock `{key}` could not be kept; retry later")
+            }
+            LockError::ShuttingDown { .. } => {
+                format!("lock `{key}` is unavailable: the service is shutting down")
+            }
+            _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
+        },
+        Failure::BadKey => error.to_string(),
+        Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
+    }
+}
+
 /// The HTTP status the layer answers `error` with by default, for handlers
 /// that meet a [`LockError`] themselves (a domain function that takes
 /// another lock) and should answer as the layer does.
@@ -162,7 +204,7 @@ pub fn grpc_code(error: &LockError) -> tonic::Code {
 pub fn grpc_status(error: &LockError) -> tonic::Status {
     let failure = Failure::of(error);
     let key = error.key().unwrap_or("*");
-    tonic::Status::new(grpc_code(error), crate::http::message(key, error, failure))
+    tonic::Status::new(grpc_code(error), message(key, error, failure))
 }
 
 #[cfg(test)]

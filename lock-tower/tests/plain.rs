@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockError};
+use distlock_core::{LockClient, LockError, LockOptions};
 use distlock_tower::LockLayer;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
@@ -131,6 +131,50 @@ async fn lock_is_free_when_the_result_arrives() {
         .await
         .unwrap()
         .is_some());
+}
+
+/// The layer's `LockOptions` reach each lock whole: a minimum hold keeps a
+/// quick job's lock taken after its result, until the hold is over, and the
+/// wait in the same value lets the next job wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_reach_the_lock() {
+    let client = LockClient::memory();
+    let hold = Duration::from_millis(300);
+    let options = LockOptions::new().hold_at_least(hold);
+    let quick = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .options(options)
+        .layer(service_fn(|_: Job| async { Ok::<_, LockError>(()) }));
+    let started = Instant::now();
+    quick
+        .clone()
+        .oneshot(Job { account: Some(8) })
+        .await
+        .unwrap();
+    let busy = client.lock("account:8").acquire().await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+
+    // The same options with a wait: the next job waits out the hold.
+    let waiting = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .options(options.wait(Duration::from_secs(5)))
+        .layer(service_fn(|_: Job| async { Ok::<_, LockError>(()) }));
+    waiting.oneshot(Job { account: Some(8) }).await.unwrap();
+    assert!(started.elapsed() >= hold, "{:?}", started.elapsed());
+
+    // `options` replaces what was set before it: no wait left, so busy.
+    let replaced = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .wait(Duration::from_secs(5))
+        .options(LockOptions::new())
+        .layer(service_fn(|_: Job| async { Ok::<_, LockError>(()) }));
+    let held = client.lock("account:9").acquire().await.unwrap();
+    let error = replaced
+        .oneshot(Job { account: Some(9) })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::Busy { .. }), "{error:?}");
+    held.release().await.unwrap();
 }
 
 /// Dropping the response future mid-job (a timeout above, a cancelled
