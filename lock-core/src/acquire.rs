@@ -819,6 +819,12 @@ mod tests {
         store: MemoryStore,
         delay: Duration,
         stalled: Arc<AtomicBool>,
+        /// Armed: the next fair-lock attempt that finds the lock busy is
+        /// followed by a grant message for the attempting owner whose token
+        /// is the counter that attempt saw: a grant made before the attempt
+        /// and delivered after it (grants come on the subscription
+        /// connection, attempts on the command connection).
+        stale_grant: AtomicBool,
     }
 
     const STALL: Duration = Duration::from_millis(500);
@@ -843,6 +849,15 @@ mod tests {
                     });
                 }
                 let attempt = self.store.acquire(key, owner, lease).await;
+                if let Ok(Attempt::Busy {
+                    fence: Some(fence), ..
+                }) = attempt
+                {
+                    if self.stale_grant.swap(false, Ordering::SeqCst) {
+                        let grant = format!("g {owner} {fence}");
+                        self.store.waiters().message(&key.channel, grant.as_bytes());
+                    }
+                }
                 tokio::time::sleep(self.delay).await;
                 attempt
             }
@@ -915,6 +930,7 @@ mod tests {
             store: store.clone(),
             delay,
             stalled,
+            stale_grant: AtomicBool::new(false),
         });
         let lease = Duration::from_secs(30);
         Arc::new(ClientCore::new(
@@ -1051,96 +1067,6 @@ mod tests {
         );
     }
 
-    /// The in-memory store, but the first fair-lock attempt that finds the
-    /// lock busy is followed by a grant message for the attempting owner
-    /// whose token is the counter that attempt saw: a grant made before the
-    /// attempt and delivered after it (grants come on the subscription
-    /// connection, attempts on the command connection).
-    #[derive(Debug)]
-    struct StaleGrant {
-        store: MemoryStore,
-        sent: AtomicBool,
-    }
-
-    impl Backend for StaleGrant {
-        fn server(&self) -> &str {
-            "stale"
-        }
-        fn acquire<'a>(
-            &'a self,
-            key: &'a LockKey,
-            owner: &'a str,
-            lease: Duration,
-        ) -> BoxFuture<'a, Result<Attempt, LockError>> {
-            async move {
-                let attempt = self.store.acquire(key, owner, lease).await;
-                if let Ok(Attempt::Busy {
-                    fence: Some(fence), ..
-                }) = attempt
-                {
-                    if !self.sent.swap(true, Ordering::SeqCst) {
-                        let grant = format!("g {owner} {fence}");
-                        self.store.waiters().message(&key.channel, grant.as_bytes());
-                    }
-                }
-                attempt
-            }
-            .boxed()
-        }
-        fn release<'a>(
-            &'a self,
-            key: &'a LockKey,
-            owner: &'a str,
-        ) -> BoxFuture<'a, Result<Released, LockError>> {
-            self.store.release(key, owner)
-        }
-        fn rollback<'a>(
-            &'a self,
-            key: &'a LockKey,
-            owner: &'a str,
-        ) -> BoxFuture<'a, Result<bool, LockError>> {
-            self.store.rollback(key, owner)
-        }
-        fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-            self.store.force_release(key)
-        }
-        fn renew<'a>(
-            &'a self,
-            items: &'a [RenewItem],
-            lease: Duration,
-        ) -> BoxFuture<'a, Vec<Renewal>> {
-            self.store.renew(items, lease)
-        }
-        fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-            self.store.inspect(key)
-        }
-        fn subscribers<'a>(
-            &'a self,
-            keys: &'a [LockKey],
-        ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
-            self.store.subscribers(keys)
-        }
-        fn layouts<'a>(
-            &'a self,
-            mine: Option<&'a str>,
-        ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-            self.store.layouts(mine)
-        }
-        fn inspect_family<'a>(
-            &'a self,
-            key: &'a LockKey,
-        ) -> BoxFuture<'a, Result<crate::info::FamilyState, LockError>> {
-            self.store.inspect_family(key)
-        }
-        fn list<'a>(
-            &'a self,
-            prefix: &'a str,
-            name_prefix: &'a str,
-        ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
-            self.store.list(prefix, name_prefix)
-        }
-    }
-
     /// A fair-lock waiter never takes a grant older than its own last
     /// attempt: a grant message with a token at or below the counter that
     /// attempt saw (made before it, delivered after it) is a wake-up, not a
@@ -1153,9 +1079,11 @@ mod tests {
     #[tokio::test]
     async fn a_fair_waiter_does_not_take_a_grant_older_than_its_attempt() {
         let store = MemoryStore::new();
-        let backend = Arc::new(StaleGrant {
+        let backend = Arc::new(SlowAnswers {
             store: store.clone(),
-            sent: AtomicBool::new(false),
+            delay: Duration::ZERO,
+            stalled: Arc::default(),
+            stale_grant: AtomicBool::new(true),
         });
         let core = Arc::new(ClientCore::new(
             "c".into(),

@@ -354,15 +354,23 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("CONFIG RESETSTAT on {}: {e}", self.url()));
     }
 
-    /// The number of keys in the current database (`DBSIZE`).
+    /// The number of keys in the current database (`DBSIZE`), not counting
+    /// the registry of lock layouts (`distlock:layouts`) that every lock
+    /// client writes when it connects: the keys that locks left.
     ///
     /// # Panics
     ///
     /// Panics if the server cannot be reached.
     pub fn dbsize(&self) -> u64 {
-        redis::cmd("DBSIZE")
-            .query(&mut self.conn())
-            .unwrap_or_else(|e| panic!("DBSIZE on {}: {e}", self.url()))
+        let mut conn = self.conn();
+        let all: u64 = redis::cmd("DBSIZE")
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("DBSIZE on {}: {e}", self.url()));
+        let registry: u64 = redis::cmd("EXISTS")
+            .arg("distlock:layouts")
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("EXISTS on {}: {e}", self.url()));
+        all.saturating_sub(registry)
     }
 
     /// Whether the process is alive. A paused server counts as running.
