@@ -51,16 +51,21 @@ impl Supervised {
         if state.task.as_ref().is_some_and(|task| !task.is_finished()) {
             return true;
         }
-        let runtime = match Handle::try_current() {
-            Ok(runtime) => runtime,
+        let (runtime, remembered) = match Handle::try_current() {
+            Ok(runtime) => (runtime, false),
             Err(_) => match &state.runtime {
-                Some(runtime) => runtime.clone(),
+                Some(runtime) => (runtime.clone(), true),
                 None => return false,
             },
         };
-        // (A runtime shut down since cancels the task at once: the next call
-        // finds it finished and tries again.)
-        state.task = Some(runtime.spawn(start()));
+        let task = runtime.spawn(start());
+        // A remembered runtime that has shut down since cancels the task at
+        // once: it is forgotten, and there is nothing to run on.
+        if remembered && task.is_finished() {
+            state.runtime = None;
+            return false;
+        }
+        state.task = Some(task);
         state.runtime = Some(runtime);
         true
     }
