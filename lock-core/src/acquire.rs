@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Attempt, Renewal, Unsupported};
+use crate::backend::{Attempt, Busy, Renewal, Unsupported};
 use crate::client_core::ClientCore;
 use crate::held::{HeldLock, Lease};
 use crate::hot::{Keeper, Take};
@@ -186,20 +186,6 @@ fn check_kind(core: &ClientCore, key: &LockKey) -> Result<(), LockError> {
         }
     }
     Ok(())
-}
-
-/// A busy answer: the holder's remaining lease when known, and (the fair
-/// lock) the fencing counter when the attempt was answered.
-#[derive(Debug, Clone, Copy)]
-struct Busy {
-    ttl: Option<Duration>,
-    fence: Option<u64>,
-}
-
-impl Busy {
-    fn ttl(ttl: Option<Duration>) -> Self {
-        Busy { ttl, fence: None }
-    }
 }
 
 /// One acquisition in progress.
@@ -526,7 +512,12 @@ impl Request<'_> {
             Some(keeper) => match keeper.take(&self.key.channel) {
                 Take::Idle(idle) => return self.take_kept(keeper, idle).map(Ok),
                 // Another scope of this client uses it: its release wakes us.
-                Take::InUse(left) => return Ok(Err(Busy::ttl(Some(left)))),
+                Take::InUse(left) => {
+                    return Ok(Err(Busy {
+                        ttl: Some(left),
+                        fence: None,
+                    }))
+                }
                 Take::Absent => keeper.field(&self.core.id),
             },
             None => self.scope.owner.clone(),
@@ -540,9 +531,9 @@ impl Request<'_> {
             .await;
         let token = match reply {
             Ok(Attempt::Acquired { token }) => token,
-            Ok(Attempt::Busy { ttl, fence }) => {
+            Ok(Attempt::Busy(busy)) => {
                 pending.armed = false;
-                return Ok(Err(Busy { ttl, fence }));
+                return Ok(Err(busy));
             }
             // The request may have been granted without us hearing of it:
             // `pending` takes it back on drop.
@@ -849,9 +840,9 @@ mod tests {
                     });
                 }
                 let attempt = self.store.acquire(key, owner, lease).await;
-                if let Ok(Attempt::Busy {
+                if let Ok(Attempt::Busy(Busy {
                     fence: Some(fence), ..
-                }) = attempt
+                })) = attempt
                 {
                     if self.stale_grant.swap(false, Ordering::SeqCst) {
                         let grant = format!("g {owner} {fence}");

@@ -157,7 +157,6 @@ impl ClientCore {
     /// Restarts background work whose runtime has gone (called on every
     /// acquisition and by `lost()`; cheap when all runs).
     pub(crate) fn ensure_background(&self) {
-        self.janitor.remember_runtime();
         self.watchdog.ensure_running();
         self.janitor.ensure_running();
         self.backend.ensure_running();

@@ -30,6 +30,9 @@ pub struct LockGuard {
     lock: Arc<HeldLock>,
     scope: Arc<Scope>,
     done: bool,
+    /// The runtime the lock was acquired on, where a guard dropped on a
+    /// thread without one releases it.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl LockGuard {
@@ -39,6 +42,7 @@ impl LockGuard {
             lock,
             scope,
             done: false,
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -226,7 +230,14 @@ impl Drop for LockGuard {
         if self.done || !self.scope.drop_hold(&self.lock) {
             return;
         }
-        // `release_last` stops the renewals first.
+        // `release_last` stops the renewals first. Dropped on a thread
+        // without a runtime (a `std::thread`, a rayon pool), the release runs
+        // on the runtime the lock was acquired on; where that one has shut
+        // down, it waits for the next runtime the client is used on.
+        let _entered = match (tokio::runtime::Handle::try_current(), &self.runtime) {
+            (Err(_), Some(runtime)) => Some(runtime.enter()),
+            _ => None,
+        };
         release::release_in_background(&self.core, self.lock.clone(), false);
     }
 }
@@ -279,8 +290,8 @@ mod tests {
     }
 
     /// A guard dropped on a thread without a runtime (a `std::thread`, a
-    /// rayon pool) is released at once on the runtime the client is used
-    /// on, not at the next use of the client or the end of its lease; one
+    /// rayon pool) is released at once on the runtime it was acquired on,
+    /// not at the next use of the client or the end of its lease; one
     /// dropped after that runtime shut down is released on the next one the
     /// client is used on, without a panic.
     #[test]

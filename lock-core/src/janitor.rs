@@ -4,10 +4,8 @@
 //! Jobs are kept here until they finish, and run by one [`Supervised`] task:
 //! when its runtime goes away mid-job, the next call from another runtime
 //! starts a task there that runs the unfinished jobs again from the start
-//! (every job is safe to repeat). A job queued on a thread without a runtime
-//! (a guard dropped on a `std::thread` or a rayon pool) runs on the runtime
-//! the client was used on; where that one shut down too, it waits for the
-//! next runtime the client is used on.
+//! (every job is safe to repeat). A job queued where there is no runtime at
+//! all (a guard dropped after its runtime shut down) waits for the next one.
 //! A client's shutdown waits (bounded) for the jobs to finish; jobs queued
 //! after it still run (they only delete this client's own entries).
 
@@ -37,8 +35,6 @@ struct Shared {
     /// Woken when the last pending job finished.
     drained: Notify,
     task: Supervised,
-    /// A runtime was remembered (see [`Janitor::remember_runtime`]).
-    remembered: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,22 +92,6 @@ impl Janitor {
                 self.start(&jobs);
             }
             drained.await;
-        }
-    }
-
-    /// Remembers the runtime the client is used on, where a job queued on a
-    /// thread without a runtime (a guard dropped on a `std::thread`) runs.
-    /// Cheap after the first call.
-    pub(crate) fn remember_runtime(&self) {
-        if !self
-            .shared
-            .remembered
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            self.shared.task.remember_runtime();
-            self.shared
-                .remembered
-                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

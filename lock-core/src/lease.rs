@@ -11,8 +11,6 @@ use tokio::time::Instant;
 
 use crate::LockError;
 
-pub(crate) use crate::wire::ASK_AGAIN;
-
 /// The default lease of watchdog-mode locks (renewed every third of it).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The shortest watchdog lease accepted (it is renewed every third of it).

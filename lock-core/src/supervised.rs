@@ -26,19 +26,13 @@ struct State {
     task: Option<JoinHandle<()>>,
     /// Stopped for good: never started again.
     stopped: bool,
-    /// The runtime the task last ran on (or its owner was last used on):
-    /// where a task needed from a thread without a runtime (a guard dropped
-    /// on a `std::thread`) is started.
-    runtime: Option<Handle>,
 }
 
 impl Supervised {
     /// Makes sure the task runs: spawns `start()` on the current runtime
-    /// when it has never run, or its task is gone; from a thread without a
-    /// runtime, on the runtime remembered last (see
-    /// [`remember_runtime`](Supervised::remember_runtime)). Returns false when
-    /// there is no runtime to run it on (the caller's work then waits until a
-    /// later call from inside a runtime), or when the task was stopped for good.
+    /// when it has never run, or its task is gone. Returns false when there
+    /// is no runtime to run it on (the caller's work then waits until a later
+    /// call from inside a runtime), or when the task was stopped for good.
     pub(crate) fn ensure<F, Fut>(&self, start: F) -> bool
     where
         F: FnOnce() -> Fut,
@@ -51,33 +45,11 @@ impl Supervised {
         if state.task.as_ref().is_some_and(|task| !task.is_finished()) {
             return true;
         }
-        let (runtime, remembered) = match Handle::try_current() {
-            Ok(runtime) => (runtime, false),
-            Err(_) => match &state.runtime {
-                Some(runtime) => (runtime.clone(), true),
-                None => return false,
-            },
-        };
-        let task = runtime.spawn(start());
-        // A remembered runtime that has shut down since cancels the task at
-        // once: it is forgotten, and there is nothing to run on.
-        if remembered && task.is_finished() {
-            state.runtime = None;
+        let Ok(runtime) = Handle::try_current() else {
             return false;
-        }
-        state.task = Some(task);
-        state.runtime = Some(runtime);
+        };
+        state.task = Some(runtime.spawn(start()));
         true
-    }
-
-    /// Remembers the current runtime, if there is one and none is
-    /// remembered yet, for a later [`ensure`](Supervised::ensure) from a
-    /// thread without a runtime.
-    pub(crate) fn remember_runtime(&self) {
-        let mut state = self.state.lock();
-        if state.runtime.is_none() {
-            state.runtime = Handle::try_current().ok();
-        }
     }
 
     /// Whether the task runs now.

@@ -36,20 +36,25 @@ pub use memory::MemoryStore;
 pub(crate) enum Attempt {
     /// The lock is ours, with this fencing token.
     Acquired { token: u64 },
-    /// Another owner holds it; `ttl` is its remaining lease when it has one.
-    /// `fence` (the fair lock): the fencing counter when the attempt was
-    /// answered, so that a grant message with a token at or below it, made
-    /// before this attempt and delivered after it, is known to be stale.
-    Busy {
-        ttl: Option<Duration>,
-        fence: Option<u64>,
-    },
+    /// Another owner holds it.
+    Busy(Busy),
+}
+
+/// A busy answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Busy {
+    /// The holder's remaining lease, when it has one.
+    pub(crate) ttl: Option<Duration>,
+    /// The fair lock: the fencing counter when the attempt was answered, so
+    /// that a grant message with a token at or below it, made before this
+    /// attempt and delivered after it, is known to be stale.
+    pub(crate) fence: Option<u64>,
 }
 
 impl Attempt {
     /// Busy, with the holder's remaining lease when known.
     pub(crate) fn busy(ttl: Option<Duration>) -> Self {
-        Attempt::Busy { ttl, fence: None }
+        Attempt::Busy(Busy { ttl, fence: None })
     }
 }
 

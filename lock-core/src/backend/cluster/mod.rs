@@ -383,8 +383,9 @@ impl ClusterBackend {
         };
         let timeout = self.settings.response_timeout;
         if self.subscription.is_sharded() {
-            let mut counts = Vec::with_capacity(keys.len());
-            for key in keys {
+            // One command per lock on its master, all in flight at once on
+            // the multiplexed connection.
+            let counts = futures_util::future::join_all(keys.iter().map(|key| async move {
                 let mut target = Routed {
                     conn: self.conn.clone(),
                     node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
@@ -392,12 +393,13 @@ impl ClusterBackend {
                         SlotAddr::Master,
                     ))),
                 };
-                let count = listeners::count(&mut target, &[&key.channel], true, timeout)
-                    .await
-                    .map_err(backend_error)?;
-                counts.push(count.first().copied().unwrap_or(0));
-            }
-            return Ok(counts);
+                listeners::count(&mut target, &[&key.channel], true, timeout).await
+            }))
+            .await;
+            return counts
+                .into_iter()
+                .map(|count| Ok(count.map_err(backend_error)?.first().copied().unwrap_or(0)))
+                .collect();
         }
         let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
         let mut sums = vec![0u64; keys.len()];

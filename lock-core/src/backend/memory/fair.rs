@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{after, next_token, until, Entry, MemoryStore, State};
-use crate::backend::Attempt;
+use crate::backend::{Attempt, Busy};
 use crate::lease::QUEUE_PRESENCE;
 use crate::name::LockKey;
 
@@ -103,10 +103,10 @@ impl Fair {
         }
         // The counter now: a grant at or below it was made before this
         // attempt (see `Attempt::Busy`).
-        Attempt::Busy {
+        Attempt::Busy(Busy {
             ttl: Some(ttl),
             fence: Some(*fence),
-        }
+        })
     }
 
     /// Hands the (free) lock to the head of the queue: it becomes the holder

@@ -404,7 +404,7 @@ mod tests {
     #[track_caller]
     pub(super) fn busy(attempt: Attempt) -> Option<Duration> {
         match attempt {
-            Attempt::Busy { ttl, .. } => ttl,
+            Attempt::Busy(busy) => busy.ttl,
             other => panic!("expected busy, got {other:?}"),
         }
     }

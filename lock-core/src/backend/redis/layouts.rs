@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::command::{self, Target};
+use super::reply;
 use crate::error::BackendError;
 
 /// The registry's key (outside every lock prefix; an ACL user that cannot
@@ -45,8 +46,7 @@ pub(crate) async fn exchange<T: Target>(
 }
 
 fn parse(reply: Value) -> Result<Vec<String>, BackendError> {
-    let mut layouts: Vec<String> =
-        redis::from_redis_value(reply).map_err(|e| BackendError::Redis(e.into()))?;
+    let mut layouts: Vec<String> = reply::parse(reply)?;
     layouts.sort();
     Ok(layouts)
 }

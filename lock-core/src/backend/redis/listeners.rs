@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::command::{self, Target};
+use super::reply;
 use crate::error::BackendError;
 
 /// The subscriptions of each of `channels` where `target` sends (one
@@ -31,8 +32,7 @@ pub(crate) async fn count<T: Target>(
 
 /// `[channel, count, ...]` (or a map of them) in the order of `channels`.
 fn parse(reply: Value, channels: &[&str]) -> Result<Vec<u64>, BackendError> {
-    let pairs: Vec<(String, u64)> =
-        redis::from_redis_value(reply).map_err(|e| BackendError::Redis(e.into()))?;
+    let pairs: Vec<(String, u64)> = reply::parse(reply)?;
     Ok(channels
         .iter()
         .map(|channel| {

@@ -7,7 +7,7 @@ use redis::{RedisError, RedisResult, Value};
 
 use super::command::{self, Replies, Target};
 use super::scripts;
-use crate::backend::{Attempt, Renewal};
+use crate::backend::{Attempt, Busy, Renewal};
 use crate::name::LockKey;
 use crate::{BackendError, LockError};
 
@@ -53,13 +53,13 @@ pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {
         // again soon even if the request is missed.
         2 => Attempt::busy(Some(
             u64::try_from(value)
-                .map_or(crate::lease::ASK_AGAIN, Duration::from_millis)
-                .min(crate::lease::ASK_AGAIN),
+                .map_or(crate::wire::ASK_AGAIN, Duration::from_millis)
+                .min(crate::wire::ASK_AGAIN),
         )),
-        _ => Attempt::Busy {
+        _ => Attempt::Busy(Busy {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
             fence,
-        },
+        }),
     })
 }
 
@@ -95,7 +95,7 @@ pub(crate) fn failed_all(n: usize, err: &BackendError) -> Vec<Renewal> {
         .collect()
 }
 
-fn parse<T: redis::FromRedisValue>(reply: Value) -> Result<T, BackendError> {
+pub(crate) fn parse<T: redis::FromRedisValue>(reply: Value) -> Result<T, BackendError> {
     redis::from_redis_value(reply).map_err(|e| BackendError::Redis(e.into()))
 }
 

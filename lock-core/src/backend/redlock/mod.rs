@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::redis::reply;
 use super::standalone::RedisBackend;
-use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
+use super::{Attempt, Backend, Busy, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
 use crate::lease::drift;
 use crate::name::LockKey;
@@ -108,7 +108,7 @@ impl RedlockBackend {
                     tokens.push(token);
                     "granted".to_owned()
                 }
-                Ok(Attempt::Busy { ttl, .. }) => {
+                Ok(Attempt::Busy(Busy { ttl, .. })) => {
                     busy_ttl = Some(match (busy_ttl.flatten(), ttl) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
