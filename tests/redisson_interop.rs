@@ -497,6 +497,24 @@ async fn redissons_other_locks_and_split_names_are_refused() {
         }
         other => panic!("expected WrongType, got {other:?}"),
     }
+    // The same fair lock while it is held, with its waiter queued: still a fair
+    // lock, refused at once, not a busy plain lock to wait for.
+    let _: () = conn.hset("interop:fair", "u:1:1", "1").unwrap();
+    let _: () = conn.pexpire("interop:fair", 10_000).unwrap();
+    for wait in [Duration::ZERO, Duration::from_secs(5)] {
+        let started = Instant::now();
+        match client.lock("interop:fair").wait(wait).acquire().await {
+            Err(LockError::WrongType { redis_key, .. }) => {
+                assert_eq!(redis_key, "redisson_lock_queue:{interop:fair}")
+            }
+            other => panic!("held fair lock, wait {wait:?}: expected WrongType, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
     // Names whose keys would split across slots, and the lock family.
     for name in ["a{b", "a{}b", "{"] {
         assert!(

@@ -12,13 +12,16 @@
 --
 -- Returns {1, token} when held by ARGV[1], {0, pttl} when busy. Refuses, with
 -- a WRONGTYPE error, a name that Redisson uses as a fair lock (its queue
--- exists) or as a read-write lock (field `mode`), whose scripts would not
--- see this lock.
+-- exists, whether the lock is free or held) or as a read-write lock (field
+-- `mode`), whose scripts would not see this lock. The queue is looked at
+-- first: a held fair lock with waiters queued is a fair lock, not a busy
+-- plain one to wait for (its release would hand it to the queue's head, and
+-- a plain acquisition after that would jump the queue).
+if redis.call('exists', KEYS[3]) == 1 then
+  return redis.error_reply('WRONGTYPE REDISSON_FAIRLOCK the name is a Redisson fair lock')
+end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
-  if redis.call('exists', KEYS[3]) == 1 then
-    return redis.error_reply('WRONGTYPE REDISSON_FAIRLOCK the name is a Redisson fair lock')
-  end
   local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
