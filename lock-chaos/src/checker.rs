@@ -523,6 +523,11 @@ pub fn analyze(
     let bound = (lease / 3 + crate::run::RESPONSE_TIMEOUT + LOST_ALLOWANCE).as_nanos() as u64;
     let bound_ms = bound as f64 / 1e6;
     let guard = KEY_EVENT_GUARD.as_nanos() as u64;
+    let quorum = if backend == crate::topology::Backend::Redlock.name() {
+        crate::topology::REDLOCK_MASTERS / 2 + 1
+    } else {
+        1
+    };
 
     // Fault windows, in time order.
     let mut windows: Vec<Window> = Vec::new();
@@ -589,7 +594,7 @@ pub fn analyze(
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut stalls: Vec<(Option<u32>, u64, u64)> = Vec::new();
-    let mut gone: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut gone: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
     let mut key_events = 0;
     for event in events {
         match event {
@@ -628,9 +633,11 @@ pub fn analyze(
                 }
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
-            Event::KeyGone { t, key, .. } => {
+            Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
-                gone.entry(key.as_str()).or_default().push(*t);
+                gone.entry(key.as_str())
+                    .or_default()
+                    .push((*t, server.as_str()));
             }
             _ => {}
         }
@@ -795,11 +802,18 @@ pub fn analyze(
                 .map(|b| b.start)
                 .min();
             let truth_until = successor.unwrap_or(horizon).min(horizon);
+            // Redlock holds the lock while a majority of masters has the key: it is gone
+            // when the key went on a majority (each master reports its own copy).
             let server = key_gone.and_then(|times| {
+                let mut servers: BTreeSet<&str> = BTreeSet::new();
                 times
                     .iter()
-                    .copied()
-                    .find(|&t| t >= h.start + guard && t <= truth_until)
+                    .filter(|(t, _)| *t >= h.start + guard && *t <= truth_until)
+                    .find(|(_, server)| {
+                        servers.insert(server);
+                        servers.len() >= quorum
+                    })
+                    .map(|(t, _)| *t)
             });
             let destroyed = windows
                 .iter()
@@ -1494,6 +1508,31 @@ mod tests {
         let mut kinds = counted(&report);
         kinds.sort_unstable();
         assert_eq!(kinds, ["late_lost", "overlap"]);
+    }
+
+    #[test]
+    fn on_redlock_a_lock_is_gone_when_a_majority_of_masters_lost_it() {
+        let on = |t: u64, port: u16| Event::KeyGone {
+            t: t * MS,
+            server: format!("127.0.0.1:{port}"),
+            key: lock_key(NAME),
+            how: "expired".into(),
+        };
+        let mut events = vec![
+            acq(100, 0, "w0-t0-0", 5),
+            on(1000, 1),
+            on(1100, 2),
+            lost(2500, 0, "w0-t0-0", 5),
+            rel(2500, 0, "w0-t0-0", 5, "lease_lost"),
+        ];
+        let redlock = |events: &[Event]| analyze("redlock", events, None, LEASE, 0, 100_000 * MS);
+        // Two of five masters lost their copy: the lock was still held.
+        assert!(counted(&redlock(&events)).is_empty());
+        // A third at 1200 ms: lost() at 2500 ms is late.
+        events.push(on(1200, 3));
+        assert_eq!(counted(&redlock(&events)), ["late_lost"]);
+        // On a single server the first removal is the loss.
+        assert_eq!(counted(&check(&events, None)), ["late_lost"]);
     }
 
     #[test]

@@ -153,11 +153,7 @@ async fn run_backend(
         .collect();
     // The harness's own scheduler lag (it runs the proxies and the nemesis).
     let probe_deadline = Arc::new(AtomicU64::new(u64::MAX));
-    let probe = tokio::spawn(worker::stall_probe(
-        nemesis.clone(),
-        None,
-        probe_deadline.clone(),
-    ));
+    let probe = worker::spawn_stall_probe(nemesis.clone(), None, probe_deadline.clone());
     let run_start = now_ns();
 
     let mut world = World {
@@ -199,7 +195,11 @@ async fn run_backend(
     }
     let run_end = now_ns();
     probe_deadline.store(0, Ordering::Relaxed);
-    let _ = probe.await;
+    let _ = blocking(move || {
+        let _ = probe.join();
+        Ok(())
+    })
+    .await;
     watching.store(false, Ordering::Relaxed);
     for watcher in watchers {
         let _ = blocking(move || {

@@ -73,11 +73,12 @@ impl From<LockError> for RoundError {
 /// Runs every task of the worker until the deadline.
 pub async fn run(setup: WorkerSetup) {
     let names = Arc::new(setup.names);
-    let probe = tokio::spawn(stall_probe(
+    // Stops by itself at the deadline (within one period).
+    let _probe = spawn_stall_probe(
         setup.sink.clone(),
         Some(setup.worker),
         setup.deadline_ns.clone(),
-    ));
+    );
     let mut tasks = Vec::new();
     for task in 0..setup.tasks {
         let ctx = Arc::new(TaskCtx {
@@ -125,7 +126,6 @@ pub async fn run(setup: WorkerSetup) {
     for task in tasks {
         let _ = task.await;
     }
-    probe.abort();
 }
 
 /// How often the scheduler-lag probe wakes.
@@ -133,20 +133,28 @@ const PROBE_PERIOD: Duration = Duration::from_millis(10);
 /// A wake-up later than this is recorded as a stall.
 pub const STALL_THRESHOLD: Duration = Duration::from_millis(50);
 
-/// Sleeps [`PROBE_PERIOD`] in a loop until the deadline and records a [`Event::Stall`]
-/// whenever it woke more than [`STALL_THRESHOLD`] late: the process (or its runtime) did
-/// not run in between, so what it was doing then is late for a reason outside the lock.
-pub async fn stall_probe(sink: EventSink, worker: Option<u32>, deadline: Arc<AtomicU64>) {
-    let threshold = STALL_THRESHOLD.as_nanos() as u64;
-    let period = PROBE_PERIOD.as_nanos() as u64;
-    while now_ns() < deadline.load(Ordering::Relaxed) {
-        let t_start = now_ns();
-        tokio::time::sleep(PROBE_PERIOD).await;
-        let t = now_ns();
-        if t.saturating_sub(t_start) > period + threshold {
-            sink.emit(&Event::Stall { t_start, t, worker });
+/// Starts a thread that sleeps [`PROBE_PERIOD`] in a loop until the deadline and records
+/// an [`Event::Stall`] whenever it woke more than [`STALL_THRESHOLD`] late: the process was
+/// not scheduled (or was stopped) in between, so what it was doing then is late for a
+/// reason outside the lock. It is an OS thread, not a task: a lock library that blocked the
+/// async runtime would not show up as a stall (and so would not be excused as one).
+pub fn spawn_stall_probe(
+    sink: EventSink,
+    worker: Option<u32>,
+    deadline: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let threshold = STALL_THRESHOLD.as_nanos() as u64;
+        let period = PROBE_PERIOD.as_nanos() as u64;
+        while now_ns() < deadline.load(Ordering::Relaxed) {
+            let t_start = now_ns();
+            std::thread::sleep(PROBE_PERIOD);
+            let t = now_ns();
+            if t.saturating_sub(t_start) > period + threshold {
+                sink.emit(&Event::Stall { t_start, t, worker });
+            }
         }
-    }
+    })
 }
 
 impl TaskCtx {
