@@ -30,7 +30,7 @@ impl TaskMode {
 }
 
 /// Which protected register a write went to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Register {
     /// Plain GET / SET: no protection but the lock.
@@ -78,6 +78,8 @@ pub enum Event {
         worker: u32,
         /// Task number within the worker.
         task: u32,
+        /// The acquisition's unique id (`w{worker}-t{task}-{seq}`).
+        hold: String,
         /// How the task locks.
         mode: TaskMode,
         /// Lock name.
@@ -112,6 +114,8 @@ pub enum Event {
         worker: u32,
         /// Task number.
         task: u32,
+        /// The acquisition's unique id (`w{worker}-t{task}-{seq}`).
+        hold: String,
         /// Lock name (each lock protects its own registers).
         name: String,
         /// The holder's fencing token.
@@ -135,6 +139,8 @@ pub enum Event {
         worker: u32,
         /// Task number.
         task: u32,
+        /// The acquisition's unique id (`w{worker}-t{task}-{seq}`).
+        hold: String,
         /// Lock name.
         name: String,
         /// Owner id.
@@ -152,6 +158,8 @@ pub enum Event {
         worker: u32,
         /// Task number.
         task: u32,
+        /// The acquisition's unique id (`w{worker}-t{task}-{seq}`).
+        hold: String,
         /// Lock name.
         name: String,
         /// Owner id.
@@ -161,6 +169,47 @@ pub enum Event {
         /// `ok`, `lease_lost`, `not_held`, `backend`, `aborted` (abort_on_lost) or `macro`
         /// (released by the attribute's expansion; its outcome is only logged).
         result: String,
+    },
+    /// A register write is about to be sent (recorded before sending, so a write whose
+    /// answer never came, because the task was aborted, killed or timed out, is still known).
+    WriteIntent {
+        /// When.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// The acquisition's unique id.
+        hold: String,
+        /// Lock name.
+        name: String,
+        /// The holder's fencing token.
+        token: u64,
+        /// Which register.
+        register: Register,
+        /// The value the holder read.
+        read: i64,
+    },
+    /// A process woke up late from a short sleep: it (or its runtime) did not run from
+    /// `t_start` to about `t`. Recorded only above a threshold.
+    Stall {
+        /// When the sleep began.
+        t_start: u64,
+        /// When the process woke.
+        t: u64,
+        /// The worker, or `None` for the harness (nemesis, proxies, key-event subscribers).
+        worker: Option<u32>,
+    },
+    /// A lock server reported that a key was removed (keyspace notification).
+    KeyGone {
+        /// When the harness received the notification.
+        t: u64,
+        /// Which server (`127.0.0.1:port`).
+        server: String,
+        /// The key.
+        key: String,
+        /// `expired` or `del`.
+        how: String,
     },
     /// A fault began or was healed.
     Fault {

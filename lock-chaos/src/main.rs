@@ -82,7 +82,9 @@ struct RunArgs {
     /// Keep the raw histories (JSON lines per worker and the nemesis's) in this directory.
     #[arg(long)]
     history: Option<PathBuf>,
-    /// Exit with status 1 when a configuration the README calls safe shows a violation.
+    /// Exit with status 1 on any violation: an anomaly (overlap, stale write accepted, token
+    /// regression, loss first seen at release, late `lost()`) involving no hold a fault
+    /// touched, or a failed register-store check.
     #[arg(long)]
     strict: bool,
 }
@@ -152,18 +154,17 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         history: args.history,
     };
     let reports = run::run(config).await?;
-    let violations: usize = reports
-        .iter()
-        .flat_map(|r| &r.rows)
-        .map(checker::Row::claim_violations)
-        .sum();
+    let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();
     if violations > 0 {
-        println!("{violations} violation(s) in configurations the README calls safe");
+        println!(
+            "{violations} violation(s): anomalies involving no hold a fault touched (or a \
+             register-store check that failed)"
+        );
         if args.strict {
             std::process::exit(1);
         }
     } else {
-        println!("no violation in configurations the README calls safe");
+        println!("no violation: every anomaly involved a hold a fault touched");
     }
     Ok(())
 }

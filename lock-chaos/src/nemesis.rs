@@ -38,8 +38,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Every fault (the checker looks claims up by name here: a fault missing from this
-    /// list would be checked as if the README promised everything under it).
+    /// Every fault (the checker looks faults up by name here: a fault missing from this
+    /// list would touch no hold, so everything under it would count as a violation).
     pub const ALL: [Fault; 13] = [
         Fault::PauseHolder,
         Fault::KillHolder,
@@ -75,18 +75,10 @@ impl Fault {
         }
     }
 
-    /// Whether the README promises mutual exclusion (no two holders) under this fault.
-    pub fn exclusion_claimed(self) -> bool {
-        !matches!(
-            self,
-            Fault::PauseHolder | Fault::RestartEmpty | Fault::Failover | Fault::ClockJump
-        )
-    }
-
-    /// Whether the README promises that the fenced resource accepts no stale write under
-    /// this fault. A failover can issue a token twice (the README says so).
-    pub fn fencing_claimed(self) -> bool {
-        self != Fault::Failover
+    /// Whether the fault can lose a lock's fence counter (tokens may then repeat or go
+    /// back): an empty restart, or a failover that loses the last `INCR`.
+    pub fn loses_counter(self) -> bool {
+        matches!(self, Fault::RestartEmpty | Fault::Failover)
     }
 
     /// Whether the fault can make the lock's data disappear at the moment it starts, so the

@@ -6,6 +6,11 @@
 //! if no higher token was seen since (compare-and-set on the token). "Reject a lower token,
 //! else apply" alone lets two holders read the same value and both write (the older one
 //! first): a lost update although every write passed the check.
+//!
+//! Every applied write also appends `hold|token|read|prev|new` to the register's log
+//! (`{prefix}log:f:{name}`, `{prefix}log:u:{name}`) in the same script, so the end of a run
+//! knows every write the store accepted, including those whose answer never reached the
+//! worker (aborted, killed, timed out).
 
 use redis::aio::ConnectionManager;
 use redis::Script;
@@ -20,21 +25,68 @@ return {1, tonumber(redis.call('HGET', KEYS[1], 'value') or '0')}
 ";
 
 /// A fenced write: `{1, previous value}`, or `{0, highest seen}` when a higher token read
-/// since.
+/// since. ARGV: token, new value, hold id, the value the holder read. KEYS[2]: the log.
 const FENCED_WRITE: &str = r"
 local seen = tonumber(redis.call('HGET', KEYS[1], 'seen') or '0')
 if tonumber(ARGV[1]) ~= seen then return {0, seen} end
 local prev = tonumber(redis.call('HGET', KEYS[1], 'value') or '0')
 redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('RPUSH', KEYS[2], ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[4] .. '|' .. prev .. '|' .. ARGV[2])
 return {1, prev}
 ";
 
 /// An unfenced write: sets the value, returns the previous one (so a lost update shows).
+/// ARGV: new value, hold id, the value the holder read, its token. KEYS[2]: the log.
 const UNFENCED_WRITE: &str = r"
 local prev = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('SET', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. prev .. '|' .. ARGV[1])
 return prev
 ";
+
+/// One applied write, as the register's log recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedWrite {
+    /// The writer's hold id.
+    pub hold: String,
+    /// The writer's token.
+    pub token: u64,
+    /// The value the writer had read.
+    pub read: i64,
+    /// The value the write replaced.
+    pub prev: i64,
+    /// The value written.
+    pub new: i64,
+}
+
+impl LoggedWrite {
+    /// Parses `hold|token|read|prev|new`.
+    pub fn parse(entry: &str) -> Option<LoggedWrite> {
+        let mut parts = entry.split('|');
+        let write = LoggedWrite {
+            hold: parts.next()?.to_owned(),
+            token: parts.next()?.parse().ok()?,
+            read: parts.next()?.parse().ok()?,
+            prev: parts.next()?.parse().ok()?,
+            new: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(write)
+    }
+}
+
+/// The end state of one register: its final value and its log (`None` for an entry that
+/// did not parse, which the checker reports).
+#[derive(Debug, Clone)]
+pub struct RegisterTruth {
+    /// Lock name.
+    pub name: String,
+    /// Which register.
+    pub register: crate::event::Register,
+    /// The value at the end of the run (0 when never written).
+    pub value: i64,
+    /// Every applied write, in order.
+    pub log: Vec<Option<LoggedWrite>>,
+}
 
 /// What a fenced operation answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +132,53 @@ impl Registers {
         format!("{}f:{name}", self.prefix)
     }
 
+    fn log_key(&self, register: crate::event::Register, name: &str) -> String {
+        match register {
+            crate::event::Register::Fenced => format!("{}log:f:{name}", self.prefix),
+            crate::event::Register::Unfenced => format!("{}log:u:{name}", self.prefix),
+        }
+    }
+
+    /// The final values and logs of both registers of every lock in `names` (read at the
+    /// end of a run, once no worker writes).
+    pub async fn truth(&self, names: &[String]) -> redis::RedisResult<Vec<RegisterTruth>> {
+        use crate::event::Register;
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        for name in names {
+            for register in [Register::Unfenced, Register::Fenced] {
+                let value: Option<i64> = match register {
+                    Register::Unfenced => {
+                        redis::cmd("GET")
+                            .arg(self.unfenced_key(name))
+                            .query_async(&mut conn)
+                            .await?
+                    }
+                    Register::Fenced => {
+                        redis::cmd("HGET")
+                            .arg(self.fenced_key(name))
+                            .arg("value")
+                            .query_async(&mut conn)
+                            .await?
+                    }
+                };
+                let entries: Vec<String> = redis::cmd("LRANGE")
+                    .arg(self.log_key(register, name))
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut conn)
+                    .await?;
+                out.push(RegisterTruth {
+                    name: name.clone(),
+                    register,
+                    value: value.unwrap_or(0),
+                    log: entries.iter().map(|e| LoggedWrite::parse(e)).collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// Reads the unfenced register of lock `name`.
     pub async fn unfenced_read(&self, name: &str) -> redis::RedisResult<i64> {
         let mut conn = self.conn.clone();
@@ -90,12 +189,23 @@ impl Registers {
         Ok(value.unwrap_or(0))
     }
 
-    /// Writes the unfenced register; returns the value it replaced.
-    pub async fn unfenced_write(&self, name: &str, value: i64) -> redis::RedisResult<i64> {
+    /// Writes `read + 1` to the unfenced register for hold `hold`; returns the value it
+    /// replaced.
+    pub async fn unfenced_write(
+        &self,
+        name: &str,
+        hold: &str,
+        token: u64,
+        read: i64,
+    ) -> redis::RedisResult<i64> {
         let mut conn = self.conn.clone();
         self.unfenced_write
             .key(self.unfenced_key(name))
-            .arg(value)
+            .key(self.log_key(crate::event::Register::Unfenced, name))
+            .arg(read + 1)
+            .arg(hold)
+            .arg(read)
+            .arg(token)
             .invoke_async(&mut conn)
             .await
     }
@@ -112,19 +222,24 @@ impl Registers {
         Ok(fenced(ok, value))
     }
 
-    /// Writes the fenced register under `token`; applied only if no higher token read since.
+    /// Writes `read + 1` to the fenced register under `token` for hold `hold`; applied
+    /// only if no higher token read since.
     pub async fn fenced_write(
         &self,
         name: &str,
+        hold: &str,
         token: u64,
-        value: i64,
+        read: i64,
     ) -> redis::RedisResult<Fenced> {
         let mut conn = self.conn.clone();
         let (ok, value): (i64, i64) = self
             .fenced_write
             .key(self.fenced_key(name))
+            .key(self.log_key(crate::event::Register::Fenced, name))
             .arg(token)
-            .arg(value)
+            .arg(read + 1)
+            .arg(hold)
+            .arg(read)
             .invoke_async(&mut conn)
             .await?;
         Ok(fenced(ok, value))

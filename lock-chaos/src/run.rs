@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -137,6 +137,23 @@ async fn run_backend(
         blocking(move || Ok(Servers::start(backend))).await?,
     ));
     let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
+    let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
+    // Server-side truth: every removal of a key on every data server, as it happens.
+    let watching = Arc::new(AtomicBool::new(true));
+    let ports = servers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .data_ports();
+    let watchers: Vec<_> = ports
+        .into_iter()
+        .map(|port| {
+            let (sink, watching) = (nemesis.clone(), watching.clone());
+            std::thread::spawn(move || watch_key_events(port, &sink, &watching))
+        })
+        .collect();
+    // The harness's own scheduler lag (it runs the proxies and the nemesis).
+    let probe_deadline = Arc::new(AtomicU64::new(u64::MAX));
+    let probe = worker::spawn_stall_probe(nemesis.clone(), None, probe_deadline.clone());
     let run_start = now_ns();
 
     let mut world = World {
@@ -147,7 +164,7 @@ async fn run_backend(
         dir: dir.to_owned(),
         workers: Vec::new(),
         next_id: 0,
-        nemesis: EventSink::open(&dir.join("nemesis.jsonl"))?,
+        nemesis,
         inspector: None,
         names: names.clone(),
         memory: Vec::new(),
@@ -177,6 +194,35 @@ async fn run_backend(
         world.stop_workers().await;
     }
     let run_end = now_ns();
+    probe_deadline.store(0, Ordering::Relaxed);
+    let _ = blocking(move || {
+        let _ = probe.join();
+        Ok(())
+    })
+    .await;
+    watching.store(false, Ordering::Relaxed);
+    for watcher in watchers {
+        let _ = blocking(move || {
+            let _ = watcher.join();
+            Ok(())
+        })
+        .await;
+    }
+    // Every write the register store applied, and the final values (no worker runs now).
+    let truth = match Registers::connect(&world.register_url, "reg:").await {
+        Ok(registers) => registers.truth(&names).await.map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
+    let truth = match truth {
+        Ok(truth) => Some(truth),
+        Err(e) => {
+            eprintln!(
+                "lock-chaos: {}: cannot read the register logs: {e:#}",
+                backend.name()
+            );
+            None
+        }
+    };
 
     let mut events = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -195,6 +241,7 @@ async fn run_backend(
     Ok(checker::analyze(
         backend.name(),
         &events,
+        truth.as_deref(),
         config.lease,
         run_start,
         run_end,
@@ -520,6 +567,80 @@ impl World {
             {
                 eprintln!("lock-chaos: worker {} did not stop; killing it", worker.id);
                 let _ = worker.child.kill().await;
+            }
+        }
+    }
+}
+
+/// Records every `expired` and `del` key event of the data server on `port` (as
+/// [`Event::KeyGone`]) until `watching` turns false. A restarted server forgets the
+/// `notify-keyspace-events` setting and drops the subscription: both are set up again,
+/// retrying every 50 ms. The loop also measures its own lateness (it wakes at least every
+/// 10 ms) and records a harness stall when it woke late, since a late notification then
+/// carries a late time.
+fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
+    let server = format!("127.0.0.1:{port}");
+    let threshold = worker::STALL_THRESHOLD.as_nanos() as u64;
+    let Ok(client) = redis::Client::open(format!("redis://{server}/")) else {
+        return;
+    };
+    while watching.load(Ordering::Relaxed) {
+        let subscribed = (|| -> redis::RedisResult<redis::Connection> {
+            let mut conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
+            conn.set_read_timeout(Some(Duration::from_millis(500)))?;
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("notify-keyspace-events")
+                .arg("Exg")
+                .query::<()>(&mut conn)?;
+            Ok(conn)
+        })();
+        let Ok(mut conn) = subscribed else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let mut pubsub = conn.as_pubsub();
+        if pubsub.psubscribe("__keyevent@*__:expired").is_err()
+            || pubsub.psubscribe("__keyevent@*__:del").is_err()
+            || pubsub
+                .set_read_timeout(Some(Duration::from_millis(10)))
+                .is_err()
+        {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let mut last = now_ns();
+        while watching.load(Ordering::Relaxed) {
+            let message = pubsub.get_message();
+            let t = now_ns();
+            // A wait is at most the 10 ms read timeout; more means this thread did not run.
+            if t.saturating_sub(last) > 10_000_000 + threshold {
+                sink.emit(&Event::Stall {
+                    t_start: last,
+                    t,
+                    worker: None,
+                });
+            }
+            last = t;
+            match message {
+                Ok(msg) => {
+                    let how = msg
+                        .get_channel_name()
+                        .rsplit(':')
+                        .next()
+                        .unwrap_or("")
+                        .to_owned();
+                    if let Ok(key) = msg.get_payload::<String>() {
+                        sink.emit(&Event::KeyGone {
+                            t,
+                            server: server.clone(),
+                            key,
+                            how,
+                        });
+                    }
+                }
+                Err(e) if e.is_timeout() => {}
+                Err(_) => break,
             }
         }
     }

@@ -109,6 +109,13 @@ impl Servers {
         }
     }
 
+    /// Ports of every data server (not sentinels): the ones whose key events are watched.
+    /// They stay the same across restarts and failovers (a failed-over master comes back
+    /// as a replica on its port).
+    pub fn data_ports(&self) -> Vec<u16> {
+        self.data_servers().iter().map(|s| s.port()).collect()
+    }
+
     /// Every data server (not sentinels).
     fn data_servers(&self) -> Vec<&RedisServer> {
         match self {

@@ -49,8 +49,10 @@ struct TaskCtx {
     worker: u32,
     task: u32,
     mode: TaskMode,
-    /// The token and owner of the current hold, once the body runs.
-    held: Mutex<Option<(u64, String)>>,
+    /// Acquisitions so far (the last part of the hold ids).
+    seq: AtomicU64,
+    /// The token, owner and hold id of the current hold, once the body runs.
+    held: Mutex<Option<(u64, String, String)>>,
     /// When the current body ended (the start of the macro's release).
     body_end: Mutex<u64>,
 }
@@ -71,6 +73,12 @@ impl From<LockError> for RoundError {
 /// Runs every task of the worker until the deadline.
 pub async fn run(setup: WorkerSetup) {
     let names = Arc::new(setup.names);
+    // Stops by itself at the deadline (within one period).
+    let _probe = spawn_stall_probe(
+        setup.sink.clone(),
+        Some(setup.worker),
+        setup.deadline_ns.clone(),
+    );
     let mut tasks = Vec::new();
     for task in 0..setup.tasks {
         let ctx = Arc::new(TaskCtx {
@@ -80,6 +88,7 @@ pub async fn run(setup: WorkerSetup) {
             worker: setup.worker,
             task,
             mode: TaskMode::for_task(task),
+            seq: AtomicU64::new(0),
             held: Mutex::new(None),
             body_end: Mutex::new(0),
         });
@@ -119,6 +128,43 @@ pub async fn run(setup: WorkerSetup) {
     }
 }
 
+/// How often the scheduler-lag probe wakes.
+const PROBE_PERIOD: Duration = Duration::from_millis(10);
+/// A wake-up later than this is recorded as a stall.
+pub const STALL_THRESHOLD: Duration = Duration::from_millis(50);
+
+/// Starts a thread that sleeps [`PROBE_PERIOD`] in a loop until the deadline and records
+/// an [`Event::Stall`] whenever it woke more than [`STALL_THRESHOLD`] late: the process was
+/// not scheduled (or was stopped) in between, so what it was doing then is late for a
+/// reason outside the lock. It is an OS thread, not a task: a lock library that blocked the
+/// async runtime would not show up as a stall (and so would not be excused as one).
+pub fn spawn_stall_probe(
+    sink: EventSink,
+    worker: Option<u32>,
+    deadline: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let threshold = STALL_THRESHOLD.as_nanos() as u64;
+        let period = PROBE_PERIOD.as_nanos() as u64;
+        while now_ns() < deadline.load(Ordering::Relaxed) {
+            let t_start = now_ns();
+            std::thread::sleep(PROBE_PERIOD);
+            let t = now_ns();
+            if t.saturating_sub(t_start) > period + threshold {
+                sink.emit(&Event::Stall { t_start, t, worker });
+            }
+        }
+    })
+}
+
+impl TaskCtx {
+    /// The id of the next acquisition of this task.
+    fn next_hold(&self) -> String {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        format!("w{}-t{}-{seq}", self.worker, self.task)
+    }
+}
+
 /// One round with `acquire()` and a guard.
 async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
     let t_start = now_ns();
@@ -127,11 +173,13 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         Err(err) => return acquire_failed(ctx, name, t_start, &err).await,
     };
     let (token, owner) = (guard.fencing_token(), guard.owner().to_owned());
+    let hold_id = ctx.next_hold();
     ctx.sink.emit(&Event::Acquired {
         t_start,
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id.clone(),
         mode: ctx.mode,
         name: name.to_owned(),
         owner: owner.clone(),
@@ -141,11 +189,12 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         t,
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id.clone(),
         name: name.to_owned(),
         owner: owner.clone(),
         token,
     };
-    let work = read_modify_write(ctx, name, token, hold);
+    let work = read_modify_write(ctx, name, &hold_id, token, hold);
     tokio::pin!(work);
     let mut end = None;
     tokio::select! {
@@ -161,6 +210,17 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
             }
         }
     }
+    if end.is_none()
+        && tokio::time::timeout(Duration::ZERO, guard.lost())
+            .await
+            .is_ok()
+    {
+        // The work finished as `lost()` resolved (the select prefers the work): the loss
+        // was known before the release, so record it now.
+        let t = now_ns();
+        ctx.sink.emit(&lost_event(t));
+        end = Some(t);
+    }
     let t_release = now_ns();
     let result = match guard.release().await {
         Ok(()) => "ok",
@@ -173,6 +233,7 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id.clone(),
         name: name.to_owned(),
         owner,
         token,
@@ -209,18 +270,21 @@ async fn locked_body(
 ) -> Result<(), RoundError> {
     let lock = distlock::current().ok_or(RoundError::NoCurrentLock)?;
     let (token, owner) = (lock.fencing_token(), lock.owner().to_owned());
-    *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((token, owner.clone()));
+    let hold_id = ctx.next_hold();
+    *ctx.held.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((token, owner.clone(), hold_id.clone()));
     ctx.sink.emit(&Event::Acquired {
         t_start,
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id.clone(),
         mode: ctx.mode,
         name: name.to_owned(),
         owner,
         token,
     });
-    let work = read_modify_write(ctx, name, token, hold);
+    let work = read_modify_write(ctx, name, &hold_id, token, hold);
     if ctx.mode == TaskMode::MacroPlain {
         // The plain attribute does not watch the lease, so its body may outlive it (a
         // partition, a pause): record when the lock stops counting itself held (its local
@@ -234,6 +298,7 @@ async fn locked_body(
                 t: now_ns(),
                 worker: ctx.worker,
                 task: ctx.task,
+                hold: hold_id.clone(),
                 name: name.to_owned(),
                 owner: lock.owner().to_owned(),
                 token,
@@ -261,7 +326,7 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
     };
     let t = now_ns();
     let held = ctx.held.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let Some((token, owner)) = held else {
+    let Some((token, owner, hold_id)) = held else {
         if let Err(RoundError::Lock(err)) = &result {
             acquire_failed(ctx, name, t_start, err).await;
         }
@@ -277,6 +342,7 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
                 t,
                 worker: ctx.worker,
                 task: ctx.task,
+                hold: hold_id.clone(),
                 name: name.to_owned(),
                 owner: owner.clone(),
                 token,
@@ -290,6 +356,7 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         t,
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id,
         name: name.to_owned(),
         owner,
         token,
@@ -319,13 +386,15 @@ async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError
     }
 }
 
-/// Reads both registers, holds, then writes both (value + 1), recording each outcome.
-async fn read_modify_write(ctx: &TaskCtx, name: &str, token: u64, hold: Duration) {
+/// Reads both registers, holds, then writes both (value + 1), recording an intent before
+/// each write is sent and each outcome.
+async fn read_modify_write(ctx: &TaskCtx, name: &str, hold_id: &str, token: u64, hold: Duration) {
     let regs = &ctx.registers;
     let write_event = |register, outcome, read, prev, seen| Event::Write {
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
+        hold: hold_id.to_owned(),
         name: name.to_owned(),
         token,
         register,
@@ -334,13 +403,26 @@ async fn read_modify_write(ctx: &TaskCtx, name: &str, token: u64, hold: Duration
         prev,
         seen,
     };
+    let intent = |register, read| {
+        ctx.sink.emit(&Event::WriteIntent {
+            t: now_ns(),
+            worker: ctx.worker,
+            task: ctx.task,
+            hold: hold_id.to_owned(),
+            name: name.to_owned(),
+            token,
+            register,
+            read,
+        })
+    };
     let fenced = regs.fenced_read(name, token).await;
     let unfenced = regs.unfenced_read(name).await;
     tokio::time::sleep(hold).await;
 
     match unfenced {
         Ok(read) => {
-            let event = match regs.unfenced_write(name, read + 1).await {
+            intent(Register::Unfenced, read);
+            let event = match regs.unfenced_write(name, hold_id, token, read).await {
                 Ok(prev) => write_event(
                     Register::Unfenced,
                     WriteOutcome::Accepted,
@@ -368,29 +450,32 @@ async fn read_modify_write(ctx: &TaskCtx, name: &str, token: u64, hold: Duration
     }
 
     let event = match fenced {
-        Ok(Fenced::Ok(read)) => match regs.fenced_write(name, token, read + 1).await {
-            Ok(Fenced::Ok(prev)) => write_event(
-                Register::Fenced,
-                WriteOutcome::Accepted,
-                Some(read),
-                Some(prev),
-                None,
-            ),
-            Ok(Fenced::Stale(seen)) => write_event(
-                Register::Fenced,
-                WriteOutcome::RejectedWrite,
-                Some(read),
-                None,
-                Some(seen),
-            ),
-            Err(_) => write_event(
-                Register::Fenced,
-                WriteOutcome::Error,
-                Some(read),
-                None,
-                None,
-            ),
-        },
+        Ok(Fenced::Ok(read)) => {
+            intent(Register::Fenced, read);
+            match regs.fenced_write(name, hold_id, token, read).await {
+                Ok(Fenced::Ok(prev)) => write_event(
+                    Register::Fenced,
+                    WriteOutcome::Accepted,
+                    Some(read),
+                    Some(prev),
+                    None,
+                ),
+                Ok(Fenced::Stale(seen)) => write_event(
+                    Register::Fenced,
+                    WriteOutcome::RejectedWrite,
+                    Some(read),
+                    None,
+                    Some(seen),
+                ),
+                Err(_) => write_event(
+                    Register::Fenced,
+                    WriteOutcome::Error,
+                    Some(read),
+                    None,
+                    None,
+                ),
+            }
+        }
         Ok(Fenced::Stale(seen)) => write_event(
             Register::Fenced,
             WriteOutcome::RejectedRead,
