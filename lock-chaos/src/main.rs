@@ -14,6 +14,7 @@ mod nemesis;
 mod proxy;
 mod register;
 mod run;
+mod schedule;
 mod sink;
 mod topology;
 mod worker;
