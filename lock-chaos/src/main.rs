@@ -17,6 +17,7 @@ mod run;
 mod schedule;
 mod sink;
 mod topology;
+mod trigger;
 mod worker;
 
 use std::path::PathBuf;
