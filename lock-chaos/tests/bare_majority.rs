@@ -14,12 +14,22 @@ use lock_test_support::RedisMasters;
 
 const LEASE: Duration = Duration::from_secs(3);
 
+/// How long each master may take to answer: generous, as two tests start ten servers at
+/// once on a small machine (a running master missing it would fail the acquisition).
+const NODE_TIMEOUT: Duration = Duration::from_millis(300);
+
 async fn redlock(urls: Vec<String>) -> LockClient {
-    LockClient::builder()
+    let client = LockClient::builder()
         .lease(LEASE)
-        .connect_redlock(urls)
+        .redlock(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .connect()
         .await
-        .expect("connecting a Redlock client")
+        .expect("connecting a Redlock client");
+    // Warm every connection up before a fault.
+    let warm = client.lock("warm-up").acquire().await.expect("warm-up");
+    warm.release().await.expect("warm-up release");
+    client
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
