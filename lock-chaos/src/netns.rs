@@ -109,7 +109,10 @@ impl NetLab {
     /// labs whose creating process is gone).
     pub fn create(workers: usize, servers: usize) -> anyhow::Result<NetLab> {
         available().map_err(|e| anyhow::anyhow!("network namespaces unavailable: {e}"))?;
-        anyhow::ensure!(workers <= 100 && servers <= 80, "too many workers or servers");
+        anyhow::ensure!(
+            workers <= 100 && servers <= 80,
+            "too many workers or servers"
+        );
         // Labs of one process are made one at a time: a bridge is claimed before its alias
         // names its owner, and a concurrent stale check must not see it in between.
         static CREATING: Mutex<()> = Mutex::new(());
@@ -201,7 +204,9 @@ impl NetLab {
             ])?;
             // The sink: a veth pair inside the namespace; frames sent to it reach a peer
             // without addresses, addressed to a MAC nobody has, and are dropped.
-            n(&["link", "add", "sink0", "type", "veth", "peer", "name", "sink1"])?;
+            n(&[
+                "link", "add", "sink0", "type", "veth", "peer", "name", "sink1",
+            ])?;
             n(&["link", "set", "sink0", "up"])?;
             n(&["link", "set", "sink1", "up"])?;
             n(&[

@@ -208,14 +208,17 @@ impl ScheduleConfig {
     /// [`NetFault::for_backend`], a baseline of 10 s, a start every lease on average, at
     /// most 2 faults at once, a failure detector of 1 s (the test support's settings).
     pub fn new(backend: Backend, seed: u64, run: Duration, lease: Duration) -> ScheduleConfig {
-        let mut kinds: Vec<FaultKind> =
-            crate::nemesis::Schedule::for_backend(backend, false, 1)
-                .faults
-                .into_iter()
-                .map(FaultKind::Classic)
-                .collect();
+        let mut kinds: Vec<FaultKind> = crate::nemesis::Schedule::for_backend(backend, false, 1)
+            .faults
+            .into_iter()
+            .map(FaultKind::Classic)
+            .collect();
         kinds.dedup();
-        kinds.extend(NetFault::for_backend(backend).into_iter().map(FaultKind::Net));
+        kinds.extend(
+            NetFault::for_backend(backend)
+                .into_iter()
+                .map(FaultKind::Net),
+        );
         ScheduleConfig {
             seed,
             kinds,
@@ -288,7 +291,8 @@ pub fn generate(config: &ScheduleConfig) -> Vec<Step> {
         // Least-drawn kinds first half the time, so every kind gets its share over a run.
         let index = if rng.random_bool(0.5) {
             let least = *counts.iter().min().unwrap_or(&0);
-            let candidates: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] == least).collect();
+            let candidates: Vec<usize> =
+                (0..counts.len()).filter(|&i| counts[i] == least).collect();
             candidates[rng.random_range(0..candidates.len())]
         } else {
             rng.random_range(0..config.kinds.len())
@@ -375,7 +379,12 @@ mod tests {
 
     #[test]
     fn durations_within_bounds_and_starts_ordered() {
-        for backend in [Backend::Standalone, Backend::Sentinel, Backend::Cluster, Backend::Redlock] {
+        for backend in [
+            Backend::Standalone,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Redlock,
+        ] {
             let cfg = config(backend, 7, Duration::from_secs(1800));
             let steps = generate(&cfg);
             for s in &steps {
@@ -395,13 +404,23 @@ mod tests {
 
     #[test]
     fn every_kind_often_enough_for_50_effective_injections() {
-        for backend in [Backend::Standalone, Backend::Sentinel, Backend::Cluster, Backend::Redlock] {
+        for backend in [
+            Backend::Standalone,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Redlock,
+        ] {
             let mut cfg = config(backend, 99, Duration::ZERO);
             cfg.run = cfg.run_for(80);
             let steps = generate(&cfg);
             for &kind in &cfg.kinds {
                 let n = steps.iter().filter(|s| s.kind == kind).count();
-                assert!(n >= 60, "{}: {} drawn {n} times", backend.name(), kind.name());
+                assert!(
+                    n >= 60,
+                    "{}: {} drawn {n} times",
+                    backend.name(),
+                    kind.name()
+                );
             }
         }
     }
@@ -424,7 +443,11 @@ mod tests {
                 );
             }
         }
-        assert!(overlaps >= steps.len() / 10, "{overlaps} overlaps in {}", steps.len());
+        assert!(
+            overlaps >= steps.len() / 10,
+            "{overlaps} overlaps in {}",
+            steps.len()
+        );
         assert!(describe(&cfg, &steps).starts_with("schedule seed 5"));
     }
 

@@ -123,7 +123,10 @@ pub async fn wait_for_target(
             if target.held_for >= config.min_hold && target.waiters > 0 {
                 return Triggered::Effective(target);
             }
-            if longest.as_ref().is_none_or(|l| l.held_for < target.held_for) {
+            if longest
+                .as_ref()
+                .is_none_or(|l| l.held_for < target.held_for)
+            {
                 longest = Some(target);
             }
         }
@@ -260,7 +263,11 @@ mod tests {
         let holds = [iv(1, 0, 100, Some(900))];
         let waiter = [iv(2, 0, 400, None)];
         assert_eq!(effect(50, 0, None, &holds, &waiter), Effect::NoHolder);
-        assert_eq!(effect(900, 0, None, &holds, &waiter), Effect::NoHolder, "hold ended");
+        assert_eq!(
+            effect(900, 0, None, &holds, &waiter),
+            Effect::NoHolder,
+            "hold ended"
+        );
         assert_eq!(effect(300, 300, None, &holds, &waiter), Effect::ShortHold);
         assert_eq!(effect(500, 300, None, &holds, &[]), Effect::NoWaiter);
         // The waiter gave up before the fault, or started after it.
@@ -283,13 +290,17 @@ mod tests {
             }
         );
         // Aimed at worker 2, whose hold is too short.
-        assert_eq!(effect(500, 300, Some(2), &holds, &attempts), Effect::ShortHold);
+        assert_eq!(
+            effect(500, 300, Some(2), &holds, &attempts),
+            Effect::ShortHold
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn triggers_on_a_long_hold_with_a_waiter_only() {
-        let server =
-            tokio::task::spawn_blocking(lock_test_support::RedisServer::start).await.unwrap();
+        let server = tokio::task::spawn_blocking(lock_test_support::RedisServer::start)
+            .await
+            .unwrap();
         let connect = || async {
             LockClient::builder()
                 .lease(Duration::from_secs(3))
@@ -343,6 +354,8 @@ mod tests {
         ));
         guard.release().await.unwrap();
         let _ = waiting.await.unwrap().unwrap();
-        tokio::task::spawn_blocking(move || drop(server)).await.unwrap();
+        tokio::task::spawn_blocking(move || drop(server))
+            .await
+            .unwrap();
     }
 }

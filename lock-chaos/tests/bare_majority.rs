@@ -88,7 +88,11 @@ async fn pausing_masters_during_the_acquire_still_puts_the_lock_on_all_five() {
     let client = redlock(masters.urls()).await;
     masters.server(3).pause();
     masters.server(4).pause();
-    let guard = client.lock("paused").acquire().await.expect("a majority is up");
+    let guard = client
+        .lock("paused")
+        .acquire()
+        .await
+        .expect("a majority is up");
     masters.server(3).resume();
     masters.server(4).resume();
     let key = client.admin().inspect("paused").await.unwrap().key;
@@ -103,7 +107,11 @@ async fn pausing_masters_during_the_acquire_still_puts_the_lock_on_all_five() {
                         .unwrap()
                         .get_connection()
                         .unwrap();
-                    redis::cmd("EXISTS").arg(&key).query::<u64>(&mut conn).unwrap() == 1
+                    redis::cmd("EXISTS")
+                        .arg(&key)
+                        .query::<u64>(&mut conn)
+                        .unwrap()
+                        == 1
                 })
                 .count();
             if n == 5 || std::time::Instant::now() > deadline {
@@ -114,7 +122,10 @@ async fn pausing_masters_during_the_acquire_still_puts_the_lock_on_all_five() {
     })
     .await
     .unwrap();
-    assert_eq!(holding, 5, "the paused masters ran the queued acquire when resumed");
+    assert_eq!(
+        holding, 5,
+        "the paused masters ran the queued acquire when resumed"
+    );
     guard.release().await.unwrap();
     tokio::task::spawn_blocking(move || drop(masters))
         .await

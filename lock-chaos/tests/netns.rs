@@ -20,7 +20,10 @@ fn skip_reason() -> Option<String> {
 
 /// `PING` from worker `i`'s namespace to `server`: whether it answered `PONG` in time.
 fn ping(lab: &NetLab, i: usize, server: &RedisServer) -> bool {
-    let addr = server.bind_addr().expect("bound to a lab address").to_string();
+    let addr = server
+        .bind_addr()
+        .expect("bound to a lab address")
+        .to_string();
     let port = server.port().to_string();
     let out = lab
         .command_in(i, "timeout")
@@ -52,7 +55,10 @@ fn partitions_heal_and_clean_up() {
             "{direction:?}: the PING failed at once instead of timing out"
         );
         assert!(!ping(&lab, 0, &b), "{direction:?}: server B still answers");
-        assert!(ping(&lab, 1, &a), "{direction:?}: the other worker is cut off too");
+        assert!(
+            ping(&lab, 1, &a),
+            "{direction:?}: the other worker is cut off too"
+        );
         lab.heal(0).unwrap();
         assert!(ping(&lab, 0, &a), "{direction:?}: not healed");
         assert!(ping(&lab, 0, &b), "{direction:?}: not healed");
@@ -61,7 +67,10 @@ fn partitions_heal_and_clean_up() {
     // Per-master: only A is cut off, in each direction.
     for direction in [Direction::Both, Direction::ToHost, Direction::FromHost] {
         lab.partition_servers(0, &[0], direction).unwrap();
-        assert!(!ping(&lab, 0, &a), "{direction:?}: A answers through its partition");
+        assert!(
+            !ping(&lab, 0, &a),
+            "{direction:?}: A answers through its partition"
+        );
         assert!(ping(&lab, 0, &b), "{direction:?}: B was cut off with A");
         lab.heal(0).unwrap();
         assert!(ping(&lab, 0, &a));
@@ -69,7 +78,11 @@ fn partitions_heal_and_clean_up() {
 
     // A partition left in place is removed with the lab.
     lab.partition(1, Direction::Both).unwrap();
-    let prefix = format!("{}{}", netns::PREFIX, lab.subnet().split('.').nth(2).unwrap());
+    let prefix = format!(
+        "{}{}",
+        netns::PREFIX,
+        lab.subnet().split('.').nth(2).unwrap()
+    );
     drop(lab);
     let left: Vec<String> = netns::leftover_namespaces()
         .into_iter()
@@ -94,4 +107,161 @@ fn partitions_heal_and_clean_up() {
         !links.contains(&format!("{prefix}-br")) && !links.contains(&format!("{prefix}h")),
         "links left behind:\n{links}"
     );
+}
+
+/// Runs `redis-cli <args>` inside worker `i`'s namespace; its trimmed output, if it ran in
+/// time.
+fn cli_in(lab: &NetLab, i: usize, args: &[&str]) -> Option<String> {
+    let out = lab
+        .command_in(i, "timeout")
+        .args(["3", "redis-cli"])
+        .args(args)
+        .output()
+        .expect("running redis-cli in the namespace");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[test]
+fn sentinel_and_cluster_hand_out_addresses_reachable_from_a_namespace() {
+    if let Some(reason) = skip_reason() {
+        eprintln!(
+            "!!!!! SKIPPED netns sentinel/cluster test: {reason} (it needs root and iproute2)"
+        );
+        return;
+    }
+    let lab = NetLab::create(1, 11).expect("creating the lab");
+    let addrs = lab.server_addrs().to_vec();
+    let subnet = format!("{}.", lab.subnet().rsplit_once('.').unwrap().0);
+
+    // Sentinel: master, replica, three sentinels (5 addresses).
+    let set = lock_test_support::RedisSentinels::start_with(
+        "netns",
+        ServerOptions::new().bind_pool(addrs[..5].iter().copied()),
+    );
+    let sentinel = set.sentinels()[0].bind_addr().unwrap().to_string();
+    let port = set.sentinels()[0].port().to_string();
+    let master = cli_in(
+        &lab,
+        0,
+        &[
+            "-h",
+            &sentinel,
+            "-p",
+            &port,
+            "SENTINEL",
+            "get-master-addr-by-name",
+            "netns",
+        ],
+    )
+    .expect("the sentinel answers from the namespace");
+    let mut lines = master.lines();
+    let (host, mport) = (lines.next().unwrap(), lines.next().unwrap());
+    assert!(host.starts_with(&subnet), "sentinel hands out {host}");
+    assert_eq!(
+        cli_in(&lab, 0, &["-h", host, "-p", mport, "SET", "k", "v"]).as_deref(),
+        Some("OK"),
+        "the master the sentinels name is reachable and writable"
+    );
+    let replicas = cli_in(
+        &lab,
+        0,
+        &[
+            "-h", &sentinel, "-p", &port, "SENTINEL", "replicas", "netns",
+        ],
+    )
+    .unwrap();
+    assert!(
+        replicas.contains(&subnet),
+        "replicas announced as:\n{replicas}"
+    );
+    drop(set);
+
+    // Cluster: 3 masters, 3 replicas (6 addresses).
+    let cluster = lock_test_support::RedisCluster::start_with(
+        3,
+        1,
+        ServerOptions::new().bind_pool(addrs[5..11].iter().copied()),
+    );
+    let node = cluster.node(0);
+    let (host, port) = (
+        node.bind_addr().unwrap().to_string(),
+        node.port().to_string(),
+    );
+    let slots = cli_in(&lab, 0, &["-h", &host, "-p", &port, "CLUSTER", "SLOTS"]).unwrap();
+    assert!(
+        slots
+            .lines()
+            .filter(|l| l.starts_with("10."))
+            .all(|l| l.starts_with(&subnet))
+            && slots.contains(&subnet),
+        "CLUSTER SLOTS announces:\n{slots}"
+    );
+    assert!(
+        !slots.contains("127.0.0.1"),
+        "CLUSTER SLOTS announces loopback:\n{slots}"
+    );
+    for key in ["a", "b", "c", "d"] {
+        assert_eq!(
+            cli_in(&lab, 0, &["-c", "-h", &host, "-p", &port, "SET", key, "v"]).as_deref(),
+            Some("OK"),
+            "following MOVED from the namespace"
+        );
+    }
+}
+
+/// A request sent while the worker->server direction is cut is not lost: TCP retransmits
+/// it, and it runs after the heal (so a cut does not keep a late write off a server).
+#[test]
+fn a_request_sent_during_a_partition_lands_after_the_heal() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("!!!!! SKIPPED netns retransmission test: {reason} (it needs root and iproute2)");
+        return;
+    }
+    use std::io::{BufRead as _, Write as _};
+    let lab = NetLab::create(1, 1).expect("creating the lab");
+    let server = RedisServer::start_with(ServerOptions::new().bind_addr(lab.server_addr(0)));
+    // A client in the namespace: connects, says so, then sends what it reads on stdin.
+    let script = format!(
+        "import socket,sys\n\
+         s=socket.create_connection(('{}',{}))\n\
+         print('connected',flush=True)\n\
+         line=sys.stdin.readline()\n\
+         s.sendall(line.encode())\n\
+         s.settimeout(10)\n\
+         print(s.recv(100).decode().strip(),flush=True)\n",
+        lab.server_addr(0),
+        server.port()
+    );
+    let mut child = lab
+        .command_in(0, "python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 in the namespace");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "connected");
+    lab.partition(0, Direction::ToHost).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"SET late 1\r\n").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut conn = server.conn();
+    let during: Option<String> = redis::cmd("GET").arg("late").query(&mut conn).unwrap();
+    assert_eq!(during, None, "the request got through the partition");
+    lab.heal(0).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        "+OK",
+        "the retransmitted request ran after the heal"
+    );
+    let after: Option<String> = redis::cmd("GET").arg("late").query(&mut conn).unwrap();
+    assert_eq!(after.as_deref(), Some("1"));
+    let _ = child.wait();
 }

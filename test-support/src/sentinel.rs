@@ -80,10 +80,7 @@ impl RedisSentinels {
             "lock-test-support: invalid sentinel master name {master_name:?} \
              (must be non-empty, without whitespace)"
         );
-        let data_options = options
-            .clone()
-            .arg("--repl-diskless-sync-delay")
-            .arg("0");
+        let data_options = options.clone().arg("--repl-diskless-sync-delay").arg("0");
         let master = RedisServer::start_with(data_options.clone());
         let master_host = master
             .bind_addr()

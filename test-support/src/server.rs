@@ -571,12 +571,16 @@ impl RedisServer {
                 .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--cluster-allow-reads-when-down", "no"]);
         }
-        if let Some(addr) = self.bind_addr.filter(|_| self.options.sentinel.is_none()) {
+        if let Some(addr) = self.bind_addr {
+            // After the harness's own `--bind 127.0.0.1`, which it overrides (a sentinel's
+            // command line overrides its configuration file too).
             let addr = addr.to_string();
             command
                 .args(["--bind", &addr, "127.0.0.1"])
-                .args(["--protected-mode", "no"])
-                .args(["--replica-announce-ip", &addr]);
+                .args(["--protected-mode", "no"]);
+            if self.options.sentinel.is_none() {
+                command.args(["--replica-announce-ip", &addr]);
+            }
             if self.options.cluster {
                 command.args(["--cluster-announce-ip", &addr]);
             }
