@@ -7,10 +7,12 @@
 //! x fault, writes JSON lines with `--out`, and stops by itself. Every server listens on
 //! loopback only. See RELIABILITY.md for the figures and how to reproduce them.
 
+mod bare_majority;
 mod checker;
 mod clock;
 mod event;
 mod nemesis;
+mod netns;
 mod proxy;
 mod register;
 mod run;

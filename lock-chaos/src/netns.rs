@@ -29,6 +29,9 @@
 //! Processes started with [`NetLab::command_in`] keep their namespace alive after it is
 //! deleted: stop them before dropping the lab.
 
+// Integrated into run.rs later; until then only its tests use all of it.
+#![allow(dead_code)]
+
 use std::ffi::OsStr;
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -63,11 +66,11 @@ pub enum Direction {
 }
 
 impl Direction {
-    fn to_host(self) -> bool {
+    fn cuts_to_host(self) -> bool {
         matches!(self, Direction::Both | Direction::ToHost)
     }
 
-    fn from_host(self) -> bool {
+    fn cuts_from_host(self) -> bool {
         matches!(self, Direction::Both | Direction::FromHost)
     }
 }
@@ -282,7 +285,7 @@ impl NetLab {
         let ns = &self.workers[i];
         for &k in servers {
             let server = self.servers[k];
-            if direction.to_host() {
+            if direction.cuts_to_host() {
                 ip(&[
                     "-n",
                     &ns.name,
@@ -296,7 +299,7 @@ impl NetLab {
                     "onlink",
                 ])?;
             }
-            if direction.from_host() {
+            if direction.cuts_from_host() {
                 let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
                 if !rules.contains(&(server, ns.addr)) {
                     rule("add", server, ns.addr)?;

@@ -2,7 +2,6 @@
 //! master of that bare majority restarted empty within the lease lets a second client
 //! acquire the lock at once, and the first learns it at its next renewal.
 
-#[allow(dead_code)]
 #[path = "../src/bare_majority.rs"]
 mod bare_majority;
 

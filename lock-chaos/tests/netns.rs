@@ -2,7 +2,6 @@
 //! `redis-cli` inside a worker's namespace. Needs root and `ip`; elsewhere it prints a skip
 //! line and passes (CI runs as root).
 
-#[allow(dead_code)]
 #[path = "../src/netns.rs"]
 mod netns;
 
