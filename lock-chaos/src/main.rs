@@ -10,6 +10,7 @@
 mod bare_majority;
 mod checker;
 mod clock;
+mod clockshim;
 mod event;
 mod nemesis;
 mod netns;

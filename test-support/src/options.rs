@@ -24,6 +24,7 @@ pub struct ServerOptions {
     pub(crate) sentinel: Option<String>,
     pub(crate) binary: Option<std::path::PathBuf>,
     pub(crate) bind: Option<BindAddrs>,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// Where [`ServerOptions::bind_addr`] / [`ServerOptions::bind_pool`] take a server's extra
@@ -147,6 +148,13 @@ impl ServerOptions {
         self.bind = Some(BindAddrs::Pool(std::sync::Arc::new(std::sync::Mutex::new(
             addrs.into_iter().collect(),
         ))));
+        self
+    }
+
+    /// Sets an environment variable of the `redis-server` process (kept across restarts),
+    /// e.g. `LD_PRELOAD` for a library that moves the server's clock.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 

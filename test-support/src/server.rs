@@ -592,6 +592,9 @@ impl RedisServer {
                 .args(["~*", "&*", "+@all"]);
         }
         command.args(&self.options.extra_args);
+        for (key, value) in &self.options.env {
+            command.env(key, value);
+        }
         command
     }
 
