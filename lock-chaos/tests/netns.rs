@@ -13,6 +13,23 @@ use netns::{Direction, NetLab};
 /// How long one `PING` from the namespace may take before it counts as unanswered.
 const PING_TIMEOUT: &str = "1.5";
 
+/// The tests run one at a time: each builds a lab, and one of them fakes a stale lab that a
+/// concurrent lab's clean-up could remove half-made.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Prints a skip line past the test harness's output capture (so it shows in every run).
+fn loud_skip(test: &str, reason: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "!!!!! SKIPPED {test}: {reason} (it needs root and iproute2)"
+    );
+}
+
 fn skip_reason() -> Option<String> {
     netns::available().err()
 }
@@ -35,9 +52,10 @@ fn ping(lab: &NetLab, i: usize, server: &RedisServer) -> bool {
 #[test]
 fn partitions_heal_and_clean_up() {
     if let Some(reason) = skip_reason() {
-        eprintln!("!!!!! SKIPPED netns partitions test: {reason} (it needs root and iproute2)");
+        loud_skip("netns partitions test", &reason);
         return;
     }
+    let _serial = serial();
     let lab = NetLab::create(2, 2).expect("creating the lab");
     let a = RedisServer::start_with(ServerOptions::new().bind_addr(lab.server_addr(0)));
     let b = RedisServer::start_with(ServerOptions::new().bind_addr(lab.server_addr(1)));
@@ -125,11 +143,10 @@ fn cli_in(lab: &NetLab, i: usize, args: &[&str]) -> Option<String> {
 #[test]
 fn sentinel_and_cluster_hand_out_addresses_reachable_from_a_namespace() {
     if let Some(reason) = skip_reason() {
-        eprintln!(
-            "!!!!! SKIPPED netns sentinel/cluster test: {reason} (it needs root and iproute2)"
-        );
+        loud_skip("netns sentinel/cluster test", &reason);
         return;
     }
+    let _serial = serial();
     let lab = NetLab::create(1, 11).expect("creating the lab");
     let addrs = lab.server_addrs().to_vec();
     let subnet = format!("{}.", lab.subnet().rsplit_once('.').unwrap().0);
@@ -215,9 +232,10 @@ fn sentinel_and_cluster_hand_out_addresses_reachable_from_a_namespace() {
 #[test]
 fn a_request_sent_during_a_partition_lands_after_the_heal() {
     if let Some(reason) = skip_reason() {
-        eprintln!("!!!!! SKIPPED netns retransmission test: {reason} (it needs root and iproute2)");
+        loud_skip("netns retransmission test", &reason);
         return;
     }
+    let _serial = serial();
     use std::io::{BufRead as _, Write as _};
     let lab = NetLab::create(1, 1).expect("creating the lab");
     let server = RedisServer::start_with(ServerOptions::new().bind_addr(lab.server_addr(0)));
@@ -263,4 +281,50 @@ fn a_request_sent_during_a_partition_lands_after_the_heal() {
     let after: Option<String> = redis::cmd("GET").arg("late").query(&mut conn).unwrap();
     assert_eq!(after.as_deref(), Some("1"));
     let _ = child.wait();
+}
+
+/// A lab whose creator died (no Drop ran) is removed by the next one.
+#[test]
+fn a_lab_left_by_a_dead_process_is_removed() {
+    if let Some(reason) = skip_reason() {
+        loud_skip("netns stale-cleanup test", &reason);
+        return;
+    }
+    let _serial = serial();
+    // A process id that is not running: a child that has exited and been reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let ip = |args: &[&str]| {
+        let status = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip {args:?}");
+    };
+    // Subnet 250's names, as a lab of the dead process would have left them.
+    let (bridge, ns) = (
+        format!("{}250-br", netns::PREFIX),
+        format!("{}250-w0", netns::PREFIX),
+    );
+    let _ = std::process::Command::new("ip")
+        .args(["link", "del", &bridge])
+        .status();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &ns])
+        .status();
+    ip(&["link", "add", &bridge, "type", "bridge"]);
+    ip(&["link", "set", &bridge, "alias", &format!("pid={dead}")]);
+    ip(&["netns", "add", &ns]);
+    let lab = NetLab::create(1, 1).expect("creating a lab");
+    assert!(
+        !netns::leftover_namespaces().contains(&ns),
+        "the dead process's namespace is still there"
+    );
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&links.stdout).contains(&format!("{bridge}:")));
+    drop(lab);
 }
