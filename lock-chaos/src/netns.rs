@@ -53,6 +53,10 @@ const WORKER_BASE: u8 = 100;
 const SINK_HOP: u8 = 254;
 /// Preference of the lab's host policy rules (before `main` at 32766).
 const RULE_PREF: u32 = 9213;
+/// Preference of the rules cutting servers off from each other (before [`LOCAL_PREF`]).
+const SERVER_RULE_PREF: u32 = 9212;
+/// Where [`NetLab::cut_servers`] moves the host's `lookup local` rule.
+pub const LOCAL_PREF: u32 = 10000;
 
 /// Which direction of traffic a partition drops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,6 +109,8 @@ pub struct NetLab {
     workers: Vec<Ns>,
     /// Host rules in place: (server address, worker address).
     rules: Mutex<Vec<(Ipv4Addr, Ipv4Addr)>>,
+    /// Host rules between two servers in place: (from, to).
+    server_rules: Mutex<Vec<(Ipv4Addr, Ipv4Addr)>>,
 }
 
 impl NetLab {
@@ -138,6 +144,7 @@ impl NetLab {
                 servers: Vec::new(),
                 workers: Vec::new(),
                 rules: Mutex::new(Vec::new()),
+                server_rules: Mutex::new(Vec::new()),
             });
             break;
         }
@@ -328,12 +335,54 @@ impl NetLab {
         result
     }
 
-    /// Heals every partition of every worker.
+    /// Heals every partition of every worker, and every cut between servers.
     pub fn heal_all(&self) -> anyhow::Result<()> {
         for i in 0..self.workers.len() {
             self.heal(i)?;
         }
+        self.heal_servers()
+    }
+
+    /// Cuts every server of `a` off from every server of `b`, both ways (e.g. a Sentinel
+    /// master from its replica and the sentinels, for a split brain in which workers still
+    /// reach the old master). The servers all run on the host, where traffic between local
+    /// addresses is routed by the `lookup local` rule at preference 0, ahead of any other
+    /// rule: the first cut moves that rule to preference [`LOCAL_PREF`] (the same lookup for
+    /// every other packet; it stays there) and puts `from X to Y blackhole` rules before it.
+    /// Relies on each server sending from its own address: Redis binds its outgoing
+    /// replication, cluster bus and sentinel connections to its first `--bind` address,
+    /// which `ServerOptions::bind_addr` makes the lab address. New connections fail at once
+    /// (`EINVAL`); established ones see silence.
+    pub fn cut_servers(&self, a: &[usize], b: &[usize]) -> anyhow::Result<()> {
+        move_local_rule()?;
+        let mut rules = self.server_rules.lock().unwrap_or_else(|e| e.into_inner());
+        for &x in a {
+            for &y in b {
+                for (from, to) in [
+                    (self.servers[x], self.servers[y]),
+                    (self.servers[y], self.servers[x]),
+                ] {
+                    if from != to && !rules.contains(&(from, to)) {
+                        rule_at("add", from, to, SERVER_RULE_PREF)?;
+                        rules.push((from, to));
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Heals every cut between servers.
+    pub fn heal_servers(&self) -> anyhow::Result<()> {
+        let rules =
+            std::mem::take(&mut *self.server_rules.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut result = Ok(());
+        for (from, to) in rules {
+            if let Err(e) = rule_at("del", from, to, SERVER_RULE_PREF) {
+                result = Err(e);
+            }
+        }
+        result
     }
 }
 
@@ -343,24 +392,53 @@ impl Drop for NetLab {
         for (server, worker) in rules {
             let _ = rule("del", server, worker);
         }
+        let _ = self.heal_servers();
         remove_lab(self.subnet);
     }
 }
 
 /// Adds or deletes the host rule dropping `server`'s packets to `worker`.
 fn rule(action: &str, server: Ipv4Addr, worker: Ipv4Addr) -> anyhow::Result<()> {
+    rule_at(action, server, worker, RULE_PREF)
+}
+
+/// Adds or deletes the host rule `from <from> to <to> blackhole pref <pref>`.
+fn rule_at(action: &str, from: Ipv4Addr, to: Ipv4Addr, pref: u32) -> anyhow::Result<()> {
     ip(&[
         "rule",
         action,
         "from",
-        &server.to_string(),
+        &from.to_string(),
         "to",
-        &worker.to_string(),
+        &to.to_string(),
         "blackhole",
         "pref",
-        &RULE_PREF.to_string(),
+        &pref.to_string(),
     ])
     .map(drop)
+}
+
+/// Moves the host's `lookup local` rule from preference 0 to [`LOCAL_PREF`] (adding the
+/// new one before deleting the old, so local delivery never stops); does nothing when done.
+fn move_local_rule() -> anyhow::Result<()> {
+    static MOVING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MOVING.lock().unwrap_or_else(|e| e.into_inner());
+    let at_zero = ip(&["rule", "show", "pref", "0"])?;
+    if !at_zero.contains("lookup local") {
+        return Ok(());
+    }
+    let moved = ip(&["rule", "show", "pref", &LOCAL_PREF.to_string()])?;
+    if !moved.contains("lookup local") {
+        ip(&[
+            "rule",
+            "add",
+            "pref",
+            &LOCAL_PREF.to_string(),
+            "lookup",
+            "local",
+        ])?;
+    }
+    ip(&["rule", "del", "pref", "0", "lookup", "local"]).map(drop)
 }
 
 /// Removes everything of lab `subnet`: its namespaces (with their veths), bridge and rules.
@@ -389,24 +467,26 @@ fn remove_lab(subnet: u8) {
     }
     let _ = ip(&["link", "del", &format!("{PREFIX}{subnet}-br")]);
     let net = format!("{}.{}.{subnet}.", NET[0], NET[1]);
-    if let Ok(rules) = ip(&["rule", "show", "pref", &RULE_PREF.to_string()]) {
-        for line in rules.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let (Some(from), Some(to)) = (after(&words, "from"), after(&words, "to")) else {
-                continue;
-            };
-            if from.starts_with(&net) || to.starts_with(&net) {
-                let _ = ip(&[
-                    "rule",
-                    "del",
-                    "from",
-                    from,
-                    "to",
-                    to,
-                    "blackhole",
-                    "pref",
-                    &RULE_PREF.to_string(),
-                ]);
+    for pref in [RULE_PREF, SERVER_RULE_PREF] {
+        if let Ok(rules) = ip(&["rule", "show", "pref", &pref.to_string()]) {
+            for line in rules.lines() {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let (Some(from), Some(to)) = (after(&words, "from"), after(&words, "to")) else {
+                    continue;
+                };
+                if from.starts_with(&net) || to.starts_with(&net) {
+                    let _ = ip(&[
+                        "rule",
+                        "del",
+                        "from",
+                        from,
+                        "to",
+                        to,
+                        "blackhole",
+                        "pref",
+                        &pref.to_string(),
+                    ]);
+                }
             }
         }
     }

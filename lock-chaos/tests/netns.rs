@@ -328,3 +328,107 @@ fn a_lab_left_by_a_dead_process_is_removed() {
     assert!(!String::from_utf8_lossy(&links.stdout).contains(&format!("{bridge}:")));
     drop(lab);
 }
+
+/// Split brain on Sentinel: the master cut off from its replica and the sentinels (workers
+/// still reach it) is failed over while it keeps taking writes, unless
+/// `min-replicas-to-write` stops it; after the heal the sentinels demote it.
+#[test]
+fn sentinel_split_brain_with_and_without_min_replicas_to_write() {
+    if let Some(reason) = skip_reason() {
+        loud_skip("netns split-brain test", &reason);
+        return;
+    }
+    let _serial = serial();
+    for min_replicas in [false, true] {
+        let lab = NetLab::create(1, 5).expect("creating the lab");
+        let set = lock_test_support::RedisSentinels::start_with(
+            "split",
+            ServerOptions::new().bind_pool(lab.server_addrs().iter().copied()),
+        );
+        let index = |s: &RedisServer| {
+            let addr = s.bind_addr().unwrap();
+            lab.server_addrs().iter().position(|a| *a == addr).unwrap()
+        };
+        let (old, new) = (set.master(), set.replica());
+        let others: Vec<usize> = std::iter::once(index(new))
+            .chain(set.sentinels().iter().map(index))
+            .collect();
+        if min_replicas {
+            for s in [old, new] {
+                let _: () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("min-replicas-to-write")
+                    .arg("1")
+                    .arg("min-replicas-max-lag")
+                    .arg("2")
+                    .query(&mut s.conn())
+                    .unwrap();
+            }
+        }
+        let old_host = old.bind_addr().unwrap().to_string();
+        let old_port = old.port().to_string();
+        let write_old = |value: &str| {
+            cli_in(
+                &lab,
+                0,
+                &["-h", &old_host, "-p", &old_port, "SET", "k", value],
+            )
+            .unwrap_or_default()
+        };
+        assert_eq!(write_old("before"), "OK");
+
+        lab.cut_servers(&[index(old)], &others).unwrap();
+        // The sentinels promote the replica (down-after 1 s, then the election).
+        let promoted = (0..150).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            set.current_master_port() == new.port()
+        });
+        assert!(promoted, "no failover while the master was cut off");
+        let on_old = write_old("split");
+        if min_replicas {
+            assert!(
+                on_old.contains("NOREPLICAS"),
+                "the old master took a write without replicas: {on_old:?}"
+            );
+        } else {
+            assert_eq!(
+                on_old, "OK",
+                "the old master should still take writes (split brain)"
+            );
+        }
+        let new_host = new.bind_addr().unwrap().to_string();
+        let new_port = new.port().to_string();
+        let write_new = || {
+            cli_in(
+                &lab,
+                0,
+                &["-h", &new_host, "-p", &new_port, "SET", "k", "new"],
+            )
+            .unwrap_or_default()
+        };
+        if min_replicas {
+            // Its only replica would be the old master, cut off: no side takes writes.
+            assert!(write_new().contains("NOREPLICAS"));
+        } else {
+            assert_eq!(write_new(), "OK", "the promoted replica takes writes");
+        }
+
+        lab.heal_servers().unwrap();
+        let demoted = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut old.conn())
+                .unwrap_or_default();
+            info.contains("role:slave")
+        });
+        assert!(demoted, "the old master was not demoted after the heal");
+        let healed = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            write_new() == "OK"
+        });
+        assert!(healed, "the new master does not take writes after the heal");
+        drop(set);
+        drop(lab);
+    }
+}

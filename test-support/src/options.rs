@@ -128,7 +128,10 @@ impl ServerOptions {
     }
 
     /// Also listens on `addr` (besides `127.0.0.1`), for clients outside this network
-    /// namespace, and announces it: adds `--bind <addr> 127.0.0.1`, `--protected-mode no`,
+    /// namespace, connects from it and announces it: adds `--bind <addr> 127.0.0.1`,
+    /// `--bind-source-addr <addr>` (Redis 7.0 or later; replication, cluster bus and sentinel
+    /// connections would otherwise leave from the address they go to, when it is local),
+    /// `--protected-mode no`,
     /// `--replica-announce-ip <addr>`, and for cluster nodes `--cluster-announce-ip <addr>`
     /// (sentinels: `sentinel announce-ip <addr>`), so that the addresses Sentinel and Cluster
     /// hand out to clients are this one. [`RedisServer::bind_addr`](crate::RedisServer::bind_addr)

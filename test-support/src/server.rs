@@ -577,6 +577,7 @@ impl RedisServer {
             let addr = addr.to_string();
             command
                 .args(["--bind", &addr, "127.0.0.1"])
+                .args(["--bind-source-addr", &addr])
                 .args(["--protected-mode", "no"]);
             if self.options.sentinel.is_none() {
                 command.args(["--replica-announce-ip", &addr]);
