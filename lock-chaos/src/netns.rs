@@ -275,6 +275,20 @@ impl NetLab {
         command
     }
 
+    /// Moves the calling thread into worker `i`'s namespace: sockets it opens from then on
+    /// are the worker's (for a client inside the lab without a process of its own, e.g. a
+    /// current-thread runtime on a thread of its own). Irreversible for that thread.
+    pub fn enter(&self, i: usize) -> anyhow::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        let path = format!("/var/run/netns/{}", self.workers[i].name);
+        let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        // SAFETY: plain syscall on a file descriptor we own for its duration.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns {path}: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Cuts worker `i` off from every server, in `direction`.
     pub fn partition(&self, i: usize, direction: Direction) -> anyhow::Result<()> {
         let all: Vec<usize> = (0..self.servers.len()).collect();

@@ -432,3 +432,152 @@ fn sentinel_split_brain_with_and_without_min_replicas_to_write() {
         drop(lab);
     }
 }
+
+/// Runs `f` on a thread inside worker `i`'s namespace, with a current-thread runtime.
+fn in_namespace<T: Send + 'static>(
+    lab: &NetLab,
+    i: usize,
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
+) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                lab.enter(i).expect("entering the namespace");
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(f())
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+/// The library's clients inside a namespace reach Sentinel and Cluster through the
+/// addresses the servers announce, and a partition stops them until healed.
+#[test]
+fn lock_clients_in_a_namespace_use_sentinel_and_cluster() {
+    if let Some(reason) = skip_reason() {
+        loud_skip("netns lock-client test", &reason);
+        return;
+    }
+    let _serial = serial();
+    let lab = NetLab::create(1, 11).expect("creating the lab");
+    let addrs = lab.server_addrs().to_vec();
+    let set = lock_test_support::RedisSentinels::start_with(
+        "inside",
+        ServerOptions::new().bind_pool(addrs[..5].iter().copied()),
+    );
+    let cluster = lock_test_support::RedisCluster::start_with(
+        3,
+        1,
+        ServerOptions::new().bind_pool(addrs[5..11].iter().copied()),
+    );
+    let sentinel_urls: Vec<String> = set.sentinels().iter().map(|s| s.bind_url()).collect();
+    let cluster_urls: Vec<String> = cluster.nodes().iter().map(|n| n.bind_url()).collect();
+    let builder = || {
+        distlock::LockClient::builder()
+            .lease(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_secs(1))
+    };
+    let sentinel_owner = in_namespace(&lab, 0, move || {
+        Box::pin(async move {
+            let client = builder()
+                .connect_sentinel(sentinel_urls, "inside")
+                .await
+                .expect("connecting through the sentinels from the namespace");
+            let guard = client.lock("inside").acquire().await.unwrap();
+            let owner = guard.owner().to_owned();
+            guard.release().await.unwrap();
+            owner
+        })
+    });
+    assert!(!sentinel_owner.is_empty());
+
+    let cluster_ok = in_namespace(&lab, 0, {
+        let urls = cluster_urls.clone();
+        move || {
+            Box::pin(async move {
+                let client = builder().connect_cluster(urls).await.expect("cluster");
+                for name in ["a", "b", "c", "d", "e"] {
+                    client
+                        .lock(name)
+                        .acquire()
+                        .await
+                        .unwrap()
+                        .release()
+                        .await
+                        .unwrap();
+                }
+                true
+            })
+        }
+    });
+    assert!(cluster_ok);
+
+    // Connected first, then cut off: acquisitions fail; after the heal they work again.
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let lab_ref = &lab;
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            lab_ref.enter(0).unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let client = builder().connect_cluster(cluster_urls).await.unwrap();
+                client
+                    .lock("x")
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+                    .unwrap();
+                done_tx.send(Ok(())).unwrap();
+                while let Ok(step) = rx.recv() {
+                    let result = client.lock("x").acquire().await;
+                    let ok = match result {
+                        Ok(guard) => {
+                            let _ = guard.release().await;
+                            true
+                        }
+                        Err(_) => false,
+                    };
+                    let expected = step == "healed";
+                    done_tx
+                        .send(if ok == expected {
+                            Ok(())
+                        } else {
+                            Err(format!("{step}: acquired = {ok}"))
+                        })
+                        .unwrap();
+                }
+            });
+        });
+        done_rx.recv().unwrap().unwrap();
+        lab.partition(0, Direction::Both).unwrap();
+        tx.send("partitioned").unwrap();
+        done_rx.recv().unwrap().unwrap();
+        lab.heal(0).unwrap();
+        // Give the client a moment to notice its connections are usable again.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut last = Err(String::new());
+        for _ in 0..20 {
+            tx.send("healed").unwrap();
+            last = done_rx.recv().unwrap();
+            if last.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        drop(tx);
+        last.unwrap();
+    });
+    drop(cluster);
+    drop(set);
+}
