@@ -7,15 +7,20 @@
 //! x fault, writes JSON lines with `--out`, and stops by itself. Every server listens on
 //! loopback only. See RELIABILITY.md for the figures and how to reproduce them.
 
+mod bare_majority;
 mod checker;
 mod clock;
+mod clockshim;
 mod event;
 mod nemesis;
+mod netns;
 mod proxy;
 mod register;
 mod run;
+mod schedule;
 mod sink;
 mod topology;
+mod trigger;
 mod worker;
 
 use std::path::PathBuf;

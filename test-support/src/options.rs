@@ -23,6 +23,33 @@ pub struct ServerOptions {
     pub(crate) cluster: bool,
     pub(crate) sentinel: Option<String>,
     pub(crate) binary: Option<std::path::PathBuf>,
+    pub(crate) bind: Option<BindAddrs>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// Where [`ServerOptions::bind_addr`] / [`ServerOptions::bind_pool`] take a server's extra
+/// address from: one fixed address, or the next one of a pool shared by every clone of the
+/// options (so each server of a topology gets its own).
+#[derive(Debug, Clone)]
+pub(crate) enum BindAddrs {
+    One(std::net::Ipv4Addr),
+    Pool(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<std::net::Ipv4Addr>>>),
+}
+
+impl BindAddrs {
+    /// The address for the next server started with these options.
+    pub(crate) fn take(&self) -> std::net::Ipv4Addr {
+        match self {
+            BindAddrs::One(addr) => *addr,
+            BindAddrs::Pool(pool) => pool
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+                .unwrap_or_else(|| {
+                    panic!("lock-test-support: ServerOptions::bind_pool ran out of addresses")
+                }),
+        }
+    }
 }
 
 impl ServerOptions {
@@ -97,6 +124,40 @@ impl ServerOptions {
     /// `redis-cli` found next to it, if there is one.
     pub fn binary(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// Also listens on `addr` (besides `127.0.0.1`), for clients outside this network
+    /// namespace, connects from it and announces it: adds `--bind <addr> 127.0.0.1`,
+    /// `--bind-source-addr <addr>` (Redis 7.0 or later; replication, cluster bus and sentinel
+    /// connections would otherwise leave from the address they go to, when it is local),
+    /// `--protected-mode no`,
+    /// `--replica-announce-ip <addr>`, and for cluster nodes `--cluster-announce-ip <addr>`
+    /// (sentinels: `sentinel announce-ip <addr>`), so that the addresses Sentinel and Cluster
+    /// hand out to clients are this one. [`RedisServer::bind_addr`](crate::RedisServer::bind_addr)
+    /// and [`RedisServer::bind_url`](crate::RedisServer::bind_url) return it; the harness's
+    /// own helpers keep using loopback. Kept across restarts.
+    pub fn bind_addr(mut self, addr: std::net::Ipv4Addr) -> Self {
+        self.bind = Some(BindAddrs::One(addr));
+        self
+    }
+
+    /// Like [`ServerOptions::bind_addr`], but each server started with (a clone of) these
+    /// options takes the next address of `addrs`, so that every server of a
+    /// [`RedisMasters`](crate::RedisMasters) or [`RedisCluster`](crate::RedisCluster) has an
+    /// address of its own (to cut one of them off). Starting more servers than there are
+    /// addresses panics.
+    pub fn bind_pool(mut self, addrs: impl IntoIterator<Item = std::net::Ipv4Addr>) -> Self {
+        self.bind = Some(BindAddrs::Pool(std::sync::Arc::new(std::sync::Mutex::new(
+            addrs.into_iter().collect(),
+        ))));
+        self
+    }
+
+    /// Sets an environment variable of the `redis-server` process (kept across restarts),
+    /// e.g. `LD_PRELOAD` for a library that moves the server's clock.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 

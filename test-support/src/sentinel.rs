@@ -61,19 +61,34 @@ impl RedisSentinels {
     /// does, or if the set is not stable within 30 s (with the last unmet condition and the
     /// log tails of all processes).
     pub fn start(master_name: &str) -> RedisSentinels {
+        Self::start_with(master_name, ServerOptions::new())
+    }
+
+    /// Like [`RedisSentinels::start`], with every process (master, replica, sentinels)
+    /// configured by a clone of `options`. With [`ServerOptions::bind_addr`] or
+    /// [`ServerOptions::bind_pool`], the replica follows the master at the master's address,
+    /// the sentinels monitor it there and announce their own, so the master address the
+    /// sentinels hand out is reachable from outside this network namespace.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisSentinels::start`]; also if `options` ask for TLS, a cluster node or a
+    /// sentinel.
+    pub fn start_with(master_name: &str, options: ServerOptions) -> RedisSentinels {
         assert!(
             !master_name.is_empty() && !master_name.contains(char::is_whitespace),
             "lock-test-support: invalid sentinel master name {master_name:?} \
              (must be non-empty, without whitespace)"
         );
-        let data_options = ServerOptions::new()
-            .arg("--repl-diskless-sync-delay")
-            .arg("0");
+        let data_options = options.clone().arg("--repl-diskless-sync-delay").arg("0");
         let master = RedisServer::start_with(data_options.clone());
+        let master_host = master
+            .bind_addr()
+            .map_or_else(|| "127.0.0.1".to_owned(), |a| a.to_string());
         let replica = RedisServer::start_with(
             data_options
                 .arg("--replicaof")
-                .arg("127.0.0.1")
+                .arg(master_host.clone())
                 .arg(master.port().to_string()),
         );
         let mut set = RedisSentinels {
@@ -90,7 +105,7 @@ impl RedisSentinels {
             ));
         }
         let config = format!(
-            "sentinel monitor {name} 127.0.0.1 {port} {QUORUM}\n\
+            "sentinel monitor {name} {master_host} {port} {QUORUM}\n\
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 5000\n\
              sentinel parallel-syncs {name} 1\n",
@@ -98,7 +113,7 @@ impl RedisSentinels {
             port = set.master.port()
         );
         for _ in 0..SENTINELS {
-            let sentinel = RedisServer::start_with(ServerOptions::new().sentinel(config.clone()));
+            let sentinel = RedisServer::start_with(options.clone().sentinel(config.clone()));
             set.sentinels.push(sentinel);
         }
         if let Err(reason) = wait_until(STABLE_TIMEOUT, || set.check_sentinels_stable()) {

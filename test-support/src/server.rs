@@ -51,6 +51,7 @@ pub struct RedisServer {
     port: u16,
     pid: u32,
     options: ServerOptions,
+    bind_addr: Option<std::net::Ipv4Addr>,
     tls: Option<TlsFiles>,
     child: Option<Child>,
     last_exit: Option<ExitStatus>,
@@ -130,9 +131,11 @@ impl RedisServer {
                 panic!("cannot create a temporary directory for redis-server: {e}")
             });
         let tls = options.tls.then(|| TlsFiles::generate(dir.path()));
+        let bind_addr = options.bind.as_ref().map(|b| b.take());
         let mut server = RedisServer {
             port: 0,
             pid: 0,
+            bind_addr,
             options,
             tls,
             child: None,
@@ -180,6 +183,21 @@ impl RedisServer {
     /// [`RedisServer::client`].
     pub fn url(&self) -> String {
         format!("{}://127.0.0.1:{}/", self.scheme(), self.port)
+    }
+
+    /// The extra address the server listens on and announces
+    /// ([`ServerOptions::bind_addr`], [`ServerOptions::bind_pool`]), if any.
+    pub fn bind_addr(&self) -> Option<std::net::Ipv4Addr> {
+        self.bind_addr
+    }
+
+    /// The URL of the server on its extra address ([`RedisServer::bind_addr`]), or
+    /// [`RedisServer::url`] when it has none.
+    pub fn bind_url(&self) -> String {
+        match self.bind_addr {
+            Some(addr) => format!("{}://{addr}:{}/", self.scheme(), self.port),
+            None => self.url(),
+        }
     }
 
     /// The URL for logging in as an ACL user: `redis[s]://USER:PASSWORD@127.0.0.1:PORT/`.
@@ -501,7 +519,13 @@ impl RedisServer {
             return;
         };
         let path = self.dir.path().join(SENTINEL_CONFIG);
-        let contents = format!("port {}\nbind 127.0.0.1\n{body}\n", self.port);
+        let contents = match self.bind_addr {
+            Some(addr) => format!(
+                "port {}\nbind {addr} 127.0.0.1\nprotected-mode no\nsentinel announce-ip {addr}\n{body}\n",
+                self.port
+            ),
+            None => format!("port {}\nbind 127.0.0.1\n{body}\n", self.port),
+        };
         std::fs::write(&path, contents)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     }
@@ -547,6 +571,21 @@ impl RedisServer {
                 .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--cluster-allow-reads-when-down", "no"]);
         }
+        if let Some(addr) = self.bind_addr {
+            // After the harness's own `--bind 127.0.0.1`, which it overrides (a sentinel's
+            // command line overrides its configuration file too).
+            let addr = addr.to_string();
+            command
+                .args(["--bind", &addr, "127.0.0.1"])
+                .args(["--bind-source-addr", &addr])
+                .args(["--protected-mode", "no"]);
+            if self.options.sentinel.is_none() {
+                command.args(["--replica-announce-ip", &addr]);
+            }
+            if self.options.cluster {
+                command.args(["--cluster-announce-ip", &addr]);
+            }
+        }
         for (user, password) in &self.options.acl_users {
             command
                 .args(["--user", user, "on"])
@@ -554,6 +593,9 @@ impl RedisServer {
                 .args(["~*", "&*", "+@all"]);
         }
         command.args(&self.options.extra_args);
+        for (key, value) in &self.options.env {
+            command.env(key, value);
+        }
         command
     }
 
