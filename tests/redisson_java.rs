@@ -22,7 +22,7 @@
 //!   ways (p50/p99 printed; p99 under a second, where waiting out the lease
 //!   would take 30 s);
 //! - concurrent turns: two Java threads and two of our clients at once, the
-//!   same checks;
+//!   same checks, on a name with a hash tag (`{..}:concurrent`);
 //! - Redisson's `forceUnlock` of our lock: our guard's `lost()` fires within
 //!   a renewal period and its release answers `LeaseLost`;
 //! - our `force_release` of Redisson's lock: Redisson's `unlock` is refused
@@ -487,7 +487,10 @@ async fn scenarios(build: &PathBuf, version: &str, topology: &Topology) {
     }
 
     // Concurrent turns: two Java threads and two of our clients at once.
-    let name = format!("interop:{version}:{tag}:concurrent");
+    // The name has a hash tag: Redisson then adds no braces of its own to
+    // the channel and the token counter (`redisson_lock_token:{a}:b`), and
+    // the shared token sequence checks that we do the same.
+    let name = format!("{{interop:{version}:{tag}}}:concurrent");
     let turns = CONCURRENT_TURNS.to_string();
     let java = Java::start(build, topology, &[], &["turns", &name, &turns, "java", "2"]).await;
     let mut tasks = Vec::new();
