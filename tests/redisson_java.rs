@@ -32,7 +32,7 @@
 //!   `lockWatchdogTimeout` is 3 s there (`REDISSON_WATCHDOG_MS`), instead of
 //!   Redisson's 30 s, to keep the test short.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -221,7 +221,7 @@ struct Java {
 impl Java {
     /// Starts it and waits for its `ready` (connected).
     async fn start(
-        build: &PathBuf,
+        build: &Path,
         topology: &Topology,
         extra_env: &[(&str, &str)],
         args: &[&str],
@@ -318,11 +318,8 @@ async fn rust_turns(
     let side = "rust";
     let keys = Keys::new(&name);
     for _ in 0..turns {
-        while alternate {
-            let last: Vec<String> = conn.lrange(&keys.tokens, -1, -1).await.unwrap();
-            if !last.first().is_some_and(|l| l.starts_with("rust ")) {
-                break;
-            }
+        // Alternating: wait for the other side's turn first.
+        while alternate && last_turn_is(&mut conn, &keys, side).await {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let guard = client
@@ -378,6 +375,13 @@ async fn rust_turns(
     }
 }
 
+/// Whether the last turn taken was `side`'s.
+async fn last_turn_is(conn: &mut Conn, keys: &Keys, side: &str) -> bool {
+    let last: Vec<String> = conn.lrange(&keys.tokens, -1, -1).await.unwrap();
+    last.first()
+        .is_some_and(|entry| entry.starts_with(&format!("{side} ")))
+}
+
 fn percentile(sorted: &[u64], p: f64) -> Duration {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     Duration::from_micros(sorted[at.min(sorted.len() - 1)])
@@ -400,9 +404,14 @@ async fn check_turns(conn: &mut Conn, name: &str, label: &str, expected: usize) 
         .collect();
     let rising = tokens.windows(2).all(|w| w[0] < w[1]);
     let java = entries.iter().filter(|e| e.starts_with("java ")).count();
+    // Hand-offs between the sides, in lock order.
+    let switches = entries
+        .windows(2)
+        .filter(|w| w[0].starts_with("java ") != w[1].starts_with("java "))
+        .count();
     eprintln!(
-        "{label}: {} turns ({java} Java, {} ours), overlaps {overlaps}, counter {counter}, \
-         tokens {}..={} strictly rising: {rising}",
+        "{label}: {} turns ({java} Java, {} ours, {switches} hand-offs between them), overlaps \
+         {overlaps}, counter {counter}, tokens {}..={} strictly rising: {rising}",
         entries.len(),
         entries.len() - java,
         tokens.first().unwrap(),
@@ -416,7 +425,7 @@ async fn check_turns(conn: &mut Conn, name: &str, label: &str, expected: usize) 
 }
 
 /// Every scenario for one version on one topology.
-async fn scenarios(build: &PathBuf, version: &str, topology: &Topology) {
+async fn scenarios(build: &Path, version: &str, topology: &Topology) {
     let label = format!("Redisson {version}, {}", topology.describe());
     let tag = match topology {
         Topology::One(_) => "one",
