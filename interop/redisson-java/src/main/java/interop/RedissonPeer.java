@@ -12,8 +12,8 @@ import org.redisson.api.RList;
 import org.redisson.api.RScript;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
+import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
-import org.redisson.config.ShardedSubscriptionMode;
 
 /**
  * The Java half of the Redisson interop tests (tests/redisson_java.rs), with
@@ -94,7 +94,7 @@ public final class RedissonPeer {
         }
     }
 
-    private static Config config(Map<String, String> env) {
+    private static Config config(Map<String, String> env) throws ReflectiveOperationException {
         Config config = new Config();
         String watchdog = env.get("REDISSON_WATCHDOG_MS");
         if (watchdog != null && !watchdog.isEmpty()) {
@@ -102,14 +102,36 @@ public final class RedissonPeer {
         }
         String cluster = env.get("REDIS_CLUSTER");
         if (cluster != null && !cluster.isEmpty()) {
-            config.useClusterServers()
-                    .addNodeAddress(trim(cluster).split(","))
-                    .setShardedSubscriptionMode(ShardedSubscriptionMode.valueOf(
-                            env.getOrDefault("SHARDED_SUBSCRIPTION_MODE", "AUTO")));
+            ClusterServersConfig servers = config.useClusterServers()
+                    .addNodeAddress(trim(cluster).split(","));
+            shardedSubscriptionMode(servers, env.getOrDefault("SHARDED_SUBSCRIPTION_MODE", "AUTO"));
         } else {
             config.useSingleServer().setAddress(trim(env.getOrDefault("REDIS_URL", "redis://127.0.0.1:6379")));
         }
         return config;
+    }
+
+    /**
+     * {@code setShardedSubscriptionMode(mode)}, by reflection: Redisson has the
+     * setting since 3.2x, not in every version of the range the layout follows
+     * (3.24.3 lacks it). Without it only AUTO (its default) can be asked for.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private static void shardedSubscriptionMode(ClusterServersConfig servers, String mode)
+            throws ReflectiveOperationException {
+        Class<? extends Enum> type;
+        try {
+            type = (Class<? extends Enum>) Class.forName("org.redisson.config.ShardedSubscriptionMode");
+        } catch (ClassNotFoundException e) {
+            if (mode.equals("AUTO")) {
+                return;
+            }
+            System.err.println("this Redisson version has no shardedSubscriptionMode: cannot set " + mode);
+            System.exit(2);
+            return;
+        }
+        servers.getClass().getMethod("setShardedSubscriptionMode", type)
+                .invoke(servers, Enum.valueOf(type, mode));
     }
 
     private static void turns(RedissonClient redisson, RFencedLock lock, String name, int turns,
