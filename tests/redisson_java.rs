@@ -372,6 +372,12 @@ async fn rust_turns(
             .await
             .unwrap();
         guard.release().await.unwrap();
+        if !alternate {
+            // A pause of 0 to 8 ms between turns (as the Java side's), so
+            // that the other side's waiters get the lock too, not mostly our
+            // other task.
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..9))).await;
+        }
     }
 }
 

@@ -186,6 +186,13 @@ public final class RedissonPeer {
                         } finally {
                             lock.unlock();
                         }
+                        if (!alternate) {
+                            // A pause of 0 to 8 ms between turns (as the
+                            // Rust side's), so that the other side's
+                            // waiters get the lock too, not mostly this
+                            // side's other thread.
+                            Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextInt(9));
+                        }
                     }
                 } catch (Throwable e) {
                     synchronized (failures) {
