@@ -28,7 +28,8 @@ import org.redisson.config.Config;
  *       the token list in lock order, and record the hand-off time from the
  *       other side's release. With {@code alternate}, a turn begins only
  *       after the other side has had one (the last token is not ours) and is
- *       held 20 ms, so that every hand-off is a wake-up of a waiting side.
+ *       held 20 ms, so that every hand-off is a wake-up of a waiting side;
+ *       without it, each thread pauses 0 to 8 ms between turns.
  *   <li>{@code hold NAME MS}: take the lock, print {@code held <token>}, hold
  *       it MS ms, unlock, and print {@code unlocked} or, when Redisson refuses
  *       the unlock (the lock was force-released meanwhile),
