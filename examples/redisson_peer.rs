@@ -9,8 +9,8 @@
 //! - append `<side> <token>` to `interop:<NAME>:tokens`, in lock order,
 //! - record how long after the previous holder's release the turn began,
 //!   when the previous holder was the other side (`interop:<NAME>:released`
-//!   holds `<side> <server µs>` at each release; the cross hand-offs go to
-//!   `interop:<NAME>:handoffs` in µs).
+//!   holds `<side> <server µs>` at each release; the hand-offs to a side go
+//!   to `interop:<NAME>:handoffs:<side>` in µs).
 //!
 //! Run both halves at once against one Redis, then `--report` with either:
 //!
@@ -25,7 +25,7 @@
 //!
 //! `--side NAME` names this half (default `rust`). `--report` prints the
 //! turns, overlaps, whether the tokens rose strictly across both sides, and
-//! the cross hand-off p50/p99, and exits 1 when the locks overlapped, an
+//! the cross hand-off p50/p99 each way, and exits 1 when the locks overlapped, an
 //! update was lost or a token went backwards. `--reset` deletes the
 //! scenario's keys first.
 
@@ -82,6 +82,18 @@ where
         .unwrap_or_else(|| "interop:java".into());
     let keys = Keys::new(&name);
     if args.iter().any(|a| a == "--reset") {
+        // The hand-off lists of every side that took a turn, then the rest.
+        let tokens: Vec<String> = conn.lrange(&keys.tokens, 0, -1).await?;
+        let mut sides: Vec<&str> = tokens
+            .iter()
+            .filter_map(|entry| entry.split_once(' ').map(|(side, _)| side))
+            .chain(["rust", "java"])
+            .collect();
+        sides.sort_unstable();
+        sides.dedup();
+        for side in sides {
+            let _: () = conn.del(keys.handoffs(side)).await?;
+        }
         for key in keys.all() {
             let _: () = conn.del(key).await?;
         }
@@ -112,7 +124,9 @@ where
             if let Some((previous_side, at)) = previous.split_once(' ') {
                 if previous_side != side {
                     if let Ok(at) = at.parse::<u64>() {
-                        let _: () = conn.rpush(&keys.handoffs, now.saturating_sub(at)).await?;
+                        let _: () = conn
+                            .rpush(keys.handoffs(&side), now.saturating_sub(at))
+                            .await?;
                     }
                 }
             }
@@ -153,7 +167,6 @@ struct Keys {
     counter: String,
     tokens: String,
     released: String,
-    handoffs: String,
 }
 
 impl Keys {
@@ -165,8 +178,16 @@ impl Keys {
             counter: key("counter"),
             tokens: key("tokens"),
             released: key("released"),
-            handoffs: key("handoffs"),
         }
+    }
+
+    /// The hand-off times to `side` (from the other side's release), in µs.
+    fn handoffs(&self, side: &str) -> String {
+        format!("{}:handoffs:{side}", self.prefix())
+    }
+
+    fn prefix(&self) -> &str {
+        self.inside.trim_end_matches(":inside")
     }
 
     fn all(&self) -> Vec<&String> {
@@ -176,7 +197,6 @@ impl Keys {
             &self.counter,
             &self.tokens,
             &self.released,
-            &self.handoffs,
         ]
     }
 }
@@ -202,8 +222,6 @@ async fn report<C: redis::aio::ConnectionLike + Send + Sync>(
         .get::<_, Option<u64>>(&keys.overlaps)
         .await?
         .unwrap_or(0);
-    let mut handoffs: Vec<u64> = conn.lrange(&keys.handoffs, 0, -1).await?;
-    handoffs.sort_unstable();
     let mut per_side = std::collections::BTreeMap::<&str, usize>::new();
     let mut rising = true;
     let mut last = 0u64;
@@ -214,7 +232,7 @@ async fn report<C: redis::aio::ConnectionLike + Send + Sync>(
         rising &= token > last;
         last = token;
     }
-    let pct = |p: f64| {
+    let pct = |handoffs: &[u64], p: f64| {
         handoffs
             .get(((handoffs.len().max(1) - 1) as f64 * p).round() as usize)
             .map_or("-".to_owned(), |us| {
@@ -228,12 +246,16 @@ async fn report<C: redis::aio::ConnectionLike + Send + Sync>(
     );
     println!("overlaps: {overlaps}");
     println!("tokens strictly rising across both sides: {rising}");
-    println!(
-        "cross-side hand-offs: {} (p50 {}, p99 {})",
-        handoffs.len(),
-        pct(0.5),
-        pct(0.99)
-    );
+    for side in per_side.keys() {
+        let mut handoffs: Vec<u64> = conn.lrange(keys.handoffs(side), 0, -1).await?;
+        handoffs.sort_unstable();
+        println!(
+            "hand-offs to {side}: {} (p50 {}, p99 {})",
+            handoffs.len(),
+            pct(&handoffs, 0.5),
+            pct(&handoffs, 0.99)
+        );
+    }
     if overlaps > 0 || !rising || counter != tokens.len() as u64 {
         println!("FAILED: overlaps, lost updates or tokens out of order");
         std::process::exit(1);

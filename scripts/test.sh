@@ -108,10 +108,50 @@ install_node_redisson() {
     echo "node-redisson for the Redisson interop tests: $dir (node $(node --version))"
 }
 
+# Real Redisson, the Java peer of tests/redisson_java.rs: interop/redisson-java
+# built with Maven once per Redisson version (the two pinned in its pom.xml,
+# or DISTLOCK_REDISSON_VERSIONS="A B"), classes and dependency jars under
+# target/interop-java/<version>/. Maven downloads Redisson and the plugins
+# from Maven Central. Without Java 17 and Maven, or when a build fails, that
+# test fails in CI and is skipped elsewhere, saying why.
+install_redisson_java() {
+    local dir="${CARGO_TARGET_DIR:-target}/interop-java" project=interop/redisson-java
+    if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+        echo "warning: the real-Redisson peer not built: Java 17 and Maven are needed" >&2
+        return 0
+    fi
+    local versions="${DISTLOCK_REDISSON_VERSIONS:-}"
+    if [ -z "$versions" ]; then
+        versions="$(sed -n 's:.*<redisson3\.version>\(.*\)</redisson3\.version>.*:\1:p' "$project/pom.xml")"
+        versions="$versions $(sed -n 's:.*<redisson\.version>\(.*\)</redisson\.version>.*:\1:p' "$project/pom.xml")"
+    fi
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    local stamp version
+    stamp="$(cat "$project/pom.xml" "$project"/src/main/java/interop/*.java | cksum)"
+    for version in $versions; do
+        if [ -f "$dir/$version/built" ] && [ "$(cat "$dir/$version/built")" = "$stamp" ]; then
+            continue
+        fi
+        rm -rf "${dir:?}/$version"
+        if ! (cd "$project" && timeout 900 mvn -B -q "-Dredisson.version=$version" \
+            "-Dinterop.out=$dir/$version" compile dependency:copy-dependencies); then
+            echo "warning: the real-Redisson peer not built: mvn failed for Redisson $version" >&2
+            return 0
+        fi
+        echo "$stamp" >"$dir/$version/built"
+    done
+    DISTLOCK_TEST_REDISSON_JAVA="$dir"
+    DISTLOCK_REDISSON_VERSIONS="$(echo $versions)"
+    export DISTLOCK_TEST_REDISSON_JAVA DISTLOCK_REDISSON_VERSIONS
+    echo "real Redisson for the interop tests: $DISTLOCK_REDISSON_VERSIONS in $dir ($(java -version 2>&1 | head -1))"
+}
+
 ensure_redis
 echo "using $(redis-server --version)"
 fetch_redis_6_2
 install_node_redisson
+install_redisson_java
 
 # Unit, integration and example targets; then the doc tests, which
 # --all-targets leaves out. The optional features (distlock-core's `serde`,

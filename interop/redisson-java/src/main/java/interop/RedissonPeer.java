@@ -1,5 +1,7 @@
 package interop;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
 import org.redisson.Redisson;
@@ -10,88 +12,215 @@ import org.redisson.api.RList;
 import org.redisson.api.RScript;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
+import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
-import org.redisson.config.ShardedSubscriptionMode;
 
 /**
- * The Java half of the Redisson interop scenario: takes Redisson's
- * {@link RFencedLock} {@code NAME} {@code TURNS} times and, in each turn, does
- * what the Rust half (examples/redisson_peer.rs) does in its turns, on the
- * same keys: mark the turn inside (an overlap is counted when the other side
- * is inside), increment a counter by a read and a later write, append
- * {@code <side> <token>} to the token list in lock order, and record the
- * hand-off time from the other side's release.
+ * The Java half of the Redisson interop tests (tests/redisson_java.rs), with
+ * real Redisson's {@link RFencedLock}. One mode per run:
  *
- * <p>Usage: {@code mvn -q compile exec:java -Dexec.args="NAME TURNS [SIDE]"} with
- * {@code REDIS_URL} (one node) or {@code REDIS_CLUSTER} (seed URLs, comma
- * separated) and, for a cluster, {@code SHARDED_SUBSCRIPTION_MODE}
- * (AUTO, ON or OFF; Redisson's default is AUTO).
+ * <ul>
+ *   <li>{@code turns NAME N SIDE [THREADS] [alternate]}: each of THREADS
+ *       threads (default 1) takes lock NAME N times and, in each turn, does
+ *       what the Rust side does in its turns, on the same keys: mark the turn
+ *       inside (an overlap is counted when someone else is), increment a
+ *       counter by a read and a later write, append {@code <side> <token>} to
+ *       the token list in lock order, and record the hand-off time from the
+ *       other side's release. With {@code alternate}, a turn begins only
+ *       after the other side has had one (the last token is not ours) and is
+ *       held 20 ms, so that every hand-off is a wake-up of a waiting side;
+ *       without it, each thread pauses 0 to 8 ms between turns.
+ *   <li>{@code hold NAME MS}: take the lock, print {@code held <token>}, hold
+ *       it MS ms, unlock, and print {@code unlocked} or, when Redisson refuses
+ *       the unlock (the lock was force-released meanwhile),
+ *       {@code unlock refused}.
+ *   <li>{@code force NAME}: {@code forceUnlock()}; prints {@code forced <result>}.
+ *   <li>{@code hold-forever NAME}: take the lock, print {@code held <token>}
+ *       and sleep (to be killed; the watchdog renews the lease until then).
+ * </ul>
+ *
+ * <p>{@code NAME N [SIDE]} without a mode is {@code turns NAME N SIDE}. Every
+ * mode prints {@code ready} once connected.
+ *
+ * <p>Environment: {@code REDIS_URL} (one node) or {@code REDIS_CLUSTER} (seed
+ * URLs, comma separated) and, for a cluster, {@code SHARDED_SUBSCRIPTION_MODE}
+ * (AUTO, ON or OFF; Redisson's default is AUTO); {@code REDISSON_WATCHDOG_MS},
+ * Redisson's {@code lockWatchdogTimeout} (its default is 30000).
  */
 public final class RedissonPeer {
     private RedissonPeer() {}
 
     public static void main(String[] args) throws Exception {
-        String name = args.length > 0 ? args[0] : "interop:java";
-        int turns = args.length > 1 ? Integer.parseInt(args[1]) : 200;
-        String side = args.length > 2 ? args[2] : "java";
-        Map<String, String> env = System.getenv();
+        String mode = args.length > 0 ? args[0] : "turns";
+        if (!List.of("turns", "hold", "force", "hold-forever").contains(mode)) {
+            String[] turns = new String[args.length + 1];
+            turns[0] = "turns";
+            System.arraycopy(args, 0, turns, 1, args.length);
+            args = turns;
+            mode = "turns";
+        }
+        String name = args.length > 1 ? args[1] : "interop:java";
+        RedissonClient redisson = Redisson.create(config(System.getenv()));
+        say("ready");
+        try {
+            RFencedLock lock = redisson.getFencedLock(name);
+            switch (mode) {
+                case "turns" -> {
+                    int turns = args.length > 2 ? Integer.parseInt(args[2]) : 200;
+                    String side = args.length > 3 ? args[3] : "java";
+                    int threads = args.length > 4 ? Integer.parseInt(args[4]) : 1;
+                    boolean alternate = args.length > 5 && args[5].equals("alternate");
+                    turns(redisson, lock, name, turns, side, threads, alternate);
+                    say(side + ": " + threads * turns + " turns on " + name);
+                }
+                case "hold" -> {
+                    long ms = Long.parseLong(args[2]);
+                    say("held " + lock.lockAndGetToken());
+                    Thread.sleep(ms);
+                    try {
+                        lock.unlock();
+                        say("unlocked");
+                    } catch (IllegalMonitorStateException e) {
+                        say("unlock refused (" + e.getMessage() + ")");
+                    }
+                }
+                case "force" -> say("forced " + lock.forceUnlock());
+                default -> { // hold-forever
+                    say("held " + lock.lockAndGetToken());
+                    Thread.sleep(Long.MAX_VALUE);
+                }
+            }
+        } finally {
+            redisson.shutdown(0, 2, java.util.concurrent.TimeUnit.SECONDS);
+        }
+    }
 
+    private static Config config(Map<String, String> env) throws ReflectiveOperationException {
         Config config = new Config();
+        String watchdog = env.get("REDISSON_WATCHDOG_MS");
+        if (watchdog != null && !watchdog.isEmpty()) {
+            config.setLockWatchdogTimeout(Long.parseLong(watchdog));
+        }
         String cluster = env.get("REDIS_CLUSTER");
         if (cluster != null && !cluster.isEmpty()) {
-            config.useClusterServers()
-                    .addNodeAddress(trim(cluster).split(","))
-                    .setShardedSubscriptionMode(ShardedSubscriptionMode.valueOf(
-                            env.getOrDefault("SHARDED_SUBSCRIPTION_MODE", "AUTO")));
+            ClusterServersConfig servers = config.useClusterServers()
+                    .addNodeAddress(trim(cluster).split(","));
+            shardedSubscriptionMode(servers, env.getOrDefault("SHARDED_SUBSCRIPTION_MODE", "AUTO"));
         } else {
             config.useSingleServer().setAddress(trim(env.getOrDefault("REDIS_URL", "redis://127.0.0.1:6379")));
         }
-        RedissonClient redisson = Redisson.create(config);
+        return config;
+    }
+
+    /**
+     * {@code setShardedSubscriptionMode(mode)}, by reflection: Redisson has the
+     * setting since 3.2x, not in every version of the range the layout follows
+     * (3.24.3 lacks it). Without it only AUTO (its default) can be asked for.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private static void shardedSubscriptionMode(ClusterServersConfig servers, String mode)
+            throws ReflectiveOperationException {
+        Class<? extends Enum> type;
         try {
-            String prefix = "interop:" + name + ":";
-            RFencedLock lock = redisson.getFencedLock(name);
-            RBucket<String> inside = redisson.getBucket(prefix + "inside", StringCodec.INSTANCE);
-            RAtomicLong overlaps = redisson.getAtomicLong(prefix + "overlaps");
-            RBucket<String> counter = redisson.getBucket(prefix + "counter", StringCodec.INSTANCE);
-            RList<String> tokens = redisson.getList(prefix + "tokens", StringCodec.INSTANCE);
-            RBucket<String> released = redisson.getBucket(prefix + "released", StringCodec.INSTANCE);
-            RList<String> handoffs = redisson.getList(prefix + "handoffs", StringCodec.INSTANCE);
-            RScript script = redisson.getScript(StringCodec.INSTANCE);
-            String who = side + ":" + Thread.currentThread().getId();
-            for (int i = 0; i < turns; i++) {
-                // Waits (woken by the release message, Rust's included) and
-                // returns the next token of redisson_lock_token:{NAME}.
-                Long token = lock.lockAndGetToken();
+            type = (Class<? extends Enum>) Class.forName("org.redisson.config.ShardedSubscriptionMode");
+        } catch (ClassNotFoundException e) {
+            if (mode.equals("AUTO")) {
+                return;
+            }
+            System.err.println("this Redisson version has no shardedSubscriptionMode: cannot set " + mode);
+            System.exit(2);
+            return;
+        }
+        servers.getClass().getMethod("setShardedSubscriptionMode", type)
+                .invoke(servers, Enum.valueOf(type, mode));
+    }
+
+    private static void turns(RedissonClient redisson, RFencedLock lock, String name, int turns,
+            String side, int threads, boolean alternate) throws Exception {
+        String prefix = "interop:" + name + ":";
+        RBucket<String> inside = redisson.getBucket(prefix + "inside", StringCodec.INSTANCE);
+        RAtomicLong overlaps = redisson.getAtomicLong(prefix + "overlaps");
+        RBucket<String> counter = redisson.getBucket(prefix + "counter", StringCodec.INSTANCE);
+        RList<String> tokens = redisson.getList(prefix + "tokens", StringCodec.INSTANCE);
+        RBucket<String> released = redisson.getBucket(prefix + "released", StringCodec.INSTANCE);
+        RList<String> handoffs = redisson.getList(prefix + "handoffs:" + side, StringCodec.INSTANCE);
+        RScript script = redisson.getScript(StringCodec.INSTANCE);
+        List<Thread> running = new ArrayList<>();
+        List<Throwable> failures = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread thread = new Thread(() -> {
+                String who = side + ":" + Thread.currentThread().getId();
                 try {
-                    long now = micros(script);
-                    String previous = released.get();
-                    if (previous != null) {
-                        String[] parts = previous.split(" ");
-                        if (!parts[0].equals(side)) {
-                            handoffs.add(Long.toString(now - Long.parseLong(parts[1])));
+                    for (int i = 0; i < turns; i++) {
+                        while (alternate && isLast(tokens, side)) {
+                            Thread.sleep(2);
+                        }
+                        // Waits (woken by the release message, the Rust
+                        // side's included) and returns the next token of
+                        // redisson_lock_token:{NAME}.
+                        Long token = lock.lockAndGetToken();
+                        try {
+                            long now = micros(script);
+                            String previous = released.get();
+                            if (previous != null) {
+                                String[] parts = previous.split(" ");
+                                if (!parts[0].equals(side)) {
+                                    handoffs.add(Long.toString(now - Long.parseLong(parts[1])));
+                                }
+                            }
+                            boolean entered = inside.setIfAbsent(who);
+                            if (!entered) {
+                                overlaps.incrementAndGet();
+                            }
+                            String value = counter.get();
+                            long current = value == null ? 0 : Long.parseLong(value);
+                            Thread.sleep(1);
+                            counter.set(Long.toString(current + 1));
+                            tokens.add(side + " " + token);
+                            if (alternate) {
+                                Thread.sleep(20);
+                            }
+                            if (entered) {
+                                inside.delete();
+                            }
+                            released.set(side + " " + micros(script));
+                        } finally {
+                            lock.unlock();
+                        }
+                        if (!alternate) {
+                            // A pause of 0 to 8 ms between turns (as the
+                            // Rust side's), so that the other side's
+                            // waiters get the lock too, not mostly this
+                            // side's other thread.
+                            Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextInt(9));
                         }
                     }
-                    boolean entered = inside.setIfAbsent(who);
-                    if (!entered) {
-                        overlaps.incrementAndGet();
+                } catch (Throwable e) {
+                    synchronized (failures) {
+                        failures.add(e);
                     }
-                    String value = counter.get();
-                    long current = value == null ? 0 : Long.parseLong(value);
-                    Thread.sleep(1);
-                    counter.set(Long.toString(current + 1));
-                    tokens.add(side + " " + token);
-                    if (entered) {
-                        inside.delete();
-                    }
-                    released.set(side + " " + micros(script));
-                } finally {
-                    lock.unlock();
                 }
-            }
-            System.out.println(side + ": " + turns + " turns on " + name);
-        } finally {
-            redisson.shutdown();
+            });
+            thread.start();
+            running.add(thread);
         }
+        for (Thread thread : running) {
+            thread.join();
+        }
+        if (!failures.isEmpty()) {
+            throw new IllegalStateException("a turn failed", failures.get(0));
+        }
+    }
+
+    /** Whether the last turn taken was this side's. */
+    private static boolean isLast(RList<String> tokens, String side) {
+        List<String> last = tokens.range(-1, -1);
+        return !last.isEmpty() && last.get(0).startsWith(side + " ");
+    }
+
+    private static void say(String line) {
+        System.out.println(line);
+        System.out.flush();
     }
 
     /** Redisson wants {@code redis://host:port} without a trailing slash. */
