@@ -28,15 +28,19 @@ fn slot_of(bytes: &[u8]) -> u16 {
 /// The hash tag Redis uses for `key`: the bytes between the first `{` and
 /// the next `}`, when there are such and they are not empty.
 fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = key.get(open + 1..)?;
+    let (_, rest) = key.split_once('{')?;
     let close = rest.find('}')?;
     rest.get(..close).filter(|tag| !tag.is_empty())
 }
 
 /// The fence key of `key` under `prefix` (which has no brace).
 pub(crate) fn fence_key(prefix: &str, key: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + 2 * key.len() + 4);
+    let mut out = String::with_capacity(
+        prefix
+            .len()
+            .saturating_add(key.len().saturating_mul(2))
+            .saturating_add(4),
+    );
     out.push_str(prefix);
     out.push('{');
     match hash_tag(key) {
@@ -124,7 +128,10 @@ mod tests {
             assert!(fence.ends_with(key), "{fence:?}");
         }
         assert_eq!(fence_key("fence:", "order:42"), "fence:{order:42}:order:42");
-        assert_eq!(fence_key("fence:", "user:{42}:cart"), "fence:{42}:user:{42}:cart");
+        assert_eq!(
+            fence_key("fence:", "user:{42}:cart"),
+            "fence:{42}:user:{42}:cart"
+        );
     }
 
     #[test]

@@ -244,7 +244,8 @@ where
                     Ok(answer(protocol, Refusal::Stale, &error.to_string()))
                 }
                 Err(_) => {
-                    let message = format!("the fence store of `{key}` did not answer or failed; retry later");
+                    let message =
+                        format!("the fence store of `{key}` did not answer or failed; retry later");
                     Ok(answer(protocol, Refusal::Unavailable, &message))
                 }
             }
@@ -270,11 +271,13 @@ fn answer<B>(protocol: Protocol, refusal: Refusal, message: &str) -> Response<Fe
                 Refusal::BadToken => StatusCode::BAD_REQUEST,
                 Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             };
-            let mut response = Response::new(FenceBody::answer(Bytes::from(format!("{message}\n"))));
+            let mut response =
+                Response::new(FenceBody::answer(Bytes::from(format!("{message}\n"))));
             *response.status_mut() = status;
-            response
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             response
         }
         Protocol::Grpc => {

@@ -94,7 +94,11 @@ impl PgFence {
     pub fn write_sql(&self, columns: &[&str]) -> Result<String, FenceError> {
         let mut set = String::new();
         for (at, column) in columns.iter().enumerate() {
-            set.push_str(&format!("{} = ${}, ", quote("column", column)?, at.saturating_add(3)));
+            set.push_str(&format!(
+                "{} = ${}, ",
+                quote("column", column)?,
+                at.saturating_add(3)
+            ));
         }
         Ok(format!(
             "UPDATE {t} SET {set}{f} = $1 WHERE {k} = $2 AND {f} <= $1",
@@ -139,7 +143,12 @@ impl PgFence {
     }
 
     /// Claims the row `key` for `token` without reading it.
-    pub async fn check<C>(&self, client: &C, key: &(dyn ToSql + Sync), token: u64) -> Result<(), FenceError>
+    pub async fn check<C>(
+        &self,
+        client: &C,
+        key: &(dyn ToSql + Sync),
+        token: u64,
+    ) -> Result<(), FenceError>
     where
         C: GenericClient + Sync,
     {
@@ -182,7 +191,11 @@ impl PgFence {
         match client.query_opt(&self.seen_sql(), &[key]).await {
             Ok(Some(row)) => match row.try_get::<_, i64>(0) {
                 Ok(seen) => match u64::try_from(seen) {
-                    Ok(seen) => FenceError::Stale { key: name, token, seen },
+                    Ok(seen) => FenceError::Stale {
+                        key: name,
+                        token,
+                        seen,
+                    },
                     Err(_) => FenceError::Reply {
                         key: name,
                         detail: format!("the fence column holds {seen}"),
@@ -333,8 +346,11 @@ fn quote(what: &'static str, name: &str) -> Result<String, FenceError> {
 /// A table name, `table` or `schema.table`, quoted.
 fn quote_table(name: &str) -> Result<String, FenceError> {
     match name.split_once('.') {
-        Some((schema, table)) => Ok(format!("{}.{}", quote("schema", schema)?, quote("table", table)?)),
+        Some((schema, table)) => Ok(format!(
+            "{}.{}",
+            quote("schema", schema)?,
+            quote("table", table)?
+        )),
         None => quote("table", name),
     }
 }
-

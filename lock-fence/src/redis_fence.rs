@@ -116,13 +116,20 @@ where
     /// Reads `key` (`GET`) for the holder of `token`, claiming it. A missing
     /// key reads as `nil` (take an `Option<T>`).
     pub async fn read<T: FromRedisValue>(&self, key: &str, token: u64) -> Result<T, FenceError> {
-        let reply = self.eval(key, KEY_FIELD, token, Some(cmd("GET").arg(key))).await?;
+        let reply = self
+            .eval(key, KEY_FIELD, token, Some(cmd("GET").arg(key)))
+            .await?;
         parse(key, reply)
     }
 
     /// Writes `value` to `key` (`SET`) for the holder of `token`: refused
     /// when a higher token has read or written `key`.
-    pub async fn write<V: ToRedisArgs>(&self, key: &str, token: u64, value: V) -> Result<(), FenceError> {
+    pub async fn write<V: ToRedisArgs>(
+        &self,
+        key: &str,
+        token: u64,
+        value: V,
+    ) -> Result<(), FenceError> {
         self.eval(key, KEY_FIELD, token, Some(cmd("SET").arg(key).arg(value)))
             .await
             .map(drop)
@@ -133,7 +140,12 @@ where
     /// Returns the new value.
     pub async fn incr_by(&self, key: &str, token: u64, delta: i64) -> Result<i64, FenceError> {
         let reply = self
-            .eval(key, KEY_FIELD, token, Some(cmd("INCRBY").arg(key).arg(delta)))
+            .eval(
+                key,
+                KEY_FIELD,
+                token,
+                Some(cmd("INCRBY").arg(key).arg(delta)),
+            )
             .await?;
         parse(key, reply)
     }
@@ -156,7 +168,12 @@ where
 
     /// Reads field `field` of the hash `key` (`HGET`) for the holder of
     /// `token`, claiming that field.
-    pub async fn read_field<T: FromRedisValue>(&self, key: &str, field: &str, token: u64) -> Result<T, FenceError> {
+    pub async fn read_field<T: FromRedisValue>(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+    ) -> Result<T, FenceError> {
         let reply = self
             .eval_field(key, field, token, cmd("HGET").arg(key).arg(field))
             .await?;
@@ -172,22 +189,44 @@ where
         token: u64,
         value: V,
     ) -> Result<(), FenceError> {
-        self.eval_field(key, field, token, cmd("HSET").arg(key).arg(field).arg(value))
-            .await
-            .map(drop)
+        self.eval_field(
+            key,
+            field,
+            token,
+            cmd("HSET").arg(key).arg(field).arg(value),
+        )
+        .await
+        .map(drop)
     }
 
     /// Adds `delta` to field `field` of the hash `key` (`HINCRBY`) for the
     /// holder of `token`, in one script. Returns the new value.
-    pub async fn incr_field_by(&self, key: &str, field: &str, token: u64, delta: i64) -> Result<i64, FenceError> {
+    pub async fn incr_field_by(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        delta: i64,
+    ) -> Result<i64, FenceError> {
         let reply = self
-            .eval_field(key, field, token, cmd("HINCRBY").arg(key).arg(field).arg(delta))
+            .eval_field(
+                key,
+                field,
+                token,
+                cmd("HINCRBY").arg(key).arg(field).arg(delta),
+            )
             .await?;
         parse(&field_name(key, field), reply)
     }
 
     /// [`update`](Self::update) for field `field` of the hash `key`.
-    pub async fn update_field<T, V, F>(&self, key: &str, field: &str, token: u64, change: F) -> Result<V, FenceError>
+    pub async fn update_field<T, V, F>(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        change: F,
+    ) -> Result<V, FenceError>
     where
         T: FromRedisValue,
         V: ToRedisArgs,
@@ -214,7 +253,12 @@ where
     /// let len: i64 = fence.run("events", token, redis::cmd("RPUSH").arg("events").arg("paid")).await?;
     /// # let _ = len; Ok(()) }
     /// ```
-    pub async fn run<T: FromRedisValue>(&self, key: &str, token: u64, command: &Cmd) -> Result<T, FenceError> {
+    pub async fn run<T: FromRedisValue>(
+        &self,
+        key: &str,
+        token: u64,
+        command: &Cmd,
+    ) -> Result<T, FenceError> {
         let reply = self.eval(key, KEY_FIELD, token, Some(command)).await?;
         parse(key, reply)
     }
@@ -239,7 +283,13 @@ where
         seen.map_or(Ok(0), |seen| parse_token(key, &seen))
     }
 
-    async fn eval_field(&self, key: &str, field: &str, token: u64, command: &Cmd) -> Result<Value, FenceError> {
+    async fn eval_field(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        command: &Cmd,
+    ) -> Result<Value, FenceError> {
         let fence_field = format!("f:{field}");
         self.eval(key, &fence_field, token, Some(command))
             .await
@@ -248,7 +298,13 @@ where
 
     /// Runs the script: claim `fence_field` of `key`'s fence for `token`,
     /// then `command`; the command's reply.
-    async fn eval(&self, key: &str, fence_field: &str, token: u64, command: Option<&Cmd>) -> Result<Value, FenceError> {
+    async fn eval(
+        &self,
+        key: &str,
+        fence_field: &str,
+        token: u64,
+        command: Option<&Cmd>,
+    ) -> Result<Value, FenceError> {
         let mut invocation: ScriptInvocation<'_> = SCRIPT.key(self.fence_key(key));
         invocation.arg(token.to_string()).arg(fence_field);
         if let Some(command) = command {
@@ -278,7 +334,8 @@ where
         match (items.next(), items.next()) {
             (Some(Value::Int(1)), Some(value)) => Ok(value),
             (Some(Value::Int(0)), Some(seen)) => {
-                let seen = String::from_redis_value(seen).map_err(|err| reply_error(key, err.to_string()))?;
+                let seen = String::from_redis_value(seen)
+                    .map_err(|err| reply_error(key, err.to_string()))?;
                 Err(FenceError::Stale {
                     key: key.to_owned(),
                     token,
@@ -299,7 +356,11 @@ fn field_name(key: &str, field: &str) -> String {
 fn rename(err: FenceError, key: &str, field: &str) -> FenceError {
     let name = field_name(key, field);
     match err {
-        FenceError::Stale { token, seen, .. } => FenceError::Stale { key: name, token, seen },
+        FenceError::Stale { token, seen, .. } => FenceError::Stale {
+            key: name,
+            token,
+            seen,
+        },
         FenceError::Redis { source, .. } => FenceError::Redis { key: name, source },
         FenceError::Reply { detail, .. } => FenceError::Reply { key: name, detail },
         other => other,

@@ -11,7 +11,9 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use common::{assert_lost_update_caught, assert_no_lost_update, interleave, redis_locks, Fut, Store};
+use common::{
+    assert_lost_update_caught, assert_no_lost_update, interleave, redis_locks, Fut, Store,
+};
 use distlock_core::LockClient;
 use distlock_fence::{
     FenceError, FenceLayer, FenceStore, Fenced, MemoryFence, PgFenceStore, RedisFence, KEY_HEADER,
@@ -25,11 +27,18 @@ use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 type Body = Full<Bytes>;
-type Svc = BoxCloneSyncService<Request<Body>, Response<distlock_fence::FenceBody<Body>>, Infallible>;
+type Svc =
+    BoxCloneSyncService<Request<Body>, Response<distlock_fence::FenceBody<Body>>, Infallible>;
 
 /// The stock service: `GET` answers the stock, `PUT` sets it; the handler
 /// itself checks nothing, and answers with the token it was given.
-fn stock_service(stock: Arc<Mutex<i64>>) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone + Send + Sync + 'static {
+fn stock_service(
+    stock: Arc<Mutex<i64>>,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
     service_fn(move |request: Request<Body>| {
         let stock = Arc::clone(&stock);
         async move {
@@ -42,7 +51,9 @@ fn stock_service(stock: Arc<Mutex<i64>>) -> impl Service<Request<Body>, Response
             }
             let mut response = Response::new(Full::new(Bytes::from(stock.to_string())));
             if let Some(fenced) = fenced {
-                response.headers_mut().insert("x-accepted", fenced.token.into());
+                response
+                    .headers_mut()
+                    .insert("x-accepted", fenced.token.into());
             }
             Ok::<_, Infallible>(response)
         }
@@ -50,12 +61,19 @@ fn stock_service(stock: Arc<Mutex<i64>>) -> impl Service<Request<Body>, Response
 }
 
 /// The key of a request from its header, for every method or for writes only.
-fn key_of(writes_only: bool) -> impl Fn(&Request<Body>) -> Option<String> + Clone + Send + Sync + 'static {
+fn key_of(
+    writes_only: bool,
+) -> impl Fn(&Request<Body>) -> Option<String> + Clone + Send + Sync + 'static {
     move |request: &Request<Body>| {
         if writes_only && request.method() != Method::PUT {
             return None;
         }
-        request.headers().get(KEY_HEADER)?.to_str().ok().map(str::to_owned)
+        request
+            .headers()
+            .get(KEY_HEADER)?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
     }
 }
 
@@ -97,7 +115,11 @@ impl Store for Downstream {
         Box::pin(async move {
             match self.send(Method::GET, token, String::new()).await {
                 (StatusCode::OK, body) => Ok(body.parse().unwrap()),
-                (StatusCode::CONFLICT, body) => Err(FenceError::Stale { key: body, token, seen: 0 }),
+                (StatusCode::CONFLICT, body) => Err(FenceError::Stale {
+                    key: body,
+                    token,
+                    seen: 0,
+                }),
                 (status, body) => panic!("{status} {body}"),
             }
         })
@@ -106,7 +128,11 @@ impl Store for Downstream {
         Box::pin(async move {
             match self.send(Method::PUT, token, qty.to_string()).await {
                 (StatusCode::OK, _) => Ok(()),
-                (StatusCode::CONFLICT, body) => Err(FenceError::Stale { key: body, token, seen: 0 }),
+                (StatusCode::CONFLICT, body) => Err(FenceError::Stale {
+                    key: body,
+                    token,
+                    seen: 0,
+                }),
                 (status, body) => panic!("{status} {body}"),
             }
         })
@@ -118,10 +144,16 @@ impl Store for Downstream {
 }
 
 async fn pg_store(pg: &PostgresServer, table: &str) -> PgFenceStore<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls).await.unwrap();
+    let (client, connection) =
+        tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
     tokio::spawn(connection);
     let store = PgFenceStore::new(Arc::new(client), table).unwrap();
-    let (client, connection) = tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls).await.unwrap();
+    let (client, connection) =
+        tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
     tokio::spawn(connection);
     client.batch_execute(&store.migration()).await.unwrap();
     store
@@ -132,7 +164,11 @@ async fn the_layer_refuses_the_stale_holder_on_every_store() {
     let redis = RedisServer::start();
     let pg = PostgresServer::start();
     let [a, b, op] = redis_locks(&redis.url()).await;
-    let conn = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
 
     let memory = Downstream::new(MemoryFence::new(), false);
     let outcome = interleave(&a, &b, &op, &memory).await;
@@ -170,23 +206,50 @@ async fn answers_and_the_fenced_extension() {
         builder.body(Full::new(Bytes::new())).unwrap()
     };
 
-    let accepted = http.ready().await.unwrap().call(request(Some("5"), Some("k"))).await.unwrap();
+    let accepted = http
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some("5"), Some("k")))
+        .await
+        .unwrap();
     assert_eq!(accepted.status(), StatusCode::OK);
     assert_eq!(accepted.headers()["x-accepted"], "5");
     assert_eq!(fence.seen("k"), 5);
 
-    let stale = http.ready().await.unwrap().call(request(Some("4"), Some("k"))).await.unwrap();
+    let stale = http
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some("4"), Some("k")))
+        .await
+        .unwrap();
     assert_eq!(stale.status(), StatusCode::CONFLICT);
     let body = stale.into_body().collect().await.unwrap().to_bytes();
     let body = String::from_utf8(body.to_vec()).unwrap();
-    assert!(body.contains("stale fencing token 4 for k: token 5"), "{body}");
+    assert!(
+        body.contains("stale fencing token 4 for k: token 5"),
+        "{body}"
+    );
 
     for token in [None, Some("x"), Some("-1")] {
-        let bad = http.ready().await.unwrap().call(request(token, Some("k"))).await.unwrap();
+        let bad = http
+            .ready()
+            .await
+            .unwrap()
+            .call(request(token, Some("k")))
+            .await
+            .unwrap();
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "{token:?}");
     }
     // No key: through, unchecked, without the extension.
-    let unkeyed = http.ready().await.unwrap().call(request(None, None)).await.unwrap();
+    let unkeyed = http
+        .ready()
+        .await
+        .unwrap()
+        .call(request(None, None))
+        .await
+        .unwrap();
     assert_eq!(unkeyed.status(), StatusCode::OK);
     assert!(!unkeyed.headers().contains_key("x-accepted"));
 
@@ -216,24 +279,32 @@ async fn a_lock_layer_upstream_hands_its_token_down() {
     let locks = LockClient::memory();
     let fence = MemoryFence::new();
     let downstream = FenceLayer::new(fence.clone()).layer(stock_service(Arc::new(Mutex::new(1))));
-    let upstream = LockLayer::new(locks.clone(), |_: &Request<Body>| Some(common::SKU.to_owned())).layer(service_fn(
-        move |request: Request<Body>| {
-            let downstream = downstream.clone();
-            async move {
-                let lock = request.extensions().get::<FencingToken>().unwrap().clone();
-                let forwarded = Request::builder()
-                    .uri("/stock")
-                    .header(KEY_HEADER, lock.key)
-                    .header(TOKEN_HEADER, lock.token)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap();
-                let answer = downstream.oneshot(forwarded).await?;
-                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(answer.status().as_str().to_owned()))))
-            }
-        },
-    ));
+    let upstream = LockLayer::new(locks.clone(), |_: &Request<Body>| {
+        Some(common::SKU.to_owned())
+    })
+    .layer(service_fn(move |request: Request<Body>| {
+        let downstream = downstream.clone();
+        async move {
+            let lock = request.extensions().get::<FencingToken>().unwrap().clone();
+            let forwarded = Request::builder()
+                .uri("/stock")
+                .header(KEY_HEADER, lock.key)
+                .header(TOKEN_HEADER, lock.token)
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let answer = downstream.oneshot(forwarded).await?;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(
+                answer.status().as_str().to_owned(),
+            ))))
+        }
+    }));
     let response = upstream
-        .oneshot(Request::builder().uri("/reserve").body(Full::new(Bytes::new())).unwrap())
+        .oneshot(
+            Request::builder()
+                .uri("/reserve")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
         .await
         .unwrap();
     let body = response.into_body().collect().await.unwrap().to_bytes();

@@ -100,7 +100,11 @@ impl Subjects {
                 .unwrap();
         }
         let memory = MemoryFence::new();
-        let layered = Layered::new(RedisFence::new(self.conn.clone()).with_prefix("layer:").unwrap());
+        let layered = Layered::new(
+            RedisFence::new(self.conn.clone())
+                .with_prefix("layer:")
+                .unwrap(),
+        );
         let mut model = Model::default();
 
         for (step, op) in ops.iter().enumerate() {
@@ -110,34 +114,94 @@ impl Subjects {
             let claim_only = expected.map(|_| 0);
 
             let on_key = answer(match op.kind {
-                Kind::Read => self.redis.read::<Option<i64>>(&k, token).await.map(Option::unwrap_or_default),
+                Kind::Read => self
+                    .redis
+                    .read::<Option<i64>>(&k, token)
+                    .await
+                    .map(Option::unwrap_or_default),
                 Kind::Write(value) => self.redis.write(&k, token, value).await.map(|()| value),
                 Kind::Incr(delta) if step % 2 == 0 => self.redis.incr_by(&k, token, delta).await,
-                Kind::Incr(delta) => self.redis.update(&k, token, |v: Option<i64>| v.unwrap_or(0) + delta).await,
-            });
-            prop_assert_eq!(on_key, expected, "redis key, step {} {:?} token {}", step, op, token);
-
-            let on_field = answer(match op.kind {
-                Kind::Read => self.redis.read_field::<Option<i64>>("h", &k, token).await.map(Option::unwrap_or_default),
-                Kind::Write(value) => self.redis.write_field("h", &k, token, value).await.map(|()| value),
-                Kind::Incr(delta) if step % 2 == 0 => self.redis.incr_field_by("h", &k, token, delta).await,
                 Kind::Incr(delta) => {
-                    self.redis.update_field("h", &k, token, |v: Option<i64>| v.unwrap_or(0) + delta).await
+                    self.redis
+                        .update(&k, token, |v: Option<i64>| v.unwrap_or(0) + delta)
+                        .await
                 }
             });
-            prop_assert_eq!(on_field, expected, "redis field, step {} {:?} token {}", step, op, token);
+            prop_assert_eq!(
+                on_key,
+                expected,
+                "redis key, step {} {:?} token {}",
+                step,
+                op,
+                token
+            );
+
+            let on_field = answer(match op.kind {
+                Kind::Read => self
+                    .redis
+                    .read_field::<Option<i64>>("h", &k, token)
+                    .await
+                    .map(Option::unwrap_or_default),
+                Kind::Write(value) => self
+                    .redis
+                    .write_field("h", &k, token, value)
+                    .await
+                    .map(|()| value),
+                Kind::Incr(delta) if step % 2 == 0 => {
+                    self.redis.incr_field_by("h", &k, token, delta).await
+                }
+                Kind::Incr(delta) => {
+                    self.redis
+                        .update_field("h", &k, token, |v: Option<i64>| v.unwrap_or(0) + delta)
+                        .await
+                }
+            });
+            prop_assert_eq!(
+                on_field,
+                expected,
+                "redis field, step {} {:?} token {}",
+                step,
+                op,
+                token
+            );
 
             let on_row = answer(self.row(&k, op.kind, token).await);
-            prop_assert_eq!(on_row, expected, "postgres row, step {} {:?} token {}", step, op, token);
+            prop_assert_eq!(
+                on_row,
+                expected,
+                "postgres row, step {} {:?} token {}",
+                step,
+                op,
+                token
+            );
 
             let on_store = answer(self.fences.claim(&k, token).await.map(|()| 0));
-            prop_assert_eq!(on_store, claim_only, "postgres fence table, step {} token {}", step, token);
+            prop_assert_eq!(
+                on_store,
+                claim_only,
+                "postgres fence table, step {} token {}",
+                step,
+                token
+            );
 
             let in_memory = answer(memory.claim(&k, token).map(|()| 0));
-            prop_assert_eq!(in_memory, claim_only, "memory, step {} token {}", step, token);
+            prop_assert_eq!(
+                in_memory,
+                claim_only,
+                "memory, step {} token {}",
+                step,
+                token
+            );
 
             let through_layer = layered.call(&k, op.kind, token).await;
-            prop_assert_eq!(through_layer, expected.map_err(|_| 0), "layer, step {} {:?} token {}", step, op, token);
+            prop_assert_eq!(
+                through_layer,
+                expected.map_err(|_| 0),
+                "layer, step {} {:?} token {}",
+                step,
+                op,
+                token
+            );
         }
         Ok(())
     }
@@ -152,15 +216,26 @@ impl Subjects {
         result
     }
 
-    async fn row_in_transaction(&self, id: &str, kind: Kind, token: u64) -> Result<i64, FenceError> {
-        let value: i64 = self.rows.read(&self.pg, &id, token, &["value"]).await?.get(0);
+    async fn row_in_transaction(
+        &self,
+        id: &str,
+        kind: Kind,
+        token: u64,
+    ) -> Result<i64, FenceError> {
+        let value: i64 = self
+            .rows
+            .read(&self.pg, &id, token, &["value"])
+            .await?
+            .get(0);
         let value = match kind {
             Kind::Read => value,
             Kind::Write(new) => new,
             Kind::Incr(delta) => value + delta,
         };
         if !matches!(kind, Kind::Read) {
-            self.rows.write(&self.pg, &id, token, &[("value", &value)]).await?;
+            self.rows
+                .write(&self.pg, &id, token, &[("value", &value)])
+                .await?;
         }
         Ok(value)
     }
@@ -178,8 +253,12 @@ impl Layered<()> {
     fn new(
         store: impl FenceStore,
     ) -> Layered<
-        impl tower::Service<Request<Body>, Response = Response<distlock_fence::FenceBody<Body>>, Error = Infallible, Future: Send>
-            + Clone,
+        impl tower::Service<
+                Request<Body>,
+                Response = Response<distlock_fence::FenceBody<Body>>,
+                Error = Infallible,
+                Future: Send,
+            > + Clone,
     > {
         let values: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
         let handler = service_fn(move |request: Request<Body>| {
@@ -205,8 +284,11 @@ impl Layered<()> {
 
 impl<S> Layered<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<distlock_fence::FenceBody<Body>>, Error = Infallible>
-        + Clone,
+    S: tower::Service<
+            Request<Body>,
+            Response = Response<distlock_fence::FenceBody<Body>>,
+            Error = Infallible,
+        > + Clone,
 {
     /// The answer through the layer; a refusal as `Err(0)` (409 does not
     /// carry the token seen in a header).
@@ -260,14 +342,23 @@ fn every_fence_agrees_with_the_model_of_claim_on_read() {
     let redis_server = RedisServer::start();
     let pg_server = PostgresServer::start();
     let subjects = runtime.block_on(async {
-        let conn = redis_server.client().get_multiplexed_async_connection().await.unwrap();
+        let conn = redis_server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
         let connect = || async {
-            let (client, connection) = tokio_postgres::connect(&pg_server.connection_string(), NoTls).await.unwrap();
+            let (client, connection) =
+                tokio_postgres::connect(&pg_server.connection_string(), NoTls)
+                    .await
+                    .unwrap();
             tokio::spawn(connection);
             client
         };
         let pg = connect().await;
-        pg.batch_execute("CREATE TABLE rows (id text PRIMARY KEY, value bigint NOT NULL)").await.unwrap();
+        pg.batch_execute("CREATE TABLE rows (id text PRIMARY KEY, value bigint NOT NULL)")
+            .await
+            .unwrap();
         let rows = PgFence::new("rows", "id", "fence").unwrap();
         pg.batch_execute(&rows.migration()).await.unwrap();
         let fences = PgFenceStore::new(Arc::new(connect().await), "fences").unwrap();
@@ -282,7 +373,10 @@ fn every_fence_agrees_with_the_model_of_claim_on_read() {
         }
     });
 
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(48);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -290,6 +384,8 @@ fn every_fence_agrees_with_the_model_of_claim_on_read() {
     });
     let strategy = (tokens(), proptest::collection::vec(op(), 1..24));
     runner
-        .run(&strategy, |(tokens, ops)| runtime.block_on(subjects.check(&tokens, &ops)))
+        .run(&strategy, |(tokens, ops)| {
+            runtime.block_on(subjects.check(&tokens, &ops))
+        })
         .unwrap();
 }

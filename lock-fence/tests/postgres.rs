@@ -7,13 +7,17 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_lost_update_caught, assert_no_lost_update, interleave, redis_locks, Fut, Store};
+use common::{
+    assert_lost_update_caught, assert_no_lost_update, interleave, redis_locks, Fut, Store,
+};
 use distlock_fence::{FenceError, PgFence, PgFenceStore};
 use lock_test_support::{PostgresServer, RedisServer};
 use tokio_postgres::{Client, NoTls};
 
 async fn connect(server: &PostgresServer) -> Client {
-    let (client, connection) = tokio_postgres::connect(&server.connection_string(), NoTls).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&server.connection_string(), NoTls)
+        .await
+        .unwrap();
     tokio::spawn(connection);
     client
 }
@@ -52,12 +56,19 @@ impl Store for RowStore {
     }
     fn read(&self, token: u64) -> Fut<'_, Result<i64, FenceError>> {
         Box::pin(async move {
-            let row = self.fence.read(&self.client, &common::SKU, token, &["qty"]).await?;
+            let row = self
+                .fence
+                .read(&self.client, &common::SKU, token, &["qty"])
+                .await?;
             Ok(row.get(0))
         })
     }
     fn write(&self, token: u64, qty: i64) -> Fut<'_, Result<(), FenceError>> {
-        Box::pin(async move { self.fence.write(&self.client, &common::SKU, token, &[("qty", &qty)]).await })
+        Box::pin(async move {
+            self.fence
+                .write(&self.client, &common::SKU, token, &[("qty", &qty)])
+                .await
+        })
     }
     fn stock(&self) -> Fut<'_, i64> {
         Box::pin(async move {
@@ -80,7 +91,10 @@ impl Store for WriteOnlyRow {
     fn reset(&self, qty: i64) -> Fut<'_, ()> {
         Box::pin(async move {
             self.client
-                .execute("UPDATE stock SET qty = $2, fence = 0 WHERE sku = $1", &[&common::SKU, &qty])
+                .execute(
+                    "UPDATE stock SET qty = $2, fence = 0 WHERE sku = $1",
+                    &[&common::SKU, &qty],
+                )
                 .await
                 .unwrap();
         })
@@ -109,7 +123,11 @@ impl Store for WriteOnlyRow {
             if updated == 1 {
                 Ok(())
             } else {
-                Err(FenceError::Stale { key: "stock".into(), token, seen: 0 })
+                Err(FenceError::Stale {
+                    key: "stock".into(),
+                    token,
+                    seen: 0,
+                })
             }
         })
     }
@@ -138,7 +156,15 @@ async fn the_interleaving_refuses_the_stale_holder_on_postgres() {
     assert!(refusal.contains("stock[\"sku:4\"]"), "{refusal}");
 
     // The same test fails on a row that checks writes only.
-    let outcome = interleave(&a, &b, &op, &WriteOnlyRow { client: connect(&pg).await }).await;
+    let outcome = interleave(
+        &a,
+        &b,
+        &op,
+        &WriteOnlyRow {
+            client: connect(&pg).await,
+        },
+    )
+    .await;
     assert_lost_update_caught(&outcome);
 }
 
@@ -155,22 +181,38 @@ async fn transactions_keep_the_claim_and_refuse_the_stale_write() {
     let fence = &store.fence;
 
     let tx = a.transaction().await.unwrap();
-    let qty_a: i64 = fence.read(&tx, &common::SKU, 5, &["qty"]).await.unwrap().get(0);
+    let qty_a: i64 = fence
+        .read(&tx, &common::SKU, 5, &["qty"])
+        .await
+        .unwrap()
+        .get(0);
     tx.commit().await.unwrap();
 
     let tx_b = b.transaction().await.unwrap();
-    let qty_b: i64 = fence.read(&tx_b, &common::SKU, 6, &["qty"]).await.unwrap().get(0);
+    let qty_b: i64 = fence
+        .read(&tx_b, &common::SKU, 6, &["qty"])
+        .await
+        .unwrap()
+        .get(0);
     tx_b.commit().await.unwrap();
 
     let tx = a.transaction().await.unwrap();
-    match fence.write(&tx, &common::SKU, 5, &[("qty", &(qty_a - 1))]).await {
-        Err(FenceError::Stale { token: 5, seen: 6, .. }) => {}
+    match fence
+        .write(&tx, &common::SKU, 5, &[("qty", &(qty_a - 1))])
+        .await
+    {
+        Err(FenceError::Stale {
+            token: 5, seen: 6, ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     tx.rollback().await.unwrap();
 
     let tx_b = b.transaction().await.unwrap();
-    fence.write(&tx_b, &common::SKU, 6, &[("qty", &(qty_b - 1))]).await.unwrap();
+    fence
+        .write(&tx_b, &common::SKU, 6, &[("qty", &(qty_b - 1))])
+        .await
+        .unwrap();
     tx_b.commit().await.unwrap();
     assert_eq!(store.stock().await, 299);
 
@@ -181,13 +223,20 @@ async fn transactions_keep_the_claim_and_refuse_the_stale_write() {
     }
     assert!(matches!(
         fence.check(&store.client, &common::SKU, u64::MAX).await,
-        Err(FenceError::TokenOutOfRange { token: u64::MAX, .. })
+        Err(FenceError::TokenOutOfRange {
+            token: u64::MAX,
+            ..
+        })
     ));
     // A write that a newer read overtook inside a still-open transaction
     // waits for the row lock, then sees the newer fence.
     fence.check(&store.client, &common::SKU, 7).await.unwrap();
     let tx_b = b.transaction().await.unwrap();
-    assert!(fence.check(&tx_b, &common::SKU, 6).await.unwrap_err().is_stale());
+    assert!(fence
+        .check(&tx_b, &common::SKU, 6)
+        .await
+        .unwrap_err()
+        .is_stale());
     tx_b.rollback().await.unwrap();
 }
 
@@ -212,7 +261,10 @@ fn the_sql_for_other_drivers() {
         odd.read_sql(&["a\"; DROP TABLE t; --"]).unwrap(),
         r#"UPDATE "t" SET "f" = $1 WHERE "k" = $2 AND "f" <= $1 RETURNING "a""; DROP TABLE t; --""#
     );
-    assert!(matches!(PgFence::new("t", "", "f"), Err(FenceError::Invalid { .. })));
+    assert!(matches!(
+        PgFence::new("t", "", "f"),
+        Err(FenceError::Invalid { .. })
+    ));
 }
 
 #[tokio::test]
@@ -225,7 +277,11 @@ async fn a_fence_table_claims_by_name() {
     store.claim("a", 3).await.unwrap();
     store.claim("a", 3).await.unwrap();
     match store.claim("a", 2).await {
-        Err(FenceError::Stale { key, token: 2, seen: 3 }) => assert_eq!(key, "a"),
+        Err(FenceError::Stale {
+            key,
+            token: 2,
+            seen: 3,
+        }) => assert_eq!(key, "a"),
         other => panic!("{other:?}"),
     }
     store.claim("a", i64::MAX.unsigned_abs()).await.unwrap();

@@ -80,7 +80,16 @@ impl PostgresServer {
         initdb
             .arg("-D")
             .arg(&data)
-            .args(["-U", USER, "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+            .args([
+                "-U",
+                USER,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ])
             .stdin(Stdio::null());
         as_account(&mut initdb, account, dir.path());
         let output = initdb
@@ -124,7 +133,10 @@ impl PostgresServer {
 
     /// A libpq-style connection string: `host=127.0.0.1 port=PORT user=postgres dbname=postgres`.
     pub fn connection_string(&self) -> String {
-        format!("host=127.0.0.1 port={} user={USER} dbname={USER}", self.port)
+        format!(
+            "host=127.0.0.1 port={} user={USER} dbname={USER}",
+            self.port
+        )
     }
 
     /// The server's URL: `postgres://postgres@127.0.0.1:PORT/postgres`.
@@ -143,13 +155,20 @@ impl PostgresServer {
     }
 
     /// Starts `postgres` on `self.port` and waits until it accepts connections.
-    fn launch(&mut self, bin: &Path, account: Option<(u32, u32)>, data: &Path) -> Result<(), String> {
+    fn launch(
+        &mut self,
+        bin: &Path,
+        account: Option<(u32, u32)>,
+        data: &Path,
+    ) -> Result<(), String> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(&self.log_path)
             .map_err(|e| format!("cannot open the log file: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("cannot clone the log file: {e}"))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| format!("cannot clone the log file: {e}"))?;
         let mut command = Command::new(bin.join("postgres"));
         command
             .arg("-D")
@@ -157,12 +176,20 @@ impl PostgresServer {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
         as_account(&mut command, account, self.dir.path());
-        let child = spawn_tied_to_process(command).map_err(|e| format!("cannot spawn postgres: {e}"))?;
+        let child =
+            spawn_tied_to_process(command).map_err(|e| format!("cannot spawn postgres: {e}"))?;
         self.child = Some(child);
 
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -272,12 +299,18 @@ fn account() -> Option<(u32, u32)> {
     // per server, and only read two integers).
     let entry = unsafe { libc::getpwnam(c_name.as_ptr()) };
     if entry.is_null() {
-        assert!(name == "nobody", "user {name:?} (DISTLOCK_TEST_PG_USER) does not exist");
+        assert!(
+            name == "nobody",
+            "user {name:?} (DISTLOCK_TEST_PG_USER) does not exist"
+        );
         return Some((65534, 65534));
     }
     // SAFETY: `entry` is non-null and points to getpwnam's passwd record.
     let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
-    assert!(uid != 0, "PostgreSQL cannot run as root: {name:?} has uid 0");
+    assert!(
+        uid != 0,
+        "PostgreSQL cannot run as root: {name:?} has uid 0"
+    );
     Some((uid, gid))
 }
 
@@ -289,7 +322,10 @@ fn chown(path: &Path, uid: u32, gid: u32) {
 
 /// Runs `command` as `account` (when root), with a home directory it can write.
 fn as_account(command: &mut Command, account: Option<(u32, u32)>, home: &Path) {
-    command.env("HOME", home).env("LC_ALL", "C").env_remove("PGDATA");
+    command
+        .env("HOME", home)
+        .env("LC_ALL", "C")
+        .env_remove("PGDATA");
     if let Some((uid, gid)) = account {
         // std drops the supplementary groups when root sets a uid.
         command.uid(uid).gid(gid);

@@ -40,7 +40,12 @@ pub struct Outcome {
 }
 
 /// Runs the interleaving with real locks of `a` and `b` and an operator `op`.
-pub async fn interleave(a: &LockClient, b: &LockClient, op: &LockClient, store: &dyn Store) -> Outcome {
+pub async fn interleave(
+    a: &LockClient,
+    b: &LockClient,
+    op: &LockClient,
+    store: &dyn Store,
+) -> Outcome {
     store.reset(300).await;
     let lock_a = a.lock(SKU).acquire().await.unwrap();
     let read_a = store.read(lock_a.fencing_token()).await;
@@ -85,8 +90,14 @@ pub fn assert_no_lost_update(outcome: &Outcome) {
         reserved,
         "{outcome:?}: a reservation answered as done is missing from the stock"
     );
-    assert!(!outcome.a_reserved, "{outcome:?}: the stale holder's write was accepted");
-    assert!(outcome.b_reserved, "{outcome:?}: the valid holder was refused");
+    assert!(
+        !outcome.a_reserved,
+        "{outcome:?}: the stale holder's write was accepted"
+    );
+    assert!(
+        outcome.b_reserved,
+        "{outcome:?}: the valid holder was refused"
+    );
 }
 
 /// The check is able to fail: on a write-only store the interleaving
