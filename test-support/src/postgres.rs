@@ -68,7 +68,7 @@ impl PostgresServer {
         let account = account();
         let dir = tempfile::Builder::new()
             .prefix("lock-test-pg-")
-            .tempdir()
+            .tempdir_in(temp_base(account.is_some()))
             .unwrap_or_else(|e| panic!("cannot create a temporary directory for postgres: {e}"));
         if let Some((uid, gid)) = account {
             chown(dir.path(), uid, gid);
@@ -312,6 +312,27 @@ fn account() -> Option<(u32, u32)> {
         "PostgreSQL cannot run as root: {name:?} has uid 0"
     );
     Some((uid, gid))
+}
+
+/// Where to make the server's directory: the usual temporary directory, unless another
+/// user must reach it and cannot (a directory on the way is not world-searchable, as a
+/// `TMPDIR` under `/root`), or its path is too long for the server's Unix socket (about 100
+/// bytes); then `/tmp`.
+fn temp_base(for_another_user: bool) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+
+    let base = std::env::temp_dir();
+    let searchable = |dir: &Path| {
+        std::fs::metadata(dir)
+            .map(|m| m.permissions().mode() & 0o001 != 0)
+            .unwrap_or(false)
+    };
+    let reachable = !for_another_user || base.ancestors().all(searchable);
+    if reachable && base.as_os_str().len() <= 60 {
+        base
+    } else {
+        PathBuf::from("/tmp")
+    }
 }
 
 /// Gives `path` to `uid:gid`.
