@@ -102,7 +102,7 @@
 //! success.
 //!
 //! ```sh
-//! psql -X -At -v ON_ERROR_STOP=1 -v token="$LOCK_FENCING_TOKEN" <<'SQL' | grep -q . \
+//! psql -X -q -At -v ON_ERROR_STOP=1 -v token="$LOCK_FENCING_TOKEN" <<'SQL' | grep -q . \
 //!     || { echo "stale fencing token $LOCK_FENCING_TOKEN" >&2; exit 75; }
 //! UPDATE reports SET body = 'done', fence = :token
 //!  WHERE day = current_date AND fence <= :token RETURNING 1;
