@@ -120,6 +120,11 @@ impl PgFence {
 
     /// Reads `columns` of the row `key` for the holder of `token`, claiming
     /// it: from now on only `token` or a newer one may read or write it.
+    ///
+    /// # Cancel safety
+    /// One statement (and a `SELECT` after a refusal): in a transaction,
+    /// the transaction decides; outside one, the statement may or may not
+    /// have run (see [`PgFence`]).
     pub async fn read<C>(
         &self,
         client: &C,
@@ -143,6 +148,11 @@ impl PgFence {
     }
 
     /// Claims the row `key` for `token` without reading it.
+    ///
+    /// # Cancel safety
+    /// One statement (and a `SELECT` after a refusal): in a transaction,
+    /// the transaction decides; outside one, the statement may or may not
+    /// have run (see [`PgFence`]).
     pub async fn check<C>(
         &self,
         client: &C,
@@ -157,6 +167,11 @@ impl PgFence {
 
     /// Writes `values` (column, new value) to the row `key` for the holder
     /// of `token`: refused when a higher token has read or written the row.
+    ///
+    /// # Cancel safety
+    /// One statement (and a `SELECT` after a refusal): in a transaction,
+    /// the transaction decides; outside one, the statement may or may not
+    /// have run (see [`PgFence`]).
     pub async fn write<C>(
         &self,
         client: &C,
@@ -280,6 +295,10 @@ impl<C: GenericClient + Send + Sync> PgFenceStore<C> {
 
     /// Claims `key` for `token`: refused when a higher token has claimed
     /// it, else records `token`.
+    ///
+    /// # Cancel safety
+    /// One statement (and a `SELECT` after a refusal): dropped, the claim
+    /// happened in full or not at all.
     pub async fn claim(&self, key: &str, token: u64) -> Result<(), FenceError> {
         let fence = i64::try_from(token).map_err(|_| FenceError::TokenOutOfRange {
             key: key.to_owned(),
@@ -308,6 +327,9 @@ impl<C: GenericClient + Send + Sync> PgFenceStore<C> {
 
     /// The highest token that has claimed `key` (0 when none has), without
     /// claiming it.
+    ///
+    /// # Cancel safety
+    /// A plain read: dropping it changes nothing.
     pub async fn seen(&self, key: &str) -> Result<u64, FenceError> {
         let sql = format!("SELECT fence FROM {} WHERE key = $1", self.table);
         let row = self

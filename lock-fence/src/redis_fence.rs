@@ -115,6 +115,10 @@ where
 
     /// Reads `key` (`GET`) for the holder of `token`, claiming it. A missing
     /// key reads as `nil` (take an `Option<T>`).
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn read<T: FromRedisValue>(&self, key: &str, token: u64) -> Result<T, FenceError> {
         let reply = self
             .eval(key, KEY_FIELD, token, Some(cmd("GET").arg(key)))
@@ -124,6 +128,10 @@ where
 
     /// Writes `value` to `key` (`SET`) for the holder of `token`: refused
     /// when a higher token has read or written `key`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn write<V: ToRedisArgs>(
         &self,
         key: &str,
@@ -138,6 +146,10 @@ where
     /// Adds `delta` to the integer at `key` (`INCRBY`, a missing key counts
     /// as 0) for the holder of `token`: a read-modify-write in one script.
     /// Returns the new value.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn incr_by(&self, key: &str, token: u64, delta: i64) -> Result<i64, FenceError> {
         let reply = self
             .eval(
@@ -155,6 +167,10 @@ where
     /// `change(value)`. The write is refused if a newer holder has read or
     /// written `key` in between, so no update is lost. Returns what was
     /// written.
+    ///
+    /// # Cancel safety
+    /// Two scripts: dropped between them, `key` is claimed and unchanged
+    /// (see [`RedisFence`]).
     pub async fn update<T, V, F>(&self, key: &str, token: u64, change: F) -> Result<V, FenceError>
     where
         T: FromRedisValue,
@@ -168,6 +184,10 @@ where
 
     /// Reads field `field` of the hash `key` (`HGET`) for the holder of
     /// `token`, claiming that field.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn read_field<T: FromRedisValue>(
         &self,
         key: &str,
@@ -182,6 +202,10 @@ where
 
     /// Writes field `field` of the hash `key` (`HSET`) for the holder of
     /// `token`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn write_field<V: ToRedisArgs>(
         &self,
         key: &str,
@@ -201,6 +225,10 @@ where
 
     /// Adds `delta` to field `field` of the hash `key` (`HINCRBY`) for the
     /// holder of `token`, in one script. Returns the new value.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn incr_field_by(
         &self,
         key: &str,
@@ -220,6 +248,10 @@ where
     }
 
     /// [`update`](Self::update) for field `field` of the hash `key`.
+    ///
+    /// # Cancel safety
+    /// Two scripts: dropped between them, the field is claimed and
+    /// unchanged (see [`RedisFence`]).
     pub async fn update_field<T, V, F>(
         &self,
         key: &str,
@@ -253,6 +285,10 @@ where
     /// let len: i64 = fence.run("events", token, redis::cmd("RPUSH").arg("events").arg("paid")).await?;
     /// # let _ = len; Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn run<T: FromRedisValue>(
         &self,
         key: &str,
@@ -265,6 +301,10 @@ where
 
     /// Claims `key` for `token` without reading or writing it: refused when
     /// a higher token has read or written `key`, else records `token`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
     pub async fn check(&self, key: &str, token: u64) -> Result<(), FenceError> {
         self.eval(key, KEY_FIELD, token, None).await.map(drop)
     }
@@ -272,6 +312,9 @@ where
     /// The highest token that has read or written `key` (0 when none has),
     /// without claiming it: for displays and operators, not for a
     /// read-modify-write.
+    ///
+    /// # Cancel safety
+    /// A plain read: dropping it changes nothing.
     pub async fn seen(&self, key: &str) -> Result<u64, FenceError> {
         let mut conn = self.conn.clone();
         let seen: Option<String> = cmd("HGET")
