@@ -29,6 +29,11 @@ use crate::error::FenceError;
 /// row until the commit, so the read, the work and the write are serialized
 /// against other holders.
 ///
+/// tokio-postgres keeps no statement cache, so each call prepares its
+/// statement (one more round trip, measured at about 2.5 times a prepared
+/// `UPDATE` on loopback); on a hot path, prepare [`read_sql`](PgFence::read_sql)
+/// and [`write_sql`](PgFence::write_sql) once and run them yourself.
+///
 /// Names are quoted as given (`"stock"`): pass them in lower case for a
 /// table created without quotes. `schema.table` names a table in a schema.
 /// Tokens are stored as `bigint`, so they go up to `i64::MAX`.
