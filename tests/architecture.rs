@@ -1,7 +1,7 @@
 //! The workspace's library code depends on itself one way.
 //!
-//! Reads the sources of each library crate (lock-core, lock-tower, lock-cli,
-//! lock-macros), resolves every `crate::`, `super::` and `self::` path used
+//! Reads the sources of each library crate (lock-core, lock-tower, lock-fence,
+//! lock-cli, lock-macros), resolves every `crate::`, `super::` and `self::` path used
 //! outside `#[cfg(test)] mod tests` to the file that defines it (items
 //! re-exported by a `pub use` are followed to their module), and checks:
 //!
@@ -308,6 +308,7 @@ fn crates() -> Vec<Crate> {
     vec![
         Crate::read("lock-core", "distlock-core", "lib.rs"),
         Crate::read("lock-tower", "distlock-tower", "lib.rs"),
+        Crate::read("lock-fence", "distlock-fence", "lib.rs"),
         Crate::read("lock-cli", "distlock-cli", "main.rs"),
         Crate::read("lock-macros", "distlock-macros", "lib.rs"),
     ]
@@ -444,5 +445,31 @@ fn the_reader_resolves_paths_and_groups() {
         core.resolve("client/mod.rs", "self::admin::LockAdmin")
             .as_deref(),
         Some("client/admin.rs")
+    );
+}
+
+/// The resource side does not know the lock side: distlock-fence's library
+/// depends on no other distlock crate (a fencing token is a `u64`), so a
+/// service that only checks tokens does not pull in the lock client. Its
+/// tests may use the locks (dev-dependencies).
+#[test]
+fn the_fence_crate_depends_on_no_lock_crate() {
+    let manifest =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lock-fence/Cargo.toml"))
+            .expect("lock-fence/Cargo.toml");
+    let mut section = String::new();
+    let mut offending = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_owned();
+        } else if section == "[dependencies]"
+            && (line.starts_with("distlock") || line.starts_with("lock-"))
+        {
+            offending.push(line.to_owned());
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "distlock-fence depends on lock crates: {offending:?}"
     );
 }

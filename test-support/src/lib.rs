@@ -1,4 +1,4 @@
-//! Test harness for the distlock workspace: real `redis-server` processes.
+//! Test harness for the distlock workspace: real `redis-server` (and PostgreSQL) processes.
 //!
 //! [`RedisServer`] starts a genuine `redis-server` (never a mock) on a free loopback port,
 //! waits until it answers `PING`, and lets a test kill, pause (`SIGSTOP`), resume (`SIGCONT`)
@@ -47,6 +47,12 @@
 //! assert_eq!(cluster.master_of_slot(cluster.slot_of("lock:{order-42}")), promoted);
 //! ```
 //!
+//! # PostgreSQL
+//!
+//! [`PostgresServer`] runs `initdb` and `postgres` (from the newest `/usr/lib/postgresql/*/bin`)
+//! into a temporary directory on a free loopback port, as an unprivileged user when the test
+//! runs as root, and stops and removes it on drop.
+//!
 //! Own each server in the test that uses it (or in a fixture that is dropped): a server kept in
 //! a `static` is never dropped. As a safety net, servers are spawned with
 //! `PR_SET_PDEATHSIG(SIGKILL)` from a dedicated long-lived thread, so the kernel kills them when
@@ -57,6 +63,7 @@ mod cluster;
 mod masters;
 mod options;
 mod poll;
+mod postgres;
 mod sentinel;
 mod server;
 mod slot;
@@ -69,6 +76,7 @@ use std::path::PathBuf;
 pub use cluster::RedisCluster;
 pub use masters::RedisMasters;
 pub use options::ServerOptions;
+pub use postgres::{postgres_bin_dir, PostgresServer};
 pub use sentinel::RedisSentinels;
 pub use server::{PausedServer, RedisServer};
 pub use slot::{key_slot, CLUSTER_SLOTS};

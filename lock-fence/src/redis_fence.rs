@@ -1,0 +1,434 @@
+//! [`RedisFence`]: claim-on-read fenced reads and writes of Redis keys and
+//! hash fields, each one atomic script.
+
+use std::sync::{Arc, LazyLock};
+
+use redis::{cmd, Arg, Cmd, FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
+
+use crate::error::FenceError;
+use crate::key::fence_key;
+
+/// The script behind every operation of [`RedisFence`], for running a
+/// fenced command from another client (`redis-cli`, another language).
+///
+/// `KEYS[1]` is the fence hash ([`RedisFence::fence_key`]), `KEYS[2]` the
+/// data key (leave it out for a bare check). `ARGV[1]` is the token in
+/// decimal without leading zeros, `ARGV[2]` the fence field (`k` for the
+/// whole key, `f:<field>` for a hash field), and `ARGV[3..]` the command to
+/// run when the claim holds (none: only claim). The answer is `{1, reply}`
+/// when the claim held (and the command ran), or `{0, seen}` when the token
+/// is lower than `seen`, the highest token that has claimed the resource;
+/// then nothing ran. Tokens are compared as decimal strings (length, then
+/// digits), so every `u64` compares exactly.
+///
+/// From a shell, under `lockctl run` (which exports `LOCK_FENCING_TOKEN`):
+///
+/// ```sh
+/// redis-cli --raw EVAL "$FENCE_SCRIPT" 2 'fence:{report}:report' report \
+///     "$LOCK_FENCING_TOKEN" k SET report "$(cat report.txt)"
+/// ```
+pub const REDIS_SCRIPT: &str = r"
+local token, field = ARGV[1], ARGV[2]
+local seen = redis.call('HGET', KEYS[1], field)
+if seen and (#token < #seen or (#token == #seen and token < seen)) then
+  return {0, seen}
+end
+if seen ~= token then
+  redis.call('HSET', KEYS[1], field, token)
+end
+if #ARGV < 3 then
+  return {1, false}
+end
+return {1, redis.call(unpack(ARGV, 3))}
+";
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REDIS_SCRIPT));
+
+/// The fence field of a whole key.
+const KEY_FIELD: &str = "k";
+
+/// The default prefix of fence keys.
+const DEFAULT_PREFIX: &str = "fence:";
+
+/// Fenced reads and writes of data in a Redis (a single node, or a cluster
+/// through its cluster connection), with claim-on-read: every read and write
+/// carries the holder's fencing token, is refused with
+/// [`FenceError::Stale`] when a higher token has read or written the same
+/// resource, and otherwise records its token as the highest seen, in the
+/// same script as the read or the write.
+///
+/// A resource is a whole key (`read`, `write`, `incr_by`, `update`, `run`)
+/// or one field of a hash (`read_field`, `write_field`, `incr_field_by`,
+/// `update_field`); each has its own fence, so use one or the other for the
+/// same data. The fences of key `K` are fields of the hash
+/// [`fence_key(K)`](RedisFence::fence_key), `fence:{T}:K`, where `{T}` puts it
+/// in `K`'s cluster slot (see the crate docs, "Redis layout"). Fences have no
+/// expiry: deleting one lets a stale holder in again.
+///
+/// `C` is any async connection: a `MultiplexedConnection`, a
+/// `ConnectionManager` or a cluster's `ClusterConnection` (cloned per call).
+///
+/// # Cancel safety
+/// Every operation is one script, so dropping its future leaves the resource
+/// either untouched or claimed and read or written in full; the caller then
+/// does not know which, as after a lost connection. `update` and
+/// `update_field` are two scripts: dropped between them, the resource is
+/// claimed and unchanged.
+#[derive(Debug, Clone)]
+pub struct RedisFence<C> {
+    conn: C,
+    prefix: Arc<str>,
+}
+
+impl<C> RedisFence<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// Fences data through `conn`, with fence keys under prefix `fence:`.
+    pub fn new(conn: C) -> Self {
+        RedisFence {
+            conn,
+            prefix: Arc::from(DEFAULT_PREFIX),
+        }
+    }
+
+    /// Puts the fence keys under `prefix` instead of `fence:`. Refused when
+    /// the prefix contains `{` or `}`, which would take the fence out of its
+    /// key's cluster slot.
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, FenceError> {
+        if prefix.contains(['{', '}']) {
+            return Err(FenceError::Invalid {
+                what: "key prefix",
+                name: prefix.to_owned(),
+                reason: "a fence key prefix must not contain `{` or `}`",
+            });
+        }
+        self.prefix = Arc::from(prefix);
+        Ok(self)
+    }
+
+    /// The key of the hash that holds the fences of data key `key`
+    /// (`fence:{order:42}:order:42` for `order:42`); in `key`'s cluster slot.
+    pub fn fence_key(&self, key: &str) -> String {
+        fence_key(&self.prefix, key)
+    }
+
+    /// Reads `key` (`GET`) for the holder of `token`, claiming it. A missing
+    /// key reads as `nil` (take an `Option<T>`).
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn read<T: FromRedisValue>(&self, key: &str, token: u64) -> Result<T, FenceError> {
+        let reply = self
+            .eval(key, KEY_FIELD, token, Some(cmd("GET").arg(key)))
+            .await?;
+        parse(key, reply)
+    }
+
+    /// Writes `value` to `key` (`SET`) for the holder of `token`: refused
+    /// when a higher token has read or written `key`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn write<V: ToRedisArgs>(
+        &self,
+        key: &str,
+        token: u64,
+        value: V,
+    ) -> Result<(), FenceError> {
+        self.eval(key, KEY_FIELD, token, Some(cmd("SET").arg(key).arg(value)))
+            .await
+            .map(drop)
+    }
+
+    /// Adds `delta` to the integer at `key` (`INCRBY`, a missing key counts
+    /// as 0) for the holder of `token`: a read-modify-write in one script.
+    /// Returns the new value.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn incr_by(&self, key: &str, token: u64, delta: i64) -> Result<i64, FenceError> {
+        let reply = self
+            .eval(
+                key,
+                KEY_FIELD,
+                token,
+                Some(cmd("INCRBY").arg(key).arg(delta)),
+            )
+            .await?;
+        parse(key, reply)
+    }
+
+    /// A read-modify-write of `key` with a change computed in the client:
+    /// a fenced [`read`](Self::read), then a fenced [`write`](Self::write) of
+    /// `change(value)`. The write is refused if a newer holder has read or
+    /// written `key` in between, so no update is lost. Returns what was
+    /// written.
+    ///
+    /// # Cancel safety
+    /// Two scripts: dropped between them, `key` is claimed and unchanged
+    /// (see [`RedisFence`]).
+    pub async fn update<T, V, F>(&self, key: &str, token: u64, change: F) -> Result<V, FenceError>
+    where
+        T: FromRedisValue,
+        V: ToRedisArgs,
+        F: FnOnce(T) -> V,
+    {
+        let value = change(self.read(key, token).await?);
+        self.write(key, token, &value).await?;
+        Ok(value)
+    }
+
+    /// Reads field `field` of the hash `key` (`HGET`) for the holder of
+    /// `token`, claiming that field.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn read_field<T: FromRedisValue>(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+    ) -> Result<T, FenceError> {
+        let reply = self
+            .eval_field(key, field, token, cmd("HGET").arg(key).arg(field))
+            .await?;
+        parse(&field_name(key, field), reply)
+    }
+
+    /// Writes field `field` of the hash `key` (`HSET`) for the holder of
+    /// `token`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn write_field<V: ToRedisArgs>(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        value: V,
+    ) -> Result<(), FenceError> {
+        self.eval_field(
+            key,
+            field,
+            token,
+            cmd("HSET").arg(key).arg(field).arg(value),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Adds `delta` to field `field` of the hash `key` (`HINCRBY`) for the
+    /// holder of `token`, in one script. Returns the new value.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn incr_field_by(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        delta: i64,
+    ) -> Result<i64, FenceError> {
+        let reply = self
+            .eval_field(
+                key,
+                field,
+                token,
+                cmd("HINCRBY").arg(key).arg(field).arg(delta),
+            )
+            .await?;
+        parse(&field_name(key, field), reply)
+    }
+
+    /// [`update`](Self::update) for field `field` of the hash `key`.
+    ///
+    /// # Cancel safety
+    /// Two scripts: dropped between them, the field is claimed and
+    /// unchanged (see [`RedisFence`]).
+    pub async fn update_field<T, V, F>(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        change: F,
+    ) -> Result<V, FenceError>
+    where
+        T: FromRedisValue,
+        V: ToRedisArgs,
+        F: FnOnce(T) -> V,
+    {
+        let value = change(self.read_field(key, field, token).await?);
+        self.write_field(key, field, token, &value).await?;
+        Ok(value)
+    }
+
+    /// Runs `command` under the fence of `key`, in the same script as the
+    /// claim: it runs only if `token` is not stale for `key`, and nothing
+    /// runs between the check and the command. Returns its reply.
+    ///
+    /// The command may touch `key` and other keys of its cluster slot (keys
+    /// with the same hash tag); on a cluster, a key of another slot fails.
+    /// It must be a command a script may run (no blocking or subscribing
+    /// commands).
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: distlock_fence::RedisFence<redis::aio::MultiplexedConnection>, token: u64)
+    /// # -> Result<(), distlock_fence::FenceError> {
+    /// // Push to a list and trim it, fenced by the list's key.
+    /// let len: i64 = fence.run("events", token, redis::cmd("RPUSH").arg("events").arg("paid")).await?;
+    /// # let _ = len; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn run<T: FromRedisValue>(
+        &self,
+        key: &str,
+        token: u64,
+        command: &Cmd,
+    ) -> Result<T, FenceError> {
+        let reply = self.eval(key, KEY_FIELD, token, Some(command)).await?;
+        parse(key, reply)
+    }
+
+    /// Claims `key` for `token` without reading or writing it: refused when
+    /// a higher token has read or written `key`, else records `token`.
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn check(&self, key: &str, token: u64) -> Result<(), FenceError> {
+        self.eval(key, KEY_FIELD, token, None).await.map(drop)
+    }
+
+    /// The highest token that has read or written `key` (0 when none has),
+    /// without claiming it: for displays and operators, not for a
+    /// read-modify-write.
+    ///
+    /// # Cancel safety
+    /// A plain read: dropping it changes nothing.
+    pub async fn seen(&self, key: &str) -> Result<u64, FenceError> {
+        let mut conn = self.conn.clone();
+        let seen: Option<String> = cmd("HGET")
+            .arg(self.fence_key(key))
+            .arg(KEY_FIELD)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| redis_error(key, source))?;
+        seen.map_or(Ok(0), |seen| parse_token(key, &seen))
+    }
+
+    async fn eval_field(
+        &self,
+        key: &str,
+        field: &str,
+        token: u64,
+        command: &Cmd,
+    ) -> Result<Value, FenceError> {
+        let fence_field = format!("f:{field}");
+        self.eval(key, &fence_field, token, Some(command))
+            .await
+            .map_err(|err| rename(err, key, field))
+    }
+
+    /// Runs the script: claim `fence_field` of `key`'s fence for `token`,
+    /// then `command`; the command's reply.
+    async fn eval(
+        &self,
+        key: &str,
+        fence_field: &str,
+        token: u64,
+        command: Option<&Cmd>,
+    ) -> Result<Value, FenceError> {
+        let mut invocation: ScriptInvocation<'_> = SCRIPT.key(self.fence_key(key));
+        invocation.arg(token.to_string()).arg(fence_field);
+        if let Some(command) = command {
+            invocation.key(key);
+            for arg in command.args_iter() {
+                match arg {
+                    Arg::Simple(bytes) => invocation.arg(bytes),
+                    _ => {
+                        return Err(FenceError::Invalid {
+                            what: "command",
+                            name: key.to_owned(),
+                            reason: "only plain arguments can run under a fence (no cursor)",
+                        })
+                    }
+                };
+            }
+        }
+        let mut conn = self.conn.clone();
+        let reply: Value = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|source| redis_error(key, source))?;
+        let mut items = match reply {
+            Value::Array(items) if items.len() == 2 => items.into_iter(),
+            other => return Err(reply_error(key, format!("not {{flag, value}}: {other:?}"))),
+        };
+        match (items.next(), items.next()) {
+            (Some(Value::Int(1)), Some(value)) => Ok(value),
+            (Some(Value::Int(0)), Some(seen)) => {
+                let seen = String::from_redis_value(seen)
+                    .map_err(|err| reply_error(key, err.to_string()))?;
+                Err(FenceError::Stale {
+                    key: key.to_owned(),
+                    token,
+                    seen: parse_token(key, &seen)?,
+                })
+            }
+            (flag, _) => Err(reply_error(key, format!("unknown flag {flag:?}"))),
+        }
+    }
+}
+
+/// The name of a hash field's resource in errors: `key#field`.
+fn field_name(key: &str, field: &str) -> String {
+    format!("{key}#{field}")
+}
+
+/// An error about `key` made about its field `field`.
+fn rename(err: FenceError, key: &str, field: &str) -> FenceError {
+    let name = field_name(key, field);
+    match err {
+        FenceError::Stale { token, seen, .. } => FenceError::Stale {
+            key: name,
+            token,
+            seen,
+        },
+        FenceError::Redis { source, .. } => FenceError::Redis { key: name, source },
+        FenceError::Reply { detail, .. } => FenceError::Reply { key: name, detail },
+        other => other,
+    }
+}
+
+fn parse<T: FromRedisValue>(key: &str, value: Value) -> Result<T, FenceError> {
+    T::from_redis_value(value).map_err(|err| reply_error(key, err.to_string()))
+}
+
+fn parse_token(key: &str, text: &str) -> Result<u64, FenceError> {
+    text.parse()
+        .map_err(|_| reply_error(key, format!("the fence holds {text:?}, not a token")))
+}
+
+fn redis_error(key: &str, source: redis::RedisError) -> FenceError {
+    FenceError::Redis {
+        key: key.to_owned(),
+        source,
+    }
+}
+
+fn reply_error(key: &str, detail: String) -> FenceError {
+    FenceError::Reply {
+        key: key.to_owned(),
+        detail,
+    }
+}
