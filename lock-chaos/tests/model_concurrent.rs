@@ -871,6 +871,7 @@ async fn run_case(
     name: String,
     server: Option<(Arc<Mutex<RedisServer>>, bool)>,
     store: Option<MemoryStore>,
+    stats: &Mutex<Stats>,
 ) -> Result<(), String> {
     let make = || async {
         let builder = LockClient::builder().lease(timing.lease);
@@ -901,7 +902,58 @@ async fn run_case(
         writers_first: prim == Prim::ReadWrite,
     };
     check(&history, allow)?;
+    stats
+        .lock()
+        .unwrap()
+        .add(&history, check(&history, STRICT).is_err());
     end.map_err(|e| format!("{e}\n{}", history.render()))
+}
+
+/// What the runs of one property did, printed at its end (`--nocapture`), so that a green
+/// run shows that the interesting outcomes happened.
+#[derive(Debug, Default)]
+struct Stats {
+    cases: usize,
+    ops: usize,
+    /// Operations in flight while another process's operation was too.
+    overlapping: usize,
+    granted: usize,
+    refused: usize,
+    released: usize,
+    lost_releases: usize,
+    lost_fired: usize,
+    indeterminate: usize,
+    forced_true: usize,
+    data_losses: usize,
+    restarts_kept: usize,
+    /// Histories that needed an allowance (own-client hold-back, writers first).
+    needed_allowance: usize,
+}
+
+impl Stats {
+    fn add(&mut self, h: &History, needed_allowance: bool) {
+        self.cases += 1;
+        self.ops += h.ops.len();
+        self.needed_allowance += usize::from(needed_allowance);
+        for (i, o) in h.ops.iter().enumerate() {
+            let overlaps = h.ops.iter().enumerate().any(|(j, x)| {
+                j != i && x.process != o.process && x.invoke < o.complete && o.invoke < x.complete
+            });
+            self.overlapping += usize::from(overlaps);
+            match (&o.call, &o.ret) {
+                (_, Ret::Indeterminate(_)) => self.indeterminate += 1,
+                (Call::Acquire { .. }, Ret::Granted(_)) => self.granted += 1,
+                (Call::Acquire { .. }, Ret::Refused) => self.refused += 1,
+                (Call::Release { .. }, Ret::Done) => self.released += 1,
+                (Call::Release { .. }, Ret::Lost) => self.lost_releases += 1,
+                (Call::LostCheck { .. }, Ret::Fired(true)) => self.lost_fired += 1,
+                (Call::Force, Ret::Bool(true)) => self.forced_true += 1,
+                (Call::DataLoss(_), _) => self.data_losses += 1,
+                (Call::Restart, _) => self.restarts_kept += 1,
+                _ => {}
+            }
+        }
+    }
 }
 
 fn cases() -> u32 {
@@ -928,6 +980,7 @@ fn run_memory(prim: Prim) {
         ..Config::default()
     });
     let counter = std::sync::atomic::AtomicU64::new(0);
+    let stats = Mutex::new(Stats::default());
     let result = runner.run(&plan_strategy(prim, false), |plan| {
         let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         rt.block_on(run_case(
@@ -937,9 +990,11 @@ fn run_memory(prim: Prim) {
             format!("case{case}"),
             None,
             Some(MemoryStore::new()),
+            &stats,
         ))
         .map_err(TestCaseError::fail)
     });
+    eprintln!("{prim:?}: {:#?}", stats.lock().unwrap());
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -962,6 +1017,7 @@ fn run_redis(prim: Prim) {
         ..Config::default()
     });
     let counter = std::sync::atomic::AtomicU64::new(0);
+    let stats = Mutex::new(Stats::default());
     let result = runner.run(&plan_strategy(prim, true), |plan| {
         let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let server = if plan.persistent {
@@ -976,9 +1032,11 @@ fn run_redis(prim: Prim) {
             format!("case{case}"),
             Some((server, plan.persistent)),
             None,
+            &stats,
         ))
         .map_err(TestCaseError::fail)
     });
+    eprintln!("{prim:?}: {:#?}", stats.lock().unwrap());
     if let Err(e) = result {
         panic!("{e}");
     }
