@@ -338,16 +338,14 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
     let mut next = Vec::new();
     match (&op.call, &op.ret) {
         (_, Ret::Unexpected(_)) => {}
-        (Call::Acquire { mode, .. }, Ret::Granted(t)) => {
-            if s.grantable(h, *mode) && *t > s.floor {
-                let mut n = s.clone();
-                match mode {
-                    Mode::Write => n.writer = Slot::Owner(i as u8),
-                    Mode::Read | Mode::Permits(_) => n.readers |= me,
-                }
-                n.floor = *t;
-                next.push(n);
+        (Call::Acquire { mode, .. }, Ret::Granted(t)) if s.grantable(h, *mode) && *t > s.floor => {
+            let mut n = s.clone();
+            match mode {
+                Mode::Write => n.writer = Slot::Owner(i as u8),
+                Mode::Read | Mode::Permits(_) => n.readers |= me,
             }
+            n.floor = *t;
+            next.push(n);
         }
         (Call::Acquire { mode, wait }, Ret::Refused) => {
             let busy = !s.grantable(h, *mode);
@@ -434,7 +432,8 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
         (Call::LostCheck { of, waited }, Ret::Fired(fired)) => {
             let lost = s.lost & (1 << of) != 0;
             // Fired: only a lost guard. Not fired after a detection period: not lost.
-            if (*fired && lost) || (!fired && !(lost && *waited)) {
+            let explained = if *fired { lost } else { !(lost && *waited) };
+            if explained {
                 next.push(s.clone());
             }
         }
@@ -947,7 +946,8 @@ async fn run_case(
     });
     let (history, end) = target.run(plan).await;
     let allow = Allowances {
-        own_client_holdback: true,
+        // Only the plain lock's waiters consult their client's holders (`acquire.rs`).
+        own_client_holdback: prim == Prim::Plain,
         writers_first: prim == Prim::ReadWrite,
     };
     check(&history, allow)?;
