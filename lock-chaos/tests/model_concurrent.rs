@@ -324,11 +324,15 @@ struct Allowances {
     own_client_holdback: bool,
     /// Writers first: a read may be refused while a write with a wait overlaps it.
     writers_first: bool,
+    /// The fair lock's queue: an acquisition may be refused while another one with a wait
+    /// (queued, possibly ahead of it) overlaps it.
+    queue_first: bool,
 }
 
 const STRICT: Allowances = Allowances {
     own_client_holdback: false,
     writers_first: false,
+    queue_first: false,
 };
 
 /// The states after operation `i` from `s` (empty: not explained from `s`).
@@ -352,10 +356,12 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
             let writers_first = allow.writers_first
                 && *mode == Mode::Read
                 && h.writer_waiting_during(i, Duration::from_millis(50));
+            let queue_first =
+                allow.queue_first && h.writer_waiting_during(i, Duration::from_millis(50));
             let own_client_holdback = allow.own_client_holdback
                 && *wait
                 && (0..h.ops.len()).any(|o| s.lost & (1 << o) != 0 && h.ops[o].client == op.client);
-            if busy || writers_first || own_client_holdback {
+            if busy || writers_first || queue_first || own_client_holdback {
                 next.push(s.clone());
             }
         }
@@ -541,6 +547,8 @@ enum Prim {
     Plain,
     ReadWrite,
     Semaphore,
+    /// The fair lock: exclusive, granted in arrival order.
+    Fair,
 }
 
 /// Timing of one backend's runs.
@@ -568,7 +576,7 @@ const REDIS: Timing = Timing {
 
 fn mode_strategy(prim: Prim) -> BoxedStrategy<Mode> {
     match prim {
-        Prim::Plain => Just(Mode::Write).boxed(),
+        Prim::Plain | Prim::Fair => Just(Mode::Write).boxed(),
         Prim::ReadWrite => prop_oneof![Just(Mode::Read), Just(Mode::Write)].boxed(),
         Prim::Semaphore => prop_oneof![Just(Mode::Permits(1)), Just(Mode::Permits(2))].boxed(),
     }
@@ -691,6 +699,7 @@ impl Target {
         let c = &self.clients[client];
         let lock = match (self.prim, mode) {
             (Prim::Plain, _) => c.lock(self.name.clone()),
+            (Prim::Fair, _) => c.fair_lock(self.name.clone()),
             (Prim::ReadWrite, Mode::Read) => c.read_write_lock(self.name.clone()).read(),
             (Prim::ReadWrite, _) => c.read_write_lock(self.name.clone()).write(),
             (Prim::Semaphore, mode) => c
@@ -733,6 +742,17 @@ impl Target {
                 }
                 Err(e) => (classify::<()>(Err(e), |_| Ret::Done), Vec::new()),
             },
+            Prim::Fair => match admin.inspect_fair(&self.name).await {
+                Ok(info) => {
+                    let owners = info.holder.iter().map(|h| h.owner.clone()).collect();
+                    let seen = Seen {
+                        writer: info.holder.map(|h| h.fencing_token),
+                        readers: 0,
+                    };
+                    (Ret::Seen(seen), owners)
+                }
+                Err(e) => (classify::<()>(Err(e), |_| Ret::Done), Vec::new()),
+            },
             Prim::Semaphore => match admin.inspect_semaphore(&self.name).await {
                 Ok(info) => {
                     let owners = info.holders.iter().map(|h| h.owner.clone()).collect();
@@ -753,6 +773,7 @@ impl Target {
             Prim::Plain => admin.force_release(&self.name).await,
             Prim::ReadWrite => admin.force_release_read_write(&self.name).await,
             Prim::Semaphore => admin.force_release_semaphore(&self.name).await,
+            Prim::Fair => admin.force_release_fair(&self.name).await,
         };
         classify(outcome, Ret::Bool)
     }
@@ -949,6 +970,7 @@ async fn run_case(
         // Only the plain lock's waiters consult their client's holders (`acquire.rs`).
         own_client_holdback: prim == Prim::Plain,
         writers_first: prim == Prim::ReadWrite,
+        queue_first: prim == Prim::Fair,
     };
     check(&history, allow)?;
     let strict = check(&history, STRICT);
@@ -1122,6 +1144,16 @@ fn memory_semaphore_is_linearizable() {
 #[test]
 fn redis_semaphore_is_linearizable_under_faults() {
     run_redis(Prim::Semaphore);
+}
+
+#[test]
+fn memory_fair_lock_is_linearizable() {
+    run_memory(Prim::Fair);
+}
+
+#[test]
+fn redis_fair_lock_is_linearizable_under_faults() {
+    run_redis(Prim::Fair);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1357,6 +1389,7 @@ fn checker_rejects_non_linearizable_histories() {
         Allowances {
             own_client_holdback: true,
             writers_first: true,
+            queue_first: true,
         },
     );
     // An indeterminate acquire cannot explain a second holder once the first was seen alone.
@@ -1498,6 +1531,7 @@ fn checker_accepts_linearizable_histories() {
         Allowances {
             own_client_holdback: true,
             writers_first: false,
+            queue_first: false,
         },
     );
     accepted(
@@ -1511,6 +1545,7 @@ fn checker_accepts_linearizable_histories() {
         Allowances {
             own_client_holdback: false,
             writers_first: true,
+            queue_first: true,
         },
     );
 }
