@@ -327,12 +327,16 @@ struct Allowances {
     /// The fair lock's queue: an acquisition may be refused while another one with a wait
     /// (queued, possibly ahead of it) overlaps it.
     queue_first: bool,
+    /// The fair lock's hand-over: a release or force-release may leave the lock held for a
+    /// waiter whose acquisition overlaps it.
+    hand_over: bool,
 }
 
 const STRICT: Allowances = Allowances {
     own_client_holdback: false,
     writers_first: false,
     queue_first: false,
+    hand_over: false,
 };
 
 /// The states after operation `i` from `s` (empty: not explained from `s`).
@@ -444,6 +448,23 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
             }
         }
         _ => {}
+    }
+    // The fair lock's release (whatever it answered) and force-release hand a free lock to
+    // the head of the queue: the lock may then be held for a waiter that has not taken it up
+    // yet (or gave up just then, and gives it back in the background).
+    if allow.hand_over
+        && matches!(op.call, Call::Release { .. } | Call::Force)
+        && h.writer_waiting_during(i, Duration::from_millis(50))
+    {
+        let handed: Vec<State> = next
+            .iter()
+            .filter(|n| !n.anything_held())
+            .map(|n| State {
+                writer: Slot::Ghost,
+                ..n.clone()
+            })
+            .collect();
+        next.extend(handed);
     }
     let mut out = Vec::new();
     for n in next {
@@ -971,6 +992,7 @@ async fn run_case(
         own_client_holdback: prim == Prim::Plain,
         writers_first: prim == Prim::ReadWrite,
         queue_first: prim == Prim::Fair,
+        hand_over: prim == Prim::Fair,
     };
     check(&history, allow)?;
     let strict = check(&history, STRICT);
@@ -1390,6 +1412,7 @@ fn checker_rejects_non_linearizable_histories() {
             own_client_holdback: true,
             writers_first: true,
             queue_first: true,
+            hand_over: true,
         },
     );
     // An indeterminate acquire cannot explain a second holder once the first was seen alone.
@@ -1532,6 +1555,7 @@ fn checker_accepts_linearizable_histories() {
             own_client_holdback: true,
             writers_first: false,
             queue_first: false,
+            hand_over: false,
         },
     );
     accepted(
@@ -1546,8 +1570,59 @@ fn checker_accepts_linearizable_histories() {
             own_client_holdback: false,
             writers_first: true,
             queue_first: true,
+            hand_over: true,
         },
     );
+}
+
+/// Found by `redis_fair_lock_is_linearizable_under_faults` before the model knew the fair
+/// lock's hand-over (times in 0.1 ms): p0's release handed the lock to p1's waiting
+/// acquisition (token 3), the first force-release deleted that hand-over before p1 took it up,
+/// p1 then took the free lock with a fresh attempt (token 4), and the second force-release
+/// took it from p1. Without the hand-over the first force-release finds nothing to release.
+#[test]
+fn checker_explains_a_fair_hand_over_taken_by_force() {
+    use Ret::*;
+    let none = || {
+        Seen(crate::Seen {
+            writer: None,
+            readers: 0,
+        })
+    };
+    let h = hist(&[
+        (0, Call::Inspect, none(), 12, 17),
+        (0, TRY, Granted(1), 28, 33),
+        (2, TRY, Refused, 100, 115),
+        (0, release(1), Done, 111, 118),
+        (2, Call::Inspect, none(), 135, 140),
+        (1, WAIT, Granted(4), 98, 141),
+        (9, Call::Force, Bool(true), 119, 141),
+        (9, Call::Force, Bool(true), 749, 756),
+        (9, Call::Inspect, none(), 756, 787),
+        (
+            1,
+            Call::LostCheck {
+                of: 5,
+                waited: true,
+            },
+            Fired(true),
+            787,
+            5164,
+        ),
+        (1, release(5), Lost, 5165, 5169),
+    ]);
+    let fair = Allowances {
+        own_client_holdback: false,
+        writers_first: false,
+        queue_first: true,
+        hand_over: true,
+    };
+    let no_hand_over = Allowances {
+        hand_over: false,
+        ..fair
+    };
+    rejected("fair history without the hand-over", &h, no_hand_over);
+    accepted("fair history with the hand-over", &h, fair);
 }
 
 /// The checker stays fast on histories with everything in flight at once (the worst case
