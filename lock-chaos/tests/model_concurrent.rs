@@ -340,6 +340,10 @@ impl State {
     }
 }
 
+/// How long after its acquisition ended a waiter that gave up may still hold its place (it
+/// leaves in the background).
+const LEAVE_SLACK: Duration = Duration::from_millis(150);
+
 /// What the model accepts beyond the strict rules (see the module documentation).
 #[derive(Debug, Clone, Copy)]
 struct Allowances {
@@ -382,9 +386,8 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
             let busy = !s.grantable(h, *mode);
             let writers_first = allow.writers_first
                 && *mode == Mode::Read
-                && h.writer_waiting_during(i, Duration::from_millis(50));
-            let queue_first =
-                allow.queue_first && h.writer_waiting_during(i, Duration::from_millis(50));
+                && h.writer_waiting_during(i, LEAVE_SLACK);
+            let queue_first = allow.queue_first && h.writer_waiting_during(i, LEAVE_SLACK);
             let own_client_holdback = allow.own_client_holdback
                 && *wait
                 && (0..h.ops.len()).any(|o| s.lost & (1 << o) != 0 && h.ops[o].client == op.client);
@@ -477,7 +480,7 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
     // yet (or gave up just then, and gives it back in the background).
     if allow.hand_over
         && matches!(op.call, Call::Release { .. } | Call::Force)
-        && h.writer_waiting_during(i, Duration::from_millis(50))
+        && h.writer_waiting_during(i, LEAVE_SLACK)
     {
         let handed: Vec<State> = next
             .iter()
