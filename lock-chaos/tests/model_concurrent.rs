@@ -68,7 +68,13 @@
 //!   may be refused while another one with a wait overlaps it;
 //! * *hand-over* (README, fair lock: "the release hands the lock to the head of the queue",
 //!   as does `force_release_fair`): a release or force-release may leave the lock held for a
-//!   waiter whose acquisition overlaps it, which takes it up, or gives it back if it gave up.
+//!   waiter whose acquisition overlaps it, which takes it up, or gives it back if it gave up;
+//! * *resent release* (a **library bug** this file found, reproduced by the ignored test
+//!   `release_resent_after_a_restart_reports_not_held`): a release that overlaps a server
+//!   restart may answer `NotHeld`/`LeaseLost` although its own first send deleted the lock (the
+//!   standalone backend sends a command once more after the connection dropped). Such an
+//!   answer is taken as indeterminate, only across a restart, until the bug is fixed; then set
+//!   `resent_release` to `false` in `run_case`.
 //!
 //! Leases: watchdog mode with a lease long enough to outlive a restart (renewals retry until
 //! the lease deadline), so no lease runs out unless the model says the lock was taken away.
@@ -209,6 +215,18 @@ impl History {
                 )
                 && o.invoke <= me.complete
                 && me.invoke <= o.complete + slack
+        })
+    }
+
+    /// Whether operation `i` overlaps a server restart.
+    fn overlaps_restart(&self, i: usize) -> bool {
+        let me = &self.ops[i];
+        self.ops.iter().any(|o| {
+            matches!(
+                o.call,
+                Call::Restart | Call::DataLoss("restart without persistence")
+            ) && o.invoke <= me.complete
+                && me.invoke <= o.complete
         })
     }
 
@@ -357,6 +375,10 @@ struct Allowances {
     /// The fair lock's hand-over: a release or force-release may leave the lock held for a
     /// waiter whose acquisition overlaps it.
     hand_over: bool,
+    /// Known bug (`release_resent_after_a_restart_reports_not_held`): a release that overlaps
+    /// a server restart may answer `NotHeld`/`LeaseLost` after its first send deleted the
+    /// lock; such an answer is taken as indeterminate. Set to `false` once that is fixed.
+    resent_release: bool,
 }
 
 const STRICT: Allowances = Allowances {
@@ -364,6 +386,7 @@ const STRICT: Allowances = Allowances {
     writers_first: false,
     queue_first: false,
     hand_over: false,
+    resent_release: false,
 };
 
 /// The states after operation `i` from `s` (empty: not explained from `s`).
@@ -416,6 +439,13 @@ fn step(h: &History, allow: Allowances, s: &State, i: usize) -> Vec<State> {
             }
             released.readers &= !of_bit;
             released.lost &= !of_bit;
+            // The known resend bug: a `Lost` answer overlapping a restart may be a lie.
+            let resent = allow.resent_release && *ret == Ret::Lost && h.overlaps_restart(i);
+            let ret = if resent {
+                &Ret::Indeterminate("resent across a restart".into())
+            } else {
+                ret
+            };
             match ret {
                 Ret::Done if holds && !lost_seen => next.push(released),
                 Ret::Lost if lost => next.push(released),
@@ -1019,6 +1049,7 @@ async fn run_case(
         writers_first: prim == Prim::ReadWrite,
         queue_first: prim == Prim::Fair,
         hand_over: prim == Prim::Fair,
+        resent_release: true,
     };
     check(&history, allow)?;
     let strict = check(&history, STRICT);
@@ -1439,6 +1470,7 @@ fn checker_rejects_non_linearizable_histories() {
             writers_first: true,
             queue_first: true,
             hand_over: true,
+            resent_release: false,
         },
     );
     // An indeterminate acquire cannot explain a second holder once the first was seen alone.
@@ -1582,6 +1614,7 @@ fn checker_accepts_linearizable_histories() {
             writers_first: false,
             queue_first: false,
             hand_over: false,
+            resent_release: false,
         },
     );
     accepted(
@@ -1597,6 +1630,7 @@ fn checker_accepts_linearizable_histories() {
             writers_first: true,
             queue_first: true,
             hand_over: true,
+            resent_release: false,
         },
     );
 }
@@ -1642,6 +1676,7 @@ fn checker_explains_a_fair_hand_over_taken_by_force() {
         writers_first: false,
         queue_first: true,
         hand_over: true,
+        resent_release: false,
     };
     let no_hand_over = Allowances {
         hand_over: false,
@@ -1649,6 +1684,57 @@ fn checker_explains_a_fair_hand_over_taken_by_force() {
     };
     rejected("fair history without the hand-over", &h, no_hand_over);
     accepted("fair history with the hand-over", &h, fair);
+}
+
+/// The history behind `release_resent_after_a_restart_reports_not_held` (times in 0.1 ms):
+/// rejected by the model, explained only by the named allowance for that bug.
+#[test]
+fn checker_flags_the_resent_release() {
+    use Ret::*;
+    let h = hist(&[
+        (2, TRY, Granted(1), 22, 81),
+        (1, TRY, Refused, 25, 120),
+        (9, Call::Restart, Done, 172, 521),
+        (3, WAIT, Granted(4), 60, 601),
+        (2, release(0), Lost, 157, 604),
+        (1, TRY, Refused, 185, 605),
+        (0, WAIT, Refused, 58, 888),
+        (2, WAIT, Refused, 688, 1509),
+        (
+            9,
+            Call::Inspect,
+            Indeterminate("broken pipe".into()),
+            1510,
+            1511,
+        ),
+        (
+            3,
+            Call::LostCheck {
+                of: 3,
+                waited: true,
+            },
+            Fired(false),
+            1511,
+            10532,
+        ),
+        (3, release(3), Done, 10532, 10542),
+    ]);
+    let fair = Allowances {
+        own_client_holdback: false,
+        writers_first: false,
+        queue_first: true,
+        hand_over: true,
+        resent_release: false,
+    };
+    rejected("release NotHeld across a persistent restart", &h, fair);
+    accepted(
+        "with the resend allowance",
+        &h,
+        Allowances {
+            resent_release: true,
+            ..fair
+        },
+    );
 }
 
 /// The checker stays fast on histories with everything in flight at once (the worst case
@@ -1669,4 +1755,80 @@ fn checker_is_fast_on_fully_concurrent_histories() {
         "the search took {:?}",
         started.elapsed()
     );
+}
+
+/// Found by `redis_fair_lock_is_linearizable_under_faults` (shrunk history, times in ms; the
+/// server has `appendonly yes`, `appendfsync always`):
+///
+/// ```text
+/// #0 p2 c2 [  2.2 ..   8.1] try fair lock        -> Granted(1)
+/// #3 p3 c2 [  6.0 ..  60.1] acquire, wait 80 ms  -> Granted(4)   (handed over by #4)
+/// #4 p2 c2 [ 15.7 ..  60.4] release of #0        -> NotHeld/LeaseLost
+/// #2 nemesis [17.2 .. 52.1] restart with persistence
+/// ... p3's guard is never lost and releases Ok at the end.
+/// ```
+///
+/// Nothing took the lock from p2 (no force-release, no data loss, a 1.5 s lease renewed by
+/// the watchdog), yet its release says it no longer held it, while that very release handed
+/// the lock to p3 (token 4 = the hand-over's). The cause: the standalone backend sends a
+/// command "once more" when the connection dropped (`backend/standalone/mod.rs`, `exec` and
+/// `worth_retrying`); when the server ran the release script and died before its reply went
+/// out, the resent release finds the lock gone (the first one deleted it, and the server kept
+/// that) and answers 0, which `release_last` reports as `NotHeld` ("nothing was deleted",
+/// README) instead of `Ok` or a backend error. Not a mutual-exclusion violation, but a holder
+/// told that it did not hold the lock to the end (README: then "do not treat the work as done
+/// under exclusion"). The same resend can make `force_release` answer `false` after it deleted
+/// a lock. This test makes the race likely on a plain lock: it releases and restarts the server
+/// at once, many times, and fails on the first `NotHeld`/`LeaseLost`.
+#[test]
+#[ignore = "library bug: a release resent after the connection dropped reports NotHeld although the first send deleted the lock (standalone exec retries non-idempotent scripts)"]
+fn release_resent_after_a_restart_reports_not_held() {
+    let mut server = RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--appendonly")
+            .arg("yes")
+            .arg("--appendfsync")
+            .arg("always"),
+    );
+    let rt = runtime();
+    let url = server.url();
+    let client = rt.block_on(async { LockClient::connect(&url).await.expect("client") });
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for round in 0..300u64 {
+        let name = format!("r{round}");
+        let guard = rt.block_on(async {
+            // Retried: the first command after a restart may fail.
+            loop {
+                match client.lock(name.clone()).acquire().await {
+                    Ok(guard) => break guard,
+                    Err(e) if e.is_backend() => continue,
+                    Err(e) => panic!("acquire: {e}"),
+                }
+            }
+        });
+        let release = rt.spawn(guard.release());
+        // Kill the server about when the release script runs: some rounds before it, some
+        // after it but before its reply is read, some after.
+        std::thread::sleep(Duration::from_micros(round % 7 * 50));
+        server.restart();
+        let outcome = rt.block_on(release).expect("release task");
+        let label = match &outcome {
+            Ok(()) => "Ok".to_string(),
+            Err(e) if e.is_backend() => "Backend".to_string(),
+            Err(LockError::NotHeld { .. }) => "NotHeld".to_string(),
+            Err(LockError::LeaseLost { .. }) => "LeaseLost".to_string(),
+            Err(e) => format!("other: {e}"),
+        };
+        *outcomes.entry(label).or_default() += 1;
+        if matches!(
+            outcome,
+            Err(LockError::NotHeld { .. } | LockError::LeaseLost { .. })
+        ) {
+            panic!(
+                "round {round}: the release of a lock nobody else touched answered {outcome:?} \
+                 (outcomes so far: {outcomes:?})"
+            );
+        }
+    }
+    eprintln!("outcomes: {outcomes:?}");
 }
