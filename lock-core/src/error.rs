@@ -282,6 +282,14 @@ pub enum BackendError {
     /// The server answered something the lock scripts never return.
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// The connection dropped while a release (or force-release) was on its
+    /// way, the command was sent once more, and that second send found the
+    /// lock no longer held under the owner: the first send may have deleted
+    /// it, or the lock was lost before it. Which one is unknown; treat it as
+    /// a loss (the work may not have finished under exclusion), as
+    /// `LeaseLost` would be treated.
+    #[error("the connection dropped during the release and the resent release found the lock gone: the first send may have released it, or it was lost before (unknown)")]
+    Unconfirmed,
     /// `sync_replicas`: fewer replicas than required acknowledged a write
     /// within the timeout (`WAIT`).
     #[error("{acknowledged} of {required} replicas acknowledged the write in time")]

@@ -16,7 +16,7 @@ use crate::client_core::ClientCore;
 use crate::held::HeldLock;
 use crate::hot::{GiveUp, Outcome, KEEP_SUFFIX};
 use crate::name::Kind;
-use crate::LockError;
+use crate::{BackendError, LockError};
 
 /// Releases `lock` in the backend after its last hold was dropped.
 /// `resent`: an earlier release of it may have gone through already, so
@@ -46,6 +46,16 @@ pub(crate) async fn release_last(
             Err(lost.unwrap_or_else(|| LockError::NotHeld {
                 key: lock.key.name.to_string(),
             }))
+        }
+        // The release was sent twice and the second send found it gone: a
+        // loss known before the release is the answer; in the background
+        // (`resent`: an earlier release may have gone through) it is done.
+        Err(LockError::Backend {
+            source: BackendError::Unconfirmed,
+            ..
+        }) if lost.is_some() || resent => {
+            tracing::debug!(key = %lock.key.name, token = lock.token, "release resent; lock already gone");
+            lost.map_or(Ok(()), Err)
         }
         Err(err) => Err(err),
     }

@@ -147,13 +147,14 @@ impl RedisBackend {
     /// appended in `sync_replicas` mode when `write`; when the connection had
     /// dropped (killed, server restarted) or the node stopped being the
     /// master (failover), sends it once more to the node it reconnected or
-    /// moved to.
+    /// moved to. The flag says whether it was sent once more (the first
+    /// send may have run without its answer arriving).
     async fn exec(
         &self,
         pipe: &redis::Pipeline,
         count: usize,
         write: bool,
-    ) -> Result<(Replies, Arc<Node>), BackendError> {
+    ) -> Result<(Replies, Arc<Node>, bool), BackendError> {
         let synced;
         let (pipe, count, timeout) = match self.settings.sync_replicas {
             Some((replicas, wait)) if write => {
@@ -173,10 +174,10 @@ impl RedisBackend {
                 let node = self.follow_master(&node).await;
                 let mut conn = node.conn.clone();
                 let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
-                Ok((replies, node))
+                Ok((replies, node, true))
             }
             Err(err) => Err(err),
-            Ok(replies) => Ok((replies, node)),
+            Ok(replies) => Ok((replies, node, false)),
         }
     }
 
@@ -212,16 +213,39 @@ impl RedisBackend {
 
     /// Runs the one-command write `pipe` on `key` and reads its integer reply.
     async fn exec_int(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
+        self.exec_int_sent(key, pipe).await.map(|(n, _)| n)
+    }
+
+    /// [`exec_int`](Self::exec_int), and whether the command was sent once
+    /// more after the connection dropped.
+    async fn exec_int_sent(
+        &self,
+        key: &LockKey,
+        pipe: &redis::Pipeline,
+    ) -> Result<(i64, bool), LockError> {
         let outcome = match self.exec(pipe, 1, true).await {
-            Ok((replies, node)) => {
+            Ok((replies, node, resent)) => {
                 self.check_replicated(key, &replies, &node);
-                reply::first(replies).and_then(reply::int)
+                reply::first(replies)
+                    .and_then(reply::int)
+                    .map(|n| (n, resent))
             }
             Err(err) => Err(err),
         };
         match outcome {
-            Ok(n) => Ok(n),
+            Ok(sent) => Ok(sent),
             Err(err) => Err(self.error(key, err).await),
+        }
+    }
+
+    /// The answer "nothing deleted" to a deletion that was sent twice: the
+    /// first send, whose answer was lost with the connection, may have
+    /// deleted it ([`BackendError::Unconfirmed`]).
+    fn unconfirmed(&self, key: &LockKey) -> LockError {
+        LockError::Backend {
+            key: key.name.to_string(),
+            server: self.cell.get().server.clone(),
+            source: BackendError::Unconfirmed,
         }
     }
 
@@ -243,7 +267,7 @@ impl RedisBackend {
         lease: Duration,
     ) -> Result<Attempt, LockError> {
         let pipe = self.scripts.acquire(key, owner, lease);
-        let (replies, node) = match self.exec(&pipe, 1, true).await {
+        let (replies, node, _) = match self.exec(&pipe, 1, true).await {
             Ok(sent) => sent,
             Err(err) => return Err(self.error(key, err).await),
         };
@@ -280,14 +304,17 @@ impl RedisBackend {
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<Released, LockError> {
         let pipe = self.scripts.release(key, owner);
         let outcome = match self.exec(&pipe, Scripts::release_replies(key), true).await {
-            Ok((replies, node)) => {
+            Ok((replies, node, resent)) => {
                 self.check_replicated(key, &replies, &node);
-                reply::release(replies)
+                reply::release(replies).map(|released| (released, resent))
             }
             Err(err) => Err(err),
         };
         match outcome {
-            Ok((deleted, listeners)) => Ok(Released {
+            // Sent twice, and the second send found nothing to delete: the
+            // first may have deleted it. "Not held" would say it did not.
+            Ok(((deleted, _), true)) if deleted != 1 => Err(self.unconfirmed(key)),
+            Ok(((deleted, listeners), _)) => Ok(Released {
                 deleted: deleted == 1,
                 listeners,
             }),
@@ -315,8 +342,13 @@ impl RedisBackend {
     }
 
     pub(crate) async fn force_release(&self, key: &LockKey) -> Result<bool, LockError> {
-        let deleted = self.exec_int(key, &self.scripts.force_release(key)).await?;
-        Ok(deleted == 1)
+        match self
+            .exec_int_sent(key, &self.scripts.force_release(key))
+            .await?
+        {
+            (deleted, true) if deleted != 1 => Err(self.unconfirmed(key)),
+            (deleted, _) => Ok(deleted == 1),
+        }
     }
 
     /// Raises the fencing counter of `key`'s slot to at least `token` (Redlock).
@@ -335,7 +367,7 @@ impl RedisBackend {
             pipe.add_command(self.scripts.renew(key, owner, lease));
         }
         match self.exec(&pipe, items.len(), true).await {
-            Ok((replies, node)) => {
+            Ok((replies, node, _)) => {
                 if let Some((key, _)) = items.first() {
                     self.check_replicated(key, &replies, &node);
                 }
