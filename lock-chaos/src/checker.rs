@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::ms_between;
-use crate::event::{Event, Register, TaskMode, WriteOutcome};
+use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 use crate::nemesis::Fault;
 use crate::register::{LoggedWrite, RegisterTruth};
 
@@ -35,6 +35,16 @@ const LOST_ALLOWANCE: Duration = Duration::from_millis(100);
 /// going (the notification and the acquisition race to the harness), so they do not date
 /// the new hold's loss.
 const KEY_EVENT_GUARD: Duration = Duration::from_millis(50);
+/// A fair waiter is taken to have joined the queue before another only when its acquire
+/// call started this much earlier, and an inversion counts only when the later one was
+/// granted this much earlier (clock reading and queueing jitter).
+const FIFO_MARGIN: Duration = Duration::from_millis(50);
+/// How much earlier than its minimum hold a `hold_at_least` lock may be seen free (the
+/// server's expiry resolution and recording).
+const MIN_HOLD_ALLOWANCE: Duration = Duration::from_millis(25);
+/// From a shutdown's return to the acquisition by a waiter that was asking then, outside
+/// fault windows (the release wakes the waiters by pub/sub).
+const SHUTDOWN_RECOVERY_BOUND: Duration = Duration::from_secs(1);
 /// After a failover's heal, the old master may still answer commands already on their way
 /// to it (the README's "about 100 ms"); holds that begin this soon after the heal are
 /// touched too.
@@ -70,6 +80,12 @@ struct Hold {
     id: String,
     worker: u32,
     mode: TaskMode,
+    kind: LockKind,
+    /// When the acquire call started.
+    asked: u64,
+    permits: u32,
+    total: u32,
+    min_hold: u64,
     name: String,
     owner: String,
     token: u64,
@@ -174,6 +190,15 @@ pub struct Row {
     /// Other faults: from the heal to the first fenced write accepted after it (any
     /// lock): the longest, ms.
     pub heal_to_write_max_ms: Option<f64>,
+    /// Instants at which more semaphore permits were held than the total.
+    pub permits_exceeded: usize,
+    /// Fair-lock grants out of the waiters' order.
+    pub fifo_inversions: usize,
+    /// `hold_at_least` locks acquired by another owner before the minimum hold.
+    pub freed_early: usize,
+    /// Shutdown workload: from the shutdown's return to the next acquisition by a waiter
+    /// that was asking then: the longest, ms.
+    pub shutdown_recovery_max_ms: Option<f64>,
     /// Acquisitions that timed out.
     pub acquire_timeouts: usize,
     /// Operations that failed with an error (acquire, release, register).
@@ -217,6 +242,28 @@ pub struct RegisterCheck {
     pub registers: usize,
 }
 
+/// Holds and anomalies of one kind of lock.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KindFigures {
+    /// Holds of this kind.
+    pub holds: usize,
+    /// Anomalies (first hold of this kind) that count.
+    pub violations: usize,
+    /// Anomalies excused.
+    pub excused: usize,
+}
+
+/// What `admin().layouts()` answered in workers with clients of both layouts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LayoutCheck {
+    /// Checks made.
+    pub checks: usize,
+    /// Of those, listing both layouts.
+    pub both: usize,
+    /// Of those, failed calls (not counted either way).
+    pub failed: usize,
+}
+
 /// The scheduler-lag probes' findings.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stalls {
@@ -252,6 +299,10 @@ pub struct BackendReport {
     /// Every loss latency, ms (for the overall percentiles).
     #[serde(skip)]
     pub all_latencies: Vec<f64>,
+    /// Holds and anomalies per kind of lock.
+    pub kinds: BTreeMap<String, KindFigures>,
+    /// The two-layout check.
+    pub layouts: LayoutCheck,
 }
 
 impl BackendReport {
@@ -360,6 +411,38 @@ impl BackendReport {
             s.harness_max_ms,
             self.key_events
         ));
+        if self.kinds.keys().any(|k| k != "plain") {
+            let kinds: Vec<String> = self
+                .kinds
+                .iter()
+                .map(|(k, f)| {
+                    format!(
+                        "{k} {} ({} violations, {} excused)",
+                        f.holds, f.violations, f.excused
+                    )
+                })
+                .collect();
+            out.push_str(&format!("Holds by kind: {}.\n", kinds.join(", ")));
+            out.push_str(
+                "\n| fault | fifo inversions | permits exceeded | freed before min hold | shutdown->waiter max ms |\n|---|---|---|---|---|\n",
+            );
+            for r in &self.rows {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    r.fault,
+                    r.fifo_inversions,
+                    r.permits_exceeded,
+                    r.freed_early,
+                    fmt_ms(r.shutdown_recovery_max_ms)
+                ));
+            }
+        }
+        if self.layouts.checks > 0 {
+            out.push_str(&format!(
+                "Layout registry (native + Redisson clients in one worker): {} checks, {} listed both, {} failed calls.\n",
+                self.layouts.checks, self.layouts.both, self.layouts.failed
+            ));
+        }
         for v in self.violations.iter().filter(|v| v.counts()).take(20) {
             out.push_str(&format!(
                 "- violation {} ({}, {}, at {:.0} ms, holds {}): {}\n",
@@ -476,6 +559,45 @@ fn intersects(a0: u64, a1: u64, b0: u64, b1: u64) -> bool {
 /// The lock key of name `name` (the library's default `lock:{name}`).
 fn lock_key(name: &str) -> String {
     format!("lock:{{{name}}}")
+}
+
+/// The key whose removal ends a hold of `kind` on `name` (for readers and permits: the
+/// set of every holder, gone when the last one went).
+fn hold_key(kind: LockKind, name: &str) -> String {
+    match kind {
+        LockKind::Fair => format!("lock:{{{name}}}:fair"),
+        LockKind::Read => format!("lock:{{{name}}}:rw:read"),
+        LockKind::Write => format!("lock:{{{name}}}:rw:write"),
+        LockKind::Permit => format!("lock:{{{name}}}:sem"),
+        // Redisson's layout: the name itself, no prefix.
+        LockKind::Redisson => name.to_owned(),
+        _ => lock_key(name),
+    }
+}
+
+/// Whether two holds of one name must not overlap: holds of distinct owners, except two
+/// readers, and semaphore permits (counted apart); uses of a hot lock are distinct holds
+/// even under the one owner field the client keeps the lock with.
+fn excludes(a: &Hold, b: &Hold) -> bool {
+    if a.kind == LockKind::Permit || b.kind == LockKind::Permit {
+        return false;
+    }
+    if a.kind == LockKind::Read && b.kind == LockKind::Read {
+        return false;
+    }
+    if a.kind == LockKind::Hot || b.kind == LockKind::Hot {
+        return a.id != b.id;
+    }
+    a.owner != b.owner
+}
+
+/// Whether `b` acquiring proves that `a`'s hold was gone (it could not have been granted
+/// beside it): another owner's conflicting hold.
+fn displaces(a: &Hold, b: &Hold) -> bool {
+    a.owner != b.owner
+        && a.kind != LockKind::Permit
+        && b.kind != LockKind::Permit
+        && !(a.kind == LockKind::Read && b.kind == LockKind::Read)
 }
 
 /// The first reason a hold was touched, in order of directness.
@@ -599,6 +721,7 @@ pub fn analyze(
     for event in events {
         match event {
             Event::Acquired {
+                t_start,
                 t,
                 worker,
                 hold,
@@ -606,6 +729,10 @@ pub fn analyze(
                 name,
                 owner,
                 token,
+                kind,
+                permits,
+                total,
+                min_hold_ms,
                 ..
             } => {
                 index.insert(hold.clone(), holds.len());
@@ -613,6 +740,11 @@ pub fn analyze(
                     id: hold.clone(),
                     worker: *worker,
                     mode: *mode,
+                    kind: *kind,
+                    asked: *t_start,
+                    permits: *permits,
+                    total: *total,
+                    min_hold: min_hold_ms * 1_000_000,
                     name: name.clone(),
                     owner: owner.clone(),
                     token: *token,
@@ -728,12 +860,17 @@ pub fn analyze(
         by_name.entry(h.name.as_str()).or_default().push(h);
     }
     let mut overlapped: BTreeSet<&str> = BTreeSet::new();
+    let mut keep_start: HashMap<&str, u64> = HashMap::new();
+    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
+        let t = keep_start.entry(h.owner.as_str()).or_insert(h.start);
+        *t = (*t).min(h.start);
+    }
     for (name, list) in &mut by_name {
         list.sort_by_key(|h| h.start);
         // Overlaps: a hold that began while another owner's was still believed.
         for (j, b) in list.iter().enumerate() {
             for a in &list[..j] {
-                if a.owner != b.owner && a.end > b.start {
+                if excludes(a, b) && a.end > b.start {
                     let row = row_at(b.start);
                     rows[row].overlaps += 1;
                     let ms = ms_between(b.start, a.end.min(b.end));
@@ -792,13 +929,20 @@ pub fn analyze(
             }
         }
         // When the lock disappeared under each hold, and whether lost() said so in time.
-        let key = lock_key(name);
-        let key_gone = gone.get(key.as_str());
         for (j, h) in list.iter().enumerate() {
+            let key = hold_key(h.kind, name);
+            let key_gone = gone.get(key.as_str());
+            // A use of a hot lock holds what the client took from the store at its first
+            // use under this owner field: a loss since then is this use's loss too.
+            let from = if h.kind == LockKind::Hot {
+                keep_start.get(h.owner.as_str()).copied().unwrap_or(h.start)
+            } else {
+                h.start
+            };
             let horizon = h.lost.or(h.release_start).unwrap_or(h.end);
             let successor = list[j + 1..]
                 .iter()
-                .filter(|b| b.owner != h.owner && b.start > h.start && b.start <= horizon)
+                .filter(|b| displaces(h, b) && b.start > h.start && b.start <= horizon)
                 .map(|b| b.start)
                 .min();
             let truth_until = successor.unwrap_or(horizon).min(horizon);
@@ -808,7 +952,7 @@ pub fn analyze(
                 let mut servers: BTreeSet<&str> = BTreeSet::new();
                 times
                     .iter()
-                    .filter(|(t, _)| *t >= h.start + guard && *t <= truth_until)
+                    .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
                     .find(|(_, server)| {
                         servers.insert(server);
                         servers.len() >= quorum
@@ -819,7 +963,7 @@ pub fn analyze(
                 .iter()
                 .filter(|w| {
                     w.kind().is_some_and(Fault::destroys_lock)
-                        && w.start >= h.start
+                        && w.start >= from
                         && w.start <= horizon
                 })
                 .map(|w| w.start)
@@ -880,6 +1024,13 @@ pub fn analyze(
                 None if h.end > deadline => ("late_lost", h.end),
                 None => continue,
             };
+            // A use of a kept lock that began after the watchdog should have found the
+            // loss: the client used a lock it had lost.
+            let kind = if h.kind == LockKind::Hot && h.start > deadline {
+                "hot_use_after_loss"
+            } else {
+                kind
+            };
             let row = row_at(t);
             if kind == "late_lost" {
                 rows[row].late_lost += 1;
@@ -914,6 +1065,287 @@ pub fn analyze(
         }
     }
 
+    // What a fault did to a worker between two times (for rules about the time before a
+    // hold: a fair waiter's wait, a waiter after a shutdown).
+    let touched_during = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        for w in &windows {
+            match w.kind() {
+                Some(Fault::PauseHolder)
+                    if w.worker() == Some(worker) && intersects(from, to, w.start, w.heal) =>
+                {
+                    return Some("pause");
+                }
+                Some(f) if f.destroys_lock() => {
+                    let slack = if f == Fault::Failover {
+                        FAILOVER_SLACK.as_nanos() as u64
+                    } else {
+                        0
+                    };
+                    if intersects(from, to, w.start, w.heal + slack) {
+                        return Some("data_loss");
+                    }
+                }
+                _ => {}
+            }
+        }
+        stalls
+            .iter()
+            .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
+            .then_some("stall")
+    };
+    let margin = FIFO_MARGIN.as_nanos() as u64;
+    for (name, list) in &by_name {
+        // Semaphore: at no instant more permits held than the total (a sweep over the
+        // holds' starts and ends; an end at the same instant as a start goes first).
+        let permits: Vec<&Hold> = list
+            .iter()
+            .copied()
+            .filter(|h| h.kind == LockKind::Permit)
+            .collect();
+        let mut points: Vec<(u64, bool, usize)> = Vec::new();
+        for (i, h) in permits.iter().enumerate() {
+            points.push((h.start, true, i));
+            points.push((h.end, false, i));
+        }
+        points.sort_by_key(|&(t, is_start, _)| (t, is_start));
+        let mut active: BTreeSet<usize> = BTreeSet::new();
+        for (t, is_start, i) in points {
+            if !is_start {
+                active.remove(&i);
+                continue;
+            }
+            active.insert(i);
+            let held: u32 = active.iter().map(|&k| permits[k].permits.max(1)).sum();
+            let total = permits[i].total.max(1);
+            if held > total {
+                let involved: Vec<&Hold> = active.iter().map(|&k| permits[k]).collect();
+                let row = row_at(t);
+                rows[row].permits_exceeded += 1;
+                push_anomaly(&mut rows, &mut violations, row, &involved, None, Violation {
+                    kind: "permits_exceeded".into(),
+                    backend: backend.into(),
+                    fault: fault_at(t),
+                    name: (*name).into(),
+                    at_ms: at_ms(t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{held} permits held at once (total {total}) when {} (hold {}, token {}) acquired; holders: {}",
+                        permits[i].owner,
+                        permits[i].id,
+                        permits[i].token,
+                        involved.iter().map(|h| format!("{} token {}", h.id, h.token)).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+        }
+
+        // Fair lock: among waiters, the grant order is the order they asked in. `a`
+        // asked more than FIFO_MARGIN before `b`, yet `b`'s acquisition returned more
+        // than FIFO_MARGIN before `a`'s: `b` was granted first although both waited
+        // (`a` was still waiting when `b` asked, since `b` asked before it was granted).
+        // Only acquisitions that got the lock count: a waiter that gave up left the queue.
+        let fair: Vec<&Hold> = list
+            .iter()
+            .copied()
+            .filter(|h| h.kind == LockKind::Fair)
+            .collect();
+        for a in &fair {
+            for b in &fair {
+                if a.owner == b.owner
+                    || a.asked + margin >= b.asked
+                    || b.start + margin >= a.start
+                {
+                    continue;
+                }
+                let t = b.start;
+                let row = row_at(t);
+                rows[row].fifo_inversions += 1;
+                let excuse = touched_during(a.worker, a.asked, a.start)
+                    .or_else(|| touched_during(b.worker, b.asked, b.start));
+                push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                    kind: "fifo_inversion".into(),
+                    backend: backend.into(),
+                    fault: fault_at(t),
+                    name: (*name).into(),
+                    at_ms: at_ms(t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{} (hold {}) asked at {:.0} ms and got it at {:.0} ms; {} (hold {}) asked {:.0} ms later and got it {:.0} ms earlier",
+                        a.owner,
+                        a.id,
+                        at_ms(a.asked),
+                        at_ms(a.start),
+                        b.owner,
+                        b.id,
+                        ms_between(a.asked, b.asked),
+                        ms_between(b.start, a.start)
+                    ),
+                });
+            }
+        }
+
+        // hold_at_least: the lock is not free before its minimum hold from the grant (at
+        // the earliest, the start of the acquire call), unless the holder lost it. The
+        // next acquisition by another owner after the release shows when it was free.
+        let allowance = MIN_HOLD_ALLOWANCE.as_nanos() as u64;
+        for h in list.iter().filter(|h| h.kind == LockKind::AtLeast) {
+            if h.lost.is_some() || h.release.as_deref() != Some("ok") {
+                continue;
+            }
+            let Some(next) = list
+                .iter()
+                .filter(|b| b.owner != h.owner && b.start >= h.end)
+                .min_by_key(|b| b.start)
+            else {
+                continue;
+            };
+            if next.start + allowance >= h.asked + h.min_hold {
+                continue;
+            }
+            let t = next.start;
+            let row = row_at(t);
+            rows[row].freed_early += 1;
+            push_anomaly(&mut rows, &mut violations, row, &[h, next], None, Violation {
+                kind: "freed_before_min_hold".into(),
+                backend: backend.into(),
+                fault: fault_at(t),
+                name: (*name).into(),
+                at_ms: at_ms(t),
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                    "{} (hold {}, token {}) asked at {:.0} ms with a minimum hold of {:.0} ms and released; {} (hold {}) acquired {:.0} ms after the ask",
+                    h.owner,
+                    h.id,
+                    h.token,
+                    at_ms(h.asked),
+                    h.min_hold as f64 / 1e6,
+                    next.owner,
+                    next.id,
+                    ms_between(h.asked, next.start)
+                ),
+            });
+        }
+    }
+
+    // Shutdown: the locks a shut-down client held are released, so a waiter gets them.
+    let shutdown_bound = SHUTDOWN_RECOVERY_BOUND.as_nanos() as u64;
+    for event in events {
+        let Event::ShutdownDone {
+            t_start: sd_start,
+            t: sd_end,
+            hold: Some(hold),
+            released_at_deadline,
+            failed,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        let Some(h) = index.get(hold).map(|&i| &holds[i]) else {
+            continue;
+        };
+        if *released_at_deadline == 0 || *failed > 0 {
+            continue;
+        }
+        let Some(next) = holds
+            .iter()
+            .filter(|b| b.name == h.name && b.owner != h.owner && b.start > h.start)
+            .min_by_key(|b| b.start)
+        else {
+            continue;
+        };
+        // Only a waiter that was asking when the shutdown returned measures the release.
+        if next.asked > *sd_end {
+            continue;
+        }
+        let ms = ms_between(*sd_end, next.start).max(0.0);
+        let row = row_at(*sd_start);
+        rows[row].shutdown_recovery_max_ms =
+            Some(rows[row].shutdown_recovery_max_ms.map_or(ms, |m: f64| m.max(ms)));
+        let faulted = windows
+            .iter()
+            .any(|w| intersects(*sd_start, next.start, w.start, w.heal));
+        if next.start > sd_end + shutdown_bound && !faulted {
+            let excuse = touched_during(next.worker, next.asked, next.start)
+                .or_else(|| touched_during(h.worker, h.start, *sd_end));
+            push_anomaly(&mut rows, &mut violations, row, &[h, next], excuse, Violation {
+                kind: "shutdown_release_slow".into(),
+                backend: backend.into(),
+                fault: fault_at(*sd_start),
+                name: h.name.clone(),
+                at_ms: at_ms(*sd_end),
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                    "the shutdown of {}'s client took its lock at the deadline and returned; {} (hold {}), waiting since {:.0} ms before, got it {ms:.0} ms later (bound {:.0} ms)",
+                    h.id,
+                    next.id,
+                    next.owner,
+                    ms_between(next.asked, *sd_end),
+                    shutdown_bound as f64 / 1e6
+                ),
+            });
+        }
+    }
+
+    // Both layouts in one store: the registry lists both.
+    let mut layouts = LayoutCheck::default();
+    for event in events {
+        if let Event::Layouts {
+            t,
+            worker,
+            layouts: listed,
+            error,
+        } = event
+        {
+            layouts.checks += 1;
+            if error.is_some() {
+                layouts.failed += 1;
+                continue;
+            }
+            let both = ["Native", "Redisson"]
+                .iter()
+                .all(|l| listed.iter().any(|x| x == l));
+            if both {
+                layouts.both += 1;
+            } else {
+                let row = row_at(*t);
+                push_anomaly(&mut rows, &mut violations, row, &[], None, Violation {
+                    kind: "layouts_missing".into(),
+                    backend: backend.into(),
+                    fault: fault_at(*t),
+                    name: "*".into(),
+                    at_ms: at_ms(*t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "worker {worker} runs a native and a Redisson-layout client; admin().layouts() listed {listed:?}"
+                    ),
+                });
+            }
+        }
+    }
+
+    // Holds and anomalies per kind.
+    let mut kinds: BTreeMap<String, KindFigures> = BTreeMap::new();
+    for h in &holds {
+        kinds.entry(h.kind.name().to_owned()).or_default().holds += 1;
+    }
+    for v in violations.iter().filter(|v| v.kind != "lost_update") {
+        let Some(h) = v.holds.first().and_then(|id| index.get(id)) else {
+            continue;
+        };
+        let k = kinds.entry(holds[*h].kind.name().to_owned()).or_default();
+        if v.excused.is_some() {
+            k.excused += 1;
+        } else {
+            k.violations += 1;
+        }
+    }
+
     // Recovery after a holder's kill: to the next acquisition of each lock it held.
     for w in windows
         .iter()
@@ -942,7 +1374,7 @@ pub fn analyze(
     let clean = |hold: &str| {
         index.get(hold).is_some_and(|&i| {
             let h = &holds[i];
-            h.lost.is_none() && matches!(h.release.as_deref(), Some("ok" | "macro"))
+            h.lost.is_none() && matches!(h.release.as_deref(), Some("ok" | "macro" | "layer"))
         }) && !overlapped.contains(hold)
     };
     let mut intents: HashMap<(&str, Register), u64> = HashMap::new();
@@ -1220,6 +1652,8 @@ pub fn analyze(
         stalls: stall_figures,
         key_events,
         all_latencies,
+        kinds,
+        layouts,
     }
 }
 
@@ -1250,6 +1684,10 @@ mod tests {
             name: NAME.into(),
             owner: format!("owner-{worker}-{}", task_of(id)),
             token,
+            kind: LockKind::Plain,
+            permits: 0,
+            total: 0,
+            min_hold_ms: 0,
         }
     }
 
