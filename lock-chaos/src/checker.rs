@@ -1152,9 +1152,7 @@ pub fn analyze(
             .collect();
         for a in &fair {
             for b in &fair {
-                if a.owner == b.owner
-                    || a.asked + margin >= b.asked
-                    || b.start + margin >= a.start
+                if a.owner == b.owner || a.asked + margin >= b.asked || b.start + margin >= a.start
                 {
                     continue;
                 }
@@ -1263,8 +1261,11 @@ pub fn analyze(
         }
         let ms = ms_between(*sd_end, next.start).max(0.0);
         let row = row_at(*sd_start);
-        rows[row].shutdown_recovery_max_ms =
-            Some(rows[row].shutdown_recovery_max_ms.map_or(ms, |m: f64| m.max(ms)));
+        rows[row].shutdown_recovery_max_ms = Some(
+            rows[row]
+                .shutdown_recovery_max_ms
+                .map_or(ms, |m: f64| m.max(ms)),
+        );
         let faulted = windows
             .iter()
             .any(|w| intersects(*sd_start, next.start, w.start, w.heal));
@@ -2010,6 +2011,275 @@ mod tests {
         let report = check(&events, None);
         assert!(counted(&report).is_empty(), "{:#?}", report.violations);
         assert_eq!(report.rows[1].kill_recovery_max_ms, Some(1100.0));
+    }
+
+    /// A hold of `kind` on `name`: asked at `asked` ms, acquired at `t` ms, released at
+    /// `end` ms (result `ok`), by `owner`.
+    #[allow(clippy::too_many_arguments)]
+    fn hold_of(
+        kind: LockKind,
+        name: &str,
+        id: &str,
+        owner: &str,
+        worker: u32,
+        token: u64,
+        (asked, t, end): (u64, u64, u64),
+    ) -> [Event; 2] {
+        [
+            Event::Acquired {
+                t_start: asked * MS,
+                t: t * MS,
+                worker,
+                task: 0,
+                hold: id.into(),
+                mode: TaskMode::GuardAbort,
+                name: name.into(),
+                owner: owner.into(),
+                token,
+                kind,
+                permits: u32::from(kind == LockKind::Permit),
+                total: if kind == LockKind::Permit { 2 } else { 0 },
+                min_hold_ms: if kind == LockKind::AtLeast { 400 } else { 0 },
+            },
+            Event::Released {
+                t_start: end * MS,
+                t: end * MS + MS,
+                worker,
+                task: 0,
+                hold: id.into(),
+                name: name.into(),
+                owner: owner.into(),
+                token,
+                result: "ok".into(),
+            },
+        ]
+    }
+
+    fn history(holds: &[[Event; 2]]) -> Vec<Event> {
+        holds.iter().flat_map(|h| h.iter().cloned()).collect()
+    }
+
+    #[test]
+    fn a_writer_excludes_readers_and_writers_but_readers_share() {
+        use LockKind::{Read, Write};
+        let readers = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Read, "rw-0", "r2", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert!(counted(&check(&readers, None)).is_empty());
+        let writer_over_reader = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert_eq!(counted(&check(&writer_over_reader, None)), ["overlap"]);
+        let reader_over_writer = history(&[
+            hold_of(Write, "rw-0", "w1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Read, "rw-0", "r1", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert_eq!(counted(&check(&reader_over_writer, None)), ["overlap"]);
+        // A reader acquiring does not end another reader's hold (no loss from it).
+        let report = check(&readers, None);
+        assert_eq!(report.rows[0].late_lost, 0);
+    }
+
+    #[test]
+    fn a_semaphore_holds_at_most_its_total() {
+        use LockKind::Permit;
+        let two = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+            // Starts when p1 ends: still two.
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (500, 500, 700)),
+        ]);
+        assert!(counted(&check(&two, None)).is_empty());
+        let three = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (300, 300, 700)),
+        ]);
+        let report = check(&three, None);
+        assert_eq!(counted(&report), ["permits_exceeded"]);
+        assert_eq!(report.violations[0].holds, ["p1", "p2", "p3"]);
+        // Permits never count as plain overlaps.
+        assert_eq!(report.rows[0].overlaps, 0);
+    }
+
+    #[test]
+    fn a_fair_lock_grants_waiters_in_the_order_they_asked() {
+        use LockKind::Fair;
+        let holder = hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000));
+        // a asked at 100 ms, b at 300 ms: a first, then b.
+        let in_order = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "a", "a", 1, 2, (100, 1000, 1200)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 3, (300, 1200, 1400)),
+        ]);
+        assert!(counted(&check(&in_order, None)).is_empty());
+        let inverted = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        let report = check(&inverted, None);
+        assert_eq!(counted(&report), ["fifo_inversion"]);
+        assert_eq!(report.rows[0].fifo_inversions, 1);
+        // Asked within the margin of each other: the order is not known.
+        let close = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (130, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        assert!(counted(&check(&close, None)).is_empty());
+        // The earlier waiter's worker stalled while it waited: excused.
+        let mut stalled = inverted.clone();
+        stalled.push(Event::Stall {
+            t_start: 500 * MS,
+            t: 700 * MS,
+            worker: Some(1),
+        });
+        let report = check(&stalled, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.excused_by().get("stall"), Some(&1));
+    }
+
+    #[test]
+    fn each_name_of_a_multilock_is_checked_as_a_plain_hold() {
+        use LockKind::{Multi, Plain};
+        let fine = history(&[
+            hold_of(Multi, "multi-0", "m/multi-0", "a", 0, 1, (100, 100, 500)),
+            hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+            hold_of(Multi, "multi-1", "n/multi-1", "b", 1, 3, (500, 500, 700)),
+        ]);
+        assert!(counted(&check(&fine, None)).is_empty());
+        let overlapping = history(&[
+            hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+            hold_of(Plain, "multi-1", "x", "b", 1, 3, (300, 300, 700)),
+        ]);
+        assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+    }
+
+    #[test]
+    fn a_hold_at_least_lock_is_not_free_before_its_minimum() {
+        use LockKind::{AtLeast, Plain};
+        // Asked at 100 ms with 400 ms minimum: free from 500 ms.
+        let early = history(&[
+            hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+            hold_of(AtLeast, "atleast-0", "n", "b", 1, 2, (150, 300, 350)),
+        ]);
+        let report = check(&early, None);
+        assert_eq!(counted(&report), ["freed_before_min_hold"]);
+        assert_eq!(report.rows[0].freed_early, 1);
+        let on_time = history(&[
+            hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+            hold_of(Plain, "atleast-0", "n", "b", 1, 2, (150, 490, 550)),
+        ]);
+        assert!(counted(&check(&on_time, None)).is_empty());
+        // A holder that lost its lock promises nothing.
+        let mut lost_it = early.clone();
+        lost_it.insert(1, lost(190, 0, "h", 1));
+        let report = check(&lost_it, None);
+        assert_eq!(report.rows[0].freed_early, 0);
+    }
+
+    #[test]
+    fn every_use_of_a_hot_lock_is_a_hold() {
+        use LockKind::Hot;
+        // Two uses of one kept lock (one owner field, one token), one after the other.
+        let serial = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (210, 210, 300)),
+        ]);
+        assert!(counted(&check(&serial, None)).is_empty());
+        // Two uses at once under the same owner field: an overlap.
+        let at_once = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 300)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (200, 200, 400)),
+        ]);
+        assert_eq!(counted(&check(&at_once, None)), ["overlap"]);
+        // The kept lock's key expired at 1000 ms; a use from 3000 ms is past the bound.
+        let key_gone = Event::KeyGone {
+            t: 1000 * MS,
+            server: "127.0.0.1:1".into(),
+            key: lock_key("hot-0"),
+            how: "expired".into(),
+        };
+        let mut after_loss = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (3000, 3000, 3100)),
+        ]);
+        after_loss.push(key_gone.clone());
+        assert_eq!(counted(&check(&after_loss, None)), ["hot_use_after_loss"]);
+        // A use that began right after the loss, and whose lost() came in time, is fine.
+        let mut in_time = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (1100, 1100, 1500)),
+        ]);
+        in_time.push(key_gone);
+        in_time.insert(2, lost(1400, 0, "u2", 5));
+        assert!(counted(&check(&in_time, None)).is_empty());
+    }
+
+    #[test]
+    fn layer_holds_are_checked_as_plain_ones() {
+        use LockKind::Layer;
+        let overlapping = history(&[
+            hold_of(Layer, "layer-0", "w0-t1000-0", "a", 0, 1, (100, 100, 300)),
+            hold_of(Layer, "layer-0", "w1-t1000-0", "b", 1, 2, (200, 200, 400)),
+        ]);
+        assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+    }
+
+    #[test]
+    fn a_shutdown_releases_its_locks_for_the_waiters() {
+        use LockKind::Shutdown;
+        let done = |t: u64| Event::ShutdownDone {
+            t_start: (t - 60) * MS,
+            t: t * MS,
+            worker: 0,
+            hold: Some("s".into()),
+            name: "shut-0".into(),
+            released_by_holders: 0,
+            released_at_deadline: 1,
+            not_held: 0,
+            failed: 0,
+            error: None,
+        };
+        let mut prompt = history(&[
+            hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+            hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 260, 400)),
+        ]);
+        prompt.push(done(255));
+        let report = check(&prompt, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.rows[0].shutdown_recovery_max_ms, Some(5.0));
+        let mut slow = history(&[
+            hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+            hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 1800, 1900)),
+        ]);
+        slow.push(done(255));
+        assert_eq!(counted(&check(&slow, None)), ["shutdown_release_slow"]);
+    }
+
+    #[test]
+    fn both_layouts_must_be_listed() {
+        let layouts = |listed: &[&str]| Event::Layouts {
+            t: 10 * MS,
+            worker: 0,
+            layouts: listed.iter().map(|s| (*s).to_owned()).collect(),
+            error: None,
+        };
+        let report = check(&[layouts(&["Native", "Redisson"])], None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.layouts.both, 1);
+        let report = check(&[layouts(&["Native"])], None);
+        assert_eq!(counted(&report), ["layouts_missing"]);
+    }
+
+    #[test]
+    fn redisson_holds_are_ended_by_their_own_key() {
+        assert_eq!(hold_key(LockKind::Redisson, "rdsn-0"), "rdsn-0");
+        assert_eq!(hold_key(LockKind::Write, "rw-0"), "lock:{rw-0}:rw:write");
+        assert_eq!(hold_key(LockKind::Hot, "hot-0"), "lock:{hot-0}");
     }
 
     #[test]

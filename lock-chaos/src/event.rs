@@ -30,7 +30,9 @@ impl TaskMode {
 }
 
 /// Which primitive (or way of using one) a hold came from: the checker's rule for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LockKind {
     /// A plain lock (`client.lock(name)`): one holder.

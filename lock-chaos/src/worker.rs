@@ -643,6 +643,9 @@ async fn lock_round(ctx: &TaskCtx, lock: distlock::Lock, spec: Spec, name: &str,
     held_round(ctx, guard, spec, name, &hold_id, t_start, hold, None).await;
 }
 
+/// The shutdown workload's shutdown, run beside a hold's work.
+type ShutdownFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
 /// The part of a guard round after the acquisition. With `shutdown`, that future runs
 /// beside the work (it shuts the client down while the lock is held).
 #[allow(clippy::too_many_arguments)]
@@ -654,10 +657,7 @@ async fn held_round(
     hold_id: &str,
     t_start: u64,
     hold: Duration,
-    shutdown: Option<(
-        std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>,
-        Arc<AtomicU64>,
-    )>,
+    shutdown: Option<(ShutdownFuture<'_>, Arc<AtomicU64>)>,
 ) {
     // The shutdown workload: when the client's shutdown takes the lock at the end of its
     // grace period (a time the holder knows), the hold ends there, not when this task
@@ -918,7 +918,13 @@ pub(crate) async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err:
 
 /// Reads both registers, holds, then writes both (value + 1), recording an intent before
 /// each write is sent and each outcome.
-pub(crate) async fn read_modify_write(ctx: &TaskCtx, name: &str, hold_id: &str, token: u64, hold: Duration) {
+pub(crate) async fn read_modify_write(
+    ctx: &TaskCtx,
+    name: &str,
+    hold_id: &str,
+    token: u64,
+    hold: Duration,
+) {
     let regs = &ctx.registers;
     let write_event = |register, outcome, read, prev, seen| Event::Write {
         t: now_ns(),
