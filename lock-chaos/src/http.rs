@@ -171,14 +171,20 @@ pub async fn request(ctx: &TaskCtx, name: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         return;
     }
-    let (_, port) = peers[rand::rng().random_range(0..peers.len())];
+    let (peer, port) = peers[rand::rng().random_range(0..peers.len())];
     let t_start = now_ns();
     let answer = tokio::time::timeout(REQUEST_TIMEOUT, post_request(port, name)).await;
     let (kind, error) = match answer {
         Ok(Ok(200)) => return,
         Ok(Ok(409)) => ("timed_out", "409 Conflict".to_owned()),
         Ok(Ok(status)) => ("backend", format!("HTTP status {status}")),
-        Ok(Err(e)) => ("other", format!("request: {e}")),
+        Ok(Err(e)) => {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                // Its worker is gone (killed): ask the others from now on.
+                let _ = std::fs::remove_file(dir.join(format!("http-{peer}.port")));
+            }
+            ("other", format!("request: {e}"))
+        }
         Err(_) => ("other", "request timed out".to_owned()),
     };
     ctx.sink.emit(&Event::AcquireFailed {
