@@ -116,8 +116,8 @@ pub struct Violation {
     pub at_ms: f64,
     /// The holds involved.
     pub holds: Vec<String>,
-    /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`), or `None`: a
-    /// violation.
+    /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`; for a FIFO
+    /// inversion also `net_fault`), or `None`: a violation.
     pub excused: Option<String>,
     /// What exactly (owners, tokens, values).
     pub detail: String,
@@ -1093,6 +1093,23 @@ pub fn analyze(
             .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
             .then_some("stall")
     };
+    // Whether a fault could have delayed or dropped a worker's commands between two times
+    // (its connections blackholed or slowed, connections reset or killed, scripts
+    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
+    // no longer dates its place in the queue.
+    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        windows
+            .iter()
+            .any(|w| {
+                let hits_worker = match w.kind() {
+                    Some(Fault::Partition | Fault::Latency) => w.worker() == Some(worker),
+                    Some(Fault::PauseHolder | Fault::KillHolder) | None => false,
+                    Some(_) => true,
+                };
+                hits_worker && intersects(from, to, w.start, w.heal)
+            })
+            .then_some("net_fault")
+    };
     let margin = FIFO_MARGIN.as_nanos() as u64;
     for (name, list) in &by_name {
         // Semaphore: at no instant more permits held than the total (a sweep over the
@@ -1160,7 +1177,8 @@ pub fn analyze(
                 let row = row_at(t);
                 rows[row].fifo_inversions += 1;
                 let excuse = touched_during(a.worker, a.asked, a.start)
-                    .or_else(|| touched_during(b.worker, b.asked, b.start));
+                    .or_else(|| touched_during(b.worker, b.asked, b.start))
+                    .or_else(|| net_faulted(a.worker, a.asked, a.start));
                 push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                     kind: "fifo_inversion".into(),
                     backend: backend.into(),
@@ -2130,6 +2148,19 @@ mod tests {
             hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
         ]);
         assert!(counted(&check(&close, None)).is_empty());
+        // The earlier waiter's worker was cut off while it waited: its start does not date
+        // its place in the queue.
+        let mut cut_off = inverted.clone();
+        cut_off.push(fault(50, "partition", "start", "worker 1 pid 9"));
+        cut_off.push(fault(900, "partition", "heal", "worker 1 pid 9"));
+        let report = check(&cut_off, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        // Another worker's partition does not excuse it.
+        let mut elsewhere = inverted.clone();
+        elsewhere.push(fault(50, "partition", "start", "worker 2 pid 9"));
+        elsewhere.push(fault(900, "partition", "heal", "worker 2 pid 9"));
+        assert_eq!(counted(&check(&elsewhere, None)), ["fifo_inversion"]);
         // The earlier waiter's worker stalled while it waited: excused.
         let mut stalled = inverted.clone();
         stalled.push(Event::Stall {
