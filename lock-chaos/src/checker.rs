@@ -712,6 +712,24 @@ pub fn analyze(
     };
     let at_ms = |t: u64| ms_between(run_start, t);
 
+    // A failed-over master's removals from the failover's start on are of a stale copy
+    // (its restart, before it resyncs as a replica, expires keys the new master still
+    // has) or repeat the new master's: the heal names it (`master OLD -> NEW`).
+    let mut demoted: Vec<(String, u64)> = Vec::new();
+    let mut failover_start = None;
+    for (t, fault, phase, target) in &faults {
+        if *fault != Fault::Failover.name() {
+            continue;
+        }
+        if *phase == "start" {
+            failover_start = Some(*t);
+        } else if let Some(old) = target
+            .strip_prefix("master ")
+            .and_then(|r| r.split(' ').next())
+        {
+            demoted.push((format!("127.0.0.1:{old}"), failover_start.unwrap_or(*t)));
+        }
+    }
     // Holds, stalls, key removals.
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -765,6 +783,8 @@ pub fn analyze(
                 }
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
+            Event::KeyGone { t, key, server, .. }
+                if demoted.iter().any(|(s, from)| s == server && t >= from) => {}
             Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
                 gone.entry(key.as_str())
@@ -2311,6 +2331,37 @@ mod tests {
         assert_eq!(hold_key(LockKind::Redisson, "rdsn-0"), "rdsn-0");
         assert_eq!(hold_key(LockKind::Write, "rw-0"), "lock:{rw-0}:rw:write");
         assert_eq!(hold_key(LockKind::Hot, "hot-0"), "lock:{hot-0}");
+    }
+
+    #[test]
+    fn a_failed_over_masters_removals_are_not_losses() {
+        let on = |t: u64, port: u16| Event::KeyGone {
+            t: t * MS,
+            server: format!("127.0.0.1:{port}"),
+            key: lock_key(NAME),
+            how: "expired".into(),
+        };
+        // A hold that begins after the failover and its slack; the old master (port 1),
+        // restarted with a stale copy, expires the key while the new one (2) keeps it.
+        let events = [
+            fault(100, "failover", "start", "lock:{chaos-0}"),
+            fault(500, "failover", "heal", "master 1 -> 2"),
+            acq(2000, 0, "w0-t0-0", 5),
+            on(2600, 1),
+            rel(4000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.key_events, 0);
+        // The same removal on the new master is the lock's loss.
+        let events = [
+            fault(100, "failover", "start", "lock:{chaos-0}"),
+            fault(500, "failover", "heal", "master 1 -> 2"),
+            acq(2000, 0, "w0-t0-0", 5),
+            on(2600, 2),
+            rel(4000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        assert_eq!(counted(&check(&events, None)), ["late_lost"]);
     }
 
     #[test]

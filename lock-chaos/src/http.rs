@@ -88,6 +88,16 @@ async fn handle(
         total: 0,
         min_hold_ms: 0,
     });
+    // The server drops this future when the requester's connection closes (the requester
+    // was killed): the layer then releases the lock, and the hold ends here.
+    let mut unfinished = Unfinished {
+        ctx,
+        hold: hold_id.clone(),
+        name: name.clone(),
+        owner: owner.clone(),
+        token,
+        done: false,
+    };
     let hold = Duration::from_millis(rand::rng().random_range(10..=served.hold_max_ms));
     let work = crate::worker::read_modify_write(ctx, &name, &hold_id, token, hold);
     // The handler stops its work once the lock no longer counts itself held.
@@ -116,6 +126,7 @@ async fn handle(
             token,
         });
     }
+    unfinished.done = true;
     let t_end = now_ns();
     ctx.sink.emit(&Event::Released {
         t_start: end.unwrap_or(t_end),
@@ -129,6 +140,36 @@ async fn handle(
         result: "layer".to_owned(),
     });
     StatusCode::OK
+}
+
+/// Records the end of a hold whose handler was dropped before it finished.
+struct Unfinished<'a> {
+    ctx: &'a TaskCtx,
+    hold: String,
+    name: String,
+    owner: String,
+    token: u64,
+    done: bool,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let t = now_ns();
+        self.ctx.sink.emit(&Event::Released {
+            t_start: t,
+            t,
+            worker: self.ctx.worker,
+            task: self.ctx.task,
+            hold: std::mem::take(&mut self.hold),
+            name: std::mem::take(&mut self.name),
+            owner: std::mem::take(&mut self.owner),
+            token: self.token,
+            result: "dropped".to_owned(),
+        });
+    }
 }
 
 /// The published ports of every worker's server but `own`'s (own's when it is the only one).
