@@ -476,6 +476,8 @@ impl BackendReport {
             "register": self.register,
             "stalls": self.stalls,
             "key_events": self.key_events,
+            "kinds": self.kinds,
+            "layouts": self.layouts,
         });
         value["duration_s"] = self.duration_s.into();
         writeln!(file, "{value}")?;
@@ -694,10 +696,12 @@ pub fn analyze(
     for i in 1..windows.len() {
         windows[i - 1].end = windows[i].start;
     }
-    let kills: Vec<(u64, u32)> = windows
+    // (start, heal, worker): the nemesis records the start before it sends `SIGKILL` and
+    // the heal after it reaped the process.
+    let kills: Vec<(u64, u64, u32)> = windows
         .iter()
         .filter(|w| w.kind() == Some(Fault::KillHolder))
-        .filter_map(|w| Some((w.start, w.worker()?)))
+        .filter_map(|w| Some((w.start, w.heal, w.worker()?)))
         .collect();
 
     // Rows: `none`, then one per fault kind in order of first injection.
@@ -741,6 +745,29 @@ pub fn analyze(
             demoted.push((format!("127.0.0.1:{old}"), failover_start.unwrap_or(*t)));
         }
     }
+    // A server restarted from its append-only file replays it: the replay's removals
+    // (of locks long released) reach the subscriber while the server loads, before the
+    // nemesis records the heal (`port P`). They are not removals of the live locks.
+    let mut restarting: Vec<(Option<String>, u64, u64)> = Vec::new();
+    let mut restart_start = None;
+    for (t, fault, phase, target) in &faults {
+        if *fault != Fault::RestartPersistent.name() && *fault != Fault::RestartEmpty.name() {
+            continue;
+        }
+        if *phase == "start" {
+            restart_start = Some(*t);
+        } else if let Some(start) = restart_start.take() {
+            let server = target
+                .strip_prefix("port ")
+                .map(|p| format!("127.0.0.1:{p}"));
+            restarting.push((server, start, *t));
+        }
+    }
+    let replayed = |server: &str, t: u64| {
+        restarting.iter().any(|(s, start, heal)| {
+            s.as_deref().is_none_or(|s| s == server) && *start <= t && t <= *heal
+        })
+    };
     // Holds, stalls, key removals.
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -794,8 +821,9 @@ pub fn analyze(
                 }
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
-            Event::KeyGone { t, key, server, .. }
-                if demoted.iter().any(|(s, from)| s == server && t >= from) => {}
+            Event::KeyGone { t, server, .. }
+                if demoted.iter().any(|(s, from)| s == server && t >= from)
+                    || replayed(server, *t) => {}
             Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
                 gone.entry(key.as_str())
@@ -838,10 +866,12 @@ pub fn analyze(
     for h in &mut holds {
         if h.end == u64::MAX {
             // Killed mid-hold, or still holding when the run stopped.
+            // A hold recorded between the kill's start and the signal's arrival ends with
+            // its start.
             h.end = kills
                 .iter()
-                .find(|(t, w)| *w == h.worker && *t >= h.start)
-                .map_or(run_end, |(t, _)| *t);
+                .find(|(_, heal, w)| *w == h.worker && *heal >= h.start)
+                .map_or(run_end, |(t, _, _)| (*t).max(h.start));
         }
         rows[row_at(h.start)].holds += 1;
         // What a fault could have done to this hold.
@@ -2061,6 +2091,18 @@ mod tests {
         let report = check(&events, None);
         assert!(counted(&report).is_empty(), "{:#?}", report.violations);
         assert_eq!(report.rows[1].kill_recovery_max_ms, Some(1100.0));
+
+        // Acquired just after the kill was recorded, before the signal landed: the hold
+        // ends there, it does not last to the end of the run.
+        let events = [
+            fault(500, "kill_holder", "start", "worker 0 pid 9"),
+            acq(501, 0, "w0-t0-0", 1),
+            fault(600, "kill_holder", "heal", "worker 0 pid 9"),
+            acq(2100, 1, "w1-t0-0", 2),
+            rel(2200, 1, "w1-t0-0", 2, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
     }
 
     /// A hold of `kind` on `name`: asked at `asked` ms, acquired at `t` ms, released at
@@ -2354,6 +2396,29 @@ mod tests {
         assert_eq!(hold_key(LockKind::Redisson, "rdsn-0"), "rdsn-0");
         assert_eq!(hold_key(LockKind::Write, "rw-0"), "lock:{rw-0}:rw:write");
         assert_eq!(hold_key(LockKind::Hot, "hot-0"), "lock:{hot-0}");
+    }
+
+    #[test]
+    fn removals_replayed_by_a_restart_are_not_losses() {
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            fault(1000, "restart_persistent", "start", "server 0"),
+            gone(1100),
+            fault(1150, "restart_persistent", "heal", "port 1"),
+            rel(3000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.key_events, 0);
+        // After the heal a removal counts again.
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            fault(1000, "restart_persistent", "start", "server 0"),
+            fault(1150, "restart_persistent", "heal", "port 1"),
+            gone(1200),
+            rel(3000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        assert_eq!(counted(&check(&events, None)), ["late_lost"]);
     }
 
     #[test]
