@@ -55,7 +55,7 @@ struct RunArgs {
     /// standalone and sentinel.
     #[arg(long = "backend", value_enum)]
     backends: Vec<Backend>,
-    /// The CI subset: fewer faults, shorter baseline (about 2 minutes for two backends).
+    /// The CI subset: fewer faults, shorter baseline (about a minute for two backends).
     #[arg(long)]
     quick: bool,
     /// How many times each backend's fault list is repeated.
