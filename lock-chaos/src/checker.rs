@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::ms_between;
-use crate::event::{Event, Register, TaskMode, WriteOutcome};
+use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 use crate::nemesis::Fault;
 use crate::register::{LoggedWrite, RegisterTruth};
 
@@ -35,6 +35,16 @@ const LOST_ALLOWANCE: Duration = Duration::from_millis(100);
 /// going (the notification and the acquisition race to the harness), so they do not date
 /// the new hold's loss.
 const KEY_EVENT_GUARD: Duration = Duration::from_millis(50);
+/// A fair waiter is taken to have joined the queue before another only when its acquire
+/// call started this much earlier, and an inversion counts only when the later one was
+/// granted this much earlier (clock reading and queueing jitter).
+const FIFO_MARGIN: Duration = Duration::from_millis(50);
+/// How much earlier than its minimum hold a `hold_at_least` lock may be seen free (the
+/// server's expiry resolution and recording).
+const MIN_HOLD_ALLOWANCE: Duration = Duration::from_millis(25);
+/// From a shutdown's return to the acquisition by a waiter that was asking then, outside
+/// fault windows (the release wakes the waiters by pub/sub).
+const SHUTDOWN_RECOVERY_BOUND: Duration = Duration::from_secs(1);
 /// After a failover's heal, the old master may still answer commands already on their way
 /// to it (the README's "about 100 ms"); holds that begin this soon after the heal are
 /// touched too.
@@ -70,6 +80,12 @@ struct Hold {
     id: String,
     worker: u32,
     mode: TaskMode,
+    kind: LockKind,
+    /// When the acquire call started.
+    asked: u64,
+    permits: u32,
+    total: u32,
+    min_hold: u64,
     name: String,
     owner: String,
     token: u64,
@@ -100,8 +116,8 @@ pub struct Violation {
     pub at_ms: f64,
     /// The holds involved.
     pub holds: Vec<String>,
-    /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`), or `None`: a
-    /// violation.
+    /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`; for a FIFO
+    /// inversion also `net_fault`), or `None`: a violation.
     pub excused: Option<String>,
     /// What exactly (owners, tokens, values).
     pub detail: String,
@@ -174,6 +190,15 @@ pub struct Row {
     /// Other faults: from the heal to the first fenced write accepted after it (any
     /// lock): the longest, ms.
     pub heal_to_write_max_ms: Option<f64>,
+    /// Instants at which more semaphore permits were held than the total.
+    pub permits_exceeded: usize,
+    /// Fair-lock grants out of the waiters' order.
+    pub fifo_inversions: usize,
+    /// `hold_at_least` locks acquired by another owner before the minimum hold.
+    pub freed_early: usize,
+    /// Shutdown workload: from the shutdown's return to the next acquisition by a waiter
+    /// that was asking then: the longest, ms.
+    pub shutdown_recovery_max_ms: Option<f64>,
     /// Acquisitions that timed out.
     pub acquire_timeouts: usize,
     /// Operations that failed with an error (acquire, release, register).
@@ -217,6 +242,28 @@ pub struct RegisterCheck {
     pub registers: usize,
 }
 
+/// Holds and anomalies of one kind of lock.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KindFigures {
+    /// Holds of this kind.
+    pub holds: usize,
+    /// Anomalies (first hold of this kind) that count.
+    pub violations: usize,
+    /// Anomalies excused.
+    pub excused: usize,
+}
+
+/// What `admin().layouts()` answered in workers with clients of both layouts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LayoutCheck {
+    /// Checks made.
+    pub checks: usize,
+    /// Of those, listing both layouts.
+    pub both: usize,
+    /// Of those, failed calls (not counted either way).
+    pub failed: usize,
+}
+
 /// The scheduler-lag probes' findings.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stalls {
@@ -252,6 +299,10 @@ pub struct BackendReport {
     /// Every loss latency, ms (for the overall percentiles).
     #[serde(skip)]
     pub all_latencies: Vec<f64>,
+    /// Holds and anomalies per kind of lock.
+    pub kinds: BTreeMap<String, KindFigures>,
+    /// The two-layout check.
+    pub layouts: LayoutCheck,
 }
 
 impl BackendReport {
@@ -360,6 +411,38 @@ impl BackendReport {
             s.harness_max_ms,
             self.key_events
         ));
+        if self.kinds.keys().any(|k| k != "plain") {
+            let kinds: Vec<String> = self
+                .kinds
+                .iter()
+                .map(|(k, f)| {
+                    format!(
+                        "{k} {} ({} violations, {} excused)",
+                        f.holds, f.violations, f.excused
+                    )
+                })
+                .collect();
+            out.push_str(&format!("Holds by kind: {}.\n", kinds.join(", ")));
+            out.push_str(
+                "\n| fault | fifo inversions | permits exceeded | freed before min hold | shutdown->waiter max ms |\n|---|---|---|---|---|\n",
+            );
+            for r in &self.rows {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    r.fault,
+                    r.fifo_inversions,
+                    r.permits_exceeded,
+                    r.freed_early,
+                    fmt_ms(r.shutdown_recovery_max_ms)
+                ));
+            }
+        }
+        if self.layouts.checks > 0 {
+            out.push_str(&format!(
+                "Layout registry (native + Redisson clients in one worker): {} checks, {} listed both, {} failed calls.\n",
+                self.layouts.checks, self.layouts.both, self.layouts.failed
+            ));
+        }
         for v in self.violations.iter().filter(|v| v.counts()).take(20) {
             out.push_str(&format!(
                 "- violation {} ({}, {}, at {:.0} ms, holds {}): {}\n",
@@ -393,6 +476,8 @@ impl BackendReport {
             "register": self.register,
             "stalls": self.stalls,
             "key_events": self.key_events,
+            "kinds": self.kinds,
+            "layouts": self.layouts,
         });
         value["duration_s"] = self.duration_s.into();
         writeln!(file, "{value}")?;
@@ -478,6 +563,56 @@ fn lock_key(name: &str) -> String {
     format!("lock:{{{name}}}")
 }
 
+/// The key whose removal ends a hold of `kind` on `name` (for readers and permits: the
+/// set of every holder, gone when the last one went).
+fn hold_key(kind: LockKind, name: &str) -> String {
+    match kind {
+        LockKind::Fair => format!("lock:{{{name}}}:fair"),
+        LockKind::Read => format!("lock:{{{name}}}:rw:read"),
+        LockKind::Write => format!("lock:{{{name}}}:rw:write"),
+        LockKind::Permit => format!("lock:{{{name}}}:sem"),
+        // Redisson's layout: the name itself, no prefix.
+        LockKind::Redisson => name.to_owned(),
+        _ => lock_key(name),
+    }
+}
+
+/// The earliest moment the hold's lock may have been granted: `lock_all` takes its names
+/// one after another during the call, so a name of it may be held from the call's start;
+/// other holds from the acquisition's return.
+fn granted_from(h: &Hold) -> u64 {
+    if h.kind == LockKind::Multi {
+        h.asked.min(h.start)
+    } else {
+        h.start
+    }
+}
+
+/// Whether two holds of one name must not overlap: holds of distinct owners, except two
+/// readers, and semaphore permits (counted apart); uses of a hot lock are distinct holds
+/// even under the one owner field the client keeps the lock with.
+fn excludes(a: &Hold, b: &Hold) -> bool {
+    if a.kind == LockKind::Permit || b.kind == LockKind::Permit {
+        return false;
+    }
+    if a.kind == LockKind::Read && b.kind == LockKind::Read {
+        return false;
+    }
+    if a.kind == LockKind::Hot || b.kind == LockKind::Hot {
+        return a.id != b.id;
+    }
+    a.owner != b.owner
+}
+
+/// Whether `b` acquiring proves that `a`'s hold was gone (it could not have been granted
+/// beside it): another owner's conflicting hold.
+fn displaces(a: &Hold, b: &Hold) -> bool {
+    a.owner != b.owner
+        && a.kind != LockKind::Permit
+        && b.kind != LockKind::Permit
+        && !(a.kind == LockKind::Read && b.kind == LockKind::Read)
+}
+
 /// The first reason a hold was touched, in order of directness.
 fn reason(h: &Hold) -> Option<&'static str> {
     ["pause", "data_loss", "stall"]
@@ -561,10 +696,12 @@ pub fn analyze(
     for i in 1..windows.len() {
         windows[i - 1].end = windows[i].start;
     }
-    let kills: Vec<(u64, u32)> = windows
+    // (start, heal, worker): the nemesis records the start before it sends `SIGKILL` and
+    // the heal after it reaped the process.
+    let kills: Vec<(u64, u64, u32)> = windows
         .iter()
         .filter(|w| w.kind() == Some(Fault::KillHolder))
-        .filter_map(|w| Some((w.start, w.worker()?)))
+        .filter_map(|w| Some((w.start, w.heal, w.worker()?)))
         .collect();
 
     // Rows: `none`, then one per fault kind in order of first injection.
@@ -590,6 +727,47 @@ pub fn analyze(
     };
     let at_ms = |t: u64| ms_between(run_start, t);
 
+    // A failed-over master's removals from the failover's start on are of a stale copy
+    // (its restart, before it resyncs as a replica, expires keys the new master still
+    // has) or repeat the new master's: the heal names it (`master OLD -> NEW`).
+    let mut demoted: Vec<(String, u64)> = Vec::new();
+    let mut failover_start = None;
+    for (t, fault, phase, target) in &faults {
+        if *fault != Fault::Failover.name() {
+            continue;
+        }
+        if *phase == "start" {
+            failover_start = Some(*t);
+        } else if let Some(old) = target
+            .strip_prefix("master ")
+            .and_then(|r| r.split(' ').next())
+        {
+            demoted.push((format!("127.0.0.1:{old}"), failover_start.unwrap_or(*t)));
+        }
+    }
+    // A server restarted from its append-only file replays it: the replay's removals
+    // (of locks long released) reach the subscriber while the server loads, before the
+    // nemesis records the heal (`port P`). They are not removals of the live locks.
+    let mut restarting: Vec<(Option<String>, u64, u64)> = Vec::new();
+    let mut restart_start = None;
+    for (t, fault, phase, target) in &faults {
+        if *fault != Fault::RestartPersistent.name() && *fault != Fault::RestartEmpty.name() {
+            continue;
+        }
+        if *phase == "start" {
+            restart_start = Some(*t);
+        } else if let Some(start) = restart_start.take() {
+            let server = target
+                .strip_prefix("port ")
+                .map(|p| format!("127.0.0.1:{p}"));
+            restarting.push((server, start, *t));
+        }
+    }
+    let replayed = |server: &str, t: u64| {
+        restarting.iter().any(|(s, start, heal)| {
+            s.as_deref().is_none_or(|s| s == server) && *start <= t && t <= *heal
+        })
+    };
     // Holds, stalls, key removals.
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -599,6 +777,7 @@ pub fn analyze(
     for event in events {
         match event {
             Event::Acquired {
+                t_start,
                 t,
                 worker,
                 hold,
@@ -606,6 +785,10 @@ pub fn analyze(
                 name,
                 owner,
                 token,
+                kind,
+                permits,
+                total,
+                min_hold_ms,
                 ..
             } => {
                 index.insert(hold.clone(), holds.len());
@@ -613,6 +796,11 @@ pub fn analyze(
                     id: hold.clone(),
                     worker: *worker,
                     mode: *mode,
+                    kind: *kind,
+                    asked: *t_start,
+                    permits: *permits,
+                    total: *total,
+                    min_hold: min_hold_ms * 1_000_000,
                     name: name.clone(),
                     owner: owner.clone(),
                     token: *token,
@@ -633,6 +821,9 @@ pub fn analyze(
                 }
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
+            Event::KeyGone { t, server, .. }
+                if demoted.iter().any(|(s, from)| s == server && t >= from)
+                    || replayed(server, *t) => {}
             Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
                 gone.entry(key.as_str())
@@ -675,10 +866,12 @@ pub fn analyze(
     for h in &mut holds {
         if h.end == u64::MAX {
             // Killed mid-hold, or still holding when the run stopped.
+            // A hold recorded between the kill's start and the signal's arrival ends with
+            // its start.
             h.end = kills
                 .iter()
-                .find(|(t, w)| *w == h.worker && *t >= h.start)
-                .map_or(run_end, |(t, _)| *t);
+                .find(|(_, heal, w)| *w == h.worker && *heal >= h.start)
+                .map_or(run_end, |(t, _, _)| (*t).max(h.start));
         }
         rows[row_at(h.start)].holds += 1;
         // What a fault could have done to this hold.
@@ -696,7 +889,7 @@ pub fn analyze(
                     } else {
                         0
                     };
-                    if intersects(h.start, h.end, w.start, w.heal + slack) {
+                    if intersects(granted_from(h), h.end, w.start, w.heal + slack) {
                         h.touched.insert("data_loss");
                     }
                 }
@@ -728,12 +921,17 @@ pub fn analyze(
         by_name.entry(h.name.as_str()).or_default().push(h);
     }
     let mut overlapped: BTreeSet<&str> = BTreeSet::new();
+    let mut keep_start: HashMap<&str, u64> = HashMap::new();
+    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
+        let t = keep_start.entry(h.owner.as_str()).or_insert(h.start);
+        *t = (*t).min(h.start);
+    }
     for (name, list) in &mut by_name {
         list.sort_by_key(|h| h.start);
         // Overlaps: a hold that began while another owner's was still believed.
         for (j, b) in list.iter().enumerate() {
             for a in &list[..j] {
-                if a.owner != b.owner && a.end > b.start {
+                if excludes(a, b) && a.end > b.start {
                     let row = row_at(b.start);
                     rows[row].overlaps += 1;
                     let ms = ms_between(b.start, a.end.min(b.end));
@@ -774,7 +972,8 @@ pub fn analyze(
                 if b.token <= a.token {
                     let row = row_at(b.start);
                     rows[row].token_regressions += 1;
-                    let excuse = counter_lost_between(a.start, b.start).then_some("data_loss");
+                    let excuse =
+                        counter_lost_between(granted_from(a), b.start).then_some("data_loss");
                     push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                         kind: "token_regression".into(),
                         backend: backend.into(),
@@ -792,13 +991,20 @@ pub fn analyze(
             }
         }
         // When the lock disappeared under each hold, and whether lost() said so in time.
-        let key = lock_key(name);
-        let key_gone = gone.get(key.as_str());
         for (j, h) in list.iter().enumerate() {
+            let key = hold_key(h.kind, name);
+            let key_gone = gone.get(key.as_str());
+            // A use of a hot lock holds what the client took from the store at its first
+            // use under this owner field: a loss since then is this use's loss too.
+            let from = if h.kind == LockKind::Hot {
+                keep_start.get(h.owner.as_str()).copied().unwrap_or(h.start)
+            } else {
+                h.start
+            };
             let horizon = h.lost.or(h.release_start).unwrap_or(h.end);
             let successor = list[j + 1..]
                 .iter()
-                .filter(|b| b.owner != h.owner && b.start > h.start && b.start <= horizon)
+                .filter(|b| displaces(h, b) && b.start > h.start && b.start <= horizon)
                 .map(|b| b.start)
                 .min();
             let truth_until = successor.unwrap_or(horizon).min(horizon);
@@ -808,7 +1014,7 @@ pub fn analyze(
                 let mut servers: BTreeSet<&str> = BTreeSet::new();
                 times
                     .iter()
-                    .filter(|(t, _)| *t >= h.start + guard && *t <= truth_until)
+                    .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
                     .find(|(_, server)| {
                         servers.insert(server);
                         servers.len() >= quorum
@@ -819,7 +1025,7 @@ pub fn analyze(
                 .iter()
                 .filter(|w| {
                     w.kind().is_some_and(Fault::destroys_lock)
-                        && w.start >= h.start
+                        && w.start >= from
                         && w.start <= horizon
                 })
                 .map(|w| w.start)
@@ -880,6 +1086,13 @@ pub fn analyze(
                 None if h.end > deadline => ("late_lost", h.end),
                 None => continue,
             };
+            // A use of a kept lock that began after the watchdog should have found the
+            // loss: the client used a lock it had lost.
+            let kind = if h.kind == LockKind::Hot && h.start > deadline {
+                "hot_use_after_loss"
+            } else {
+                kind
+            };
             let row = row_at(t);
             if kind == "late_lost" {
                 rows[row].late_lost += 1;
@@ -914,6 +1127,306 @@ pub fn analyze(
         }
     }
 
+    // What a fault did to a worker between two times (for rules about the time before a
+    // hold: a fair waiter's wait, a waiter after a shutdown).
+    let touched_during = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        for w in &windows {
+            match w.kind() {
+                Some(Fault::PauseHolder)
+                    if w.worker() == Some(worker) && intersects(from, to, w.start, w.heal) =>
+                {
+                    return Some("pause");
+                }
+                Some(f) if f.destroys_lock() => {
+                    let slack = if f == Fault::Failover {
+                        FAILOVER_SLACK.as_nanos() as u64
+                    } else {
+                        0
+                    };
+                    if intersects(from, to, w.start, w.heal + slack) {
+                        return Some("data_loss");
+                    }
+                }
+                _ => {}
+            }
+        }
+        stalls
+            .iter()
+            .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
+            .then_some("stall")
+    };
+    // Whether a fault could have delayed or dropped a worker's commands between two times
+    // (its connections blackholed or slowed, connections reset or killed, scripts
+    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
+    // no longer dates its place in the queue.
+    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        windows
+            .iter()
+            .any(|w| {
+                let hits_worker = match w.kind() {
+                    Some(Fault::Partition | Fault::Latency) => w.worker() == Some(worker),
+                    Some(Fault::PauseHolder | Fault::KillHolder) | None => false,
+                    Some(_) => true,
+                };
+                hits_worker && intersects(from, to, w.start, w.heal)
+            })
+            .then_some("net_fault")
+    };
+    let margin = FIFO_MARGIN.as_nanos() as u64;
+    for (name, list) in &by_name {
+        // Semaphore: at no instant more permits held than the total (a sweep over the
+        // holds' starts and ends; an end at the same instant as a start goes first).
+        let permits: Vec<&Hold> = list
+            .iter()
+            .copied()
+            .filter(|h| h.kind == LockKind::Permit)
+            .collect();
+        let mut points: Vec<(u64, bool, usize)> = Vec::new();
+        for (i, h) in permits.iter().enumerate() {
+            points.push((h.start, true, i));
+            points.push((h.end, false, i));
+        }
+        points.sort_by_key(|&(t, is_start, _)| (t, is_start));
+        let mut active: BTreeSet<usize> = BTreeSet::new();
+        for (t, is_start, i) in points {
+            if !is_start {
+                active.remove(&i);
+                continue;
+            }
+            active.insert(i);
+            let held: u32 = active.iter().map(|&k| permits[k].permits.max(1)).sum();
+            let total = permits[i].total.max(1);
+            if held > total {
+                let involved: Vec<&Hold> = active.iter().map(|&k| permits[k]).collect();
+                let row = row_at(t);
+                rows[row].permits_exceeded += 1;
+                push_anomaly(&mut rows, &mut violations, row, &involved, None, Violation {
+                    kind: "permits_exceeded".into(),
+                    backend: backend.into(),
+                    fault: fault_at(t),
+                    name: (*name).into(),
+                    at_ms: at_ms(t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{held} permits held at once (total {total}) when {} (hold {}, token {}) acquired; holders: {}",
+                        permits[i].owner,
+                        permits[i].id,
+                        permits[i].token,
+                        involved.iter().map(|h| format!("{} token {}", h.id, h.token)).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+        }
+
+        // Fair lock: among waiters, the grant order is the order they asked in. `a`
+        // asked more than FIFO_MARGIN before `b`, yet `b`'s acquisition returned more
+        // than FIFO_MARGIN before `a`'s: `b` was granted first although both waited
+        // (`a` was still waiting when `b` asked, since `b` asked before it was granted).
+        // Only acquisitions that got the lock count: a waiter that gave up left the queue.
+        let fair: Vec<&Hold> = list
+            .iter()
+            .copied()
+            .filter(|h| h.kind == LockKind::Fair)
+            .collect();
+        for a in &fair {
+            for b in &fair {
+                if a.owner == b.owner || a.asked + margin >= b.asked || b.start + margin >= a.start
+                {
+                    continue;
+                }
+                let t = b.start;
+                let row = row_at(t);
+                rows[row].fifo_inversions += 1;
+                let excuse = touched_during(a.worker, a.asked, a.start)
+                    .or_else(|| touched_during(b.worker, b.asked, b.start))
+                    .or_else(|| net_faulted(a.worker, a.asked, a.start));
+                push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                    kind: "fifo_inversion".into(),
+                    backend: backend.into(),
+                    fault: fault_at(t),
+                    name: (*name).into(),
+                    at_ms: at_ms(t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{} (hold {}) asked at {:.0} ms and got it at {:.0} ms; {} (hold {}) asked {:.0} ms later and got it {:.0} ms earlier",
+                        a.owner,
+                        a.id,
+                        at_ms(a.asked),
+                        at_ms(a.start),
+                        b.owner,
+                        b.id,
+                        ms_between(a.asked, b.asked),
+                        ms_between(b.start, a.start)
+                    ),
+                });
+            }
+        }
+
+        // hold_at_least: the lock is not free before its minimum hold from the grant (at
+        // the earliest, the start of the acquire call), unless the holder lost it. The
+        // next acquisition by another owner after the release shows when it was free.
+        let allowance = MIN_HOLD_ALLOWANCE.as_nanos() as u64;
+        for h in list.iter().filter(|h| h.kind == LockKind::AtLeast) {
+            if h.lost.is_some() || h.release.as_deref() != Some("ok") {
+                continue;
+            }
+            let Some(next) = list
+                .iter()
+                .filter(|b| b.owner != h.owner && b.start >= h.end)
+                .min_by_key(|b| b.start)
+            else {
+                continue;
+            };
+            if next.start + allowance >= h.asked + h.min_hold {
+                continue;
+            }
+            let t = next.start;
+            let row = row_at(t);
+            rows[row].freed_early += 1;
+            push_anomaly(&mut rows, &mut violations, row, &[h, next], None, Violation {
+                kind: "freed_before_min_hold".into(),
+                backend: backend.into(),
+                fault: fault_at(t),
+                name: (*name).into(),
+                at_ms: at_ms(t),
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                    "{} (hold {}, token {}) asked at {:.0} ms with a minimum hold of {:.0} ms and released; {} (hold {}) acquired {:.0} ms after the ask",
+                    h.owner,
+                    h.id,
+                    h.token,
+                    at_ms(h.asked),
+                    h.min_hold as f64 / 1e6,
+                    next.owner,
+                    next.id,
+                    ms_between(h.asked, next.start)
+                ),
+            });
+        }
+    }
+
+    // Shutdown: the locks a shut-down client held are released, so a waiter gets them.
+    let shutdown_bound = SHUTDOWN_RECOVERY_BOUND.as_nanos() as u64;
+    for event in events {
+        let Event::ShutdownDone {
+            t_start: sd_start,
+            t: sd_end,
+            hold: Some(hold),
+            released_at_deadline,
+            failed,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        let Some(h) = index.get(hold).map(|&i| &holds[i]) else {
+            continue;
+        };
+        if *released_at_deadline == 0 || *failed > 0 {
+            continue;
+        }
+        let Some(next) = holds
+            .iter()
+            .filter(|b| b.name == h.name && b.owner != h.owner && b.start > h.start)
+            .min_by_key(|b| b.start)
+        else {
+            continue;
+        };
+        // Only a waiter that was asking when the shutdown returned measures the release.
+        if next.asked > *sd_end {
+            continue;
+        }
+        let ms = ms_between(*sd_end, next.start).max(0.0);
+        let row = row_at(*sd_start);
+        rows[row].shutdown_recovery_max_ms = Some(
+            rows[row]
+                .shutdown_recovery_max_ms
+                .map_or(ms, |m: f64| m.max(ms)),
+        );
+        let faulted = windows
+            .iter()
+            .any(|w| intersects(*sd_start, next.start, w.start, w.heal));
+        if next.start > sd_end + shutdown_bound && !faulted {
+            let excuse = touched_during(next.worker, next.asked, next.start)
+                .or_else(|| touched_during(h.worker, h.start, *sd_end));
+            push_anomaly(&mut rows, &mut violations, row, &[h, next], excuse, Violation {
+                kind: "shutdown_release_slow".into(),
+                backend: backend.into(),
+                fault: fault_at(*sd_start),
+                name: h.name.clone(),
+                at_ms: at_ms(*sd_end),
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                    "the shutdown of {}'s client took its lock at the deadline and returned; {} (hold {}), waiting since {:.0} ms before, got it {ms:.0} ms later (bound {:.0} ms)",
+                    h.id,
+                    next.id,
+                    next.owner,
+                    ms_between(next.asked, *sd_end),
+                    shutdown_bound as f64 / 1e6
+                ),
+            });
+        }
+    }
+
+    // Both layouts in one store: the registry lists both.
+    let mut layouts = LayoutCheck::default();
+    for event in events {
+        if let Event::Layouts {
+            t,
+            worker,
+            layouts: listed,
+            error,
+        } = event
+        {
+            layouts.checks += 1;
+            if error.is_some() {
+                layouts.failed += 1;
+                continue;
+            }
+            let both = ["Native", "Redisson"]
+                .iter()
+                .all(|l| listed.iter().any(|x| x == l));
+            if both {
+                layouts.both += 1;
+            } else {
+                let row = row_at(*t);
+                push_anomaly(&mut rows, &mut violations, row, &[], None, Violation {
+                    kind: "layouts_missing".into(),
+                    backend: backend.into(),
+                    fault: fault_at(*t),
+                    name: "*".into(),
+                    at_ms: at_ms(*t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "worker {worker} runs a native and a Redisson-layout client; admin().layouts() listed {listed:?}"
+                    ),
+                });
+            }
+        }
+    }
+
+    // Holds and anomalies per kind.
+    let mut kinds: BTreeMap<String, KindFigures> = BTreeMap::new();
+    for h in &holds {
+        kinds.entry(h.kind.name().to_owned()).or_default().holds += 1;
+    }
+    for v in violations.iter().filter(|v| v.kind != "lost_update") {
+        let Some(h) = v.holds.first().and_then(|id| index.get(id)) else {
+            continue;
+        };
+        let k = kinds.entry(holds[*h].kind.name().to_owned()).or_default();
+        if v.excused.is_some() {
+            k.excused += 1;
+        } else {
+            k.violations += 1;
+        }
+    }
+
     // Recovery after a holder's kill: to the next acquisition of each lock it held.
     for w in windows
         .iter()
@@ -942,7 +1455,7 @@ pub fn analyze(
     let clean = |hold: &str| {
         index.get(hold).is_some_and(|&i| {
             let h = &holds[i];
-            h.lost.is_none() && matches!(h.release.as_deref(), Some("ok" | "macro"))
+            h.lost.is_none() && matches!(h.release.as_deref(), Some("ok" | "macro" | "layer"))
         }) && !overlapped.contains(hold)
     };
     let mut intents: HashMap<(&str, Register), u64> = HashMap::new();
@@ -1220,6 +1733,8 @@ pub fn analyze(
         stalls: stall_figures,
         key_events,
         all_latencies,
+        kinds,
+        layouts,
     }
 }
 
@@ -1250,6 +1765,10 @@ mod tests {
             name: NAME.into(),
             owner: format!("owner-{worker}-{}", task_of(id)),
             token,
+            kind: LockKind::Plain,
+            permits: 0,
+            total: 0,
+            min_hold_ms: 0,
         }
     }
 
@@ -1572,6 +2091,365 @@ mod tests {
         let report = check(&events, None);
         assert!(counted(&report).is_empty(), "{:#?}", report.violations);
         assert_eq!(report.rows[1].kill_recovery_max_ms, Some(1100.0));
+
+        // Acquired just after the kill was recorded, before the signal landed: the hold
+        // ends there, it does not last to the end of the run.
+        let events = [
+            fault(500, "kill_holder", "start", "worker 0 pid 9"),
+            acq(501, 0, "w0-t0-0", 1),
+            fault(600, "kill_holder", "heal", "worker 0 pid 9"),
+            acq(2100, 1, "w1-t0-0", 2),
+            rel(2200, 1, "w1-t0-0", 2, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    }
+
+    /// A hold of `kind` on `name`: asked at `asked` ms, acquired at `t` ms, released at
+    /// `end` ms (result `ok`), by `owner`.
+    #[allow(clippy::too_many_arguments)]
+    fn hold_of(
+        kind: LockKind,
+        name: &str,
+        id: &str,
+        owner: &str,
+        worker: u32,
+        token: u64,
+        (asked, t, end): (u64, u64, u64),
+    ) -> [Event; 2] {
+        [
+            Event::Acquired {
+                t_start: asked * MS,
+                t: t * MS,
+                worker,
+                task: 0,
+                hold: id.into(),
+                mode: TaskMode::GuardAbort,
+                name: name.into(),
+                owner: owner.into(),
+                token,
+                kind,
+                permits: u32::from(kind == LockKind::Permit),
+                total: if kind == LockKind::Permit { 2 } else { 0 },
+                min_hold_ms: if kind == LockKind::AtLeast { 400 } else { 0 },
+            },
+            Event::Released {
+                t_start: end * MS,
+                t: end * MS + MS,
+                worker,
+                task: 0,
+                hold: id.into(),
+                name: name.into(),
+                owner: owner.into(),
+                token,
+                result: "ok".into(),
+            },
+        ]
+    }
+
+    fn history(holds: &[[Event; 2]]) -> Vec<Event> {
+        holds.iter().flat_map(|h| h.iter().cloned()).collect()
+    }
+
+    #[test]
+    fn a_writer_excludes_readers_and_writers_but_readers_share() {
+        use LockKind::{Read, Write};
+        let readers = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Read, "rw-0", "r2", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert!(counted(&check(&readers, None)).is_empty());
+        let writer_over_reader = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert_eq!(counted(&check(&writer_over_reader, None)), ["overlap"]);
+        let reader_over_writer = history(&[
+            hold_of(Write, "rw-0", "w1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Read, "rw-0", "r1", "b", 1, 2, (200, 200, 600)),
+        ]);
+        assert_eq!(counted(&check(&reader_over_writer, None)), ["overlap"]);
+        // A reader acquiring does not end another reader's hold (no loss from it).
+        let report = check(&readers, None);
+        assert_eq!(report.rows[0].late_lost, 0);
+    }
+
+    #[test]
+    fn a_semaphore_holds_at_most_its_total() {
+        use LockKind::Permit;
+        let two = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+            // Starts when p1 ends: still two.
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (500, 500, 700)),
+        ]);
+        assert!(counted(&check(&two, None)).is_empty());
+        let three = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (300, 300, 700)),
+        ]);
+        let report = check(&three, None);
+        assert_eq!(counted(&report), ["permits_exceeded"]);
+        assert_eq!(report.violations[0].holds, ["p1", "p2", "p3"]);
+        // Permits never count as plain overlaps.
+        assert_eq!(report.rows[0].overlaps, 0);
+    }
+
+    #[test]
+    fn a_fair_lock_grants_waiters_in_the_order_they_asked() {
+        use LockKind::Fair;
+        let holder = hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000));
+        // a asked at 100 ms, b at 300 ms: a first, then b.
+        let in_order = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "a", "a", 1, 2, (100, 1000, 1200)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 3, (300, 1200, 1400)),
+        ]);
+        assert!(counted(&check(&in_order, None)).is_empty());
+        let inverted = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        let report = check(&inverted, None);
+        assert_eq!(counted(&report), ["fifo_inversion"]);
+        assert_eq!(report.rows[0].fifo_inversions, 1);
+        // Asked within the margin of each other: the order is not known.
+        let close = history(&[
+            holder.clone(),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (130, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        assert!(counted(&check(&close, None)).is_empty());
+        // The earlier waiter's worker was cut off while it waited: its start does not date
+        // its place in the queue.
+        let mut cut_off = inverted.clone();
+        cut_off.push(fault(50, "partition", "start", "worker 1 pid 9"));
+        cut_off.push(fault(900, "partition", "heal", "worker 1 pid 9"));
+        let report = check(&cut_off, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        // Another worker's partition does not excuse it.
+        let mut elsewhere = inverted.clone();
+        elsewhere.push(fault(50, "partition", "start", "worker 2 pid 9"));
+        elsewhere.push(fault(900, "partition", "heal", "worker 2 pid 9"));
+        assert_eq!(counted(&check(&elsewhere, None)), ["fifo_inversion"]);
+        // The earlier waiter's worker stalled while it waited: excused.
+        let mut stalled = inverted.clone();
+        stalled.push(Event::Stall {
+            t_start: 500 * MS,
+            t: 700 * MS,
+            worker: Some(1),
+        });
+        let report = check(&stalled, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.excused_by().get("stall"), Some(&1));
+    }
+
+    #[test]
+    fn each_name_of_a_multilock_is_checked_as_a_plain_hold() {
+        use LockKind::{Multi, Plain};
+        let fine = history(&[
+            hold_of(Multi, "multi-0", "m/multi-0", "a", 0, 1, (100, 100, 500)),
+            hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+            hold_of(Multi, "multi-1", "n/multi-1", "b", 1, 3, (500, 500, 700)),
+        ]);
+        assert!(counted(&check(&fine, None)).is_empty());
+        let overlapping = history(&[
+            hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+            hold_of(Plain, "multi-1", "x", "b", 1, 3, (300, 300, 700)),
+        ]);
+        assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+        // A lock_all whose call spanned an empty restart: its first name, granted before the
+        // restart, went with the data (and the fence counter), so later tokens go back.
+        let mut spanning = history(&[
+            hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 46, (100, 300, 400)),
+            hold_of(Multi, "multi-1", "n/multi-1", "b", 1, 2, (500, 500, 600)),
+        ]);
+        spanning.push(fault(200, "restart_empty", "start", "server 0"));
+        spanning.push(fault(250, "restart_empty", "heal", "port 1"));
+        let report = check(&spanning, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+    }
+
+    #[test]
+    fn a_hold_at_least_lock_is_not_free_before_its_minimum() {
+        use LockKind::{AtLeast, Plain};
+        // Asked at 100 ms with 400 ms minimum: free from 500 ms.
+        let early = history(&[
+            hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+            hold_of(AtLeast, "atleast-0", "n", "b", 1, 2, (150, 300, 350)),
+        ]);
+        let report = check(&early, None);
+        assert_eq!(counted(&report), ["freed_before_min_hold"]);
+        assert_eq!(report.rows[0].freed_early, 1);
+        let on_time = history(&[
+            hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+            hold_of(Plain, "atleast-0", "n", "b", 1, 2, (150, 490, 550)),
+        ]);
+        assert!(counted(&check(&on_time, None)).is_empty());
+        // A holder that lost its lock promises nothing.
+        let mut lost_it = early.clone();
+        lost_it.insert(1, lost(190, 0, "h", 1));
+        let report = check(&lost_it, None);
+        assert_eq!(report.rows[0].freed_early, 0);
+    }
+
+    #[test]
+    fn every_use_of_a_hot_lock_is_a_hold() {
+        use LockKind::Hot;
+        // Two uses of one kept lock (one owner field, one token), one after the other.
+        let serial = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (210, 210, 300)),
+        ]);
+        assert!(counted(&check(&serial, None)).is_empty());
+        // Two uses at once under the same owner field: an overlap.
+        let at_once = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 300)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (200, 200, 400)),
+        ]);
+        assert_eq!(counted(&check(&at_once, None)), ["overlap"]);
+        // The kept lock's key expired at 1000 ms; a use from 3000 ms is past the bound.
+        let key_gone = Event::KeyGone {
+            t: 1000 * MS,
+            server: "127.0.0.1:1".into(),
+            key: lock_key("hot-0"),
+            how: "expired".into(),
+        };
+        let mut after_loss = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (3000, 3000, 3100)),
+        ]);
+        after_loss.push(key_gone.clone());
+        assert_eq!(counted(&check(&after_loss, None)), ["hot_use_after_loss"]);
+        // A use that began right after the loss, and whose lost() came in time, is fine.
+        let mut in_time = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (1100, 1100, 1500)),
+        ]);
+        in_time.push(key_gone);
+        in_time.insert(2, lost(1400, 0, "u2", 5));
+        assert!(counted(&check(&in_time, None)).is_empty());
+    }
+
+    #[test]
+    fn layer_holds_are_checked_as_plain_ones() {
+        use LockKind::Layer;
+        let overlapping = history(&[
+            hold_of(Layer, "layer-0", "w0-t1000-0", "a", 0, 1, (100, 100, 300)),
+            hold_of(Layer, "layer-0", "w1-t1000-0", "b", 1, 2, (200, 200, 400)),
+        ]);
+        assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+    }
+
+    #[test]
+    fn a_shutdown_releases_its_locks_for_the_waiters() {
+        use LockKind::Shutdown;
+        let done = |t: u64| Event::ShutdownDone {
+            t_start: (t - 60) * MS,
+            t: t * MS,
+            worker: 0,
+            hold: Some("s".into()),
+            name: "shut-0".into(),
+            released_by_holders: 0,
+            released_at_deadline: 1,
+            not_held: 0,
+            failed: 0,
+            error: None,
+        };
+        let mut prompt = history(&[
+            hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+            hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 260, 400)),
+        ]);
+        prompt.push(done(255));
+        let report = check(&prompt, None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.rows[0].shutdown_recovery_max_ms, Some(5.0));
+        let mut slow = history(&[
+            hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+            hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 1800, 1900)),
+        ]);
+        slow.push(done(255));
+        assert_eq!(counted(&check(&slow, None)), ["shutdown_release_slow"]);
+    }
+
+    #[test]
+    fn both_layouts_must_be_listed() {
+        let layouts = |listed: &[&str]| Event::Layouts {
+            t: 10 * MS,
+            worker: 0,
+            layouts: listed.iter().map(|s| (*s).to_owned()).collect(),
+            error: None,
+        };
+        let report = check(&[layouts(&["Native", "Redisson"])], None);
+        assert!(counted(&report).is_empty());
+        assert_eq!(report.layouts.both, 1);
+        let report = check(&[layouts(&["Native"])], None);
+        assert_eq!(counted(&report), ["layouts_missing"]);
+    }
+
+    #[test]
+    fn redisson_holds_are_ended_by_their_own_key() {
+        assert_eq!(hold_key(LockKind::Redisson, "rdsn-0"), "rdsn-0");
+        assert_eq!(hold_key(LockKind::Write, "rw-0"), "lock:{rw-0}:rw:write");
+        assert_eq!(hold_key(LockKind::Hot, "hot-0"), "lock:{hot-0}");
+    }
+
+    #[test]
+    fn removals_replayed_by_a_restart_are_not_losses() {
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            fault(1000, "restart_persistent", "start", "server 0"),
+            gone(1100),
+            fault(1150, "restart_persistent", "heal", "port 1"),
+            rel(3000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.key_events, 0);
+        // After the heal a removal counts again.
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            fault(1000, "restart_persistent", "start", "server 0"),
+            fault(1150, "restart_persistent", "heal", "port 1"),
+            gone(1200),
+            rel(3000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        assert_eq!(counted(&check(&events, None)), ["late_lost"]);
+    }
+
+    #[test]
+    fn a_failed_over_masters_removals_are_not_losses() {
+        let on = |t: u64, port: u16| Event::KeyGone {
+            t: t * MS,
+            server: format!("127.0.0.1:{port}"),
+            key: lock_key(NAME),
+            how: "expired".into(),
+        };
+        // A hold that begins after the failover and its slack; the old master (port 1),
+        // restarted with a stale copy, expires the key while the new one (2) keeps it.
+        let events = [
+            fault(100, "failover", "start", "lock:{chaos-0}"),
+            fault(500, "failover", "heal", "master 1 -> 2"),
+            acq(2000, 0, "w0-t0-0", 5),
+            on(2600, 1),
+            rel(4000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        let report = check(&events, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.key_events, 0);
+        // The same removal on the new master is the lock's loss.
+        let events = [
+            fault(100, "failover", "start", "lock:{chaos-0}"),
+            fault(500, "failover", "heal", "master 1 -> 2"),
+            acq(2000, 0, "w0-t0-0", 5),
+            on(2600, 2),
+            rel(4000, 0, "w0-t0-0", 5, "ok"),
+        ];
+        assert_eq!(counted(&check(&events, None)), ["late_lost"]);
     }
 
     #[test]

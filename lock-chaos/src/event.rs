@@ -29,6 +29,64 @@ impl TaskMode {
     }
 }
 
+/// Which primitive (or way of using one) a hold came from: the checker's rule for it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LockKind {
+    /// A plain lock (`client.lock(name)`): one holder.
+    #[default]
+    Plain,
+    /// A fair lock: one holder, granted in the order the waiters joined the queue.
+    Fair,
+    /// A read-write lock's read hold: shared with readers, exclusive of writers.
+    Read,
+    /// A read-write lock's write hold: exclusive of readers and writers.
+    Write,
+    /// Semaphore permits: at most `total` permits held at once.
+    Permit,
+    /// One name of a `lock_all` (MultiLock): a plain hold of that name.
+    Multi,
+    /// A plain lock with `hold_at_least`: not free before `min_hold_ms` after the grant.
+    AtLeast,
+    /// One use of a hot lock (a client built with `keep_hot`): each use is a hold.
+    Hot,
+    /// A request handled under the tower `LockLayer` over HTTP (recorded by the handler).
+    Layer,
+    /// A plain lock of a client that is shut down while it holds it.
+    Shutdown,
+    /// A plain lock of a client in Redisson's layout.
+    Redisson,
+}
+
+impl LockKind {
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Plain => "plain",
+            LockKind::Fair => "fair",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Permit => "permit",
+            LockKind::Multi => "multi",
+            LockKind::AtLeast => "at_least",
+            LockKind::Hot => "hot",
+            LockKind::Layer => "layer",
+            LockKind::Shutdown => "shutdown",
+            LockKind::Redisson => "redisson",
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
 /// Which protected register a write went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -88,6 +146,18 @@ pub enum Event {
         owner: String,
         /// Fencing token.
         token: u64,
+        /// Which primitive (absent in older histories: a plain lock).
+        #[serde(default)]
+        kind: LockKind,
+        /// Semaphore: permits taken by this hold.
+        #[serde(default, skip_serializing_if = "is_zero32")]
+        permits: u32,
+        /// Semaphore: its total.
+        #[serde(default, skip_serializing_if = "is_zero32")]
+        total: u32,
+        /// `hold_at_least`, ms (0: none).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        min_hold_ms: u64,
     },
     /// An acquisition failed (busy after the wait, backend error, ...).
     AcquireFailed {
@@ -210,6 +280,40 @@ pub enum Event {
         key: String,
         /// `expired` or `del`.
         how: String,
+    },
+    /// `LockClient::shutdown` of a client returned (the shutdown workload).
+    ShutdownDone {
+        /// When the call started.
+        t_start: u64,
+        /// When it returned.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// The hold the client had when the shutdown began, if any.
+        hold: Option<String>,
+        /// Its lock name.
+        name: String,
+        /// The report's counts: released by holders, at the deadline, not held, failed.
+        released_by_holders: usize,
+        /// See above.
+        released_at_deadline: usize,
+        /// See above.
+        not_held: usize,
+        /// See above.
+        failed: usize,
+        /// The error, when the call failed.
+        error: Option<String>,
+    },
+    /// What `admin().layouts()` answered in a worker that runs clients of both layouts.
+    Layouts {
+        /// When.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// The layouts listed (`Native`, `Redisson`), or empty when the call failed.
+        layouts: Vec<String>,
+        /// The error, when the call failed.
+        error: Option<String>,
     },
     /// A fault began or was healed.
     Fault {

@@ -12,6 +12,7 @@ mod checker;
 mod clock;
 mod clockshim;
 mod event;
+mod http;
 mod nemesis;
 mod netns;
 mod proxy;
@@ -59,7 +60,7 @@ struct RunArgs {
     /// standalone and sentinel.
     #[arg(long = "backend", value_enum)]
     backends: Vec<Backend>,
-    /// The CI subset: fewer faults, shorter baseline (about 2 minutes for two backends).
+    /// The CI subset: fewer faults, shorter baseline (about a minute for two backends).
     #[arg(long)]
     quick: bool,
     /// How many times each backend's fault list is repeated.
@@ -81,6 +82,14 @@ struct RunArgs {
     /// Longest hold, ms (holds are uniform from 10 ms).
     #[arg(long, default_value_t = 300)]
     hold_max_ms: u64,
+    /// Workloads beside the plain lock (comma-separated; each runs on names of its own:
+    /// fair, rw, sem, multi, at-least, hot, layer, shutdown, redisson). Default: all, or
+    /// with --quick the CI subset. `--plain-only` runs none.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    workloads: Option<Vec<worker::Workload>>,
+    /// Run only the plain-lock tasks.
+    #[arg(long, conflicts_with = "workloads")]
+    plain_only: bool,
     /// Append the rows and violations as JSON lines to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -118,6 +127,9 @@ struct WorkerArgs {
     max_duration_ms: u64,
     #[arg(long)]
     events: PathBuf,
+    /// Workloads beside the plain lock.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    workloads: Vec<worker::Workload>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -157,6 +169,12 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         hold_max_ms: args.hold_max_ms,
         out: args.out,
         history: args.history,
+        workloads: match (args.plain_only, args.workloads) {
+            (true, _) => Vec::new(),
+            (false, Some(list)) => list,
+            (false, None) if args.quick => worker::Workload::QUICK.to_vec(),
+            (false, None) => worker::Workload::ALL.to_vec(),
+        },
     };
     let reports = run::run(config).await?;
     let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();
@@ -181,19 +199,23 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         .response_timeout(run::RESPONSE_TIMEOUT)
         .connect_timeout(Duration::from_secs(2));
     let started = now_ns();
+    if args.backend == Backend::Memory {
+        anyhow::bail!("the memory backend runs inside the harness");
+    }
+    // The workloads' other clients: the same settings and servers, and changes of their own.
+    let connect: worker::ClientFactory = {
+        let (backend, urls) = (args.backend, args.urls.clone());
+        Arc::new(move |builder: distlock::LockClientBuilder| {
+            let urls = urls.clone();
+            let builder = builder
+                .lease(lease)
+                .response_timeout(run::RESPONSE_TIMEOUT)
+                .connect_timeout(Duration::from_secs(2));
+            Box::pin(async move { connect_backend(backend, builder, urls).await })
+        })
+    };
     let client = loop {
-        let attempt = match args.backend {
-            Backend::Memory => anyhow::bail!("the memory backend runs inside the harness"),
-            Backend::Standalone => builder.clone().connect(&args.urls[0]).await,
-            Backend::Sentinel => {
-                builder
-                    .clone()
-                    .connect_sentinel(args.urls.clone(), SENTINEL_MASTER)
-                    .await
-            }
-            Backend::Cluster => builder.clone().connect_cluster(args.urls.clone()).await,
-            Backend::Redlock => builder.clone().connect_redlock(args.urls.clone()).await,
-        };
+        let attempt = connect_backend(args.backend, builder.clone(), args.urls.clone()).await;
         match attempt {
             Ok(client) => break client,
             Err(e) if now_ns() - started < 30_000_000_000 => {
@@ -237,7 +259,25 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         hold_max_ms: args.hold_max_ms,
         lease,
         deadline_ns: deadline,
+        workloads: args.workloads,
+        connect: Some(connect),
+        http_dir: args.events.parent().map(std::path::Path::to_path_buf),
     })
     .await;
     Ok(())
+}
+
+/// Connects a client of `backend` at `urls`.
+async fn connect_backend(
+    backend: Backend,
+    builder: distlock::LockClientBuilder,
+    urls: Vec<String>,
+) -> Result<LockClient, distlock::LockError> {
+    match backend {
+        Backend::Memory => unreachable!("the memory backend runs inside the harness"),
+        Backend::Standalone => builder.connect(&urls[0]).await,
+        Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await,
+        Backend::Cluster => builder.connect_cluster(urls).await,
+        Backend::Redlock => builder.connect_redlock(urls).await,
+    }
 }

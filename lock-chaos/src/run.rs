@@ -52,6 +52,20 @@ pub struct RunConfig {
     pub out: Option<PathBuf>,
     /// Where to keep the raw histories (otherwise a temporary directory, removed).
     pub history: Option<PathBuf>,
+    /// Workloads beside the plain lock (those the backend supports run).
+    pub workloads: Vec<worker::Workload>,
+}
+
+impl RunConfig {
+    /// The workloads that run on `backend`.
+    fn workloads_on(&self, backend: Backend) -> Vec<worker::Workload> {
+        let redlock = backend == Backend::Redlock;
+        self.workloads
+            .iter()
+            .copied()
+            .filter(|w| w.supported(redlock))
+            .collect()
+    }
 }
 
 /// Runs every backend of `config` and prints the tables; returns the reports.
@@ -210,7 +224,13 @@ async fn run_backend(
     }
     // Every write the register store applied, and the final values (no worker runs now).
     let truth = match Registers::connect(&world.register_url, "reg:").await {
-        Ok(registers) => registers.truth(&names).await.map_err(anyhow::Error::from),
+        Ok(registers) => registers
+            .truth(&worker::register_names(
+                &names,
+                &config.workloads_on(backend),
+            ))
+            .await
+            .map_err(anyhow::Error::from),
         Err(e) => Err(e),
     };
     let truth = match truth {
@@ -293,6 +313,14 @@ impl World {
     /// The memory baseline: workers are clients of one store in this process.
     async fn start_memory_workers(&mut self) -> anyhow::Result<()> {
         let store = MemoryStore::new();
+        let lease = self.config.lease;
+        let connect: worker::ClientFactory = {
+            let store = store.clone();
+            Arc::new(move |builder: distlock::LockClientBuilder| {
+                let result = builder.lease(lease).memory(store.clone());
+                Box::pin(async move { result })
+            })
+        };
         for id in 0..self.config.workers {
             let client = LockClient::builder()
                 .lease(self.config.lease)
@@ -315,6 +343,9 @@ impl World {
                 hold_max_ms: self.config.hold_max_ms,
                 lease: self.config.lease,
                 deadline_ns: deadline.clone(),
+                workloads: self.config.workloads_on(self.backend),
+                connect: Some(connect.clone()),
+                http_dir: Some(self.dir.clone()),
             };
             self.memory
                 .push((deadline, tokio::spawn(worker::run(setup))));
@@ -356,6 +387,11 @@ impl World {
             .kill_on_drop(true);
         for url in &urls {
             command.args(["--url", url]);
+        }
+        let workloads = self.config.workloads_on(self.backend);
+        if !workloads.is_empty() {
+            let list: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
+            command.args(["--workloads", &list.join(",")]);
         }
         let mut child = command.spawn().context("spawning a worker")?;
         let stdout = child.stdout.take().context("worker stdout")?;

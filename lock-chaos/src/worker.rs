@@ -1,15 +1,17 @@
 //! A worker: one OS process (or, for the memory baseline, one client in the harness) whose
 //! tasks loop over acquire, a read-modify-write of both registers, a random hold, release.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockClient, LockError};
+use rand::seq::SliceRandom as _;
 use rand::Rng as _;
 
 use crate::clock::now_ns;
-use crate::event::{Event, Register, TaskMode, WriteOutcome};
+use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 use crate::register::{Fenced, Registers};
 use crate::sink::EventSink;
 
@@ -39,22 +41,158 @@ pub struct WorkerSetup {
     pub lease: Duration,
     /// When to stop (a [`now_ns`] reading); moved to now to stop early.
     pub deadline_ns: Arc<AtomicU64>,
+    /// The workloads to run beside the plain-lock tasks (one or two tasks each).
+    pub workloads: Vec<Workload>,
+    /// Builds a client of the backend with the workers' settings and changes of its own
+    /// (the hot, Redisson-layout and shutdown workloads' clients).
+    pub connect: Option<ClientFactory>,
+    /// Where the workers' HTTP servers publish their ports (`http-{worker}.port`).
+    pub http_dir: Option<PathBuf>,
+}
+
+/// Builds a client from a builder that has the workers' lease and timeouts set.
+pub type ClientFactory = Arc<
+    dyn Fn(
+            distlock::LockClientBuilder,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<LockClient, LockError>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// A workload beside the plain lock: each runs on names of its own, so the checker knows
+/// the rule of a name from its hold's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Fair lock `fair-0`, two tasks per worker: FIFO among waiters.
+    Fair,
+    /// Read-write lock `rw-0`, two tasks per worker, one round in three a write.
+    Rw,
+    /// Semaphore `sem-0` of [`SEM_TOTAL`] permits, two tasks per worker.
+    Sem,
+    /// `lock_all` of two of `multi-0..2`.
+    Multi,
+    /// Plain lock `atleast-0` with `hold_at_least(`[`MIN_HOLD`]`)`.
+    AtLeast,
+    /// Plain locks `hot-0`, `hot-1` through a client built with `keep_hot`.
+    Hot,
+    /// `LockLayer` over HTTP: requests to another worker's server lock `layer-0`.
+    Layer,
+    /// A fresh client takes `shut-0` and is shut down while it holds it.
+    Shutdown,
+    /// A client in Redisson's layout beside the native one, on `rdsn-0`.
+    Redisson,
+}
+
+/// Permits of the semaphore workload.
+pub const SEM_TOTAL: u32 = 2;
+/// The minimum hold of the `hold_at_least` workload.
+pub const MIN_HOLD: Duration = Duration::from_millis(400);
+/// The linger of the hot client.
+const HOT_LINGER: Duration = Duration::from_millis(100);
+/// The shutdown workload's grace period.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(50);
+
+impl Workload {
+    /// The `--quick` subset.
+    pub const QUICK: [Workload; 9] = Workload::ALL;
+
+    /// Every workload.
+    pub const ALL: [Workload; 9] = [
+        Workload::Fair,
+        Workload::Rw,
+        Workload::Sem,
+        Workload::Multi,
+        Workload::AtLeast,
+        Workload::Hot,
+        Workload::Layer,
+        Workload::Shutdown,
+        Workload::Redisson,
+    ];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Fair => "fair",
+            Workload::Rw => "rw",
+            Workload::Sem => "sem",
+            Workload::Multi => "multi",
+            Workload::AtLeast => "at-least",
+            Workload::Hot => "hot",
+            Workload::Layer => "layer",
+            Workload::Shutdown => "shutdown",
+            Workload::Redisson => "redisson",
+        }
+    }
+
+    /// Tasks per worker.
+    fn tasks(self) -> u32 {
+        match self {
+            Workload::Fair | Workload::Rw | Workload::Sem => 2,
+            _ => 1,
+        }
+    }
+
+    /// The lock names it uses.
+    pub fn names(self) -> Vec<String> {
+        let names: &[&str] = match self {
+            Workload::Fair => &["fair-0"],
+            Workload::Rw => &["rw-0"],
+            Workload::Sem => &["sem-0"],
+            Workload::Multi => &["multi-0", "multi-1", "multi-2"],
+            Workload::AtLeast => &["atleast-0"],
+            Workload::Hot => &["hot-0", "hot-1"],
+            Workload::Layer => &["layer-0"],
+            Workload::Shutdown => &["shut-0"],
+            Workload::Redisson => &["rdsn-0"],
+        };
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    /// Whether the backend supports it (Redlock refuses the lock family, hot locks and
+    /// Redisson's layout).
+    pub fn supported(self, backend_is_redlock: bool) -> bool {
+        !backend_is_redlock
+            || matches!(
+                self,
+                Workload::Multi | Workload::AtLeast | Workload::Layer | Workload::Shutdown
+            )
+    }
+}
+
+/// The names whose registers a run writes (for the end-of-run check of the store).
+pub fn register_names(names: &[String], workloads: &[Workload]) -> Vec<String> {
+    let mut out = names.to_vec();
+    for w in workloads {
+        if !matches!(w, Workload::Sem) {
+            out.extend(w.names());
+        }
+    }
+    out
 }
 
 /// The state one task shares with its macro-annotated bodies.
-struct TaskCtx {
-    client: LockClient,
-    registers: Registers,
-    sink: EventSink,
-    worker: u32,
-    task: u32,
-    mode: TaskMode,
+pub(crate) struct TaskCtx {
+    pub(crate) client: LockClient,
+    pub(crate) registers: Registers,
+    pub(crate) sink: EventSink,
+    pub(crate) worker: u32,
+    pub(crate) task: u32,
+    pub(crate) mode: TaskMode,
+    /// The workload, or `None` for a plain-lock task of `mode`.
+    pub(crate) workload: Option<Workload>,
+    /// Its client for the workload (hot, Redisson's layout), or `client`.
+    pub(crate) other: LockClient,
+    /// Builds fresh clients (shutdown workload).
+    pub(crate) connect: Option<ClientFactory>,
+    /// Where the HTTP servers' ports are.
+    pub(crate) http_dir: Option<PathBuf>,
     /// Acquisitions so far (the last part of the hold ids).
-    seq: AtomicU64,
+    pub(crate) seq: AtomicU64,
     /// The token, owner and hold id of the current hold, once the body runs.
-    held: Mutex<Option<(u64, String, String)>>,
+    pub(crate) held: Mutex<Option<(u64, String, String)>>,
     /// When the current body ended (the start of the macro's release).
-    body_end: Mutex<u64>,
+    pub(crate) body_end: Mutex<u64>,
 }
 
 /// Why a macro-locked round ended without finishing.
@@ -79,15 +217,88 @@ pub async fn run(setup: WorkerSetup) {
         Some(setup.worker),
         setup.deadline_ns.clone(),
     );
+    let mut jobs: Vec<(TaskMode, Option<Workload>)> = (0..setup.tasks)
+        .map(|task| (TaskMode::for_task(task), None))
+        .collect();
+    for &w in &setup.workloads {
+        for _ in 0..w.tasks() {
+            jobs.push((TaskMode::GuardAbort, Some(w)));
+        }
+    }
+    // The workloads' own clients: hot, and Redisson's layout beside the native one.
+    let mut hot = None;
+    let mut redisson = None;
+    if let Some(connect) = &setup.connect {
+        if setup.workloads.contains(&Workload::Hot) {
+            match connect(LockClient::builder().keep_hot(HOT_LINGER)).await {
+                Ok(client) => hot = Some(client),
+                Err(e) => eprintln!("lock-chaos worker {}: hot client: {e}", setup.worker),
+            }
+        }
+        if setup.workloads.contains(&Workload::Redisson) {
+            match connect(LockClient::builder().layout(distlock::Layout::Redisson)).await {
+                Ok(client) => {
+                    // Both layouts use this store now: the registry must list both.
+                    let (layouts, error) = match setup.client.admin().layouts().await {
+                        Ok(list) => (list.iter().map(|l| format!("{l:?}")).collect(), None),
+                        Err(e) => (Vec::new(), Some(e.to_string())),
+                    };
+                    setup.sink.emit(&Event::Layouts {
+                        t: now_ns(),
+                        worker: setup.worker,
+                        layouts,
+                        error,
+                    });
+                    redisson = Some(client);
+                }
+                Err(e) => eprintln!("lock-chaos worker {}: Redisson client: {e}", setup.worker),
+            }
+        }
+    }
+    let mut server = None;
+    if let (true, Some(dir)) = (
+        setup.workloads.contains(&Workload::Layer),
+        setup.http_dir.clone(),
+    ) {
+        let ctx = Arc::new(TaskCtx {
+            client: setup.client.clone(),
+            registers: setup.registers.clone(),
+            sink: setup.sink.clone(),
+            worker: setup.worker,
+            task: HTTP_TASK,
+            mode: TaskMode::GuardAbort,
+            workload: Some(Workload::Layer),
+            other: setup.client.clone(),
+            connect: None,
+            http_dir: None,
+            seq: AtomicU64::new(0),
+            held: Mutex::new(None),
+            body_end: Mutex::new(0),
+        });
+        match crate::http::start(ctx, &dir, setup.hold_max_ms.max(10)).await {
+            Ok(handle) => server = Some(handle),
+            Err(e) => eprintln!("lock-chaos worker {}: HTTP server: {e:#}", setup.worker),
+        }
+    }
     let mut tasks = Vec::new();
-    for task in 0..setup.tasks {
+    for (task, (mode, workload)) in (0u32..).zip(jobs) {
+        let other = match workload {
+            Some(Workload::Hot) => hot.clone(),
+            Some(Workload::Redisson) => redisson.clone(),
+            _ => Some(setup.client.clone()),
+        };
+        let Some(other) = other else { continue };
         let ctx = Arc::new(TaskCtx {
             client: setup.client.clone(),
             registers: setup.registers.clone(),
             sink: setup.sink.clone(),
             worker: setup.worker,
             task,
-            mode: TaskMode::for_task(task),
+            mode,
+            workload,
+            other,
+            connect: setup.connect.clone(),
+            http_dir: setup.http_dir.clone(),
             seq: AtomicU64::new(0),
             held: Mutex::new(None),
             body_end: Mutex::new(0),
@@ -111,11 +322,12 @@ pub async fn run(setup: WorkerSetup) {
                         Duration::from_millis(rng.random_range(0..20)),
                     )
                 };
-                match ctx.mode {
-                    TaskMode::GuardAbort | TaskMode::GuardNaive => {
+                match (ctx.workload, ctx.mode) {
+                    (Some(w), _) => workload_round(&ctx, w, hold).await,
+                    (None, TaskMode::GuardAbort | TaskMode::GuardNaive) => {
                         guard_round(&ctx, &name, hold).await
                     }
-                    TaskMode::MacroAbort | TaskMode::MacroPlain => {
+                    (None, TaskMode::MacroAbort | TaskMode::MacroPlain) => {
                         macro_round(&ctx, &name, hold).await
                     }
                 }
@@ -126,6 +338,242 @@ pub async fn run(setup: WorkerSetup) {
     for task in tasks {
         let _ = task.await;
     }
+    if let Some(server) = server {
+        server.abort();
+    }
+}
+
+/// The task number of the HTTP handler's holds.
+const HTTP_TASK: u32 = 1000;
+
+/// One round of a workload.
+async fn workload_round(ctx: &TaskCtx, workload: Workload, hold: Duration) {
+    let names = workload.names();
+    let name = names[rand::rng().random_range(0..names.len())].clone();
+    match workload {
+        Workload::Fair => {
+            let lock = ctx.client.fair_lock(&name);
+            lock_round(ctx, lock, Spec::new(LockKind::Fair), &name, hold).await;
+        }
+        Workload::Rw => {
+            let rw = ctx.client.read_write_lock(&name);
+            if rand::rng().random_ratio(1, 3) {
+                lock_round(ctx, rw.write(), Spec::new(LockKind::Write), &name, hold).await;
+            } else {
+                lock_round(ctx, rw.read(), Spec::new(LockKind::Read), &name, hold).await;
+            }
+        }
+        Workload::Sem => {
+            let lock = ctx.client.semaphore(&name, SEM_TOTAL).permit();
+            let spec = Spec {
+                permits: 1,
+                total: SEM_TOTAL,
+                ..Spec::new(LockKind::Permit)
+            };
+            lock_round(ctx, lock, spec, &name, hold).await;
+        }
+        Workload::AtLeast => {
+            let lock = ctx.client.lock(&name).hold_at_least(MIN_HOLD);
+            let spec = Spec {
+                min_hold_ms: MIN_HOLD.as_millis() as u64,
+                ..Spec::new(LockKind::AtLeast)
+            };
+            lock_round(ctx, lock, spec, &name, hold).await;
+        }
+        Workload::Hot => {
+            let lock = ctx.other.lock(&name);
+            lock_round(ctx, lock, Spec::new(LockKind::Hot), &name, hold).await;
+        }
+        Workload::Redisson => {
+            let lock = ctx.other.lock(&name);
+            lock_round(ctx, lock, Spec::new(LockKind::Redisson), &name, hold).await;
+        }
+        Workload::Multi => multi_round(ctx, names, hold).await,
+        Workload::Layer => crate::http::request(ctx, &name).await,
+        Workload::Shutdown => shutdown_round(ctx, &name, hold).await,
+    }
+}
+
+/// One `lock_all` of two of `names`: a hold per name (id `{hold}/{name}`), a
+/// read-modify-write of each name's registers, raced against `lost()`.
+async fn multi_round(ctx: &TaskCtx, mut names: Vec<String>, hold: Duration) {
+    names.shuffle(&mut rand::rng());
+    names.truncate(2);
+    names.sort();
+    let t_start = now_ns();
+    let guard = match ctx
+        .client
+        .lock_all(names.clone())
+        .wait(WAIT)
+        .acquire()
+        .await
+    {
+        Ok(guard) => guard,
+        Err(err) => return acquire_failed(ctx, &names.join("+"), t_start, &err).await,
+    };
+    let base = ctx.next_hold();
+    let t = now_ns();
+    let mut parts = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(g) = guard.get(name).or_else(|| guard.guards().get(i)) else {
+            continue;
+        };
+        let part = (
+            name.clone(),
+            format!("{base}/{name}"),
+            g.fencing_token(),
+            g.owner().to_owned(),
+        );
+        ctx.sink.emit(&Event::Acquired {
+            t_start,
+            t,
+            worker: ctx.worker,
+            task: ctx.task,
+            hold: part.1.clone(),
+            mode: ctx.mode,
+            name: part.0.clone(),
+            owner: part.3.clone(),
+            token: part.2,
+            kind: LockKind::Multi,
+            permits: 0,
+            total: 0,
+            min_hold_ms: 0,
+        });
+        parts.push(part);
+    }
+    let work = async {
+        for (name, id, token, _) in &parts {
+            read_modify_write(ctx, name, id, *token, hold / 2).await;
+        }
+    };
+    let mut end = None;
+    tokio::select! {
+        biased;
+        () = work => {}
+        () = guard.lost() => end = Some(now_ns()),
+    }
+    if end.is_none()
+        && tokio::time::timeout(Duration::ZERO, guard.lost())
+            .await
+            .is_ok()
+    {
+        end = Some(now_ns());
+    }
+    if let Some(t) = end {
+        for (name, id, token, owner) in &parts {
+            if guard.get(name).is_some_and(|g| g.is_held()) {
+                continue;
+            }
+            ctx.sink.emit(&Event::Lost {
+                t,
+                worker: ctx.worker,
+                task: ctx.task,
+                hold: id.clone(),
+                name: name.clone(),
+                owner: owner.clone(),
+                token: *token,
+            });
+        }
+    }
+    // The release answers for every name at once: a lost lease or a lock not held is
+    // that of the names no longer held just before it, not of the others.
+    let held: Vec<bool> = parts
+        .iter()
+        .map(|(name, ..)| guard.get(name).is_some_and(|g| g.is_held()))
+        .collect();
+    let t_release = now_ns();
+    let result = match guard.release().await {
+        Ok(()) => "ok",
+        Err(LockError::LeaseLost { .. }) => "lease_lost",
+        Err(LockError::NotHeld { .. }) => "not_held",
+        Err(_) => "backend",
+    };
+    let t = now_ns();
+    for ((name, id, token, owner), held) in parts.into_iter().zip(held) {
+        let result = if held && matches!(result, "lease_lost" | "not_held") {
+            "ok"
+        } else {
+            result
+        };
+        ctx.sink.emit(&Event::Released {
+            t_start: end.map_or(t_release, |e| e.min(t_release)),
+            t,
+            worker: ctx.worker,
+            task: ctx.task,
+            hold: id,
+            name,
+            owner,
+            token,
+            result: result.to_owned(),
+        });
+    }
+}
+
+/// A fresh client takes `name`, and while its hold's work runs the client is shut down
+/// (after a random delay, with [`SHUTDOWN_GRACE`]): the shutdown takes the lock from the
+/// holder (`lost()`) and releases it.
+async fn shutdown_round(ctx: &TaskCtx, name: &str, hold: Duration) {
+    let Some(connect) = &ctx.connect else { return };
+    let t_start = now_ns();
+    let client = match connect(LockClient::builder()).await {
+        Ok(client) => client,
+        Err(err) => return acquire_failed(ctx, name, t_start, &err).await,
+    };
+    let t_start = now_ns();
+    let guard = match client.lock(name).wait(WAIT).acquire().await {
+        Ok(guard) => guard,
+        Err(err) => {
+            let _ = client.close().await;
+            return acquire_failed(ctx, name, t_start, &err).await;
+        }
+    };
+    let hold_id = ctx.next_hold();
+    let delay = Duration::from_millis(rand::rng().random_range(10..=200));
+    let (sink, worker, id, lock_name) = (
+        ctx.sink.clone(),
+        ctx.worker,
+        hold_id.clone(),
+        name.to_owned(),
+    );
+    let taken_at = Arc::new(AtomicU64::new(0));
+    let deadline = taken_at.clone();
+    let shutdown = Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        let t_start = now_ns();
+        deadline.store(
+            t_start + SHUTDOWN_GRACE.as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        let result = client.shutdown(SHUTDOWN_GRACE).await;
+        let t = now_ns();
+        let (report, error) = match result {
+            Ok(r) => (r, None),
+            Err(e) => (distlock::ShutdownReport::default(), Some(e.to_string())),
+        };
+        sink.emit(&Event::ShutdownDone {
+            t_start,
+            t,
+            worker,
+            hold: Some(id),
+            name: lock_name,
+            released_by_holders: report.released_by_holders,
+            released_at_deadline: report.released_at_deadline,
+            not_held: report.not_held,
+            failed: report.failed,
+            error,
+        });
+    });
+    held_round(
+        ctx,
+        guard,
+        Spec::new(LockKind::Shutdown),
+        name,
+        &hold_id,
+        t_start,
+        hold,
+        Some((shutdown, taken_at)),
+    )
+    .await;
 }
 
 /// How often the scheduler-lag probe wakes.
@@ -159,7 +607,7 @@ pub fn spawn_stall_probe(
 
 impl TaskCtx {
     /// The id of the next acquisition of this task.
-    fn next_hold(&self) -> String {
+    pub(crate) fn next_hold(&self) -> String {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         format!("w{}-t{}-{seq}", self.worker, self.task)
     }
@@ -167,46 +615,132 @@ impl TaskCtx {
 
 /// One round with `acquire()` and a guard.
 async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
+    let lock = ctx.client.lock(name);
+    lock_round(ctx, lock, Spec::new(LockKind::Plain), name, hold).await;
+}
+
+/// What a guard round records about its lock, and whether it writes the registers.
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    kind: LockKind,
+    permits: u32,
+    total: u32,
+    min_hold_ms: u64,
+    /// Read-modify-write both registers (exclusive holds), or only hold (shared ones).
+    writes: bool,
+}
+
+impl Spec {
+    fn new(kind: LockKind) -> Spec {
+        Spec {
+            kind,
+            permits: 0,
+            total: 0,
+            min_hold_ms: 0,
+            writes: !matches!(kind, LockKind::Read | LockKind::Permit),
+        }
+    }
+}
+
+/// One round with `acquire()` of `lock` and a guard: the work raced against `lost()`
+/// (a careless `GuardNaive` task finishes it anyway), then the release.
+async fn lock_round(ctx: &TaskCtx, lock: distlock::Lock, spec: Spec, name: &str, hold: Duration) {
     let t_start = now_ns();
-    let guard = match ctx.client.lock(name).wait(WAIT).acquire().await {
+    let guard = match lock.wait(WAIT).acquire().await {
         Ok(guard) => guard,
         Err(err) => return acquire_failed(ctx, name, t_start, &err).await,
     };
-    let (token, owner) = (guard.fencing_token(), guard.owner().to_owned());
     let hold_id = ctx.next_hold();
+    held_round(ctx, guard, spec, name, &hold_id, t_start, hold, None).await;
+}
+
+/// The shutdown workload's shutdown, run beside a hold's work.
+type ShutdownFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
+/// The part of a guard round after the acquisition. With `shutdown`, that future runs
+/// beside the work (it shuts the client down while the lock is held).
+#[allow(clippy::too_many_arguments)]
+async fn held_round(
+    ctx: &TaskCtx,
+    guard: distlock::LockGuard,
+    spec: Spec,
+    name: &str,
+    hold_id: &str,
+    t_start: u64,
+    hold: Duration,
+    shutdown: Option<(ShutdownFuture<'_>, Arc<AtomicU64>)>,
+) {
+    // The shutdown workload: when the client's shutdown takes the lock at the end of its
+    // grace period (a time the holder knows), the hold ends there, not when this task
+    // gets to run after `lost()` resolved (the release may have reached a waiter first).
+    let (shutdown, taken_at) = match shutdown {
+        Some((f, t)) => (Some(f), Some(t)),
+        None => (None, None),
+    };
+    let loss_time = || {
+        let now = now_ns();
+        match taken_at.as_ref().map(|t| t.load(Ordering::Relaxed)) {
+            Some(t) if t != 0 && t <= now => t,
+            _ => now,
+        }
+    };
+    let (token, owner) = (guard.fencing_token(), guard.owner().to_owned());
     ctx.sink.emit(&Event::Acquired {
         t_start,
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
-        hold: hold_id.clone(),
+        hold: hold_id.to_owned(),
         mode: ctx.mode,
         name: name.to_owned(),
         owner: owner.clone(),
         token,
+        kind: spec.kind,
+        permits: spec.permits,
+        total: spec.total,
+        min_hold_ms: spec.min_hold_ms,
     });
     let lost_event = |t| Event::Lost {
         t,
         worker: ctx.worker,
         task: ctx.task,
-        hold: hold_id.clone(),
+        hold: hold_id.to_owned(),
         name: name.to_owned(),
         owner: owner.clone(),
         token,
     };
-    let work = read_modify_write(ctx, name, &hold_id, token, hold);
+    let work = async {
+        if spec.writes {
+            read_modify_write(ctx, name, hold_id, token, hold).await;
+        } else {
+            // A shared hold reads the unfenced register only (a reader does not write).
+            let _ = ctx.registers.unfenced_read(name).await;
+            tokio::time::sleep(hold).await;
+        }
+    };
     tokio::pin!(work);
+    let shutdown = async {
+        if let Some(shutdown) = shutdown {
+            shutdown.await;
+        }
+    };
+    tokio::pin!(shutdown);
     let mut end = None;
-    tokio::select! {
-        biased;
-        () = &mut work => {}
-        () = guard.lost() => {
-            let t = now_ns();
-            ctx.sink.emit(&lost_event(t));
-            end = Some(t);
-            if ctx.mode == TaskMode::GuardNaive {
+    let mut work_done = false;
+    let mut shutdown_done = false;
+    while !work_done {
+        tokio::select! {
+            biased;
+            () = &mut work => work_done = true,
+            () = &mut shutdown, if !shutdown_done => shutdown_done = true,
+            () = guard.lost(), if end.is_none() => {
+                let t = loss_time();
+                ctx.sink.emit(&lost_event(t));
+                end = Some(t);
+                if ctx.mode != TaskMode::GuardNaive {
+                    break;
+                }
                 // A careless holder finishes its work anyway: the fence must stop it.
-                work.await;
             }
         }
     }
@@ -217,7 +751,7 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
     {
         // The work finished as `lost()` resolved (the select prefers the work): the loss
         // was known before the release, so record it now.
-        let t = now_ns();
+        let t = loss_time();
         ctx.sink.emit(&lost_event(t));
         end = Some(t);
     }
@@ -233,12 +767,15 @@ async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         t: now_ns(),
         worker: ctx.worker,
         task: ctx.task,
-        hold: hold_id.clone(),
+        hold: hold_id.to_owned(),
         name: name.to_owned(),
         owner,
         token,
         result: result.to_owned(),
     });
+    if !shutdown_done {
+        shutdown.await;
+    }
 }
 
 #[distributed_lock(key = "{name}", wait = "2s", abort_on_lost, client = &ctx.client)]
@@ -283,6 +820,10 @@ async fn locked_body(
         name: name.to_owned(),
         owner,
         token,
+        kind: LockKind::Plain,
+        permits: 0,
+        total: 0,
+        min_hold_ms: 0,
     });
     let work = read_modify_write(ctx, name, &hold_id, token, hold);
     if ctx.mode == TaskMode::MacroPlain {
@@ -365,7 +906,7 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
 }
 
 /// Records a failed acquisition and backs off after a backend error.
-async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError) {
+pub(crate) async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError) {
     let kind = match err {
         LockError::TimedOut { .. } | LockError::Busy { .. } => "timed_out",
         LockError::QuorumNotReached { .. } => "quorum",
@@ -388,7 +929,13 @@ async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError
 
 /// Reads both registers, holds, then writes both (value + 1), recording an intent before
 /// each write is sent and each outcome.
-async fn read_modify_write(ctx: &TaskCtx, name: &str, hold_id: &str, token: u64, hold: Duration) {
+pub(crate) async fn read_modify_write(
+    ctx: &TaskCtx,
+    name: &str,
+    hold_id: &str,
+    token: u64,
+    hold: Duration,
+) {
     let regs = &ctx.registers;
     let write_event = |register, outcome, read, prev, seen| Event::Write {
         t: now_ns(),
