@@ -68,6 +68,32 @@ fn redisson_prefixed(prefix: &str, name: &str) -> String {
     }
 }
 
+/// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when
+/// the name contains a `{`.
+fn redisson_suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// Why Redisson's layout refuses `kind` (see the README's "Sharing locks
+/// with Redisson").
+fn redisson_refusal(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Fair => {
+            "Redisson's RFairLock keeps its queue with per-waiter deadlines that each waiter \
+             extends by its own wait (threadWaitTime); that is not matched, so a fair lock \
+             is not shared with Redisson"
+        }
+        _ => {
+            "not laid out as Redisson does: only RLock, RFencedLock and RReadWriteLock are \
+             shared with Redisson"
+        }
+    }
+}
+
 /// The cluster slot of a whole Redis key, by Redis's hash-tag rule: the
 /// bytes between the first `{` and the next `}` when they are not empty,
 /// else the whole key.
@@ -265,6 +291,71 @@ impl LockKey {
             layout: Layout::Redisson,
             own_fence: Some(fence.into()),
         })
+    }
+
+    /// The keys of `kind` of Redisson's lock family named `name` under
+    /// `prefix` (Redisson's layout): a read or the write hold of Redisson's
+    /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
+    /// channel `redisson_rwlock:{..}`). Refuses what [`redisson`](LockKey::redisson)
+    /// refuses, and the kinds Redisson's layout does not match
+    /// (`Unsupported`, naming why).
+    pub(crate) fn redisson_family(prefix: &str, name: &str, kind: Kind) -> Result<Self, LockError> {
+        let channel_prefix = match kind {
+            Kind::Exclusive => return Self::redisson(prefix, name),
+            Kind::Read | Kind::Write => "redisson_rwlock",
+            Kind::Fair | Kind::Permits { .. } => {
+                return Err(LockError::Unsupported {
+                    key: display_name(name),
+                    primitive: kind.describe(),
+                    backend: "a client in Redisson's layout",
+                    reason: redisson_refusal(kind),
+                })
+            }
+        };
+        let plain = Self::redisson(prefix, name)?;
+        let raw = plain.lock;
+        let channel = redisson_prefixed(channel_prefix, &raw);
+        // Redisson's `suffixName` rule puts the readers' timeout keys in
+        // the slot of the channel, checked equal to the hash's by `redisson`.
+        let base: Arc<str> = format!("{raw}\u{0}rw").into();
+        let id: Arc<str> = match kind {
+            Kind::Read => format!("{base}:read").into(),
+            _ => format!("{base}:write").into(),
+        };
+        Ok(LockKey {
+            name: plain.name,
+            kind,
+            id,
+            queue: false,
+            lock: raw,
+            base,
+            prefix_len: plain.prefix_len,
+            channel: channel.into(),
+            slot: plain.slot,
+            layout: Layout::Redisson,
+            own_fence: plain.own_fence,
+        })
+    }
+
+    /// Redisson's read-write lock: the prefix of a reader's timeout keys,
+    /// `{<name>}:<field>:rwlock_timeout` (`<name>:<field>:..` when the name
+    /// has a `{`), one key per hold, `:<n>` appended
+    /// (`RedissonReadLock.getReadWriteTimeoutNamePrefix`).
+    pub(crate) fn redisson_read_timeouts(&self, field: &str) -> String {
+        let mut key = redisson_suffixed(&self.lock, field);
+        key.push_str(":rwlock_timeout");
+        key
+    }
+
+    /// Redisson's read-write lock: what every reader's timeout keys start
+    /// with, `{<name>}` (`<name>` when the name has a `{`), before
+    /// `:<field>:rwlock_timeout:<n>` (`RedissonReadLock.getKeyPrefix`).
+    pub(crate) fn redisson_timeouts_stem(&self) -> String {
+        if self.lock.contains('{') {
+            self.lock.to_string()
+        } else {
+            format!("{{{}}}", self.lock)
+        }
     }
 
     /// Redisson's fair-lock queue of this name (a list), whose presence

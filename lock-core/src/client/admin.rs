@@ -402,6 +402,15 @@ impl LockAdmin {
         primitive: &'static str,
     ) -> Result<(LockKey, FamilyState), LockError> {
         let key = self.family_key(name, kind, primitive)?;
+        if key.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                key: key.name.to_string(),
+                primitive,
+                backend: "a client in Redisson's layout",
+                reason: "inspecting Redisson's read-write lock is not offered: its holders \
+                         are the hash's fields besides `mode`, readable with HGETALL",
+            });
+        }
         let state = self.core.backend.inspect_family(&key).await?;
         Ok((key, state))
     }
