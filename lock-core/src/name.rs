@@ -35,7 +35,10 @@ pub enum Layout {
     /// `redisson_lock__channel:{<prefix><name>}`, unlock message `0`, and
     /// the fencing counter of `RFencedLock`,
     /// `redisson_lock_token:{<prefix><name>}`. The key prefix is empty
-    /// unless one is set. Only the plain lock exists in this layout.
+    /// unless one is set. The read-write lock is Redisson's
+    /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
+    /// channel `redisson_rwlock:{<prefix><name>}`); the fair lock and the
+    /// semaphore are refused in this layout.
     Redisson,
 }
 
