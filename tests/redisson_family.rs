@@ -243,7 +243,7 @@ async fn other_types_and_primitives_are_refused() {
 
     let fair = client.fair_lock("rw:fair").try_acquire().await;
     assert!(
-        matches!(fair, Err(LockError::Unsupported { ref reason, .. }) if reason.contains("threadWaitTime")),
+        matches!(fair, Err(LockError::Unsupported { reason, .. }) if reason.contains("threadWaitTime")),
         "{fair:?}"
     );
     let permits = client.semaphore("rw:sem", 2).permit().try_acquire().await;

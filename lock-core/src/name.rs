@@ -535,6 +535,56 @@ mod tests {
         }
     }
 
+    /// Redisson's read-write lock: the hash, the channel, the token counter
+    /// and a reader's timeout keys share the hash's slot, as Redisson names
+    /// them; read and write holds have different ids on one stem.
+    #[test]
+    fn redisson_read_write_keys_share_one_slot() {
+        for name in ["order:42", "{tag}:x", "a{b}c", "über 🔒"] {
+            let read = LockKey::redisson_family("", name, Kind::Read).unwrap();
+            let write = LockKey::redisson_family("", name, Kind::Write).unwrap();
+            assert_eq!(&*read.lock, name);
+            assert_eq!(read.lock, write.lock);
+            assert_eq!(read.channel, write.channel);
+            assert_ne!(read.id, write.id);
+            assert_eq!(read.stem(), write.stem());
+            assert_eq!(
+                write.aux(":read"),
+                *read.id,
+                "UpgradeRefused finds the read hold"
+            );
+            let timeouts = read.redisson_read_timeouts("u:1");
+            let stem = read.redisson_timeouts_stem();
+            assert!(timeouts.starts_with(&stem), "{timeouts} {stem}");
+            for key in [&*read.channel, &read.fence(), &timeouts, &stem] {
+                assert_eq!(redis_slot(key), read.slot, "{name}: {key}");
+            }
+        }
+        let read = LockKey::redisson_family("", "order:42", Kind::Read).unwrap();
+        assert_eq!(&*read.channel, "redisson_rwlock:{order:42}");
+        assert_eq!(
+            read.redisson_read_timeouts("u:1"),
+            "{order:42}:u:1:rwlock_timeout"
+        );
+        let read = LockKey::redisson_family("", "{t}:x", Kind::Read).unwrap();
+        assert_eq!(&*read.channel, "redisson_rwlock:{t}:x");
+        assert_eq!(
+            read.redisson_read_timeouts("u:1"),
+            "{t}:x:u:1:rwlock_timeout"
+        );
+        assert_eq!(read.redisson_timeouts_stem(), "{t}:x");
+        for kind in [Kind::Fair, Kind::Permits { take: 1, total: 2 }] {
+            assert!(matches!(
+                LockKey::redisson_family("", "x", kind),
+                Err(LockError::Unsupported { .. })
+            ));
+        }
+        assert!(matches!(
+            LockKey::redisson_family("", "a{b", Kind::Read),
+            Err(LockError::InvalidKey { .. })
+        ));
+    }
+
     #[test]
     fn escaping_is_injective() {
         let a = LockKey::new("lock:", "}").unwrap();
