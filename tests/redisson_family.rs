@@ -246,11 +246,6 @@ async fn other_types_and_primitives_are_refused() {
         matches!(fair, Err(LockError::Unsupported { reason, .. }) if reason.contains("threadWaitTime")),
         "{fair:?}"
     );
-    let permits = client.semaphore("rw:sem", 2).permit().try_acquire().await;
-    assert!(
-        matches!(permits, Err(LockError::Unsupported { .. })),
-        "{permits:?}"
-    );
 
     let memory = LockClient::builder()
         .layout(Layout::Redisson)
@@ -261,4 +256,111 @@ async fn other_types_and_primitives_are_refused() {
         matches!(refused, Err(LockError::Unsupported { .. })),
         "{refused:?}"
     );
+    let refused = memory.semaphore("sem:m", 2).permit().try_acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Unsupported { .. })),
+        "{refused:?}"
+    );
+}
+
+/// The semaphore is Redisson's `RPermitExpirableSemaphore`: the count of
+/// available permits under the name (set to the total by the first
+/// acquisition, as `trySetPermits`), one 16-byte permit id per permit in
+/// `{name}:timeout` with its deadline, the count published on
+/// `redisson_sc:{name}` at every release; renewed deadlines; a dead
+/// holder's permits come back when their deadline passes.
+#[tokio::test]
+async fn semaphore_is_redissons_permit_expirable_semaphore() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = client(&url, Duration::from_secs(1)).await;
+    let b = client(&url, Duration::from_secs(30)).await;
+    let mut conn = conn(&url).await;
+    let mut pubsub = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe("redisson_sc:{sem:a}").await.unwrap();
+    let mut messages = pubsub.into_on_message();
+
+    let two = a.semaphore("sem:a", 3).permits(2).acquire().await.unwrap();
+    // trySetPermits's message, then the count.
+    let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "3");
+    let available: u32 = conn.get("sem:a").await.unwrap();
+    assert_eq!(available, 1);
+    let ids: Vec<(Vec<u8>, u64)> = conn
+        .zrange_withscores("{sem:a}:timeout", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.iter().all(|(id, _)| id.len() == 16));
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let deadline = ids[0].1;
+    assert!(
+        deadline > secs * 1000 && deadline <= secs * 1000 + 2000,
+        "{deadline}"
+    );
+    // Renewed by the watchdog past the 1 s lease.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let ids: Vec<(Vec<u8>, u64)> = conn
+        .zrange_withscores("{sem:a}:timeout", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    assert!(ids[0].1 > deadline, "renewed");
+
+    let one = b.semaphore("sem:a", 3).permit().acquire().await.unwrap();
+    assert!(b
+        .semaphore("sem:a", 3)
+        .permit()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.semaphore("sem:a", 3)
+                .permits(2)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    let released = tokio::time::Instant::now();
+    two.release().await.unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "2");
+    let got = waiter.await.unwrap().unwrap();
+    assert!(released.elapsed() < Duration::from_secs(2));
+    assert_eq!(conn.get::<_, u32>("sem:a").await.unwrap(), 0);
+    got.release().await.unwrap();
+    one.release().await.unwrap();
+    assert_eq!(conn.get::<_, u32>("sem:a").await.unwrap(), 3);
+
+    // A holder that died: its permit's deadline passes and the next
+    // acquisition gives it back to the count, as Redisson's does.
+    let _: () = conn.set("sem:a", 2).await.unwrap();
+    let _: () = conn
+        .zadd("{sem:a}:timeout", b"0123456789abcdef".to_vec(), 1)
+        .await
+        .unwrap();
+    let three = b
+        .semaphore("sem:a", 3)
+        .permits(3)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(three.is_some(), "the dead holder's permit came back");
+    three.unwrap().release().await.unwrap();
 }

@@ -37,8 +37,10 @@ pub enum Layout {
     /// `redisson_lock_token:{<prefix><name>}`. The key prefix is empty
     /// unless one is set. The read-write lock is Redisson's
     /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
-    /// channel `redisson_rwlock:{<prefix><name>}`); the fair lock and the
-    /// semaphore are refused in this layout.
+    /// channel `redisson_rwlock:{<prefix><name>}`), the semaphore is
+    /// Redisson's `RPermitExpirableSemaphore` (the count `<prefix><name>`,
+    /// channel `redisson_sc:{<prefix><name>}`); the fair lock is refused in
+    /// this layout.
     Redisson,
 }
 
@@ -90,10 +92,7 @@ fn redisson_refusal(kind: Kind) -> &'static str {
              extends by its own wait (threadWaitTime); that is not matched, so a fair lock \
              is not shared with Redisson"
         }
-        _ => {
-            "not laid out as Redisson does: only RLock, RFencedLock and RReadWriteLock are \
-             shared with Redisson"
-        }
+        _ => "not laid out as Redisson does",
     }
 }
 
@@ -299,14 +298,17 @@ impl LockKey {
     /// The keys of `kind` of Redisson's lock family named `name` under
     /// `prefix` (Redisson's layout): a read or the write hold of Redisson's
     /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
-    /// channel `redisson_rwlock:{..}`). Refuses what [`redisson`](LockKey::redisson)
+    /// channel `redisson_rwlock:{..}`), or permits of its
+    /// `RPermitExpirableSemaphore` (the count `<prefix><name>`, the
+    /// deadlines `{..}:timeout`, channel `redisson_sc:{..}`). Refuses what [`redisson`](LockKey::redisson)
     /// refuses, and the kinds Redisson's layout does not match
     /// (`Unsupported`, naming why).
     pub(crate) fn redisson_family(prefix: &str, name: &str, kind: Kind) -> Result<Self, LockError> {
-        let channel_prefix = match kind {
+        let (channel_prefix, family) = match kind {
             Kind::Exclusive => return Self::redisson(prefix, name),
-            Kind::Read | Kind::Write => "redisson_rwlock",
-            Kind::Fair | Kind::Permits { .. } => {
+            Kind::Read | Kind::Write => ("redisson_rwlock", "\u{0}rw"),
+            Kind::Permits { .. } => ("redisson_sc", "\u{0}sem"),
+            Kind::Fair => {
                 return Err(LockError::Unsupported {
                     key: display_name(name),
                     primitive: kind.describe(),
@@ -320,10 +322,11 @@ impl LockKey {
         let channel = redisson_prefixed(channel_prefix, &raw);
         // Redisson's `suffixName` rule puts the readers' timeout keys in
         // the slot of the channel, checked equal to the hash's by `redisson`.
-        let base: Arc<str> = format!("{raw}\u{0}rw").into();
+        let base: Arc<str> = format!("{raw}{family}").into();
         let id: Arc<str> = match kind {
             Kind::Read => format!("{base}:read").into(),
-            _ => format!("{base}:write").into(),
+            Kind::Write => format!("{base}:write").into(),
+            _ => base.clone(),
         };
         Ok(LockKey {
             name: plain.name,
@@ -348,6 +351,12 @@ impl LockKey {
         let mut key = redisson_suffixed(&self.lock, field);
         key.push_str(":rwlock_timeout");
         key
+    }
+
+    /// Redisson's `RPermitExpirableSemaphore`: its permits' deadlines,
+    /// `{<name>}:timeout` (`<name>:timeout` when the name has a `{`).
+    pub(crate) fn redisson_permit_timeouts(&self) -> String {
+        redisson_suffixed(&self.lock, "timeout")
     }
 
     /// Redisson's read-write lock: what every reader's timeout keys start
@@ -573,12 +582,21 @@ mod tests {
             "{t}:x:u:1:rwlock_timeout"
         );
         assert_eq!(read.redisson_timeouts_stem(), "{t}:x");
-        for kind in [Kind::Fair, Kind::Permits { take: 1, total: 2 }] {
-            assert!(matches!(
-                LockKey::redisson_family("", "x", kind),
-                Err(LockError::Unsupported { .. })
-            ));
+        assert!(matches!(
+            LockKey::redisson_family("", "x", Kind::Fair),
+            Err(LockError::Unsupported { .. })
+        ));
+        let permits = Kind::Permits { take: 1, total: 2 };
+        for name in ["order:42", "{tag}:x"] {
+            let sem = LockKey::redisson_family("", name, permits).unwrap();
+            assert_eq!(&*sem.lock, name);
+            for key in [&*sem.channel, &sem.redisson_permit_timeouts(), &sem.fence()] {
+                assert_eq!(redis_slot(key), sem.slot, "{name}: {key}");
+            }
         }
+        let sem = LockKey::redisson_family("", "order:42", permits).unwrap();
+        assert_eq!(&*sem.channel, "redisson_sc:{order:42}");
+        assert_eq!(sem.redisson_permit_timeouts(), "{order:42}:timeout");
         assert!(matches!(
             LockKey::redisson_family("", "a{b", Kind::Read),
             Err(LockError::InvalidKey { .. })

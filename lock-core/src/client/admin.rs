@@ -407,8 +407,9 @@ impl LockAdmin {
                 key: key.name.to_string(),
                 primitive,
                 backend: "a client in Redisson's layout",
-                reason: "inspecting Redisson's read-write lock is not offered: its holders \
-                         are the hash's fields besides `mode`, readable with HGETALL",
+                reason: "inspecting Redisson's read-write lock and semaphore is not \
+                         offered: their holders are the hash's fields besides `mode`, and the \
+                         permit ids in `{name}:timeout`",
             });
         }
         let state = self.core.backend.inspect_family(&key).await?;

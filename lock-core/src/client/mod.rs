@@ -169,8 +169,10 @@ impl LockClient {
     }
 
     /// A semaphore of `permits` permits on `name` (see [`Semaphore`]). Not
-    /// available on Redlock nor in [Redisson's layout](crate::Layout::Redisson)
-    /// ([`LockError::Unsupported`]).
+    /// available on Redlock ([`LockError::Unsupported`]). In
+    /// [Redisson's layout](crate::Layout::Redisson) it is Redisson's
+    /// `RPermitExpirableSemaphore` of the same name (not on the in-memory
+    /// store); see the README's "Sharing locks with Redisson".
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.core.clone(), name.into(), permits)
     }

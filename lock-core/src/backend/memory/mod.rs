@@ -283,7 +283,7 @@ impl Backend for MemoryStore {
             redisson_family: Some(Unsupported {
                 backend: "the in-memory store",
                 reason: "the in-memory store lays out only the plain lock as Redisson does; \
-                         Redisson's read-write lock needs Redis",
+                         Redisson's read-write lock and semaphore need Redis",
             }),
             ..Capabilities::default()
         }

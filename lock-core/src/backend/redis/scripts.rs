@@ -40,6 +40,22 @@ const REDISSON_READ_RENEW: &str = lua!("redisson_read_renew");
 /// Deletes Redisson's read-write lock whoever holds it.
 const REDISSON_RW_FORCE_RELEASE: &str = lua!("redisson_rw_force_release");
 
+/// Takes permits of Redisson's `RPermitExpirableSemaphore`.
+const REDISSON_PERMITS_ACQUIRE: &str = lua!("prelude/now", "redisson_permits_acquire");
+
+/// Gives permits of Redisson's `RPermitExpirableSemaphore` back.
+const REDISSON_PERMITS_RELEASE: &str = lua!("prelude/now", "redisson_permits_release");
+
+/// Renews permits of Redisson's `RPermitExpirableSemaphore`.
+const REDISSON_PERMITS_RENEW: &str = lua!("prelude/now", "redisson_permits_renew");
+
+/// Gives every held permit of Redisson's `RPermitExpirableSemaphore` back.
+const REDISSON_PERMITS_FORCE_RELEASE: &str = lua!("redisson_permits_force_release");
+
+/// Redisson's deadline of a permit taken without a lease
+/// (`RedissonPermitExpirableSemaphore.nonExpirableTimeout`).
+const REDISSON_NO_LEASE: u64 = 922_337_203_685_477;
+
 /// Extends a hash lock's lease when the owner holds it.
 const RENEW: &str = lua!("renew");
 
@@ -119,6 +135,10 @@ pub(crate) struct Scripts {
     redisson_write_release: Script,
     redisson_read_renew: Script,
     redisson_rw_force_release: Script,
+    redisson_permits_acquire: Script,
+    redisson_permits_release: Script,
+    redisson_permits_renew: Script,
+    redisson_permits_force_release: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub): an argument
     /// of every script that wakes waiters, and the plain release's command.
     publish: &'static str,
@@ -155,12 +175,16 @@ impl Scripts {
             redisson_write_release: Script::new(REDISSON_WRITE_RELEASE),
             redisson_read_renew: Script::new(REDISSON_READ_RENEW),
             redisson_rw_force_release: Script::new(REDISSON_RW_FORCE_RELEASE),
+            redisson_permits_acquire: Script::new(REDISSON_PERMITS_ACQUIRE),
+            redisson_permits_release: Script::new(REDISSON_PERMITS_RELEASE),
+            redisson_permits_renew: Script::new(REDISSON_PERMITS_RENEW),
+            redisson_permits_force_release: Script::new(REDISSON_PERMITS_FORCE_RELEASE),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 25] {
+    pub(crate) fn all(&self) -> [&Script; 29] {
         [
             &self.acquire,
             &self.renew,
@@ -187,6 +211,10 @@ impl Scripts {
             &self.redisson_write_release,
             &self.redisson_read_renew,
             &self.redisson_rw_force_release,
+            &self.redisson_permits_acquire,
+            &self.redisson_permits_release,
+            &self.redisson_permits_renew,
+            &self.redisson_permits_force_release,
         ]
     }
 
@@ -211,6 +239,24 @@ impl Scripts {
                 ];
                 let mut cmd = evalsha(&self.redisson_read_acquire, &refs(&keys));
                 cmd.arg(owner).arg(lease_ms).arg(redisson_writer(owner));
+                cmd
+            }
+            Kind::Permits { take, total } if key.layout == Layout::Redisson => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                    key.fence(),
+                ];
+                let mut cmd = evalsha(&self.redisson_permits_acquire, &refs(&keys));
+                cmd.arg(take)
+                    .arg(lease_ms)
+                    .arg(total)
+                    .arg(self.publish)
+                    .arg(REDISSON_NO_LEASE);
+                for id in redisson_permit_ids(owner, take) {
+                    cmd.arg(&id[..]);
+                }
                 cmd
             }
             Kind::Write if key.layout == Layout::Redisson => {
@@ -265,6 +311,15 @@ impl Scripts {
                     let mut cmd = evalsha(&self.renew, &[&key.lock]);
                     cmd.arg(redisson_writer(owner));
                     cmd
+                }
+                Kind::Permits { take, .. } => {
+                    let timeouts = key.redisson_permit_timeouts();
+                    let mut cmd = evalsha(&self.redisson_permits_renew, &[&timeouts]);
+                    cmd.arg(lease_ms);
+                    for id in redisson_permit_ids(owner, take) {
+                        cmd.arg(&id[..]);
+                    }
+                    return cmd;
                 }
                 _ => {
                     let mut cmd = evalsha(&self.renew, &[&key.lock]);
@@ -330,6 +385,14 @@ impl Scripts {
         let mut cmd = match key.kind {
             Kind::Read | Kind::Write if key.layout == Layout::Redisson => {
                 evalsha(&self.redisson_rw_force_release, &[&key.lock, &key.channel])
+            }
+            Kind::Permits { .. } if key.layout == Layout::Redisson => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                ];
+                evalsha(&self.redisson_permits_force_release, &refs(&keys))
             }
             Kind::Exclusive => evalsha(&self.force_release, &[&key.lock, &key.channel]),
             Kind::Fair => return self.fair(key, "", "force"),
@@ -402,6 +465,19 @@ impl Scripts {
                 let mut cmd = evalsha(&self.redisson_write_release, &[&key.lock, &key.channel]);
                 cmd.arg(redisson_writer(owner));
                 cmd
+            }
+            Kind::Permits { take, .. } => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                ];
+                let mut cmd = evalsha(&self.redisson_permits_release, &refs(&keys));
+                cmd.arg(self.publish);
+                for id in redisson_permit_ids(owner, take) {
+                    cmd.arg(&id[..]);
+                }
+                return Some(one(cmd));
             }
             _ => return None,
         };
@@ -489,6 +565,36 @@ pub(crate) fn redisson_writer(owner: &str) -> String {
     field
 }
 
+/// The ids of `owner`'s `take` permits of Redisson's
+/// `RPermitExpirableSemaphore`: 16 bytes each, as Redisson's own (random
+/// there), here derived from the owner (whose client id is random) and the
+/// permit's number, so that a renewal and the release name the same ids
+/// without keeping them.
+pub(crate) fn redisson_permit_ids(owner: &str, take: u32) -> Vec<[u8; 16]> {
+    let owner_hash = fnv1a(owner.as_bytes(), &[]);
+    (0..take)
+        .map(|n| {
+            let permit = fnv1a(owner.as_bytes(), &n.to_be_bytes());
+            (u128::from(owner_hash) << 64 | u128::from(permit)).to_be_bytes()
+        })
+        .collect()
+}
+
+/// 64-bit FNV-1a of `a` then `b`, with `b` marked by a separator byte.
+fn fnv1a(a: &[u8], b: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |byte: u8| {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    };
+    a.iter().copied().for_each(&mut eat);
+    if !b.is_empty() {
+        eat(0xff);
+        b.iter().copied().for_each(&mut eat);
+    }
+    hash
+}
+
 /// The fair lock's keys: its hash, the fencing counter, the queue, the
 /// places' deadlines, the waiters' leases, the channel.
 fn fair_keys(key: &LockKey) -> [String; 6] {
@@ -561,7 +667,11 @@ pub(crate) fn wait(pipe: &mut Pipeline, replicas: u32, timeout: Duration) {
 mod tests {
     use super::*;
 
-    const SOURCES: [&str; 25] = [
+    const SOURCES: [&str; 29] = [
+        REDISSON_PERMITS_ACQUIRE,
+        REDISSON_PERMITS_RELEASE,
+        REDISSON_PERMITS_RENEW,
+        REDISSON_PERMITS_FORCE_RELEASE,
         ACQUIRE,
         REDISSON_ACQUIRE,
         REDISSON_READ_ACQUIRE,
