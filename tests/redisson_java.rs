@@ -37,7 +37,12 @@
 //!   a reader on the other, both ways round (the wake-up times each way);
 //!   concurrent mixed turns (two Java threads, two of our clients, every
 //!   third turn a write): no writer overlaps anyone, the counter exact, and
-//!   readers of both sides were inside at once.
+//!   readers of both sides were inside at once;
+//! - Redisson's `RPermitExpirableSemaphore` and our `semaphore` on one name:
+//!   alternating turns on one permit (the wake-up times each way), and
+//!   concurrent turns on two permits (two Java threads, two of our
+//!   clients): never more holders than permits, and holders of both sides
+//!   inside at once.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -727,6 +732,178 @@ async fn rw_scenarios(build: &Path, version: &str, topology: &Topology, tag: &st
     eprintln!("{label}: read-write scenarios in {:?}", started.elapsed());
 }
 
+/// Turns per side in the semaphore's alternating scenario (one permit).
+const SEM_ALTERNATE_TURNS: usize = 10;
+/// Turns per thread or task in the semaphore's concurrent scenario.
+const SEM_CONCURRENT_TURNS: usize = 15;
+
+/// Our side's semaphore turns, as interop.RedissonPeer's `sem-turns` takes
+/// them: one permit of `permits` per turn.
+async fn rust_sem_turns(
+    client: LockClient,
+    mut conn: Conn,
+    name: String,
+    turns: usize,
+    permits: u32,
+    alternate: bool,
+) {
+    let side = "rust";
+    let key = |what: &str| format!("interop:{name}:{what}");
+    let keys = Keys::new(&name);
+    let semaphore = client.semaphore(&name, permits);
+    for _ in 0..turns {
+        while alternate && last_turn_is(&mut conn, &keys, side).await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let guard = semaphore
+            .permit()
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        let now = server_micros(&mut conn).await;
+        if let Some(previous) = conn.get::<_, Option<String>>(&keys.released).await.unwrap() {
+            let (previous_side, at) = previous.split_once(' ').unwrap();
+            if alternate && previous_side != side {
+                let at: u64 = at.parse().unwrap();
+                let _: () = conn
+                    .rpush(Keys::handoffs(&name, side), now.saturating_sub(at))
+                    .await
+                    .unwrap();
+            }
+        }
+        let _: () = conn.incr(key("holders:rust"), 1).await.unwrap();
+        let holders: u32 = conn.incr(key("holders"), 1).await.unwrap();
+        if holders > permits {
+            let _: () = conn.incr(&keys.overlaps, 1).await.unwrap();
+        }
+        let java: i64 = conn
+            .get::<_, Option<i64>>(key("holders:java"))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if java > 0 {
+            let _: () = conn.incr(key("shared"), 1).await.unwrap();
+        }
+        let _: () = conn.rpush(&keys.tokens, "rust permit").await.unwrap();
+        let pause = if alternate { 20 } else { 8 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let _: () = conn.decr(key("holders"), 1).await.unwrap();
+        let _: () = conn.decr(key("holders:rust"), 1).await.unwrap();
+        let at = server_micros(&mut conn).await;
+        let _: () = conn
+            .set(&keys.released, format!("{side} {at}"))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        if !alternate {
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..5))).await;
+        }
+    }
+}
+
+/// The semaphore's scenarios for one version on one topology.
+async fn sem_scenarios(build: &Path, version: &str, topology: &Topology, tag: &str, label: &str) {
+    let mut conn = topology.conn().await;
+    let started = Instant::now();
+    let client = topology.client(Duration::from_secs(30)).await;
+    let get = |v: Option<u64>| v.unwrap_or(0);
+
+    // Alternating turns on one permit: every hand-off wakes a waiting side.
+    let name = format!("interop:{version}:{tag}:sem-alternate");
+    let turns = SEM_ALTERNATE_TURNS.to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &["sem-turns", &name, &turns, "java", "1", "1", "alternate"],
+    )
+    .await;
+    rust_sem_turns(
+        client.clone(),
+        conn.clone(),
+        name.clone(),
+        SEM_ALTERNATE_TURNS,
+        1,
+        true,
+    )
+    .await;
+    java.finish(Duration::from_secs(60)).await;
+    let what = format!("{label}, semaphore of 1, alternating");
+    let overlaps = get(conn.get(format!("interop:{name}:overlaps")).await.unwrap());
+    let entries: u64 = conn.llen(format!("interop:{name}:tokens")).await.unwrap();
+    eprintln!("{what}: {entries} turns, more holders than permits {overlaps}");
+    assert_eq!(overlaps, 0, "{what}");
+    assert_eq!(entries as usize, 2 * SEM_ALTERNATE_TURNS, "{what}");
+    for side in ["java", "rust"] {
+        let mut times: Vec<u64> = conn
+            .lrange(Keys::handoffs(&name, side), 0, -1)
+            .await
+            .unwrap();
+        times.sort_unstable();
+        assert!(
+            times.len() + 1 >= SEM_ALTERNATE_TURNS,
+            "{what}: {side} woken {}",
+            times.len()
+        );
+        let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+        let way = if side == "java" {
+            "ours -> Redisson"
+        } else {
+            "Redisson -> ours"
+        };
+        eprintln!(
+            "{what}: wake-up {way}: p50 {p50:?} p99 {p99:?} ({} hand-offs)",
+            times.len()
+        );
+        assert!(
+            p99 < Duration::from_secs(1),
+            "{what}: wake-up {way} p99 {p99:?}"
+        );
+    }
+
+    // Concurrent turns on two permits: two Java threads, two of our clients.
+    let name = format!("{{interop:{version}:{tag}}}:sem-concurrent");
+    let turns = SEM_CONCURRENT_TURNS.to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &["sem-turns", &name, &turns, "java", "2", "2"],
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = topology.client(Duration::from_secs(30)).await;
+        tasks.push(tokio::spawn(rust_sem_turns(
+            client,
+            conn.clone(),
+            name.clone(),
+            SEM_CONCURRENT_TURNS,
+            2,
+            false,
+        )));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    java.finish(Duration::from_secs(60)).await;
+    let what = format!("{label}, semaphore of 2, concurrent");
+    let overlaps = get(conn.get(format!("interop:{name}:overlaps")).await.unwrap());
+    let shared = get(conn.get(format!("interop:{name}:shared")).await.unwrap());
+    let entries: u64 = conn.llen(format!("interop:{name}:tokens")).await.unwrap();
+    let available: u64 = conn.get(&name).await.unwrap();
+    eprintln!(
+        "{what}: {entries} turns, more holders than permits {overlaps}, turns with the other \
+         side's holder inside {shared}, permits available after {available}"
+    );
+    assert_eq!(overlaps, 0, "{what}");
+    assert_eq!(entries as usize, 4 * SEM_CONCURRENT_TURNS, "{what}");
+    assert!(shared > 0, "{what}: no holders of both sides at once");
+    assert_eq!(available, 2, "{what}: every permit given back");
+    eprintln!("{label}: semaphore scenarios in {:?}", started.elapsed());
+}
+
 /// Every scenario for one version on one topology.
 async fn scenarios(build: &Path, version: &str, topology: &Topology) {
     let label = format!("Redisson {version}, {}", topology.describe());
@@ -941,6 +1118,7 @@ async fn scenarios(build: &Path, version: &str, topology: &Topology) {
     assert!(guard.fencing_token() > killed_token, "{label}");
     guard.release().await.unwrap();
     rw_scenarios(build, version, topology, tag, &label).await;
+    sem_scenarios(build, version, topology, tag, &label).await;
     eprintln!("{label}: all scenarios in {:?}", started.elapsed());
 }
 

@@ -10,6 +10,7 @@ import org.redisson.api.RBucket;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RList;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RScript;
 import org.redisson.api.RedissonClient;
@@ -51,6 +52,13 @@ import org.redisson.config.Config;
  *       a reader of the other side is in too. A writer counts an overlap
  *       when anyone else is in, and increments {@code counter} by a read
  *       and a later write.
+ *   <li>{@code sem-turns NAME N SIDE THREADS PERMITS [alternate]}: the same
+ *       with Redisson's {@link RPermitExpirableSemaphore} of PERMITS permits
+ *       ({@code trySetPermits}): each turn takes one permit with a 30 s lease;
+ *       a holder counts itself in {@code holders} and
+ *       {@code holders:<side>}, counts an overlap when more than PERMITS
+ *       are in, and counts {@code shared} when a holder of the other side is
+ *       in too.
  *   <li>{@code rw-hold NAME read|write MS}: take that side of the
  *       read-write lock, print {@code held}, hold it MS ms, unlock, print
  *       {@code unlocked}.
@@ -71,7 +79,8 @@ public final class RedissonPeer {
 
     public static void main(String[] args) throws Exception {
         String mode = args.length > 0 ? args[0] : "turns";
-        if (!List.of("turns", "hold", "force", "hold-forever", "rw-turns", "rw-hold", "rw-try")
+        if (!List.of("turns", "hold", "force", "hold-forever", "rw-turns", "rw-hold", "rw-try",
+                "sem-turns")
                 .contains(mode)) {
             String[] turns = new String[args.length + 1];
             turns[0] = "turns";
@@ -86,6 +95,15 @@ public final class RedissonPeer {
             RFencedLock lock = redisson.getFencedLock(name);
             RReadWriteLock rw = redisson.getReadWriteLock(name);
             switch (mode) {
+                case "sem-turns" -> {
+                    int turns = Integer.parseInt(args[2]);
+                    String side = args[3];
+                    int threads = Integer.parseInt(args[4]);
+                    int permits = Integer.parseInt(args[5]);
+                    boolean alternate = args.length > 6 && args[6].equals("alternate");
+                    semTurns(redisson, name, turns, side, threads, permits, alternate);
+                    say(side + ": " + threads * turns + " semaphore turns on " + name);
+                }
                 case "rw-turns" -> {
                     int turns = Integer.parseInt(args[2]);
                     String side = args[3];
@@ -349,6 +367,78 @@ public final class RedissonPeer {
         }
         if (!failures.isEmpty()) {
             throw new IllegalStateException("a read-write turn failed", failures.get(0));
+        }
+    }
+
+    private static void semTurns(RedissonClient redisson, String name, int turns, String side,
+            int threads, int permits, boolean alternate) throws Exception {
+        String prefix = "interop:" + name + ":";
+        String other = side.equals("java") ? "rust" : "java";
+        RPermitExpirableSemaphore semaphore = redisson.getPermitExpirableSemaphore(name);
+        semaphore.trySetPermits(permits);
+        RAtomicLong holders = redisson.getAtomicLong(prefix + "holders");
+        RAtomicLong mine = redisson.getAtomicLong(prefix + "holders:" + side);
+        RAtomicLong theirs = redisson.getAtomicLong(prefix + "holders:" + other);
+        RAtomicLong overlaps = redisson.getAtomicLong(prefix + "overlaps");
+        RAtomicLong shared = redisson.getAtomicLong(prefix + "shared");
+        RList<String> tokens = redisson.getList(prefix + "tokens", StringCodec.INSTANCE);
+        RBucket<String> released = redisson.getBucket(prefix + "released", StringCodec.INSTANCE);
+        RList<String> handoffs = redisson.getList(prefix + "handoffs:" + side, StringCodec.INSTANCE);
+        RScript script = redisson.getScript(StringCodec.INSTANCE);
+        List<Thread> running = new ArrayList<>();
+        List<Throwable> failures = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread thread = new Thread(() -> {
+                try {
+                    for (int i = 0; i < turns; i++) {
+                        while (alternate && isLast(tokens, side)) {
+                            Thread.sleep(2);
+                        }
+                        // Waits, woken by the count published on
+                        // redisson_sc:{NAME} (the Rust side's releases too).
+                        String id = semaphore.acquire(30, java.util.concurrent.TimeUnit.SECONDS);
+                        try {
+                            long now = micros(script);
+                            String previous = released.get();
+                            if (alternate && previous != null) {
+                                String[] parts = previous.split(" ");
+                                if (!parts[0].equals(side)) {
+                                    handoffs.add(Long.toString(now - Long.parseLong(parts[1])));
+                                }
+                            }
+                            mine.incrementAndGet();
+                            if (holders.incrementAndGet() > permits) {
+                                overlaps.incrementAndGet();
+                            }
+                            if (theirs.get() > 0) {
+                                shared.incrementAndGet();
+                            }
+                            tokens.add(side + " permit");
+                            Thread.sleep(alternate ? 20 : 8);
+                            holders.decrementAndGet();
+                            mine.decrementAndGet();
+                            released.set(side + " " + micros(script));
+                        } finally {
+                            semaphore.release(id);
+                        }
+                        if (!alternate) {
+                            Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextInt(5));
+                        }
+                    }
+                } catch (Throwable e) {
+                    synchronized (failures) {
+                        failures.add(e);
+                    }
+                }
+            });
+            thread.start();
+            running.add(thread);
+        }
+        for (Thread thread : running) {
+            thread.join();
+        }
+        if (!failures.isEmpty()) {
+            throw new IllegalStateException("a semaphore turn failed", failures.get(0));
         }
     }
 
