@@ -88,9 +88,10 @@ fn redisson_suffixed(name: &str, suffix: &str) -> String {
 fn redisson_refusal(kind: Kind) -> &'static str {
     match kind {
         Kind::Fair => {
-            "Redisson's RFairLock keeps its queue with per-waiter deadlines that each waiter \
-             extends by its own wait (threadWaitTime); that is not matched, so a fair lock \
-             is not shared with Redisson"
+            "Redisson's RFairLock queues its waiters with deadlines computed from each \
+             waiter's own wait (threadWaitTime) and the calling Java client's clock, and tells \
+             only the head on a channel of its own; that is not matched, so a fair lock is \
+             not shared with Redisson"
         }
         _ => "not laid out as Redisson does",
     }
