@@ -30,7 +30,19 @@
 //! - a Redisson holder killed with SIGKILL: our waiter gets the lock once
 //!   the lease its watchdog last set runs out, not before. The Java side's
 //!   `lockWatchdogTimeout` is 3 s there (`REDISSON_WATCHDOG_MS`), instead of
-//!   Redisson's 30 s, to keep the test short.
+//!   Redisson's 30 s, to keep the test short;
+//! - Redisson's `RReadWriteLock` and our `read_write_lock` on one name: a
+//!   Java reader and ours hold at once, and each side's reader keeps the
+//!   other side's writer out; alternating turns of a writer on one side and
+//!   a reader on the other, both ways round (the wake-up times each way);
+//!   concurrent mixed turns (two Java threads, two of our clients, every
+//!   third turn a write): no writer overlaps anyone, the counter exact, and
+//!   readers of both sides were inside at once;
+//! - Redisson's `RPermitExpirableSemaphore` and our `semaphore` on one name:
+//!   alternating turns on one permit (the wake-up times each way), and
+//!   concurrent turns on two permits (two Java threads, two of our
+//!   clients): never more holders than permits, and holders of both sides
+//!   inside at once.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -430,6 +442,468 @@ async fn check_turns(conn: &mut Conn, name: &str, label: &str, expected: usize) 
     *tokens.last().unwrap()
 }
 
+/// Turns per side in the read-write lock's alternating scenarios.
+const RW_ALTERNATE_TURNS: usize = 10;
+/// Turns per thread or task in the read-write lock's concurrent scenario.
+const RW_CONCURRENT_TURNS: usize = 18;
+
+/// Our side's read-write turns, as interop.RedissonPeer's `rw-turns`
+/// takes them (`role`: `read`, `write`, `write-read` or `read-write` (half
+/// and half), or `mixed`, every third a write).
+async fn rust_rw_turns(
+    client: LockClient,
+    mut conn: Conn,
+    name: String,
+    turns: usize,
+    role: &'static str,
+    alternate: bool,
+) {
+    let side = "rust";
+    let key = |what: &str| format!("interop:{name}:{what}");
+    let keys = Keys::new(&name);
+    let rw = client.read_write_lock(&name);
+    for i in 0..turns {
+        let write = role == "write"
+            || (role == "mixed" && i % 3 == 2)
+            || (role == "write-read" && i < turns / 2)
+            || (role == "read-write" && i >= turns / 2);
+        let handoffs = format!(
+            "{}:{}",
+            Keys::handoffs(&name, side),
+            if write { "write" } else { "read" }
+        );
+        while alternate && last_turn_is(&mut conn, &keys, side).await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let lock = if write { rw.write() } else { rw.read() };
+        let guard = lock.wait(Duration::from_secs(60)).acquire().await.unwrap();
+        let now = server_micros(&mut conn).await;
+        if let Some(previous) = conn.get::<_, Option<String>>(&keys.released).await.unwrap() {
+            let (previous_side, at) = previous.split_once(' ').unwrap();
+            if alternate && previous_side != side {
+                let at: u64 = at.parse().unwrap();
+                let _: () = conn.rpush(&handoffs, now.saturating_sub(at)).await.unwrap();
+            }
+        }
+        if write {
+            let writers: u64 = conn.incr(key("writers"), 1).await.unwrap();
+            let readers: i64 = conn
+                .get::<_, Option<i64>>(key("readers"))
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            if writers != 1 || readers != 0 {
+                let _: () = conn.incr(&keys.overlaps, 1).await.unwrap();
+            }
+            let value: u64 = conn
+                .get::<_, Option<u64>>(&keys.counter)
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let _: () = conn.set(&keys.counter, value + 1).await.unwrap();
+            let _: () = conn.rpush(&keys.tokens, "rust write").await.unwrap();
+            let pause = if alternate { 20 } else { 1 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let _: () = conn.decr(key("writers"), 1).await.unwrap();
+        } else {
+            let _: () = conn.incr(key("readers:rust"), 1).await.unwrap();
+            let _: () = conn.incr(key("readers"), 1).await.unwrap();
+            let writers: i64 = conn
+                .get::<_, Option<i64>>(key("writers"))
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            if writers != 0 {
+                let _: () = conn.incr(&keys.overlaps, 1).await.unwrap();
+            }
+            let java: i64 = conn
+                .get::<_, Option<i64>>(key("readers:java"))
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            if java > 0 {
+                let _: () = conn.incr(key("shared"), 1).await.unwrap();
+            }
+            let _: () = conn.rpush(&keys.tokens, "rust read").await.unwrap();
+            let pause = if alternate { 20 } else { 8 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let _: () = conn.decr(key("readers"), 1).await.unwrap();
+            let _: () = conn.decr(key("readers:rust"), 1).await.unwrap();
+        }
+        let at = server_micros(&mut conn).await;
+        let _: () = conn
+            .set(&keys.released, format!("{side} {at}"))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        if !alternate {
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..5))).await;
+        }
+    }
+}
+
+/// Checks a read-write turns scenario's keys: no overlap with a writer,
+/// the counter exact (the writes); returns how many reads found a reader
+/// of the other side inside.
+async fn check_rw_turns(
+    conn: &mut Conn,
+    name: &str,
+    label: &str,
+    expected: usize,
+    writes: usize,
+) -> u64 {
+    let keys = Keys::new(name);
+    let get = |v: Option<u64>| v.unwrap_or(0);
+    let overlaps = get(conn.get(&keys.overlaps).await.unwrap());
+    let counter = get(conn.get(&keys.counter).await.unwrap());
+    let shared = get(conn.get(format!("interop:{name}:shared")).await.unwrap());
+    let entries: Vec<String> = conn.lrange(&keys.tokens, 0, -1).await.unwrap();
+    let java = entries.iter().filter(|e| e.starts_with("java ")).count();
+    eprintln!(
+        "{label}: {} turns ({java} Java, {} ours; {counter} writes), overlaps with a writer \
+         {overlaps}, reads with the other side's reader inside {shared}",
+        entries.len(),
+        entries.len() - java,
+    );
+    assert_eq!(overlaps, 0, "{label}: a writer overlapped");
+    assert_eq!(counter as usize, writes, "{label}: lost updates");
+    assert_eq!(entries.len(), expected, "{label}");
+    shared
+}
+
+/// The wake-up times of the read-write lock's alternating scenario, each
+/// way and role: (p50, p99).
+async fn wake_ups(conn: &mut Conn, name: &str, label: &str, turns: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for (side, role) in [
+        ("java", "read"),
+        ("java", "write"),
+        ("rust", "read"),
+        ("rust", "write"),
+    ] {
+        let mut times: Vec<u64> = conn
+            .lrange(format!("{}:{role}", Keys::handoffs(name, side)), 0, -1)
+            .await
+            .unwrap();
+        times.sort_unstable();
+        assert!(
+            times.len() + 1 >= turns,
+            "{label}: {side} {role} woken {} times",
+            times.len()
+        );
+        let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+        let way = match (side, role) {
+            ("java", "read") => "our writer's release -> Redisson's reader",
+            ("java", _) => "our reader's release -> Redisson's writer",
+            (_, "read") => "Redisson's writer's release -> our reader",
+            _ => "Redisson's reader's release -> our writer",
+        };
+        out.push(format!(
+            "{way}: p50 {p50:?} p99 {p99:?} ({} hand-offs)",
+            times.len()
+        ));
+        assert!(
+            p99 < Duration::from_secs(1),
+            "{label}: wake-up {way} p99 {p99:?}"
+        );
+    }
+    out
+}
+
+/// The read-write lock's scenarios for one version on one topology.
+async fn rw_scenarios(build: &Path, version: &str, topology: &Topology, tag: &str, label: &str) {
+    let mut conn = topology.conn().await;
+    let started = Instant::now();
+    let client = topology.client(Duration::from_secs(30)).await;
+
+    // Readers of both sides at once; each side's reader keeps the other's
+    // writer out.
+    let name = format!("interop:{version}:{tag}:rw-share");
+    let mut java = Java::start(build, topology, &[], &["rw-hold", &name, "read", "1500"]).await;
+    assert_eq!(java.line(Duration::from_secs(30)).await, "held", "{label}");
+    let rw = client.read_write_lock(&name);
+    let read = rw.read().try_acquire().await.unwrap();
+    assert!(read.is_some(), "{label}: our reader beside Redisson's");
+    assert!(
+        rw.write().try_acquire().await.unwrap().is_none(),
+        "{label}: our writer while Redisson's reader holds"
+    );
+    // (Our reader keeping Redisson's writer out: the alternating turns below.)
+    assert_eq!(
+        java.line(Duration::from_secs(30)).await,
+        "unlocked",
+        "{label}"
+    );
+    java.finish(Duration::from_secs(30)).await;
+    // Ours still reads (Redisson's unlock left the hash to our hold).
+    let fields: Vec<String> = conn.hkeys(&name).await.unwrap();
+    assert_eq!(fields.len(), 2, "{label}: {fields:?}");
+    assert!(
+        rw.write().try_acquire().await.unwrap().is_none(),
+        "{label}: our writer while our reader holds"
+    );
+    read.unwrap().release().await.unwrap();
+    let exists: bool = conn.exists(&name).await.unwrap();
+    assert!(!exists, "{label}: the last reader deletes the hash");
+    eprintln!(
+        "{label}: read-write lock: a Redisson reader and ours held at once; Redisson's reader \
+         kept our writer out, and so did ours after Redisson's left"
+    );
+
+    // Alternating turns, a writer on one side and a reader on the other:
+    // Redisson writes while we read, then the other way round.
+    let name = format!("interop:{version}:{tag}:rw-alternate");
+    let turns = (2 * RW_ALTERNATE_TURNS).to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &[
+            "rw-turns",
+            &name,
+            &turns,
+            "java",
+            "1",
+            "write-read",
+            "alternate",
+        ],
+    )
+    .await;
+    rust_rw_turns(
+        client.clone(),
+        conn.clone(),
+        name.clone(),
+        2 * RW_ALTERNATE_TURNS,
+        "read-write",
+        true,
+    )
+    .await;
+    java.finish(Duration::from_secs(60)).await;
+    let what = format!("{label}, read-write, alternating");
+    check_rw_turns(
+        &mut conn,
+        &name,
+        &what,
+        4 * RW_ALTERNATE_TURNS,
+        2 * RW_ALTERNATE_TURNS,
+    )
+    .await;
+    for line in wake_ups(&mut conn, &name, &what, RW_ALTERNATE_TURNS).await {
+        eprintln!("{what}: wake-up {line}");
+    }
+
+    // Concurrent mixed turns: two Java threads and two of our clients.
+    let name = format!("{{interop:{version}:{tag}}}:rw-concurrent");
+    let turns = RW_CONCURRENT_TURNS.to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &["rw-turns", &name, &turns, "java", "2", "mixed"],
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = topology.client(Duration::from_secs(30)).await;
+        tasks.push(tokio::spawn(rust_rw_turns(
+            client,
+            conn.clone(),
+            name.clone(),
+            RW_CONCURRENT_TURNS,
+            "mixed",
+            false,
+        )));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    java.finish(Duration::from_secs(60)).await;
+    let writes = 4 * (RW_CONCURRENT_TURNS / 3);
+    let shared = check_rw_turns(
+        &mut conn,
+        &name,
+        &format!("{label}, read-write, concurrent"),
+        4 * RW_CONCURRENT_TURNS,
+        writes,
+    )
+    .await;
+    assert!(shared > 0, "{label}: no reads of both sides at once");
+    eprintln!("{label}: read-write scenarios in {:?}", started.elapsed());
+}
+
+/// Turns per side in the semaphore's alternating scenario (one permit).
+const SEM_ALTERNATE_TURNS: usize = 10;
+/// Turns per thread or task in the semaphore's concurrent scenario.
+const SEM_CONCURRENT_TURNS: usize = 15;
+
+/// Our side's semaphore turns, as interop.RedissonPeer's `sem-turns` takes
+/// them: one permit of `permits` per turn.
+async fn rust_sem_turns(
+    client: LockClient,
+    mut conn: Conn,
+    name: String,
+    turns: usize,
+    permits: u32,
+    alternate: bool,
+) {
+    let side = "rust";
+    let key = |what: &str| format!("interop:{name}:{what}");
+    let keys = Keys::new(&name);
+    let semaphore = client.semaphore(&name, permits);
+    for _ in 0..turns {
+        while alternate && last_turn_is(&mut conn, &keys, side).await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let guard = semaphore
+            .permit()
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        let now = server_micros(&mut conn).await;
+        if let Some(previous) = conn.get::<_, Option<String>>(&keys.released).await.unwrap() {
+            let (previous_side, at) = previous.split_once(' ').unwrap();
+            if alternate && previous_side != side {
+                let at: u64 = at.parse().unwrap();
+                let _: () = conn
+                    .rpush(Keys::handoffs(&name, side), now.saturating_sub(at))
+                    .await
+                    .unwrap();
+            }
+        }
+        let _: () = conn.incr(key("holders:rust"), 1).await.unwrap();
+        let holders: u32 = conn.incr(key("holders"), 1).await.unwrap();
+        if holders > permits {
+            let _: () = conn.incr(&keys.overlaps, 1).await.unwrap();
+        }
+        let java: i64 = conn
+            .get::<_, Option<i64>>(key("holders:java"))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if java > 0 {
+            let _: () = conn.incr(key("shared"), 1).await.unwrap();
+        }
+        let _: () = conn.rpush(&keys.tokens, "rust permit").await.unwrap();
+        let pause = if alternate { 20 } else { 8 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let _: () = conn.decr(key("holders"), 1).await.unwrap();
+        let _: () = conn.decr(key("holders:rust"), 1).await.unwrap();
+        let at = server_micros(&mut conn).await;
+        let _: () = conn
+            .set(&keys.released, format!("{side} {at}"))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        if !alternate {
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..5))).await;
+        }
+    }
+}
+
+/// The semaphore's scenarios for one version on one topology.
+async fn sem_scenarios(build: &Path, version: &str, topology: &Topology, tag: &str, label: &str) {
+    let mut conn = topology.conn().await;
+    let started = Instant::now();
+    let client = topology.client(Duration::from_secs(30)).await;
+    let get = |v: Option<u64>| v.unwrap_or(0);
+
+    // Alternating turns on one permit: every hand-off wakes a waiting side.
+    let name = format!("interop:{version}:{tag}:sem-alternate");
+    let turns = SEM_ALTERNATE_TURNS.to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &["sem-turns", &name, &turns, "java", "1", "1", "alternate"],
+    )
+    .await;
+    rust_sem_turns(
+        client.clone(),
+        conn.clone(),
+        name.clone(),
+        SEM_ALTERNATE_TURNS,
+        1,
+        true,
+    )
+    .await;
+    java.finish(Duration::from_secs(60)).await;
+    let what = format!("{label}, semaphore of 1, alternating");
+    let overlaps = get(conn.get(format!("interop:{name}:overlaps")).await.unwrap());
+    let entries: u64 = conn.llen(format!("interop:{name}:tokens")).await.unwrap();
+    eprintln!("{what}: {entries} turns, more holders than permits {overlaps}");
+    assert_eq!(overlaps, 0, "{what}");
+    assert_eq!(entries as usize, 2 * SEM_ALTERNATE_TURNS, "{what}");
+    for side in ["java", "rust"] {
+        let mut times: Vec<u64> = conn
+            .lrange(Keys::handoffs(&name, side), 0, -1)
+            .await
+            .unwrap();
+        times.sort_unstable();
+        assert!(
+            times.len() + 1 >= SEM_ALTERNATE_TURNS,
+            "{what}: {side} woken {}",
+            times.len()
+        );
+        let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+        let way = if side == "java" {
+            "ours -> Redisson"
+        } else {
+            "Redisson -> ours"
+        };
+        eprintln!(
+            "{what}: wake-up {way}: p50 {p50:?} p99 {p99:?} ({} hand-offs)",
+            times.len()
+        );
+        assert!(
+            p99 < Duration::from_secs(1),
+            "{what}: wake-up {way} p99 {p99:?}"
+        );
+    }
+
+    // Concurrent turns on two permits: two Java threads, two of our clients.
+    let name = format!("{{interop:{version}:{tag}}}:sem-concurrent");
+    let turns = SEM_CONCURRENT_TURNS.to_string();
+    let java = Java::start(
+        build,
+        topology,
+        &[],
+        &["sem-turns", &name, &turns, "java", "2", "2"],
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = topology.client(Duration::from_secs(30)).await;
+        tasks.push(tokio::spawn(rust_sem_turns(
+            client,
+            conn.clone(),
+            name.clone(),
+            SEM_CONCURRENT_TURNS,
+            2,
+            false,
+        )));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    java.finish(Duration::from_secs(60)).await;
+    let what = format!("{label}, semaphore of 2, concurrent");
+    let overlaps = get(conn.get(format!("interop:{name}:overlaps")).await.unwrap());
+    let shared = get(conn.get(format!("interop:{name}:shared")).await.unwrap());
+    let entries: u64 = conn.llen(format!("interop:{name}:tokens")).await.unwrap();
+    let available: u64 = conn.get(&name).await.unwrap();
+    eprintln!(
+        "{what}: {entries} turns, more holders than permits {overlaps}, turns with the other \
+         side's holder inside {shared}, permits available after {available}"
+    );
+    assert_eq!(overlaps, 0, "{what}");
+    assert_eq!(entries as usize, 4 * SEM_CONCURRENT_TURNS, "{what}");
+    assert!(shared > 0, "{what}: no holders of both sides at once");
+    assert_eq!(available, 2, "{what}: every permit given back");
+    eprintln!("{label}: semaphore scenarios in {:?}", started.elapsed());
+}
+
 /// Every scenario for one version on one topology.
 async fn scenarios(build: &Path, version: &str, topology: &Topology) {
     let label = format!("Redisson {version}, {}", topology.describe());
@@ -643,6 +1117,8 @@ async fn scenarios(build: &Path, version: &str, topology: &Topology) {
     );
     assert!(guard.fencing_token() > killed_token, "{label}");
     guard.release().await.unwrap();
+    rw_scenarios(build, version, topology, tag, &label).await;
+    sem_scenarios(build, version, topology, tag, &label).await;
     eprintln!("{label}: all scenarios in {:?}", started.elapsed());
 }
 

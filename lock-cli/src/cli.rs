@@ -178,8 +178,9 @@ pub(crate) struct ConnectionArgs {
     )]
     pub(crate) key_prefix: Option<String>,
 
-    /// How locks are laid out in Redis: native, or redisson for Redisson's RLock and
-    /// RFencedLock of the same name (plain locks only; no list or top)
+    /// How locks are laid out in Redis: native, or redisson for Redisson's RLock,
+    /// RFencedLock, RReadWriteLock and RPermitExpirableSemaphore of the same name (no fair
+    /// lock, list or top)
     #[arg(long, global = true, env = "LOCK_LAYOUT", value_enum, default_value_t = LayoutArg::Native)]
     pub(crate) layout: LayoutArg,
 

@@ -44,7 +44,10 @@ pub(crate) async fn acquire(
     check_kind(core, &key)?;
     let at_least = lease::check_at_least(&key.name, at_least, lease)?;
     // A waiting fair or write acquisition keeps a place while it waits.
-    key.queue = wait != Wait::Once && matches!(kind, Kind::Fair | Kind::Write);
+    // (Redisson's read-write lock records no intent: its writers wait unqueued.)
+    key.queue = wait != Wait::Once
+        && matches!(kind, Kind::Fair | Kind::Write)
+        && key.layout == crate::name::Layout::Native;
     let lease = match lease {
         None => Lease::Watchdog(core.lease),
         Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Unsupported};
 use crate::held::HeldLock;
 use crate::hot::{GiveUp, Keeper};
 use crate::janitor::Janitor;
@@ -131,14 +131,19 @@ impl ClientCore {
     pub(crate) fn key_of(&self, name: &str, kind: Kind) -> Result<LockKey, LockError> {
         match (self.layout, kind) {
             (Layout::Redisson, Kind::Exclusive) => LockKey::redisson(&self.prefix, name),
-            (Layout::Redisson, _) => Err(LockError::Unsupported {
-                key: name::display_name(name),
-                primitive: kind.describe(),
-                backend: "a client in Redisson's layout",
-                reason: "only the plain lock (Redisson's RLock and RFencedLock) is laid out as \
-                         Redisson does; Redisson's fair and read-write locks use other keys \
-                         and scripts",
-            }),
+            (Layout::Redisson, _) => {
+                if let Some(Unsupported { backend, reason }) =
+                    self.backend.capabilities().redisson_family
+                {
+                    return Err(LockError::Unsupported {
+                        key: name::display_name(name),
+                        primitive: kind.describe(),
+                        backend,
+                        reason,
+                    });
+                }
+                LockKey::redisson_family(&self.prefix, name, kind)
+            }
             (Layout::Native, _) => LockKey::of_kind(&self.prefix, name, kind),
         }
     }

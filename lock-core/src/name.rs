@@ -35,7 +35,12 @@ pub enum Layout {
     /// `redisson_lock__channel:{<prefix><name>}`, unlock message `0`, and
     /// the fencing counter of `RFencedLock`,
     /// `redisson_lock_token:{<prefix><name>}`. The key prefix is empty
-    /// unless one is set. Only the plain lock exists in this layout.
+    /// unless one is set. The read-write lock is Redisson's
+    /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
+    /// channel `redisson_rwlock:{<prefix><name>}`), the semaphore is
+    /// Redisson's `RPermitExpirableSemaphore` (the count `<prefix><name>`,
+    /// channel `redisson_sc:{<prefix><name>}`); the fair lock is refused in
+    /// this layout.
     Redisson,
 }
 
@@ -65,6 +70,30 @@ fn redisson_prefixed(prefix: &str, name: &str) -> String {
         format!("{prefix}:{name}")
     } else {
         format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when
+/// the name contains a `{`.
+fn redisson_suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// Why Redisson's layout refuses `kind` (see the README's "Sharing locks
+/// with Redisson").
+fn redisson_refusal(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Fair => {
+            "Redisson's RFairLock queues its waiters with deadlines computed from each \
+             waiter's own wait (threadWaitTime) and the calling Java client's clock, and tells \
+             only the head on a channel of its own; that is not matched, so a fair lock is \
+             not shared with Redisson"
+        }
+        _ => "not laid out as Redisson does",
     }
 }
 
@@ -267,6 +296,81 @@ impl LockKey {
         })
     }
 
+    /// The keys of `kind` of Redisson's lock family named `name` under
+    /// `prefix` (Redisson's layout): a read or the write hold of Redisson's
+    /// `RReadWriteLock` (the hash `<prefix><name>` with field `mode`,
+    /// channel `redisson_rwlock:{..}`), or permits of its
+    /// `RPermitExpirableSemaphore` (the count `<prefix><name>`, the
+    /// deadlines `{..}:timeout`, channel `redisson_sc:{..}`). Refuses what [`redisson`](LockKey::redisson)
+    /// refuses, and the kinds Redisson's layout does not match
+    /// (`Unsupported`, naming why).
+    pub(crate) fn redisson_family(prefix: &str, name: &str, kind: Kind) -> Result<Self, LockError> {
+        let (channel_prefix, family) = match kind {
+            Kind::Exclusive => return Self::redisson(prefix, name),
+            Kind::Read | Kind::Write => ("redisson_rwlock", "\u{0}rw"),
+            Kind::Permits { .. } => ("redisson_sc", "\u{0}sem"),
+            Kind::Fair => {
+                return Err(LockError::Unsupported {
+                    key: display_name(name),
+                    primitive: kind.describe(),
+                    backend: "a client in Redisson's layout",
+                    reason: redisson_refusal(kind),
+                })
+            }
+        };
+        let plain = Self::redisson(prefix, name)?;
+        let raw = plain.lock;
+        let channel = redisson_prefixed(channel_prefix, &raw);
+        // Redisson's `suffixName` rule puts the readers' timeout keys in
+        // the slot of the channel, checked equal to the hash's by `redisson`.
+        let base: Arc<str> = format!("{raw}{family}").into();
+        let id: Arc<str> = match kind {
+            Kind::Read => format!("{base}:read").into(),
+            Kind::Write => format!("{base}:write").into(),
+            _ => base.clone(),
+        };
+        Ok(LockKey {
+            name: plain.name,
+            kind,
+            id,
+            queue: false,
+            lock: raw,
+            base,
+            prefix_len: plain.prefix_len,
+            channel: channel.into(),
+            slot: plain.slot,
+            layout: Layout::Redisson,
+            own_fence: plain.own_fence,
+        })
+    }
+
+    /// Redisson's read-write lock: the prefix of a reader's timeout keys,
+    /// `{<name>}:<field>:rwlock_timeout` (`<name>:<field>:..` when the name
+    /// has a `{`), one key per hold, `:<n>` appended
+    /// (`RedissonReadLock.getReadWriteTimeoutNamePrefix`).
+    pub(crate) fn redisson_read_timeouts(&self, field: &str) -> String {
+        let mut key = redisson_suffixed(&self.lock, field);
+        key.push_str(":rwlock_timeout");
+        key
+    }
+
+    /// Redisson's `RPermitExpirableSemaphore`: its permits' deadlines,
+    /// `{<name>}:timeout` (`<name>:timeout` when the name has a `{`).
+    pub(crate) fn redisson_permit_timeouts(&self) -> String {
+        redisson_suffixed(&self.lock, "timeout")
+    }
+
+    /// Redisson's read-write lock: what every reader's timeout keys start
+    /// with, `{<name>}` (`<name>` when the name has a `{`), before
+    /// `:<field>:rwlock_timeout:<n>` (`RedissonReadLock.getKeyPrefix`).
+    pub(crate) fn redisson_timeouts_stem(&self) -> String {
+        if self.lock.contains('{') {
+            self.lock.to_string()
+        } else {
+            format!("{{{}}}", self.lock)
+        }
+    }
+
     /// Redisson's fair-lock queue of this name (a list), whose presence
     /// means the name is used as a Redisson fair lock.
     pub(crate) fn redisson_queue(&self) -> String {
@@ -439,6 +543,65 @@ mod tests {
             assert_eq!(redis_slot(&key.fence()), slot, "{name}");
             assert_eq!(name_of("lock:", &key.lock).as_deref(), Some(name));
         }
+    }
+
+    /// Redisson's read-write lock: the hash, the channel, the token counter
+    /// and a reader's timeout keys share the hash's slot, as Redisson names
+    /// them; read and write holds have different ids on one stem.
+    #[test]
+    fn redisson_read_write_keys_share_one_slot() {
+        for name in ["order:42", "{tag}:x", "a{b}c", "über 🔒"] {
+            let read = LockKey::redisson_family("", name, Kind::Read).unwrap();
+            let write = LockKey::redisson_family("", name, Kind::Write).unwrap();
+            assert_eq!(&*read.lock, name);
+            assert_eq!(read.lock, write.lock);
+            assert_eq!(read.channel, write.channel);
+            assert_ne!(read.id, write.id);
+            assert_eq!(read.stem(), write.stem());
+            assert_eq!(
+                write.aux(":read"),
+                *read.id,
+                "UpgradeRefused finds the read hold"
+            );
+            let timeouts = read.redisson_read_timeouts("u:1");
+            let stem = read.redisson_timeouts_stem();
+            assert!(timeouts.starts_with(&stem), "{timeouts} {stem}");
+            for key in [&*read.channel, &read.fence(), &timeouts, &stem] {
+                assert_eq!(redis_slot(key), read.slot, "{name}: {key}");
+            }
+        }
+        let read = LockKey::redisson_family("", "order:42", Kind::Read).unwrap();
+        assert_eq!(&*read.channel, "redisson_rwlock:{order:42}");
+        assert_eq!(
+            read.redisson_read_timeouts("u:1"),
+            "{order:42}:u:1:rwlock_timeout"
+        );
+        let read = LockKey::redisson_family("", "{t}:x", Kind::Read).unwrap();
+        assert_eq!(&*read.channel, "redisson_rwlock:{t}:x");
+        assert_eq!(
+            read.redisson_read_timeouts("u:1"),
+            "{t}:x:u:1:rwlock_timeout"
+        );
+        assert_eq!(read.redisson_timeouts_stem(), "{t}:x");
+        assert!(matches!(
+            LockKey::redisson_family("", "x", Kind::Fair),
+            Err(LockError::Unsupported { .. })
+        ));
+        let permits = Kind::Permits { take: 1, total: 2 };
+        for name in ["order:42", "{tag}:x"] {
+            let sem = LockKey::redisson_family("", name, permits).unwrap();
+            assert_eq!(&*sem.lock, name);
+            for key in [&*sem.channel, &sem.redisson_permit_timeouts(), &sem.fence()] {
+                assert_eq!(redis_slot(key), sem.slot, "{name}: {key}");
+            }
+        }
+        let sem = LockKey::redisson_family("", "order:42", permits).unwrap();
+        assert_eq!(&*sem.channel, "redisson_sc:{order:42}");
+        assert_eq!(sem.redisson_permit_timeouts(), "{order:42}:timeout");
+        assert!(matches!(
+            LockKey::redisson_family("", "a{b", Kind::Read),
+            Err(LockError::InvalidKey { .. })
+        ));
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub(crate) struct Capabilities {
     pub(crate) family: Option<Unsupported>,
     /// Hot locks (`keep_hot`), unless this says why not.
     pub(crate) hot_locks: Option<Unsupported>,
+    /// Redisson's lock family (its read-write lock and permit semaphore) in
+    /// Redisson's layout,
+    /// unless this says why not.
+    pub(crate) redisson_family: Option<Unsupported>,
 }
 
 /// A lock to renew: its key and owner.

@@ -402,6 +402,16 @@ impl LockAdmin {
         primitive: &'static str,
     ) -> Result<(LockKey, FamilyState), LockError> {
         let key = self.family_key(name, kind, primitive)?;
+        if key.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                key: key.name.to_string(),
+                primitive,
+                backend: "a client in Redisson's layout",
+                reason: "inspecting Redisson's read-write lock and semaphore is not \
+                         offered: their holders are the hash's fields besides `mode`, and the \
+                         permit ids in `{name}:timeout`",
+            });
+        }
         let state = self.core.backend.inspect_family(&key).await?;
         Ok((key, state))
     }

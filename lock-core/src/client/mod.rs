@@ -153,20 +153,26 @@ impl LockClient {
     /// [`QUEUE_PRESENCE`](crate::QUEUE_PRESENCE), so it never blocks the
     /// others for longer. A single try (no wait) never jumps the queue.
     /// Its keys are its own: `fair_lock("x")` and `lock("x")` are
-    /// different locks. Not available on Redlock
-    /// ([`LockError::Unsupported`]).
+    /// different locks. Not available on Redlock nor in
+    /// [Redisson's layout](crate::Layout::Redisson) ([`LockError::Unsupported`]).
     pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
         Lock::of_kind(self.core.clone(), name.into(), Kind::Fair)
     }
 
     /// A read-write lock on `name` (see [`ReadWriteLock`]). Not available
-    /// on Redlock ([`LockError::Unsupported`]).
+    /// on Redlock ([`LockError::Unsupported`]). In
+    /// [Redisson's layout](crate::Layout::Redisson) it is Redisson's
+    /// `RReadWriteLock` of the same name (not on the in-memory store); see
+    /// the README's "Sharing locks with Redisson".
     pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
         ReadWriteLock::new(self.core.clone(), name.into())
     }
 
     /// A semaphore of `permits` permits on `name` (see [`Semaphore`]). Not
-    /// available on Redlock ([`LockError::Unsupported`]).
+    /// available on Redlock ([`LockError::Unsupported`]). In
+    /// [Redisson's layout](crate::Layout::Redisson) it is Redisson's
+    /// `RPermitExpirableSemaphore` of the same name (not on the in-memory
+    /// store); see the README's "Sharing locks with Redisson".
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.core.clone(), name.into(), permits)
     }

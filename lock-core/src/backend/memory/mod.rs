@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use self::fair::Fair;
 use self::read_write::{rw_stem, ReadWrite};
 use self::semaphore::Permits;
-use super::{Attempt, Backend, Released, RenewItem, Renewal};
+use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
 use crate::name::{Kind, LockKey};
 use crate::sync::Mutex;
@@ -276,6 +276,17 @@ impl MemoryStore {
 impl Backend for MemoryStore {
     fn server(&self) -> &str {
         "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            redisson_family: Some(Unsupported {
+                backend: "the in-memory store",
+                reason: "the in-memory store lays out only the plain lock as Redisson does; \
+                         Redisson's read-write lock and semaphore need Redis",
+            }),
+            ..Capabilities::default()
+        }
     }
 
     fn store_id(&self) -> String {

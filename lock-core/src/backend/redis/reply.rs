@@ -118,7 +118,8 @@ pub(crate) async fn command_error<T: Target>(
     if let BackendError::Redis(e) = &err {
         // Redisson's layout: the name is one of Redisson's other locks.
         let text = e.to_string();
-        if text.contains("REDISSON_RWLOCK") {
+        // (The read-write lock's scripts: the name is Redisson's plain lock.)
+        if text.contains("REDISSON_RWLOCK") || text.contains("REDISSON_LOCK") {
             return LockError::WrongType {
                 key: key.name.to_string(),
                 redis_key: key.lock.to_string(),

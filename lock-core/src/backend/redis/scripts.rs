@@ -22,6 +22,40 @@ const ACQUIRE: &str = lua!("acquire");
 /// Takes the plain lock in Redisson's layout, as Redisson's `RFencedLock` does.
 const REDISSON_ACQUIRE: &str = lua!("redisson_acquire");
 
+/// Takes a read hold of Redisson's read-write lock.
+const REDISSON_READ_ACQUIRE: &str = lua!("redisson_read_acquire");
+
+/// Takes the write hold of Redisson's read-write lock.
+const REDISSON_WRITE_ACQUIRE: &str = lua!("redisson_write_acquire");
+
+/// Gives a read hold of Redisson's read-write lock back.
+const REDISSON_READ_RELEASE: &str = lua!("redisson_read_release");
+
+/// Gives the write hold of Redisson's read-write lock back.
+const REDISSON_WRITE_RELEASE: &str = lua!("redisson_write_release");
+
+/// Renews a read hold of Redisson's read-write lock.
+const REDISSON_READ_RENEW: &str = lua!("redisson_read_renew");
+
+/// Deletes Redisson's read-write lock whoever holds it.
+const REDISSON_RW_FORCE_RELEASE: &str = lua!("redisson_rw_force_release");
+
+/// Takes permits of Redisson's `RPermitExpirableSemaphore`.
+const REDISSON_PERMITS_ACQUIRE: &str = lua!("prelude/now", "redisson_permits_acquire");
+
+/// Gives permits of Redisson's `RPermitExpirableSemaphore` back.
+const REDISSON_PERMITS_RELEASE: &str = lua!("prelude/now", "redisson_permits_release");
+
+/// Renews permits of Redisson's `RPermitExpirableSemaphore`.
+const REDISSON_PERMITS_RENEW: &str = lua!("prelude/now", "redisson_permits_renew");
+
+/// Gives every held permit of Redisson's `RPermitExpirableSemaphore` back.
+const REDISSON_PERMITS_FORCE_RELEASE: &str = lua!("redisson_permits_force_release");
+
+/// Redisson's deadline of a permit taken without a lease
+/// (`RedissonPermitExpirableSemaphore.nonExpirableTimeout`).
+const REDISSON_NO_LEASE: u64 = 922_337_203_685_477;
+
 /// Extends a hash lock's lease when the owner holds it.
 const RENEW: &str = lua!("renew");
 
@@ -95,6 +129,16 @@ pub(crate) struct Scripts {
     rw_inspect: Script,
     permits_inspect: Script,
     redisson_acquire: Script,
+    redisson_read_acquire: Script,
+    redisson_write_acquire: Script,
+    redisson_read_release: Script,
+    redisson_write_release: Script,
+    redisson_read_renew: Script,
+    redisson_rw_force_release: Script,
+    redisson_permits_acquire: Script,
+    redisson_permits_release: Script,
+    redisson_permits_renew: Script,
+    redisson_permits_force_release: Script,
     /// `PUBLISH`, or `SPUBLISH` on a cluster (sharded pub/sub): an argument
     /// of every script that wakes waiters, and the plain release's command.
     publish: &'static str,
@@ -125,12 +169,22 @@ impl Scripts {
             rw_inspect: Script::new(RW_INSPECT),
             permits_inspect: Script::new(PERMITS_INSPECT),
             redisson_acquire: Script::new(REDISSON_ACQUIRE),
+            redisson_read_acquire: Script::new(REDISSON_READ_ACQUIRE),
+            redisson_write_acquire: Script::new(REDISSON_WRITE_ACQUIRE),
+            redisson_read_release: Script::new(REDISSON_READ_RELEASE),
+            redisson_write_release: Script::new(REDISSON_WRITE_RELEASE),
+            redisson_read_renew: Script::new(REDISSON_READ_RENEW),
+            redisson_rw_force_release: Script::new(REDISSON_RW_FORCE_RELEASE),
+            redisson_permits_acquire: Script::new(REDISSON_PERMITS_ACQUIRE),
+            redisson_permits_release: Script::new(REDISSON_PERMITS_RELEASE),
+            redisson_permits_renew: Script::new(REDISSON_PERMITS_RENEW),
+            redisson_permits_force_release: Script::new(REDISSON_PERMITS_FORCE_RELEASE),
             publish: if sharded { "SPUBLISH" } else { "PUBLISH" },
         }
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 19] {
+    pub(crate) fn all(&self) -> [&Script; 29] {
         [
             &self.acquire,
             &self.renew,
@@ -151,6 +205,16 @@ impl Scripts {
             &self.rw_inspect,
             &self.permits_inspect,
             &self.redisson_acquire,
+            &self.redisson_read_acquire,
+            &self.redisson_write_acquire,
+            &self.redisson_read_release,
+            &self.redisson_write_release,
+            &self.redisson_read_renew,
+            &self.redisson_rw_force_release,
+            &self.redisson_permits_acquire,
+            &self.redisson_permits_release,
+            &self.redisson_permits_renew,
+            &self.redisson_permits_force_release,
         ]
     }
 
@@ -165,6 +229,40 @@ impl Scripts {
                 let keys = [key.lock.to_string(), key.fence(), key.redisson_queue()];
                 let mut cmd = evalsha(&self.redisson_acquire, &refs(&keys));
                 cmd.arg(owner).arg(lease_ms);
+                cmd
+            }
+            Kind::Read if key.layout == Layout::Redisson => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_read_timeouts(owner),
+                    key.fence(),
+                ];
+                let mut cmd = evalsha(&self.redisson_read_acquire, &refs(&keys));
+                cmd.arg(owner).arg(lease_ms).arg(redisson_writer(owner));
+                cmd
+            }
+            Kind::Permits { take, total } if key.layout == Layout::Redisson => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                    key.fence(),
+                ];
+                let mut cmd = evalsha(&self.redisson_permits_acquire, &refs(&keys));
+                cmd.arg(take)
+                    .arg(lease_ms)
+                    .arg(total)
+                    .arg(self.publish)
+                    .arg(REDISSON_NO_LEASE);
+                for id in redisson_permit_ids(owner, take) {
+                    cmd.arg(&id[..]);
+                }
+                cmd
+            }
+            Kind::Write if key.layout == Layout::Redisson => {
+                let keys = [key.lock.to_string(), key.fence()];
+                let mut cmd = evalsha(&self.redisson_write_acquire, &refs(&keys));
+                cmd.arg(redisson_writer(owner)).arg(lease_ms);
                 cmd
             }
             Kind::Exclusive => {
@@ -201,6 +299,37 @@ impl Scripts {
 
     /// The renewal of one hold (to join a pipeline of renewals).
     pub(crate) fn renew(&self, key: &LockKey, owner: &str, lease_ms: u64) -> Cmd {
+        if key.layout == Layout::Redisson {
+            let mut cmd = match key.kind {
+                Kind::Read => {
+                    let keys = [key.lock.to_string(), key.redisson_read_timeouts(owner)];
+                    let mut cmd = evalsha(&self.redisson_read_renew, &refs(&keys));
+                    cmd.arg(owner);
+                    cmd
+                }
+                Kind::Write => {
+                    let mut cmd = evalsha(&self.renew, &[&key.lock]);
+                    cmd.arg(redisson_writer(owner));
+                    cmd
+                }
+                Kind::Permits { take, .. } => {
+                    let timeouts = key.redisson_permit_timeouts();
+                    let mut cmd = evalsha(&self.redisson_permits_renew, &[&timeouts]);
+                    cmd.arg(lease_ms);
+                    for id in redisson_permit_ids(owner, take) {
+                        cmd.arg(&id[..]);
+                    }
+                    return cmd;
+                }
+                _ => {
+                    let mut cmd = evalsha(&self.renew, &[&key.lock]);
+                    cmd.arg(owner);
+                    cmd
+                }
+            };
+            cmd.arg(lease_ms);
+            return cmd;
+        }
         let mut cmd = match key.kind {
             Kind::Exclusive | Kind::Fair | Kind::Write => evalsha(&self.renew, &[&key.lock]),
             Kind::Read => evalsha(&self.renew_member, &[&key.lock]),
@@ -214,6 +343,9 @@ impl Scripts {
     /// fair lock: handing it to the head of its queue). Its first reply is
     /// whether it deleted the hold (see [`release_replies`](Scripts::release_replies)).
     pub(crate) fn release(&self, key: &LockKey, owner: &str) -> Pipeline {
+        if let Some(pipe) = self.redisson_give_back(key, owner) {
+            return pipe;
+        }
         match key.kind {
             Kind::Exclusive | Kind::Write => self.plain_release(key, owner),
             Kind::Fair => self.fair(key, owner, "release"),
@@ -224,6 +356,9 @@ impl Scripts {
     /// The quiet rollback of `owner`'s grant (and of its place in a queue),
     /// as a pipeline of one.
     pub(crate) fn rollback(&self, key: &LockKey, owner: &str) -> Pipeline {
+        if let Some(pipe) = self.redisson_give_back(key, owner) {
+            return pipe;
+        }
         match key.kind {
             Kind::Exclusive => {
                 let mut cmd = evalsha(&self.rollback, &[&key.lock, &key.channel]);
@@ -248,6 +383,17 @@ impl Scripts {
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
         let mut cmd = match key.kind {
+            Kind::Read | Kind::Write if key.layout == Layout::Redisson => {
+                evalsha(&self.redisson_rw_force_release, &[&key.lock, &key.channel])
+            }
+            Kind::Permits { .. } if key.layout == Layout::Redisson => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                ];
+                evalsha(&self.redisson_permits_force_release, &refs(&keys))
+            }
             Kind::Exclusive => evalsha(&self.force_release, &[&key.lock, &key.channel]),
             Kind::Fair => return self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
@@ -295,6 +441,49 @@ impl Scripts {
             cmd.arg(*kind);
         }
         one(cmd)
+    }
+
+    /// Redisson's read-write lock: the release (and rollback) of a read or
+    /// the write hold; `None` for the other primitives.
+    fn redisson_give_back(&self, key: &LockKey, owner: &str) -> Option<Pipeline> {
+        if key.layout != Layout::Redisson {
+            return None;
+        }
+        let cmd = match key.kind {
+            Kind::Read => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.channel.to_string(),
+                    key.redisson_read_timeouts(owner),
+                    key.redisson_timeouts_stem(),
+                ];
+                let mut cmd = evalsha(&self.redisson_read_release, &refs(&keys));
+                cmd.arg(owner);
+                cmd
+            }
+            Kind::Write => {
+                let mut cmd = evalsha(&self.redisson_write_release, &[&key.lock, &key.channel]);
+                cmd.arg(redisson_writer(owner));
+                cmd
+            }
+            Kind::Permits { take, .. } => {
+                let keys = [
+                    key.lock.to_string(),
+                    key.redisson_permit_timeouts(),
+                    key.channel.to_string(),
+                ];
+                let mut cmd = evalsha(&self.redisson_permits_release, &refs(&keys));
+                cmd.arg(self.publish);
+                for id in redisson_permit_ids(owner, take) {
+                    cmd.arg(&id[..]);
+                }
+                return Some(one(cmd));
+            }
+            _ => return None,
+        };
+        let mut cmd = cmd;
+        cmd.arg(self.publish);
+        Some(one(cmd))
     }
 
     /// `FAIR_RELEASE` in `mode` (`release`, `rollback` or `force`).
@@ -347,6 +536,9 @@ impl Scripts {
     /// plain lock's second one is how many subscriptions its wake-up
     /// reached (see `Waiters::listeners`).
     pub(crate) fn release_replies(key: &LockKey) -> usize {
+        if key.layout == Layout::Redisson && key.kind != Kind::Exclusive {
+            return 1;
+        }
         match key.kind {
             Kind::Exclusive | Kind::Write => 2,
             Kind::Fair | Kind::Read | Kind::Permits { .. } => 1,
@@ -362,6 +554,45 @@ impl Scripts {
         cmd.arg(&*key.lock).arg(owner);
         one(cmd)
     }
+}
+
+/// The field of `owner`'s write hold of Redisson's read-write lock,
+/// `<owner>:write` (`RedissonWriteLock.getLockName`).
+pub(crate) fn redisson_writer(owner: &str) -> String {
+    let mut field = String::with_capacity(owner.len() + ":write".len());
+    field.push_str(owner);
+    field.push_str(":write");
+    field
+}
+
+/// The ids of `owner`'s `take` permits of Redisson's
+/// `RPermitExpirableSemaphore`: 16 bytes each, as Redisson's own (random
+/// there), here derived from the owner (whose client id is random) and the
+/// permit's number, so that a renewal and the release name the same ids
+/// without keeping them.
+pub(crate) fn redisson_permit_ids(owner: &str, take: u32) -> Vec<[u8; 16]> {
+    let owner_hash = fnv1a(owner.as_bytes(), &[]);
+    (0..take)
+        .map(|n| {
+            let permit = fnv1a(owner.as_bytes(), &n.to_be_bytes());
+            (u128::from(owner_hash) << 64 | u128::from(permit)).to_be_bytes()
+        })
+        .collect()
+}
+
+/// 64-bit FNV-1a of `a` then `b`, with `b` marked by a separator byte.
+fn fnv1a(a: &[u8], b: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |byte: u8| {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    };
+    a.iter().copied().for_each(&mut eat);
+    if !b.is_empty() {
+        eat(0xff);
+        b.iter().copied().for_each(&mut eat);
+    }
+    hash
 }
 
 /// The fair lock's keys: its hash, the fencing counter, the queue, the
@@ -436,9 +667,19 @@ pub(crate) fn wait(pipe: &mut Pipeline, replicas: u32, timeout: Duration) {
 mod tests {
     use super::*;
 
-    const SOURCES: [&str; 19] = [
+    const SOURCES: [&str; 29] = [
+        REDISSON_PERMITS_ACQUIRE,
+        REDISSON_PERMITS_RELEASE,
+        REDISSON_PERMITS_RENEW,
+        REDISSON_PERMITS_FORCE_RELEASE,
         ACQUIRE,
         REDISSON_ACQUIRE,
+        REDISSON_READ_ACQUIRE,
+        REDISSON_WRITE_ACQUIRE,
+        REDISSON_READ_RELEASE,
+        REDISSON_WRITE_RELEASE,
+        REDISSON_READ_RENEW,
+        REDISSON_RW_FORCE_RELEASE,
         RENEW,
         ROLLBACK,
         FORCE_RELEASE,

@@ -31,6 +31,10 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
         reason: "keep_hot is not offered with Redlock: a kept lock would have to be given up \
                  on a quorum of masters at once",
     }),
+    redisson_family: Some(Unsupported {
+        backend: "Redlock",
+        reason: "Redlock cannot use Redisson's layout",
+    }),
 };
 
 /// The masters of a Redlock.

@@ -9,6 +9,9 @@ import org.redisson.api.RAtomicLong;
 import org.redisson.api.RBucket;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RList;
+import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
+import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RScript;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
@@ -37,6 +40,30 @@ import org.redisson.config.Config;
  *   <li>{@code force NAME}: {@code forceUnlock()}; prints {@code forced <result>}.
  *   <li>{@code hold-forever NAME}: take the lock, print {@code held <token>}
  *       and sleep (to be killed; the watchdog renews the lease until then).
+ *   <li>{@code rw-turns NAME N SIDE THREADS ROLE [alternate]}: the same with
+ *       Redisson's {@link RReadWriteLock}: each thread takes N turns as a
+ *       reader or a writer (ROLE {@code read}, {@code write},
+ *       {@code write-read} or {@code read-write}: the first half of the turns
+ *       one, the second the other, or {@code mixed}: each thread's every
+ *       third turn a write). With {@code alternate}, the hand-off times go to
+ *       {@code handoffs:<side>:read} or {@code :write} by the turn's role. A reader
+ *       counts itself in {@code readers} and {@code readers:<side>} and
+ *       counts an overlap when a writer is in; it counts {@code shared} when
+ *       a reader of the other side is in too. A writer counts an overlap
+ *       when anyone else is in, and increments {@code counter} by a read
+ *       and a later write.
+ *   <li>{@code sem-turns NAME N SIDE THREADS PERMITS [alternate]}: the same
+ *       with Redisson's {@link RPermitExpirableSemaphore} of PERMITS permits
+ *       ({@code trySetPermits}): each turn takes one permit with a 30 s lease;
+ *       a holder counts itself in {@code holders} and
+ *       {@code holders:<side>}, counts an overlap when more than PERMITS
+ *       are in, and counts {@code shared} when a holder of the other side is
+ *       in too.
+ *   <li>{@code rw-hold NAME read|write MS}: take that side of the
+ *       read-write lock, print {@code held}, hold it MS ms, unlock, print
+ *       {@code unlocked}.
+ *   <li>{@code rw-try NAME read|write}: {@code tryLock()} once; prints
+ *       {@code acquired} (and unlocks) or {@code busy}.
  * </ul>
  *
  * <p>{@code NAME N [SIDE]} without a mode is {@code turns NAME N SIDE}. Every
@@ -52,7 +79,9 @@ public final class RedissonPeer {
 
     public static void main(String[] args) throws Exception {
         String mode = args.length > 0 ? args[0] : "turns";
-        if (!List.of("turns", "hold", "force", "hold-forever").contains(mode)) {
+        if (!List.of("turns", "hold", "force", "hold-forever", "rw-turns", "rw-hold", "rw-try",
+                "sem-turns")
+                .contains(mode)) {
             String[] turns = new String[args.length + 1];
             turns[0] = "turns";
             System.arraycopy(args, 0, turns, 1, args.length);
@@ -64,7 +93,44 @@ public final class RedissonPeer {
         say("ready");
         try {
             RFencedLock lock = redisson.getFencedLock(name);
+            RReadWriteLock rw = redisson.getReadWriteLock(name);
             switch (mode) {
+                case "sem-turns" -> {
+                    int turns = Integer.parseInt(args[2]);
+                    String side = args[3];
+                    int threads = Integer.parseInt(args[4]);
+                    int permits = Integer.parseInt(args[5]);
+                    boolean alternate = args.length > 6 && args[6].equals("alternate");
+                    semTurns(redisson, name, turns, side, threads, permits, alternate);
+                    say(side + ": " + threads * turns + " semaphore turns on " + name);
+                }
+                case "rw-turns" -> {
+                    int turns = Integer.parseInt(args[2]);
+                    String side = args[3];
+                    int threads = Integer.parseInt(args[4]);
+                    String role = args[5];
+                    boolean alternate = args.length > 6 && args[6].equals("alternate");
+                    rwTurns(redisson, rw, name, turns, side, threads, role, alternate);
+                    say(side + ": " + threads * turns + " read-write turns on " + name);
+                }
+                case "rw-hold" -> {
+                    RLock side = args[2].equals("read") ? rw.readLock() : rw.writeLock();
+                    long ms = Long.parseLong(args[3]);
+                    side.lock();
+                    say("held");
+                    Thread.sleep(ms);
+                    side.unlock();
+                    say("unlocked");
+                }
+                case "rw-try" -> {
+                    RLock side = args[2].equals("read") ? rw.readLock() : rw.writeLock();
+                    if (side.tryLock()) {
+                        side.unlock();
+                        say("acquired");
+                    } else {
+                        say("busy");
+                    }
+                }
                 case "turns" -> {
                     int turns = args.length > 2 ? Integer.parseInt(args[2]) : 200;
                     String side = args.length > 3 ? args[3] : "java";
@@ -209,6 +275,170 @@ public final class RedissonPeer {
         }
         if (!failures.isEmpty()) {
             throw new IllegalStateException("a turn failed", failures.get(0));
+        }
+    }
+
+    private static void rwTurns(RedissonClient redisson, RReadWriteLock rw, String name, int turns,
+            String side, int threads, String role, boolean alternate) throws Exception {
+        String prefix = "interop:" + name + ":";
+        String other = side.equals("java") ? "rust" : "java";
+        RAtomicLong readers = redisson.getAtomicLong(prefix + "readers");
+        RAtomicLong mine = redisson.getAtomicLong(prefix + "readers:" + side);
+        RAtomicLong theirs = redisson.getAtomicLong(prefix + "readers:" + other);
+        RAtomicLong writers = redisson.getAtomicLong(prefix + "writers");
+        RAtomicLong overlaps = redisson.getAtomicLong(prefix + "overlaps");
+        RAtomicLong shared = redisson.getAtomicLong(prefix + "shared");
+        RBucket<String> counter = redisson.getBucket(prefix + "counter", StringCodec.INSTANCE);
+        RList<String> tokens = redisson.getList(prefix + "tokens", StringCodec.INSTANCE);
+        RBucket<String> released = redisson.getBucket(prefix + "released", StringCodec.INSTANCE);
+        RList<String> readHandoffs = redisson.getList(prefix + "handoffs:" + side + ":read", StringCodec.INSTANCE);
+        RList<String> writeHandoffs = redisson.getList(prefix + "handoffs:" + side + ":write", StringCodec.INSTANCE);
+        RScript script = redisson.getScript(StringCodec.INSTANCE);
+        List<Thread> running = new ArrayList<>();
+        List<Throwable> failures = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread thread = new Thread(() -> {
+                try {
+                    for (int i = 0; i < turns; i++) {
+                        boolean write = role.equals("write")
+                                || (role.equals("mixed") && i % 3 == 2)
+                                || (role.equals("write-read") && i < turns / 2)
+                                || (role.equals("read-write") && i >= turns / 2);
+                        RList<String> handoffs = write ? writeHandoffs : readHandoffs;
+                        while (alternate && isLast(tokens, side)) {
+                            Thread.sleep(2);
+                        }
+                        RLock lock = write ? rw.writeLock() : rw.readLock();
+                        lock.lock();
+                        try {
+                            long now = micros(script);
+                            String previous = released.get();
+                            if (alternate && previous != null) {
+                                String[] parts = previous.split(" ");
+                                if (!parts[0].equals(side)) {
+                                    handoffs.add(Long.toString(now - Long.parseLong(parts[1])));
+                                }
+                            }
+                            if (write) {
+                                long in = writers.incrementAndGet();
+                                if (in != 1 || readers.get() != 0) {
+                                    overlaps.incrementAndGet();
+                                }
+                                String value = counter.get();
+                                long current = value == null ? 0 : Long.parseLong(value);
+                                Thread.sleep(1);
+                                counter.set(Long.toString(current + 1));
+                                tokens.add(side + " write");
+                                Thread.sleep(alternate ? 20 : 1);
+                                writers.decrementAndGet();
+                            } else {
+                                mine.incrementAndGet();
+                                readers.incrementAndGet();
+                                if (writers.get() != 0) {
+                                    overlaps.incrementAndGet();
+                                }
+                                if (theirs.get() > 0) {
+                                    shared.incrementAndGet();
+                                }
+                                tokens.add(side + " read");
+                                Thread.sleep(alternate ? 20 : 8);
+                                readers.decrementAndGet();
+                                mine.decrementAndGet();
+                            }
+                            released.set(side + " " + micros(script));
+                        } finally {
+                            lock.unlock();
+                        }
+                        if (!alternate) {
+                            Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextInt(5));
+                        }
+                    }
+                } catch (Throwable e) {
+                    synchronized (failures) {
+                        failures.add(e);
+                    }
+                }
+            });
+            thread.start();
+            running.add(thread);
+        }
+        for (Thread thread : running) {
+            thread.join();
+        }
+        if (!failures.isEmpty()) {
+            throw new IllegalStateException("a read-write turn failed", failures.get(0));
+        }
+    }
+
+    private static void semTurns(RedissonClient redisson, String name, int turns, String side,
+            int threads, int permits, boolean alternate) throws Exception {
+        String prefix = "interop:" + name + ":";
+        String other = side.equals("java") ? "rust" : "java";
+        RPermitExpirableSemaphore semaphore = redisson.getPermitExpirableSemaphore(name);
+        semaphore.trySetPermits(permits);
+        RAtomicLong holders = redisson.getAtomicLong(prefix + "holders");
+        RAtomicLong mine = redisson.getAtomicLong(prefix + "holders:" + side);
+        RAtomicLong theirs = redisson.getAtomicLong(prefix + "holders:" + other);
+        RAtomicLong overlaps = redisson.getAtomicLong(prefix + "overlaps");
+        RAtomicLong shared = redisson.getAtomicLong(prefix + "shared");
+        RList<String> tokens = redisson.getList(prefix + "tokens", StringCodec.INSTANCE);
+        RBucket<String> released = redisson.getBucket(prefix + "released", StringCodec.INSTANCE);
+        RList<String> handoffs = redisson.getList(prefix + "handoffs:" + side, StringCodec.INSTANCE);
+        RScript script = redisson.getScript(StringCodec.INSTANCE);
+        List<Thread> running = new ArrayList<>();
+        List<Throwable> failures = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread thread = new Thread(() -> {
+                try {
+                    for (int i = 0; i < turns; i++) {
+                        while (alternate && isLast(tokens, side)) {
+                            Thread.sleep(2);
+                        }
+                        // Waits, woken by the count published on
+                        // redisson_sc:{NAME} (the Rust side's releases too).
+                        String id = semaphore.acquire(30, java.util.concurrent.TimeUnit.SECONDS);
+                        try {
+                            long now = micros(script);
+                            String previous = released.get();
+                            if (alternate && previous != null) {
+                                String[] parts = previous.split(" ");
+                                if (!parts[0].equals(side)) {
+                                    handoffs.add(Long.toString(now - Long.parseLong(parts[1])));
+                                }
+                            }
+                            mine.incrementAndGet();
+                            if (holders.incrementAndGet() > permits) {
+                                overlaps.incrementAndGet();
+                            }
+                            if (theirs.get() > 0) {
+                                shared.incrementAndGet();
+                            }
+                            tokens.add(side + " permit");
+                            Thread.sleep(alternate ? 20 : 8);
+                            holders.decrementAndGet();
+                            mine.decrementAndGet();
+                            released.set(side + " " + micros(script));
+                        } finally {
+                            semaphore.release(id);
+                        }
+                        if (!alternate) {
+                            Thread.sleep(java.util.concurrent.ThreadLocalRandom.current().nextInt(5));
+                        }
+                    }
+                } catch (Throwable e) {
+                    synchronized (failures) {
+                        failures.add(e);
+                    }
+                }
+            });
+            thread.start();
+            running.add(thread);
+        }
+        for (Thread thread : running) {
+            thread.join();
+        }
+        if (!failures.isEmpty()) {
+            throw new IllegalStateException("a semaphore turn failed", failures.get(0));
         }
     }
 
