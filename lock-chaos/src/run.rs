@@ -417,6 +417,11 @@ impl World {
             fault: fault.name().to_owned(),
             phase: phase.to_owned(),
             target: target.to_owned(),
+            id: None,
+            effective: None,
+            lock: None,
+            owner: None,
+            token: None,
         });
     }
 
