@@ -29,7 +29,8 @@
 //! Processes started with [`NetLab::command_in`] keep their namespace alive after it is
 //! deleted: stop them before dropping the lab.
 
-// Integrated into run.rs later; until then only its tests use all of it.
+
+// A few helpers serve the tests only (this file is also compiled into them).
 #![allow(dead_code)]
 
 use std::ffi::OsStr;

@@ -1,4 +1,4 @@
-//! A seeded, randomized, composable fault schedule (not wired into run.rs yet).
+//! A seeded, randomized, composable fault schedule.
 //!
 //! [`generate`] turns a [`ScheduleConfig`] (seed, backend, fault kinds, run length, lease)
 //! into [`Step`]s: when each fault starts, for how long (drawn in 0.3 to 2.0 times the
@@ -7,7 +7,6 @@
 //! ([`FaultKind::exclusive`]) never overlap one another. The same configuration always gives
 //! the same schedule: print the seed, and a failing run can be replayed.
 
-#![allow(dead_code)]
 
 use std::time::Duration;
 
