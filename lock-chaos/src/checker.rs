@@ -301,6 +301,13 @@ fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
         }
         "manual_failover" if backend == "sentinel" => Some((w.start, w.heal + slack)),
         "bare_majority" | "clock_jump_forward" => Some((w.start, w.heal)),
+        // With `min-replicas-to-write`, the README's remedy, the old master refuses writes
+        // once its replica's acknowledgements are older than the max lag: only what it took
+        // before that (never replicated) may be lost; later holds there are not excused.
+        "split_brain_min_replicas" => Some((
+            w.start,
+            w.start + (crate::run::MIN_REPLICAS_MAX_LAG + FAILOVER_SLACK * 2).as_nanos() as u64,
+        )),
         _ => None,
     }
 }
@@ -311,9 +318,11 @@ fn loses_counter(backend: &str, w: &Window) -> bool {
         return f.loses_counter();
     }
     match w.fault.as_str() {
-        "pause_master_past_down_after" | "replication_lag" | "split_brain" | "bare_majority" => {
-            true
-        }
+        "pause_master_past_down_after"
+        | "replication_lag"
+        | "split_brain"
+        | "split_brain_min_replicas"
+        | "bare_majority" => true,
         "manual_failover" => backend == "sentinel",
         _ => false,
     }
@@ -385,9 +394,11 @@ fn decide_effects(
             Some(lock) => vec![lock.as_str()],
             None => held.keys().copied().collect(),
         };
+        // Just before the start: a killed holder's hold ends at the kill itself.
+        let at = w.start.saturating_sub(1);
         let hit = names.iter().any(|name| {
             effect(
-                w.start,
+                at,
                 min_hold,
                 w.worker(),
                 held.get(name).map_or(&[][..], Vec::as_slice),

@@ -83,6 +83,10 @@ struct RunArgs {
     /// fault proxy, as on machines without root or iproute2).
     #[arg(long)]
     no_netns: bool,
+    /// Sentinel: set `min-replicas-to-write` to this on the data servers (max lag 2 s), for
+    /// the split-brain configuration the README recommends; unset by default.
+    #[arg(long)]
+    min_replicas_to_write: Option<u32>,
     /// How many times each backend's fault list is repeated.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -202,6 +206,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         random,
         per_kind: args.per_kind.max(1),
         netns: !args.no_netns,
+        min_replicas: args.min_replicas_to_write,
     };
     let reports = run::run(config).await?;
     let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();

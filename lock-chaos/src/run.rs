@@ -67,7 +67,13 @@ pub struct RunConfig {
     pub per_kind: usize,
     /// Use network namespaces when the machine allows it (else the userspace proxy).
     pub netns: bool,
+    /// Sentinel: `min-replicas-to-write` on the data servers (with a max lag of
+    /// [`MIN_REPLICAS_MAX_LAG`]), `None`: not set (Redis's default).
+    pub min_replicas: Option<u32>,
 }
+
+/// `min-replicas-max-lag` with `--min-replicas-to-write`.
+pub const MIN_REPLICAS_MAX_LAG: Duration = Duration::from_secs(2);
 
 /// Runs every backend of `config` and prints the tables; returns the reports.
 pub async fn run(config: RunConfig) -> anyhow::Result<Vec<BackendReport>> {
@@ -164,10 +170,15 @@ fn kinds_for(backend: Backend, lab: bool) -> Vec<FaultKind> {
             | NetFault::PartitionToServer
             | NetFault::PartitionFromServer
             | NetFault::PartitionOneMaster
-            | NetFault::ReplicationLag,
+            | NetFault::ReplicationLag
+            | NetFault::SplitBrain,
         ) => lab,
         _ => true,
     });
+    // A jump of one master's clock: on Redlock, a minority of the lock's masters.
+    if backend == Backend::Redlock {
+        config.kinds.push(FaultKind::Classic(Fault::ClockJump));
+    }
     config.kinds
 }
 
@@ -322,6 +333,16 @@ async fn run_backend(
     let servers = Arc::new(Mutex::new(
         blocking(move || Ok(Servers::start_with(backend, options))).await?,
     ));
+    if let (Some(n), Backend::Sentinel) = (config.min_replicas, backend) {
+        let took = servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
+        println!(
+            "sentinel: min-replicas-to-write {n}, min-replicas-max-lag {} s ({took} of 2 data servers)",
+            MIN_REPLICAS_MAX_LAG.as_secs()
+        );
+    }
     let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
     let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
     // Server-side truth: every removal of a key on every data server, as it happens.
@@ -577,9 +598,9 @@ impl World {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut proxies = Vec::new();
         let urls = if self.lab.is_some() {
-            self.servers().lab_urls()
+            self.lock_servers().await.lab_urls()
         } else if self.backend.proxied() {
-            let ports = self.servers().proxied_ports();
+            let ports = self.lock_servers().await.proxied_ports();
             let mut urls = Vec::new();
             for port in ports {
                 let proxy = FaultProxy::start(port).await?;
@@ -588,7 +609,7 @@ impl World {
             }
             urls
         } else {
-            self.servers().direct_urls()
+            self.lock_servers().await.direct_urls()
         };
         let exe = std::env::current_exe()?;
         let mut command = match &self.lab {
@@ -713,9 +734,31 @@ impl World {
                 }
             }
         }
-        match step.kind {
+        let result = match step.kind {
             FaultKind::Classic(fault) => self.inject(fault, step, &aim).await,
             FaultKind::Net(fault) => self.inject_net(fault, step, &aim).await,
+        };
+        // A restarted data server forgot the setting.
+        if let (Some(n), Backend::Sentinel) = (self.config.min_replicas, self.backend) {
+            self.lock_servers()
+                .await
+                .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
+        }
+        result
+    }
+
+    /// The servers, waited for without blocking the runtime (a blocking step may hold
+    /// them for seconds: a failover, a paused master).
+    async fn lock_servers(&self) -> std::sync::MutexGuard<'_, Servers> {
+        loop {
+            let busy = match self.servers.try_lock() {
+                Ok(guard) => return guard,
+                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => true,
+            };
+            if busy {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 
@@ -881,10 +924,10 @@ impl World {
                 self.record(name, "heal", "masters 0, 1 (restarted empty)", aim);
             }
             Fault::StopMajority => {
-                let target = self.servers().pause_masters(3)?;
+                let target = self.lock_servers().await.pause_masters(3)?;
                 self.record(name, "start", &target, aim);
                 tokio::time::sleep(active).await;
-                self.servers().resume_masters(3);
+                self.lock_servers().await.resume_masters(3);
                 self.record(name, "heal", &target, aim);
             }
         }
@@ -944,7 +987,7 @@ impl World {
         };
         let key = self.aimed_key(aim);
         let (pid, port) = {
-            let servers = self.servers();
+            let servers = self.lock_servers().await;
             let server = servers
                 .lock_master(&key, step.pick)
                 .context("no master for the key")?;
@@ -983,7 +1026,7 @@ impl World {
             NetFault::PartitionOneMaster => {
                 let key = self.aimed_key(aim);
                 let index = {
-                    let servers = self.servers();
+                    let servers = self.lock_servers().await;
                     servers
                         .lock_master(&key, step.pick)
                         .and_then(|s| self.lab_index(s))
@@ -993,6 +1036,7 @@ impl World {
                     .await
             }
             NetFault::BareMajority => self.bare_majority(step, aim).await,
+            NetFault::SplitBrain => self.split_brain(step, aim).await,
             NetFault::PauseMasterPastDownAfter => {
                 let key = self.aimed_key(aim);
                 self.record(name, "start", &key, aim);
@@ -1028,7 +1072,7 @@ impl World {
                 let lab = self.lab.clone().context("needs the network lab")?;
                 let key = self.aimed_key(aim);
                 let (master, replica) = {
-                    let servers = self.servers();
+                    let servers = self.lock_servers().await;
                     let master = servers.lock_master(&key, 0).and_then(|s| self.lab_index(s));
                     let replica = servers.lock_replica(&key).and_then(|s| self.lab_index(s));
                     (
@@ -1089,6 +1133,70 @@ impl World {
         killed.and(back.map(drop))
     }
 
+    /// Sentinel: the master cut off from its replica and the sentinels (every worker still
+    /// reaches it), kept cut until the sentinels promoted the replica (at most 20 s) and for
+    /// the step's duration after, then healed (the sentinels demote the old master). Named
+    /// `split_brain_min_replicas` when `min-replicas-to-write` is set.
+    async fn split_brain(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = if self.config.min_replicas.is_some() {
+            "split_brain_min_replicas"
+        } else {
+            NetFault::SplitBrain.name()
+        };
+        let lab = self.lab.clone().context("needs the network lab")?;
+        let (master, others, port) = {
+            let servers = self.lock_servers().await;
+            let Servers::Sentinel(set) = &*servers else {
+                anyhow::bail!("split brain needs Sentinel");
+            };
+            let master = self.lab_index(set.master()).context("no lab address")?;
+            let others: Vec<usize> = std::iter::once(set.replica())
+                .chain(set.sentinels().iter())
+                .filter_map(|s| self.lab_index(s))
+                .collect();
+            (master, others, set.master().port())
+        };
+        let target = format!("master port {port} (lab {master}) cut from lab {others:?}");
+        self.record(name, "start", &target, aim);
+        let cut = lab.cut_servers(&[master], &others);
+        let servers = self.servers.clone();
+        let promoted = blocking(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                let now = servers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .sentinel_master_port();
+                if now.is_some_and(|p| p != port) {
+                    return Ok(true);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(false)
+        })
+        .await
+        .unwrap_or(false);
+        tokio::time::sleep(step.duration).await;
+        let healed = lab.heal_servers();
+        // The sentinels demote the old master once they reach it again.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.lock_servers().await.sync_roles();
+        self.record(
+            name,
+            "heal",
+            &format!(
+                "{target}; {}",
+                if promoted {
+                    "replica promoted"
+                } else {
+                    "no failover within 20 s"
+                }
+            ),
+            aim,
+        );
+        cut.and(healed)
+    }
+
     /// Asks every worker to finish its round and exit; kills those that do not in time.
     async fn stop_workers(&self) {
         let mut workers = std::mem::take(&mut *self.workers());
@@ -1114,7 +1222,7 @@ impl World {
 /// Records every `expired` and `del` key event of the data server on `port` (as
 /// [`Event::KeyGone`]) until `watching` turns false. A restarted server forgets the
 /// `notify-keyspace-events` setting and drops the subscription: both are set up again,
-/// retrying every 50 ms. The loop also measures its own lateness (it wakes at least every
+/// retrying every 50 ms, once it has loaded its data. The loop also measures its own lateness (it wakes at least every
 /// 10 ms) and records a harness stall when it woke late, since a late notification then
 /// carries a late time.
 fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
@@ -1127,6 +1235,16 @@ fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
         let subscribed = (|| -> redis::RedisResult<redis::Connection> {
             let mut conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
             conn.set_read_timeout(Some(Duration::from_millis(500)))?;
+            // A server restarted from its append-only file replays it while loading, and
+            // would report every `DEL` of the replay as a removal happening now: subscribe
+            // only once it has loaded (the setting is off until then).
+            let info: String = redis::cmd("INFO").arg("persistence").query(&mut conn)?;
+            if !info.contains("loading:0") {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the server is loading its data",
+                )));
+            }
             redis::cmd("CONFIG")
                 .arg("SET")
                 .arg("notify-keyspace-events")
@@ -1190,5 +1308,60 @@ fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: plain syscall on the pid of our own unreaped child.
     unsafe {
         libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kinds_follow_what_the_machine_can_do() {
+        let with = kinds_for(Backend::Standalone, true);
+        let without = kinds_for(Backend::Standalone, false);
+        assert!(with.contains(&FaultKind::Net(NetFault::PartitionFromServer)));
+        assert!(!with.contains(&FaultKind::Classic(Fault::ProxyReset)));
+        assert!(!without.contains(&FaultKind::Net(NetFault::PartitionBoth)));
+        assert!(without.contains(&FaultKind::Classic(Fault::Partition)));
+        let sentinel = kinds_for(Backend::Sentinel, true);
+        for kind in [
+            NetFault::SplitBrain,
+            NetFault::ReplicationLag,
+            NetFault::ManualFailover,
+            NetFault::PauseMasterPastDownAfter,
+        ] {
+            assert!(sentinel.contains(&FaultKind::Net(kind)), "{kind:?}");
+        }
+        assert!(!kinds_for(Backend::Sentinel, false).contains(&FaultKind::Net(NetFault::SplitBrain)));
+        let redlock = kinds_for(Backend::Redlock, false);
+        assert!(redlock.contains(&FaultKind::Net(NetFault::BareMajority)));
+        assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJump)));
+        assert!(kinds_for(Backend::Memory, true).is_empty());
+    }
+
+    #[test]
+    fn the_quick_schedule_is_fixed_and_short() {
+        let lease = Duration::from_millis(1500);
+        let (schedule, steps) = fixed_steps(Backend::Standalone, true, 1, lease, true);
+        let again = fixed_steps(Backend::Standalone, true, 1, lease, true).1;
+        assert_eq!(steps, again);
+        assert!(steps.len() <= 8);
+        assert!(steps
+            .iter()
+            .any(|s| s.kind == FaultKind::Net(NetFault::PartitionFromServer)));
+        let pause = steps
+            .iter()
+            .find(|s| s.kind == FaultKind::Classic(Fault::PauseHolder))
+            .unwrap();
+        assert_eq!(pause.duration, lease + Duration::from_secs(1));
+        assert_eq!(schedule.baseline, Duration::from_secs(6));
+        let (_, sentinel) = fixed_steps(Backend::Sentinel, true, 1, lease, true);
+        assert_eq!(
+            sentinel.last().map(|s| s.kind),
+            Some(FaultKind::Net(NetFault::ManualFailover))
+        );
+        // Without the lab, no step needs it.
+        let (_, plain) = fixed_steps(Backend::Standalone, true, 1, lease, false);
+        assert!(plain.iter().all(|s| matches!(s.kind, FaultKind::Classic(_))));
     }
 }

@@ -42,6 +42,10 @@ pub enum NetFault {
     /// Sentinel, Cluster: `SIGSTOP` the replica for the duration, so acknowledged writes
     /// pile up unreplicated (a failover during it loses them).
     ReplicationLag,
+    /// Sentinel: the master cut off from its replica and the sentinels (the workers still
+    /// reach it) until the sentinels promoted the replica, and for the duration after: two
+    /// masters, unless `min-replicas-to-write` stops the old one.
+    SplitBrain,
 }
 
 impl NetFault {
@@ -56,6 +60,7 @@ impl NetFault {
             NetFault::PauseMasterPastDownAfter => "pause_master_past_down_after",
             NetFault::ManualFailover => "manual_failover",
             NetFault::ReplicationLag => "replication_lag",
+            NetFault::SplitBrain => "split_brain",
         }
     }
 
@@ -65,7 +70,17 @@ impl NetFault {
         match backend {
             Backend::Memory => Vec::new(),
             Backend::Standalone => vec![PartitionBoth, PartitionToServer, PartitionFromServer],
-            Backend::Sentinel | Backend::Cluster => vec![
+            Backend::Sentinel => vec![
+                PartitionBoth,
+                PartitionToServer,
+                PartitionFromServer,
+                PartitionOneMaster,
+                PauseMasterPastDownAfter,
+                ManualFailover,
+                ReplicationLag,
+                SplitBrain,
+            ],
+            Backend::Cluster => vec![
                 PartitionBoth,
                 PartitionToServer,
                 PartitionFromServer,
@@ -122,6 +137,7 @@ impl FaultKind {
                     | NetFault::ManualFailover
                     | NetFault::ReplicationLag
                     | NetFault::BareMajority
+                    | NetFault::SplitBrain
             ),
         }
     }
@@ -156,9 +172,9 @@ impl FaultKind {
                 | NetFault::PartitionFromServer
                 | NetFault::PartitionOneMaster
                 | NetFault::BareMajority => TargetSelector::Holder,
-                NetFault::PauseMasterPastDownAfter | NetFault::ManualFailover => {
-                    TargetSelector::LockMaster
-                }
+                NetFault::PauseMasterPastDownAfter
+                | NetFault::ManualFailover
+                | NetFault::SplitBrain => TargetSelector::LockMaster,
                 NetFault::ReplicationLag => TargetSelector::LockReplica,
             },
         }

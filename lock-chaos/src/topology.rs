@@ -422,7 +422,7 @@ impl Servers {
         master.pause();
         std::thread::sleep(hold);
         let over = poll(MANUAL_FAILOVER_TIMEOUT, || match self {
-            Servers::Sentinel(set) => set.current_master_port() != port,
+            Servers::Sentinel(_) => self.sentinel_master_port().is_some_and(|p| p != port),
             Servers::Cluster(_) => self.cluster_master_index(key) != before,
             _ => true,
         });
@@ -456,9 +456,12 @@ impl Servers {
                 let old = set.master().port();
                 command_on(set.sentinel(0), &["SENTINEL", "FAILOVER", SENTINEL_MASTER])
                     .context("SENTINEL FAILOVER")?;
-                let over = poll(MANUAL_FAILOVER_TIMEOUT, || set.current_master_port() != old);
-                set.sync_roles();
-                format!("master {old} -> {}", set.master().port())
+                let over = poll(MANUAL_FAILOVER_TIMEOUT, || {
+                    self.sentinel_master_port().is_some_and(|p| p != old)
+                });
+                self.failed_over();
+                let new = self.sentinel_master_port().unwrap_or(0);
+                format!("master {old} -> {new}")
                     + if over { "" } else { " (no failover within 20 s)" }
             }
             Servers::Cluster(_) => {
@@ -482,6 +485,47 @@ impl Servers {
             _ => anyhow::bail!("needs Sentinel or Cluster"),
         };
         Ok(over)
+    }
+
+    /// Sentinel: the master port the sentinels report (`None`: none answered, or not
+    /// Sentinel).
+    pub fn sentinel_master_port(&self) -> Option<u16> {
+        let Servers::Sentinel(set) = self else {
+            return None;
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| set.current_master_port())).ok()
+    }
+
+    /// Sentinel: swaps the tracked roles when the sentinels now name the replica (after a
+    /// failover the harness did not drive); see `RedisSentinels::sync_roles`.
+    pub fn sync_roles(&mut self) -> bool {
+        self.failed_over()
+    }
+
+    /// Sentinel: `min-replicas-to-write n` and `min-replicas-max-lag lag` on both data
+    /// servers (`CONFIG SET`: call it again after a restart); returns how many took it.
+    pub fn set_min_replicas(&self, n: u32, lag: Duration) -> usize {
+        let Servers::Sentinel(set) = self else {
+            return 0;
+        };
+        let (n, lag) = (n.to_string(), lag.as_secs().max(1).to_string());
+        [set.master(), set.replica()]
+            .into_iter()
+            .filter(|s| {
+                command_on(
+                    s,
+                    &[
+                        "CONFIG",
+                        "SET",
+                        "min-replicas-to-write",
+                        &n,
+                        "min-replicas-max-lag",
+                        &lag,
+                    ],
+                )
+                .is_ok()
+            })
+            .count()
     }
 
     /// Kills (`SIGKILL`) server `index` (standalone, Redlock masters).
