@@ -300,7 +300,9 @@ fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
             Some((w.start, w.heal + slack))
         }
         "manual_failover" if backend == "sentinel" => Some((w.start, w.heal + slack)),
-        "bare_majority" | "clock_jump_forward" => Some((w.start, w.heal)),
+        "bare_majority" | "clock_jump_forward" | "clock_jump_forward_by_restart" => {
+            Some((w.start, w.heal))
+        }
         // With `min-replicas-to-write`, the README's remedy, the old master refuses writes
         // once its replica's acknowledgements are older than the max lag: only what it took
         // before that (never replicated) may be lost; later holds there are not excused.

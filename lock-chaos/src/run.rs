@@ -734,10 +734,15 @@ impl World {
                 }
             }
         }
+        // A restarted server is a new process, whose clock starts without the offset of
+        // earlier jumps: for one that had been moved back, that is a forward jump.
+        let clocks_before = self.clock_offsets().await;
+        let started = now_ns();
         let result = match step.kind {
             FaultKind::Classic(fault) => self.inject(fault, step, &aim).await,
             FaultKind::Net(fault) => self.inject_net(fault, step, &aim).await,
         };
+        self.record_clock_resets(&clocks_before, started).await;
         // A restarted data server forgot the setting.
         if let (Some(n), Backend::Sentinel) = (self.config.min_replicas, self.backend) {
             self.lock_servers()
@@ -745,6 +750,49 @@ impl World {
                 .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
         }
         result
+    }
+
+    /// The wall-clock offset of every data server process moved by the clock library:
+    /// (port, pid, offset ms); empty without the library.
+    async fn clock_offsets(&self) -> Vec<(u16, u32, i64)> {
+        let Some(shim) = &self.shim else {
+            return Vec::new();
+        };
+        let pids = self.lock_servers().await.data_pids();
+        pids.into_iter()
+            .map(|(port, pid)| (port, pid, shim.offset_ms(pid)))
+            .filter(|&(_, _, ms)| ms != 0)
+            .collect()
+    }
+
+    /// Records, as `clock_jump_forward_by_restart` from `started` to now, each server of
+    /// `before` that was moved back and has been restarted since (a new process, offset 0).
+    async fn record_clock_resets(&self, before: &[(u16, u32, i64)], started: u64) {
+        if before.is_empty() {
+            return;
+        }
+        let now: Vec<(u16, u32)> = self.lock_servers().await.data_pids();
+        for &(port, pid, ms) in before {
+            let restarted = now.iter().any(|&(p, new)| p == port && new != pid);
+            if restarted && ms < 0 {
+                let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
+                let target = format!("server port {port} restarted: its clock lost a {ms} ms offset");
+                for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
+                    self.nemesis.emit(&Event::Fault {
+                        t,
+                        backend: self.backend.name().to_owned(),
+                        fault: "clock_jump_forward_by_restart".to_owned(),
+                        phase: phase.to_owned(),
+                        target: target.clone(),
+                        id: Some(id),
+                        effective: None,
+                        lock: None,
+                        owner: None,
+                        token: None,
+                    });
+                }
+            }
+        }
     }
 
     /// The servers, waited for without blocking the runtime (a blocking step may hold

@@ -528,6 +528,14 @@ impl Servers {
             .count()
     }
 
+    /// The port and process id of every data server (not sentinels).
+    pub fn data_pids(&self) -> Vec<(u16, u32)> {
+        self.data_servers()
+            .iter()
+            .map(|s| (s.port(), s.pid()))
+            .collect()
+    }
+
     /// Kills (`SIGKILL`) server `index` (standalone, Redlock masters).
     pub fn kill_server(&mut self, index: usize) -> anyhow::Result<()> {
         self.proxied_mut(index)?.kill();
