@@ -16,7 +16,6 @@
 //! It needs a C compiler (`cc`) at run time to build the library; [`ClockShim::build`] says
 //! so when there is none.
 
-
 // A few helpers serve the tests only (this file is also compiled into them).
 #![allow(dead_code)]
 

@@ -181,7 +181,9 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         ]
     };
     let seed = args.seed.unwrap_or_else(schedule::fresh_seed);
-    let random = args.schedule.map_or(!args.quick, |s| s == ScheduleKind::Random);
+    let random = args
+        .schedule
+        .map_or(!args.quick, |s| s == ScheduleKind::Random);
     println!(
         "seed {seed} (schedule {}{})",
         if random { "random" } else { "fixed" },

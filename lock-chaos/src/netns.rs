@@ -29,7 +29,6 @@
 //! Processes started with [`NetLab::command_in`] keep their namespace alive after it is
 //! deleted: stop them before dropping the lab.
 
-
 // A few helpers serve the tests only (this file is also compiled into them).
 #![allow(dead_code)]
 

@@ -159,12 +159,13 @@ fn server_count(backend: Backend) -> usize {
 
 /// The fault kinds of the randomized schedule of `backend`, for what this machine can do:
 /// with the network lab, the proxy's own faults go (the lab's partitions replace them;
-/// latency is added with `tc netem` in the worker's namespace instead); without it, the
-/// faults that need it go.
-fn kinds_for(backend: Backend, lab: bool) -> Vec<FaultKind> {
+/// latency is added with `tc netem` in the worker's namespace instead, when the kernel has
+/// it: `netem`); without it, the faults that need it go.
+fn kinds_for(backend: Backend, lab: bool, netem: bool) -> Vec<FaultKind> {
     let mut config = ScheduleConfig::new(backend, 0, Duration::ZERO, Duration::from_secs(1));
     config.kinds.retain(|k| match k {
         FaultKind::Classic(Fault::ProxyReset | Fault::Partition) => !lab,
+        FaultKind::Classic(Fault::Latency) => !lab || netem,
         FaultKind::Net(
             NetFault::PartitionBoth
             | NetFault::PartitionToServer
@@ -180,6 +181,25 @@ fn kinds_for(backend: Backend, lab: bool) -> Vec<FaultKind> {
         config.kinds.push(FaultKind::Classic(Fault::ClockJump));
     }
     config.kinds
+}
+
+/// Whether `tc` can add `netem` delay in the lab's namespaces (the kernel module may be
+/// missing).
+fn netem_available(lab: &NetLab) -> bool {
+    let added = lab
+        .command_in(0, "tc")
+        .args([
+            "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "0ms",
+        ])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if added {
+        let _ = lab
+            .command_in(0, "tc")
+            .args(["qdisc", "del", "dev", "eth0", "root"])
+            .output();
+    }
+    added
 }
 
 /// The fixed schedule as steps: the old list (`nemesis.rs`), plus with `quick` a few of the
@@ -199,7 +219,9 @@ fn fixed_steps(
         .collect();
     if quick {
         match backend {
-            Backend::Standalone if lab => kinds.insert(3, FaultKind::Net(NetFault::PartitionFromServer)),
+            Backend::Standalone if lab => {
+                kinds.insert(3, FaultKind::Net(NetFault::PartitionFromServer))
+            }
             Backend::Sentinel => kinds.push(FaultKind::Net(NetFault::ManualFailover)),
             _ => {}
         }
@@ -291,7 +313,20 @@ async fn run_backend(
     if config.random && backend != Backend::Memory {
         let mut schedule_config =
             ScheduleConfig::new(backend, config.seed, Duration::ZERO, config.lease);
-        schedule_config.kinds = kinds_for(backend, lab.is_some());
+        let netem = match &lab {
+            Some(lab) => {
+                let lab = lab.clone();
+                blocking(move || Ok(netem_available(&lab))).await?
+            }
+            None => false,
+        };
+        if lab.is_some() && !netem {
+            println!(
+                "{}: no latency fault: the kernel has no netem queueing discipline (tc)",
+                backend.name()
+            );
+        }
+        schedule_config.kinds = kinds_for(backend, lab.is_some(), netem);
         schedule_config.run = schedule_config.run_for(config.per_kind);
         run_for = schedule_config.run;
         steps = crate::schedule::generate(&schedule_config);
@@ -324,9 +359,9 @@ async fn run_backend(
     .await?;
     let register_url = register.url();
     let worker_register_url = register.bind_url();
-    let mut options = lab.as_ref().map(|lab| {
-        ServerOptions::new().bind_pool(lab.server_addrs()[..count].iter().copied())
-    });
+    let mut options = lab
+        .as_ref()
+        .map(|lab| ServerOptions::new().bind_pool(lab.server_addrs()[..count].iter().copied()));
     if let Some(shim) = &shim {
         options = Some(shim.options(options.unwrap_or_default()));
     }
@@ -435,8 +470,8 @@ async fn run_backend(
             }
         }
         shared.stop_workers().await;
-        world = Arc::try_unwrap(shared)
-            .map_err(|_| anyhow!("a fault step outlived the schedule"))?;
+        world =
+            Arc::try_unwrap(shared).map_err(|_| anyhow!("a fault step outlived the schedule"))?;
     }
     let run_end = now_ns();
     probe_deadline.store(0, Ordering::Relaxed);
@@ -776,7 +811,8 @@ impl World {
             let restarted = now.iter().any(|&(p, new)| p == port && new != pid);
             if restarted && ms < 0 {
                 let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
-                let target = format!("server port {port} restarted: its clock lost a {ms} ms offset");
+                let target =
+                    format!("server port {port} restarted: its clock lost a {ms} ms offset");
                 for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
                     self.nemesis.emit(&Event::Fault {
                         t,
@@ -847,7 +883,9 @@ impl World {
             }
             Fault::RestartPersistent | Fault::RestartEmpty => {
                 let index = match self.backend {
-                    Backend::Redlock => (step.pick % crate::topology::REDLOCK_MASTERS as u64) as usize,
+                    Backend::Redlock => {
+                        (step.pick % crate::topology::REDLOCK_MASTERS as u64) as usize
+                    }
                     _ => 0,
                 };
                 self.record(name, "start", &format!("server {index}"), aim);
@@ -887,35 +925,28 @@ impl World {
                 let (id, pid, slot) = self.aimed_worker(aim, step.pick)?;
                 let target = format!("worker {id} pid {pid}");
                 let delay = format!("{}ms", ADDED_LATENCY.as_millis());
-                self.record(name, "start", &target, aim);
-                let added = blocking(move || {
-                    let out = lab
-                        .command_in(slot, "tc")
-                        .args(["qdisc", "replace", "dev", "eth0", "root", "netem", "delay"])
-                        .arg(&delay)
-                        .output()?;
-                    anyhow::ensure!(
-                        out.status.success(),
-                        "tc netem: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    );
-                    Ok(lab)
-                })
-                .await;
-                tokio::time::sleep(active).await;
-                if let Ok(lab) = added {
-                    let _ = blocking(move || {
-                        lab.command_in(slot, "tc")
-                            .args(["qdisc", "del", "dev", "eth0", "root"])
-                            .output()?;
+                let tc = |lab: Arc<NetLab>, args: Vec<String>| {
+                    blocking(move || {
+                        let out = lab.command_in(slot, "tc").args(&args).output()?;
+                        anyhow::ensure!(
+                            out.status.success(),
+                            "tc: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        );
                         Ok(())
                     })
-                    .await;
-                    self.record(name, "heal", &target, aim);
-                } else if let Err(e) = added {
-                    self.record(name, "heal", &target, aim);
-                    return Err(e);
-                }
+                };
+                let add = [
+                    "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", &delay,
+                ];
+                // Recorded only once in place (a failed `tc` injected nothing).
+                tc(lab.clone(), add.iter().map(|a| a.to_string()).collect()).await?;
+                self.record(name, "start", &target, aim);
+                tokio::time::sleep(active).await;
+                let del = ["qdisc", "del", "dev", "eth0", "root"];
+                let healed = tc(lab, del.iter().map(|a| a.to_string()).collect()).await;
+                self.record(name, "heal", &target, aim);
+                healed?;
             }
             Fault::Partition | Fault::Latency => {
                 let (id, pid, _) = self.aimed_worker(aim, step.pick)?;
@@ -984,7 +1015,11 @@ impl World {
 
     /// Sets the proxies of worker `id` (every worker: `None`) to `mode`.
     fn set_proxies(&self, id: Option<u32>, mode: ProxyMode) {
-        for worker in self.workers().iter().filter(|w| id.is_none_or(|id| w.id == id)) {
+        for worker in self
+            .workers()
+            .iter()
+            .filter(|w| id.is_none_or(|id| w.id == id))
+        {
             for proxy in &worker.proxies {
                 proxy.set_mode(mode);
             }
@@ -1123,12 +1158,10 @@ impl World {
                     let servers = self.lock_servers().await;
                     let master = servers.lock_master(&key, 0).and_then(|s| self.lab_index(s));
                     let replica = servers.lock_replica(&key).and_then(|s| self.lab_index(s));
-                    (
-                        master.context("no master")?,
-                        replica.context("no replica")?,
-                    )
+                    (master.context("no master")?, replica.context("no replica")?)
                 };
-                let target = format!("{key}: lab servers {master} -/- {replica}, then forced failover");
+                let target =
+                    format!("{key}: lab servers {master} -/- {replica}, then forced failover");
                 self.record(name, "start", &target, aim);
                 let cut = lab.cut_servers(&[master], &[replica]);
                 tokio::time::sleep(step.duration).await;
@@ -1365,13 +1398,17 @@ mod tests {
 
     #[test]
     fn the_kinds_follow_what_the_machine_can_do() {
-        let with = kinds_for(Backend::Standalone, true);
-        let without = kinds_for(Backend::Standalone, false);
+        let with = kinds_for(Backend::Standalone, true, true);
+        let without = kinds_for(Backend::Standalone, false, false);
+        assert!(with.contains(&FaultKind::Classic(Fault::Latency)));
+        assert!(!kinds_for(Backend::Standalone, true, false)
+            .contains(&FaultKind::Classic(Fault::Latency)));
+        assert!(without.contains(&FaultKind::Classic(Fault::Latency)));
         assert!(with.contains(&FaultKind::Net(NetFault::PartitionFromServer)));
         assert!(!with.contains(&FaultKind::Classic(Fault::ProxyReset)));
         assert!(!without.contains(&FaultKind::Net(NetFault::PartitionBoth)));
         assert!(without.contains(&FaultKind::Classic(Fault::Partition)));
-        let sentinel = kinds_for(Backend::Sentinel, true);
+        let sentinel = kinds_for(Backend::Sentinel, true, true);
         for kind in [
             NetFault::SplitBrain,
             NetFault::ReplicationLag,
@@ -1380,11 +1417,12 @@ mod tests {
         ] {
             assert!(sentinel.contains(&FaultKind::Net(kind)), "{kind:?}");
         }
-        assert!(!kinds_for(Backend::Sentinel, false).contains(&FaultKind::Net(NetFault::SplitBrain)));
-        let redlock = kinds_for(Backend::Redlock, false);
+        assert!(!kinds_for(Backend::Sentinel, false, false)
+            .contains(&FaultKind::Net(NetFault::SplitBrain)));
+        let redlock = kinds_for(Backend::Redlock, false, false);
         assert!(redlock.contains(&FaultKind::Net(NetFault::BareMajority)));
         assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJump)));
-        assert!(kinds_for(Backend::Memory, true).is_empty());
+        assert!(kinds_for(Backend::Memory, true, true).is_empty());
     }
 
     #[test]
@@ -1410,6 +1448,8 @@ mod tests {
         );
         // Without the lab, no step needs it.
         let (_, plain) = fixed_steps(Backend::Standalone, true, 1, lease, false);
-        assert!(plain.iter().all(|s| matches!(s.kind, FaultKind::Classic(_))));
+        assert!(plain
+            .iter()
+            .all(|s| matches!(s.kind, FaultKind::Classic(_))));
     }
 }

@@ -7,7 +7,6 @@
 //! ([`FaultKind::exclusive`]) never overlap one another. The same configuration always gives
 //! the same schedule: print the seed, and a failing run can be replayed.
 
-
 use std::time::Duration;
 
 use rand::rngs::StdRng;

@@ -342,8 +342,14 @@ impl Servers {
             Servers::Memory => Vec::new(),
             Servers::Standalone(server) => vec![server.bind_url()],
             Servers::Sentinel(set) => set.sentinels().iter().map(RedisServer::bind_url).collect(),
-            Servers::Cluster(cluster) => cluster.nodes().iter().map(RedisServer::bind_url).collect(),
-            Servers::Redlock(masters) => masters.servers().iter().map(RedisServer::bind_url).collect(),
+            Servers::Cluster(cluster) => {
+                cluster.nodes().iter().map(RedisServer::bind_url).collect()
+            }
+            Servers::Redlock(masters) => masters
+                .servers()
+                .iter()
+                .map(RedisServer::bind_url)
+                .collect(),
         }
     }
 
@@ -400,8 +406,10 @@ impl Servers {
             return None;
         };
         let slot = cluster.slot_of(key);
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.master_of_slot(slot)))
-            .ok()
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cluster.master_of_slot(slot)
+        }))
+        .ok()
     }
 
     /// `SIGSTOP` of the master serving `key` (Sentinel, Cluster) for at least `hold`, and
@@ -442,7 +450,11 @@ impl Servers {
         Ok(format!(
             "master port {port} paused {} ms{}",
             hold.as_millis(),
-            if over { ", failed over" } else { ", no failover within 20 s" }
+            if over {
+                ", failed over"
+            } else {
+                ", no failover within 20 s"
+            }
         ))
     }
 
@@ -462,7 +474,11 @@ impl Servers {
                 self.failed_over();
                 let new = self.sentinel_master_port().unwrap_or(0);
                 format!("master {old} -> {new}")
-                    + if over { "" } else { " (no failover within 20 s)" }
+                    + if over {
+                        ""
+                    } else {
+                        " (no failover within 20 s)"
+                    }
             }
             Servers::Cluster(_) => {
                 let master = self.cluster_master_index(key).context("no master")?;
@@ -480,7 +496,11 @@ impl Servers {
                     self.cluster_master_index(key).is_some_and(|m| m != master)
                 });
                 format!("node {master} -> replica port {replica_port}")
-                    + if over { "" } else { " (no failover within 20 s)" }
+                    + if over {
+                        ""
+                    } else {
+                        " (no failover within 20 s)"
+                    }
             }
             _ => anyhow::bail!("needs Sentinel or Cluster"),
         };

@@ -2,7 +2,6 @@
 //! one owner for a while and someone else is waiting for it, so that the fault hits a lock
 //! somebody wanted; and decide after the fact, from the history, whether an injection did.
 
-
 use std::collections::HashMap;
 use std::time::Duration;
 
