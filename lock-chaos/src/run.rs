@@ -718,6 +718,21 @@ impl World {
         format!("lock:{{{name}}}")
     }
 
+    /// `key` and the port of the master serving it now, for the `start` target of a step
+    /// that fails it over: the checker ignores the old master's key events for a while
+    /// after (its data is stale until it is demoted and resynced).
+    async fn failover_target(&self, key: &str) -> String {
+        let port = self
+            .lock_servers()
+            .await
+            .lock_master(key, 0)
+            .map(RedisServer::port);
+        match port {
+            Some(port) => format!("{key} old master port {port}"),
+            None => key.to_owned(),
+        }
+    }
+
     /// The lab index of `server` (by its lab address).
     fn lab_index(&self, server: &RedisServer) -> Option<usize> {
         let lab = self.lab.as_ref()?;
@@ -971,7 +986,8 @@ impl World {
             }
             Fault::Failover => {
                 let key = self.aimed_key(aim);
-                self.record(name, "start", &key, aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
                 let servers = self.servers.clone();
                 let target = blocking(move || {
                     servers
@@ -1122,7 +1138,8 @@ impl World {
             NetFault::SplitBrain => self.split_brain(step, aim).await,
             NetFault::PauseMasterPastDownAfter => {
                 let key = self.aimed_key(aim);
-                self.record(name, "start", &key, aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
                 let servers = self.servers.clone();
                 let hold = step.duration;
                 let target = blocking(move || {
@@ -1137,7 +1154,8 @@ impl World {
             }
             NetFault::ManualFailover => {
                 let key = self.aimed_key(aim);
-                self.record(name, "start", &key, aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
                 let servers = self.servers.clone();
                 let target = blocking(move || {
                     servers
@@ -1160,8 +1178,9 @@ impl World {
                     let replica = servers.lock_replica(&key).and_then(|s| self.lab_index(s));
                     (master.context("no master")?, replica.context("no replica")?)
                 };
+                let start = self.failover_target(&key).await;
                 let target =
-                    format!("{key}: lab servers {master} -/- {replica}, then forced failover");
+                    format!("{start}: lab servers {master} -/- {replica}, then forced failover");
                 self.record(name, "start", &target, aim);
                 let cut = lab.cut_servers(&[master], &[replica]);
                 tokio::time::sleep(step.duration).await;
@@ -1237,7 +1256,7 @@ impl World {
                 .collect();
             (master, others, set.master().port())
         };
-        let target = format!("master port {port} (lab {master}) cut from lab {others:?}");
+        let target = format!("old master port {port} (lab {master}) cut from lab {others:?}");
         self.record(name, "start", &target, aim);
         let cut = lab.cut_servers(&[master], &others);
         let servers = self.servers.clone();

@@ -466,8 +466,14 @@ impl Servers {
         let over = match self {
             Servers::Sentinel(set) => {
                 let old = set.master().port();
-                command_on(set.sentinel(0), &["SENTINEL", "FAILOVER", SENTINEL_MASTER])
-                    .context("SENTINEL FAILOVER")?;
+                // Refused while an earlier failover is still being completed (`INPROG`) or
+                // before the sentinels see the replica as good again (`NOGOODSLAVE`): retry.
+                let mut last = Ok(redis::Value::Nil);
+                poll(MANUAL_FAILOVER_TIMEOUT, || {
+                    last = command_on(set.sentinel(0), &["SENTINEL", "FAILOVER", SENTINEL_MASTER]);
+                    last.is_ok()
+                });
+                last.context("SENTINEL FAILOVER")?;
                 let over = poll(MANUAL_FAILOVER_TIMEOUT, || {
                     self.sentinel_master_port().is_some_and(|p| p != old)
                 });
