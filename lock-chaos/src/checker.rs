@@ -993,6 +993,12 @@ pub fn analyze(
         times.sort_unstable();
     }
     for event in events {
+        if let Event::ReleaseStarted { t, hold, .. } = event {
+            // The holder stopped there, even if its release never returned.
+            if let Some(h) = index.get(hold).map(|&i| &mut holds[i]) {
+                h.end = h.end.min(*t);
+            }
+        }
         match event {
             Event::Lost { t, hold, .. } => {
                 if let Some(h) = index.get(hold).map(|&i| &mut holds[i]) {
@@ -1835,6 +1841,28 @@ mod tests {
         // Another server's report (or one without the old master named) still counts.
         let real = check(&events("lock:{chaos-0} old master port 2"), None);
         assert_eq!(counted(&real), ["late_lost"], "{:#?}", real.violations);
+    }
+
+    #[test]
+    fn a_hold_ends_where_its_release_started_even_if_the_release_never_returned() {
+        let started = Event::ReleaseStarted {
+            t: 1300 * MS,
+            worker: 1,
+            task: 0,
+            hold: "w1-t0-0".into(),
+        };
+        let events = [
+            acq(1000, 1, "w1-t0-0", 1),
+            started,
+            // The release hangs (a partition); the worker is killed later.
+            fault(4000, "kill_holder", "start", "worker 1 pid 5"),
+            fault(4001, "kill_holder", "heal", "worker 1 pid 5"),
+            acq(2600, 2, "w2-t0-0", 2),
+            rel(2800, 2, "w2-t0-0", 2, "ok"),
+        ];
+        let report = check(&events, None);
+        assert_eq!(report.unexcused(), 0, "{:#?}", report.violations);
+        assert_eq!(report.rows.iter().map(|r| r.overlaps).sum::<usize>(), 0);
     }
 
     #[test]

@@ -211,6 +211,18 @@ pub enum Event {
         /// `expired` or `del`.
         how: String,
     },
+    /// A release is about to be sent: the holder stopped acting on the lock (recorded before
+    /// the release, whose `Released` comes when it returns, or never if the worker dies).
+    ReleaseStarted {
+        /// When.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// The acquisition's unique id.
+        hold: String,
+    },
     /// A fault began or was healed.
     Fault {
         /// When.
