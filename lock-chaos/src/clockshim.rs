@@ -1,4 +1,4 @@
-//! Real clock faults on redis-server processes (not wired into run.rs yet): a small
+//! Real clock faults on redis-server processes: a small
 //! preloaded library moves the server's wall clock (`CLOCK_REALTIME`: `gettimeofday`,
 //! `clock_gettime`, `time`), which is what Redis 7 computes key expiry from (`mstime()`),
 //! by an offset the harness changes at run time. Monotonic clocks are left alone.
@@ -16,7 +16,7 @@
 //! It needs a C compiler (`cc`) at run time to build the library; [`ClockShim::build`] says
 //! so when there is none.
 
-// Integrated into run.rs later; until then only its tests use all of it.
+// A few helpers serve the tests only (this file is also compiled into them).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

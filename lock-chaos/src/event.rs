@@ -315,6 +315,18 @@ pub enum Event {
         /// The error, when the call failed.
         error: Option<String>,
     },
+    /// A release is about to be sent: the holder stopped acting on the lock (recorded before
+    /// the release, whose `Released` comes when it returns, or never if the worker dies).
+    ReleaseStarted {
+        /// When.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// The acquisition's unique id.
+        hold: String,
+    },
     /// A fault began or was healed.
     Fault {
         /// When.
@@ -327,5 +339,22 @@ pub enum Event {
         phase: String,
         /// What it hit (a process, a server, a worker).
         target: String,
+        /// The injection's number in the run (pairs a `heal` with its `start` when faults
+        /// overlap; absent in older histories: the heal then closes the latest start).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        /// `start` of a state-triggered fault: whether its trigger found a long hold with a
+        /// waiter before the bound (`None`: not triggered, or an older history).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effective: Option<bool>,
+        /// The lock the trigger picked (or the best candidate it saw).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lock: Option<String>,
+        /// That lock's holder (owner id) when it was picked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+        /// That holder's fencing token.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<u64>,
     },
 }

@@ -3,9 +3,12 @@
 //! For one backend at a time it starts the Redis servers with the test harness, spawns
 //! worker processes (this binary, `lock-chaos worker ...`) whose tasks contend for a few
 //! locks and do read-modify-writes on an unfenced and a fenced register, injects faults on
-//! a schedule (the nemesis), and checks the recorded history. It prints a table per backend
-//! x fault, writes JSON lines with `--out`, and stops by itself. Every server listens on
-//! loopback only. See RELIABILITY.md for the figures and how to reproduce them.
+//! a schedule (the nemesis: fixed, or seeded and randomized with state-triggered steps), and
+//! checks the recorded history. It prints a table per backend x fault (with the effective
+//! injections and 95% upper bounds of the anomaly rates), writes JSON lines with `--out`, and
+//! stops by itself. Servers listen on loopback and, when network namespaces are available,
+//! on addresses of a private lab bridge whose workers run in namespaces of their own. See
+//! RELIABILITY.md for the figures and how to reproduce them.
 
 mod bare_majority;
 mod checker;
@@ -60,9 +63,31 @@ struct RunArgs {
     /// standalone and sentinel.
     #[arg(long = "backend", value_enum)]
     backends: Vec<Backend>,
-    /// The CI subset: fewer faults, shorter baseline (about a minute for two backends).
+    /// The CI subset: a fixed, short, deterministic list of faults one at a time, a shorter
+    /// baseline, every workload (about 3 minutes for standalone and Sentinel).
     #[arg(long)]
     quick: bool,
+    /// Seed of the randomized schedule (default: a fresh one, printed first; pass it again
+    /// to replay the same schedule).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// `random`: seeded, randomized, overlapping steps, each state-triggered one waiting for
+    /// a long hold with a waiter (default without --quick); `fixed`: the fixed list, one
+    /// fault at a time (default with --quick).
+    #[arg(long, value_enum)]
+    schedule: Option<ScheduleKind>,
+    /// How many injections per fault kind the randomized schedule aims for (sets the run's
+    /// length per backend).
+    #[arg(long, default_value_t = 3)]
+    per_kind: usize,
+    /// Do not use network namespaces (workers reach the servers through the userspace
+    /// fault proxy, as on machines without root or iproute2).
+    #[arg(long)]
+    no_netns: bool,
+    /// Sentinel: set `min-replicas-to-write` to this on the data servers (max lag 2 s), for
+    /// the split-brain configuration the README recommends; unset by default.
+    #[arg(long)]
+    min_replicas_to_write: Option<u32>,
     /// How many times each backend's fault list is repeated.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -101,6 +126,15 @@ struct RunArgs {
     /// touched, or a failed register-store check.
     #[arg(long)]
     strict: bool,
+}
+
+/// Which schedule `run` follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ScheduleKind {
+    /// The fixed list, one fault at a time.
+    Fixed,
+    /// Seeded, randomized, overlapping.
+    Random,
 }
 
 #[derive(Debug, clap::Args)]
@@ -158,6 +192,19 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
             Backend::Redlock,
         ]
     };
+    let seed = args.seed.unwrap_or_else(schedule::fresh_seed);
+    let random = args
+        .schedule
+        .map_or(!args.quick, |s| s == ScheduleKind::Random);
+    println!(
+        "seed {seed} (schedule {}{})",
+        if random { "random" } else { "fixed" },
+        if random {
+            format!(", {} per kind", args.per_kind)
+        } else {
+            String::new()
+        }
+    );
     let config = run::RunConfig {
         backends,
         quick: args.quick,
@@ -175,6 +222,11 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
             (false, None) if args.quick => worker::Workload::QUICK.to_vec(),
             (false, None) => worker::Workload::ALL.to_vec(),
         },
+        seed,
+        random,
+        per_kind: args.per_kind.max(1),
+        netns: !args.no_netns,
+        min_replicas: args.min_replicas_to_write,
     };
     let reports = run::run(config).await?;
     let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();

@@ -29,7 +29,7 @@
 //! Processes started with [`NetLab::command_in`] keep their namespace alive after it is
 //! deleted: stop them before dropping the lab.
 
-// Integrated into run.rs later; until then only its tests use all of it.
+// A few helpers serve the tests only (this file is also compiled into them).
 #![allow(dead_code)]
 
 use std::ffi::OsStr;
@@ -362,14 +362,18 @@ impl NetLab {
     /// reach the old master). The servers all run on the host, where traffic between local
     /// addresses is routed by the `lookup local` rule at preference 0, ahead of any other
     /// rule: the first cut moves that rule to preference [`LOCAL_PREF`] (the same lookup for
-    /// every other packet; it stays there) and puts `from X to Y blackhole` rules before it.
+    /// every other packet; the last heal of this process, or dropping the lab, moves it back,
+    /// and a later [`NetLab::create`] does when the process that moved it died) and puts
+    /// `from X to Y blackhole` rules before it.
     /// Relies on each server sending from its own address: Redis binds its outgoing
     /// replication, cluster bus and sentinel connections to its first `--bind` address,
     /// which `ServerOptions::bind_addr` makes the lab address. New connections fail at once
     /// (`EINVAL`); established ones see silence.
     pub fn cut_servers(&self, a: &[usize], b: &[usize]) -> anyhow::Result<()> {
-        move_local_rule()?;
         let mut rules = self.server_rules.lock().unwrap_or_else(|e| e.into_inner());
+        if rules.is_empty() {
+            local_rule_needed(true)?;
+        }
         for &x in a {
             for &y in b {
                 for (from, to) in [
@@ -386,13 +390,20 @@ impl NetLab {
         Ok(())
     }
 
-    /// Heals every cut between servers.
+    /// Heals every cut between servers; the last lab of this process to heal its cuts puts
+    /// the host's `lookup local` rule back at preference 0, where it was.
     pub fn heal_servers(&self) -> anyhow::Result<()> {
-        let rules =
-            std::mem::take(&mut *self.server_rules.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut guard = self.server_rules.lock().unwrap_or_else(|e| e.into_inner());
+        let rules = std::mem::take(&mut *guard);
         let mut result = Ok(());
+        let had_cuts = !rules.is_empty();
         for (from, to) in rules {
             if let Err(e) = rule_at("del", from, to, SERVER_RULE_PREF) {
+                result = Err(e);
+            }
+        }
+        if had_cuts {
+            if let Err(e) = local_rule_needed(false) {
                 result = Err(e);
             }
         }
@@ -432,11 +443,61 @@ fn rule_at(action: &str, from: Ipv4Addr, to: Ipv4Addr, pref: u32) -> anyhow::Res
     .map(drop)
 }
 
+/// Labs of this process with cuts between servers in place (they need the host's
+/// `lookup local` rule moved).
+static CUTTING: Mutex<usize> = Mutex::new(0);
+
+/// Counts a lab's cuts in (`true`) or out; moves the host's `lookup local` rule to
+/// [`LOCAL_PREF`] with the first and back to preference 0 after the last.
+fn local_rule_needed(needed: bool) -> anyhow::Result<()> {
+    let mut cutting = CUTTING.lock().unwrap_or_else(|e| e.into_inner());
+    if needed {
+        move_local_rule()?;
+        *cutting += 1;
+        Ok(())
+    } else {
+        *cutting = cutting.saturating_sub(1);
+        if *cutting == 0 {
+            restore_local_rule()
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Puts the host's `lookup local` rule back at preference 0 (adding it there before
+/// deleting the moved one); does nothing when it is there already or was never moved.
+fn restore_local_rule() -> anyhow::Result<()> {
+    let moved = ip(&["rule", "show", "pref", &LOCAL_PREF.to_string()])?;
+    if !moved.contains("lookup local") {
+        return Ok(());
+    }
+    let at_zero = ip(&["rule", "show", "pref", "0"])?;
+    if !at_zero.contains("lookup local") {
+        ip(&["rule", "add", "pref", "0", "lookup", "local"])?;
+    }
+    ip(&[
+        "rule",
+        "del",
+        "pref",
+        &LOCAL_PREF.to_string(),
+        "lookup",
+        "local",
+    ])
+    .map(drop)
+}
+
+/// Whether the host's `lookup local` rule is at preference 0 only (where the kernel puts
+/// it), not moved.
+pub fn local_rule_in_place() -> bool {
+    ip(&["rule", "show", "pref", "0"]).is_ok_and(|r| r.contains("lookup local"))
+        && !ip(&["rule", "show", "pref", &LOCAL_PREF.to_string()])
+            .is_ok_and(|r| r.contains("lookup local"))
+}
+
 /// Moves the host's `lookup local` rule from preference 0 to [`LOCAL_PREF`] (adding the
 /// new one before deleting the old, so local delivery never stops); does nothing when done.
 fn move_local_rule() -> anyhow::Result<()> {
-    static MOVING: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = MOVING.lock().unwrap_or_else(|e| e.into_inner());
     let at_zero = ip(&["rule", "show", "pref", "0"])?;
     if !at_zero.contains("lookup local") {
         return Ok(());
@@ -520,6 +581,7 @@ pub fn cleanup_stale() {
     let Ok(links) = ip(&["-o", "link", "show", "type", "bridge"]) else {
         return;
     };
+    let mut live_labs = 0;
     for line in links.lines() {
         // "7: lcx3-br: <...> ... alias pid=1234"
         let Some(name) = line.split(": ").nth(1) else {
@@ -540,7 +602,14 @@ pub fn cleanup_stale() {
         let alive = owner.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
             remove_lab(subnet);
+        } else {
+            live_labs += 1;
         }
+    }
+    // A process killed with cuts in place left the `lookup local` rule moved: put it back
+    // when no lab is left that could still rely on it.
+    if live_labs == 0 && *CUTTING.lock().unwrap_or_else(|e| e.into_inner()) == 0 {
+        let _ = restore_local_rule();
     }
     // Namespaces whose bridge is gone (a creator killed between the two steps).
     if let Ok(list) = ip(&["netns", "list"]) {

@@ -1,27 +1,33 @@
 //! The orchestrator: per backend, start the servers and the register store, spawn worker
-//! processes behind fault proxies, run the nemesis's schedule, stop everything, check.
+//! processes (in network namespaces when the machine allows it, behind fault proxies
+//! otherwise), run the schedule (fixed, or seeded and randomized with overlapping steps, each
+//! state-triggered step waiting first for a long hold with a waiter), stop everything, check.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 use distlock::{LockClient, MemoryStore};
 use lock_test_support::RedisServer;
-use rand::seq::SliceRandom as _;
+use lock_test_support::ServerOptions;
 use rand::Rng as _;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::checker::{self, BackendReport};
 use crate::clock::now_ns;
+use crate::clockshim::ClockShim;
 use crate::event::Event;
 use crate::nemesis::{Fault, Schedule};
+use crate::netns::{Direction, NetLab};
 use crate::proxy::{FaultProxy, ProxyMode};
 use crate::register::Registers;
+use crate::schedule::{FaultKind, NetFault, ScheduleConfig, Step};
 use crate::sink::{read_events, EventSink};
 use crate::topology::{Backend, Servers, SENTINEL_MASTER};
+use crate::trigger::{self, Target, TriggerConfig, Triggered};
 use crate::worker::{self, WorkerSetup};
 
 /// Latency added by the `latency` fault, per chunk and direction.
@@ -54,6 +60,18 @@ pub struct RunConfig {
     pub history: Option<PathBuf>,
     /// Workloads beside the plain lock (those the backend supports run).
     pub workloads: Vec<worker::Workload>,
+    /// The seed of the randomized schedule (and of the harness's choices within a step).
+    pub seed: u64,
+    /// The seeded, randomized, overlapping schedule (`false`: the fixed list, one fault at a
+    /// time).
+    pub random: bool,
+    /// How many injections per fault kind the randomized schedule aims for.
+    pub per_kind: usize,
+    /// Use network namespaces when the machine allows it (else the userspace proxy).
+    pub netns: bool,
+    /// Sentinel: `min-replicas-to-write` on the data servers (with a max lag of
+    /// [`MIN_REPLICAS_MAX_LAG`]), `None`: not set (Redis's default).
+    pub min_replicas: Option<u32>,
 }
 
 impl RunConfig {
@@ -67,6 +85,9 @@ impl RunConfig {
             .collect()
     }
 }
+
+/// `min-replicas-max-lag` with `--min-replicas-to-write`.
+pub const MIN_REPLICAS_MAX_LAG: Duration = Duration::from_secs(2);
 
 /// Runs every backend of `config` and prints the tables; returns the reports.
 pub async fn run(config: RunConfig) -> anyhow::Result<Vec<BackendReport>> {
@@ -139,17 +160,238 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| anyhow!("the test harness failed: {e}"))?
 }
 
+/// Data servers and sentinels of `backend` (each gets a lab address of its own).
+fn server_count(backend: Backend) -> usize {
+    match backend {
+        Backend::Memory => 0,
+        Backend::Standalone => 1,
+        Backend::Sentinel => 5,
+        Backend::Cluster => 6,
+        Backend::Redlock => crate::topology::REDLOCK_MASTERS,
+    }
+}
+
+/// The fault kinds of the randomized schedule of `backend`, for what this machine can do:
+/// with the network lab, the proxy's own faults go (the lab's partitions replace them;
+/// latency is added with `tc netem` in the worker's namespace instead, when the kernel has
+/// it: `netem`); without it, the faults that need it go.
+fn kinds_for(backend: Backend, lab: bool, netem: bool) -> Vec<FaultKind> {
+    let mut config = ScheduleConfig::new(backend, 0, Duration::ZERO, Duration::from_secs(1));
+    config.kinds.retain(|k| match k {
+        FaultKind::Classic(Fault::ProxyReset | Fault::Partition) => !lab,
+        FaultKind::Classic(Fault::Latency) => !lab || netem,
+        FaultKind::Net(
+            NetFault::PartitionBoth
+            | NetFault::PartitionToServer
+            | NetFault::PartitionFromServer
+            | NetFault::PartitionOneMaster
+            | NetFault::ReplicationLag
+            | NetFault::SplitBrain,
+        ) => lab,
+        _ => true,
+    });
+    // A jump of one master's clock: on Redlock, a minority of the lock's masters.
+    if backend == Backend::Redlock {
+        config.kinds.push(FaultKind::Classic(Fault::ClockJump));
+    }
+    config.kinds
+}
+
+/// Whether `tc` can add `netem` delay in the lab's namespaces (the kernel module may be
+/// missing).
+fn netem_available(lab: &NetLab) -> bool {
+    let added = lab
+        .command_in(0, "tc")
+        .args([
+            "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "0ms",
+        ])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if added {
+        let _ = lab
+            .command_in(0, "tc")
+            .args(["qdisc", "del", "dev", "eth0", "root"])
+            .output();
+    }
+    added
+}
+
+/// The fixed schedule as steps: the old list (`nemesis.rs`), plus with `quick` a few of the
+/// new faults; pauses last a lease and a second, everything else 3 s.
+fn fixed_steps(
+    backend: Backend,
+    quick: bool,
+    rounds: usize,
+    lease: Duration,
+    lab: bool,
+) -> (Schedule, Vec<Step>) {
+    let schedule = Schedule::for_backend(backend, quick, rounds);
+    let mut kinds: Vec<FaultKind> = schedule
+        .faults
+        .iter()
+        .map(|&f| FaultKind::Classic(f))
+        .collect();
+    if quick {
+        match backend {
+            Backend::Standalone if lab => {
+                kinds.insert(3, FaultKind::Net(NetFault::PartitionFromServer))
+            }
+            Backend::Sentinel => kinds.push(FaultKind::Net(NetFault::ManualFailover)),
+            _ => {}
+        }
+    }
+    let steps = kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| Step {
+            at: Duration::ZERO,
+            kind,
+            duration: if kind == FaultKind::Classic(Fault::PauseHolder) {
+                lease + Duration::from_secs(1)
+            } else {
+                schedule.active
+            },
+            target: kind.default_target(),
+            pick: i as u64,
+        })
+        .collect();
+    (schedule, steps)
+}
+
 async fn run_backend(
     config: &RunConfig,
     backend: Backend,
     dir: &Path,
 ) -> anyhow::Result<BackendReport> {
-    let schedule = Schedule::for_backend(backend, config.quick, config.rounds);
-    let register = blocking(|| Ok(RedisServer::start())).await?;
+    let count = server_count(backend);
+    // The network lab: a namespace per worker, an address per server and one for the
+    // register store (never partitioned).
+    let lab = if backend == Backend::Memory {
+        None
+    } else if !config.netns {
+        println!(
+            "{}: network: userspace fault proxy (--no-netns)",
+            backend.name()
+        );
+        None
+    } else {
+        match crate::netns::available()
+            .map_err(anyhow::Error::msg)
+            .and_then(|()| NetLab::create(config.workers as usize, count + 1))
+        {
+            Ok(lab) => {
+                println!(
+                    "{}: network: namespaces (real partitions, subnet {})",
+                    backend.name(),
+                    lab.subnet()
+                );
+                Some(Arc::new(lab))
+            }
+            Err(e) => {
+                println!(
+                    "{}: network: userspace fault proxy (network namespaces unavailable: {e:#})",
+                    backend.name()
+                );
+                None
+            }
+        }
+    };
+    let shim = if backend == Backend::Memory {
+        None
+    } else {
+        match blocking(ClockShim::build).await {
+            Ok(shim) => {
+                println!(
+                    "{}: clock: real CLOCK_REALTIME jumps of one server (preloaded library)",
+                    backend.name()
+                );
+                Some(shim)
+            }
+            Err(e) => {
+                println!(
+                    "{}: clock: emulated jumps (every TTL cut; the clock library could not be built: {e:#})",
+                    backend.name()
+                );
+                None
+            }
+        }
+    };
+    let (fixed, mut steps) = fixed_steps(
+        backend,
+        config.quick,
+        config.rounds,
+        config.lease,
+        lab.is_some(),
+    );
+    let mut run_for = Duration::ZERO;
+    if config.random && backend != Backend::Memory {
+        let mut schedule_config =
+            ScheduleConfig::new(backend, config.seed, Duration::ZERO, config.lease);
+        let netem = match &lab {
+            Some(lab) => {
+                let lab = lab.clone();
+                blocking(move || Ok(netem_available(&lab))).await?
+            }
+            None => false,
+        };
+        if lab.is_some() && !netem {
+            println!(
+                "{}: no latency fault: the kernel has no netem queueing discipline (tc)",
+                backend.name()
+            );
+        }
+        schedule_config.kinds = kinds_for(backend, lab.is_some(), netem);
+        schedule_config.run = schedule_config.run_for(config.per_kind);
+        run_for = schedule_config.run;
+        steps = crate::schedule::generate(&schedule_config);
+        print!(
+            "{}: {}",
+            backend.name(),
+            crate::schedule::describe(&schedule_config, &steps)
+        );
+    } else if backend != Backend::Memory {
+        println!(
+            "{}: fixed schedule: {}",
+            backend.name(),
+            steps
+                .iter()
+                .map(|s| s.kind.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
+    let register_options = lab
+        .as_ref()
+        .map(|lab| ServerOptions::new().bind_addr(lab.server_addr(count)));
+    let register = blocking(move || {
+        Ok(match register_options {
+            Some(options) => RedisServer::start_with(options),
+            None => RedisServer::start(),
+        })
+    })
+    .await?;
     let register_url = register.url();
+    let worker_register_url = register.bind_url();
+    let mut options = lab
+        .as_ref()
+        .map(|lab| ServerOptions::new().bind_pool(lab.server_addrs()[..count].iter().copied()));
+    if let Some(shim) = &shim {
+        options = Some(shim.options(options.unwrap_or_default()));
+    }
     let servers = Arc::new(Mutex::new(
-        blocking(move || Ok(Servers::start(backend))).await?,
+        blocking(move || Ok(Servers::start_with(backend, options))).await?,
     ));
+    if let (Some(n), Backend::Sentinel) = (config.min_replicas, backend) {
+        let took = servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
+        println!(
+            "sentinel: min-replicas-to-write {n}, min-replicas-max-lag {} s ({took} of 2 data servers)",
+            MIN_REPLICAS_MAX_LAG.as_secs()
+        );
+    }
     let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
     let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
     // Server-side truth: every removal of a key on every data server, as it happens.
@@ -170,42 +412,80 @@ async fn run_backend(
     let probe = worker::spawn_stall_probe(nemesis.clone(), None, probe_deadline.clone());
     let run_start = now_ns();
 
+    let lab_data: Vec<usize> = (0..count).collect();
     let mut world = World {
         backend,
         config: config.clone(),
         servers: servers.clone(),
-        register_url,
+        register_url: register_url.clone(),
+        worker_register_url,
         dir: dir.to_owned(),
-        workers: Vec::new(),
-        next_id: 0,
+        workers: Mutex::new(Vec::new()),
+        next_id: AtomicU32::new(0),
         nemesis,
         inspector: None,
         names: names.clone(),
-        memory: Vec::new(),
+        lab: lab.clone(),
+        lab_data,
+        shim,
+        next_fault: AtomicU64::new(0),
     };
 
     if backend == Backend::Memory {
-        world.start_memory_workers().await?;
-        tokio::time::sleep(schedule.baseline).await;
-        for (deadline, _) in &world.memory {
+        let memory = world.start_memory_workers().await?;
+        tokio::time::sleep(fixed.baseline).await;
+        for (deadline, _) in &memory {
             deadline.store(0, Ordering::Relaxed);
         }
-        for (_, handle) in world.memory.drain(..) {
+        for (_, handle) in memory {
             let _ = handle.await;
         }
     } else {
         world.inspector = Some(world.connect_direct().await?);
-        for _ in 0..config.workers {
-            world.spawn_worker().await?;
+        for slot in 0..config.workers as usize {
+            world.spawn_worker(slot).await?;
         }
-        tokio::time::sleep(schedule.baseline).await;
-        for &fault in &schedule.faults {
-            if let Err(e) = world.inject(fault, &schedule).await {
-                eprintln!("lock-chaos: {}: {}: {e:#}", backend.name(), fault.name());
+        let shared = Arc::new(world);
+        if config.random {
+            let t0 = tokio::time::Instant::now();
+            let exclusive = Arc::new(tokio::sync::Mutex::new(()));
+            let mut tasks = tokio::task::JoinSet::new();
+            for step in steps {
+                let (world, exclusive) = (shared.clone(), exclusive.clone());
+                tasks.spawn(async move {
+                    tokio::time::sleep_until(t0 + step.at).await;
+                    let _one = if step.kind.exclusive() {
+                        Some(exclusive.lock().await)
+                    } else {
+                        None
+                    };
+                    if let Err(e) = world.run_step(&step).await {
+                        eprintln!(
+                            "lock-chaos: {}: {}: {e:#}",
+                            world.backend.name(),
+                            step.kind.name()
+                        );
+                    }
+                });
             }
-            tokio::time::sleep(schedule.settle).await;
+            while tasks.join_next().await.is_some() {}
+            tokio::time::sleep_until(t0 + run_for).await;
+        } else {
+            tokio::time::sleep(fixed.baseline).await;
+            for step in &steps {
+                if let Err(e) = shared.run_step(step).await {
+                    eprintln!(
+                        "lock-chaos: {}: {}: {e:#}",
+                        backend.name(),
+                        step.kind.name()
+                    );
+                }
+                tokio::time::sleep(fixed.settle).await;
+            }
         }
-        world.stop_workers().await;
+        shared.stop_workers().await;
+        world =
+            Arc::try_unwrap(shared).map_err(|_| anyhow!("a fault step outlived the schedule"))?;
     }
     let run_end = now_ns();
     probe_deadline.store(0, Ordering::Relaxed);
@@ -223,7 +503,7 @@ async fn run_backend(
         .await;
     }
     // Every write the register store applied, and the final values (no worker runs now).
-    let truth = match Registers::connect(&world.register_url, "reg:").await {
+    let truth = match Registers::connect(&register_url, "reg:").await {
         Ok(registers) => registers
             .truth(&worker::register_names(
                 &names,
@@ -255,6 +535,8 @@ async fn run_backend(
     blocking(move || {
         drop(servers);
         drop(register);
+        // The servers listened on the lab's addresses: the lab goes after them.
+        drop(lab);
         Ok(())
     })
     .await?;
@@ -275,26 +557,47 @@ struct WorkerProc {
     client_id: String,
     child: tokio::process::Child,
     proxies: Vec<FaultProxy>,
+    /// Its namespace in the network lab (a replacement takes the killed worker's).
+    slot: usize,
 }
 
-/// Everything the nemesis acts on.
+/// What a step's trigger found, as recorded in its `start` event.
+#[derive(Debug, Clone, Default)]
+struct Aim {
+    id: u64,
+    effective: Option<bool>,
+    target: Option<Target>,
+}
+
+/// Everything the nemesis acts on (shared by concurrent steps).
 struct World {
     backend: Backend,
     config: RunConfig,
     servers: Arc<Mutex<Servers>>,
+    /// The register store, as the harness reaches it.
     register_url: String,
+    /// The register store, as workers reach it (its lab address, never partitioned).
+    worker_register_url: String,
     dir: PathBuf,
-    workers: Vec<WorkerProc>,
-    next_id: u32,
+    workers: Mutex<Vec<WorkerProc>>,
+    next_id: AtomicU32,
     nemesis: EventSink,
     inspector: Option<LockClient>,
     names: Vec<String>,
-    memory: Vec<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)>,
+    lab: Option<Arc<NetLab>>,
+    /// The lab indices of the data servers and sentinels (the register's is the next).
+    lab_data: Vec<usize>,
+    shim: Option<ClockShim>,
+    next_fault: AtomicU64,
 }
 
 impl World {
     fn servers(&self) -> std::sync::MutexGuard<'_, Servers> {
         self.servers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn workers(&self) -> std::sync::MutexGuard<'_, Vec<WorkerProc>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A client that reaches the servers without proxies (to find holders).
@@ -311,7 +614,9 @@ impl World {
     }
 
     /// The memory baseline: workers are clients of one store in this process.
-    async fn start_memory_workers(&mut self) -> anyhow::Result<()> {
+    async fn start_memory_workers(
+        &self,
+    ) -> anyhow::Result<Vec<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)>> {
         let store = MemoryStore::new();
         let lease = self.config.lease;
         let connect: worker::ClientFactory = {
@@ -321,6 +626,7 @@ impl World {
                 Box::pin(async move { result })
             })
         };
+        let mut memory = Vec::new();
         for id in 0..self.config.workers {
             let client = LockClient::builder()
                 .lease(self.config.lease)
@@ -347,19 +653,20 @@ impl World {
                 connect: Some(connect.clone()),
                 http_dir: Some(self.dir.clone()),
             };
-            self.memory
-                .push((deadline, tokio::spawn(worker::run(setup))));
+            memory.push((deadline, tokio::spawn(worker::run(setup))));
         }
-        Ok(())
+        Ok(memory)
     }
 
-    /// Starts one worker process (with its own proxies) and waits until it is connected.
-    async fn spawn_worker(&mut self) -> anyhow::Result<()> {
-        let id = self.next_id;
-        self.next_id += 1;
+    /// Starts one worker process (in namespace `slot` of the lab, or with its own proxies)
+    /// and waits until it is connected.
+    async fn spawn_worker(&self, slot: usize) -> anyhow::Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut proxies = Vec::new();
-        let urls = if self.backend.proxied() {
-            let ports = self.servers().proxied_ports();
+        let urls = if self.lab.is_some() {
+            self.lock_servers().await.lab_urls()
+        } else if self.backend.proxied() {
+            let ports = self.lock_servers().await.proxied_ports();
             let mut urls = Vec::new();
             for port in ports {
                 let proxy = FaultProxy::start(port).await?;
@@ -368,13 +675,17 @@ impl World {
             }
             urls
         } else {
-            self.servers().direct_urls()
+            self.lock_servers().await.direct_urls()
         };
-        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        let exe = std::env::current_exe()?;
+        let mut command = match &self.lab {
+            Some(lab) => tokio::process::Command::from(lab.command_in(slot, &exe)),
+            None => tokio::process::Command::new(&exe),
+        };
         command
             .arg("worker")
             .args(["--backend", self.backend.name()])
-            .args(["--register-url", &self.register_url])
+            .args(["--register-url", &self.worker_register_url])
             .args(["--worker", &id.to_string()])
             .args(["--tasks", &self.config.tasks.to_string()])
             .args(["--names", &self.config.names.to_string()])
@@ -405,99 +716,244 @@ impl World {
             .context("unexpected worker greeting")?
             .to_owned();
         let pid = child.id().context("worker pid")?;
-        self.workers.push(WorkerProc {
+        self.workers().push(WorkerProc {
             id,
             pid,
             client_id,
             child,
             proxies,
+            slot,
         });
         Ok(())
     }
 
-    /// The index of a worker that holds a lock now (or a random one after 2 s).
-    async fn holder(&self) -> usize {
-        if let Some(inspector) = &self.inspector {
-            for _ in 0..40 {
-                let mut names = self.names.clone();
-                names.shuffle(&mut rand::rng());
-                for name in &names {
-                    let Ok(Ok(info)) = tokio::time::timeout(
-                        Duration::from_millis(500),
-                        inspector.admin().inspect(name),
-                    )
-                    .await
-                    else {
-                        continue;
-                    };
-                    if let Some(holder) = info.holder {
-                        if let Some(i) = self
-                            .workers
-                            .iter()
-                            .position(|w| w.client_id == holder.client_id())
-                        {
-                            return i;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        rand::rng().random_range(0..self.workers.len())
+    /// Whether `client_id` is one of this run's workers.
+    fn is_worker(&self, client_id: &str) -> bool {
+        self.workers().iter().any(|w| w.client_id == client_id)
     }
 
-    fn record(&self, fault: Fault, phase: &str, target: &str) {
+    /// The worker a holder-targeted step hits: the trigger's holder, else one picked by
+    /// the step's number. Returns (id, pid, slot).
+    fn aimed_worker(&self, aim: &Aim, pick: u64) -> anyhow::Result<(u32, u32, usize)> {
+        let workers = self.workers();
+        anyhow::ensure!(!workers.is_empty(), "no worker runs");
+        let by_target = aim
+            .target
+            .as_ref()
+            .and_then(|t| workers.iter().find(|w| w.client_id == t.client_id));
+        let w = by_target.unwrap_or(&workers[(pick % workers.len() as u64) as usize]);
+        Ok((w.id, w.pid, w.slot))
+    }
+
+    /// The lock key a server-side step aims at: the trigger's lock, else the first name.
+    fn aimed_key(&self, aim: &Aim) -> String {
+        let name = aim
+            .target
+            .as_ref()
+            .map_or_else(|| self.names[0].clone(), |t| t.name.clone());
+        format!("lock:{{{name}}}")
+    }
+
+    /// `key` and the port of the master serving it now, for the `start` target of a step
+    /// that fails it over: the checker ignores the old master's key events for a while
+    /// after (its data is stale until it is demoted and resynced).
+    async fn failover_target(&self, key: &str) -> String {
+        let port = self
+            .lock_servers()
+            .await
+            .lock_master(key, 0)
+            .map(RedisServer::port);
+        match port {
+            Some(port) => format!("{key} old master port {port}"),
+            None => key.to_owned(),
+        }
+    }
+
+    /// The lab index of `server` (by its lab address).
+    fn lab_index(&self, server: &RedisServer) -> Option<usize> {
+        let lab = self.lab.as_ref()?;
+        let addr = server.bind_addr()?;
+        lab.server_addrs().iter().position(|a| *a == addr)
+    }
+
+    fn record(&self, fault: &str, phase: &str, target: &str, aim: &Aim) {
+        let start = phase == "start";
+        let t = aim.target.as_ref().filter(|_| start);
         self.nemesis.emit(&Event::Fault {
             t: now_ns(),
             backend: self.backend.name().to_owned(),
-            fault: fault.name().to_owned(),
+            fault: fault.to_owned(),
             phase: phase.to_owned(),
             target: target.to_owned(),
+            id: Some(aim.id),
+            effective: aim.effective.filter(|_| start),
+            lock: t.map(|t| t.name.clone()),
+            owner: t.map(|t| t.owner.clone()),
+            token: t.map(|t| t.fencing_token),
         });
     }
 
-    /// Injects one fault and heals it.
-    async fn inject(&mut self, fault: Fault, schedule: &Schedule) -> anyhow::Result<()> {
-        let active = schedule.active;
+    /// Runs one step: waits for its trigger (state-triggered kinds, up to the bound), then
+    /// injects it and heals it after its duration.
+    async fn run_step(&self, step: &Step) -> anyhow::Result<()> {
+        let mut aim = Aim {
+            id: self.next_fault.fetch_add(1, Ordering::Relaxed),
+            ..Aim::default()
+        };
+        if step.kind.triggered() {
+            if let Some(inspector) = &self.inspector {
+                let mut trigger_config = TriggerConfig::new(self.names.clone(), self.config.lease);
+                if self.config.quick {
+                    trigger_config.bound = self.config.lease * 2;
+                }
+                match trigger::wait_for_target(inspector, &trigger_config, |id| self.is_worker(id))
+                    .await
+                {
+                    Triggered::Effective(target) => {
+                        aim.effective = Some(true);
+                        aim.target = Some(target);
+                    }
+                    Triggered::NotEffective { longest } => {
+                        aim.effective = Some(false);
+                        aim.target = longest;
+                    }
+                }
+            }
+        }
+        // A restarted server is a new process, whose clock starts without the offset of
+        // earlier jumps: for one that had been moved back, that is a forward jump.
+        let clocks_before = self.clock_offsets().await;
+        let started = now_ns();
+        let result = match step.kind {
+            FaultKind::Classic(fault) => self.inject(fault, step, &aim).await,
+            FaultKind::Net(fault) => self.inject_net(fault, step, &aim).await,
+        };
+        self.record_clock_resets(&clocks_before, started).await;
+        // A restarted data server forgot the setting.
+        if let (Some(n), Backend::Sentinel) = (self.config.min_replicas, self.backend) {
+            self.lock_servers()
+                .await
+                .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
+        }
+        result
+    }
+
+    /// The wall-clock offset of every data server process moved by the clock library:
+    /// (port, pid, offset ms); empty without the library.
+    async fn clock_offsets(&self) -> Vec<(u16, u32, i64)> {
+        let Some(shim) = &self.shim else {
+            return Vec::new();
+        };
+        let pids = self.lock_servers().await.data_pids();
+        pids.into_iter()
+            .map(|(port, pid)| (port, pid, shim.offset_ms(pid)))
+            .filter(|&(_, _, ms)| ms != 0)
+            .collect()
+    }
+
+    /// Records, as `clock_jump_forward_by_restart` from `started` to now, each server of
+    /// `before` that was moved back and has been restarted since (a new process, offset 0).
+    async fn record_clock_resets(&self, before: &[(u16, u32, i64)], started: u64) {
+        if before.is_empty() {
+            return;
+        }
+        let now: Vec<(u16, u32)> = self.lock_servers().await.data_pids();
+        for &(port, pid, ms) in before {
+            let restarted = now.iter().any(|&(p, new)| p == port && new != pid);
+            if restarted && ms < 0 {
+                let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
+                let target =
+                    format!("server port {port} restarted: its clock lost a {ms} ms offset");
+                for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
+                    self.nemesis.emit(&Event::Fault {
+                        t,
+                        backend: self.backend.name().to_owned(),
+                        fault: "clock_jump_forward_by_restart".to_owned(),
+                        phase: phase.to_owned(),
+                        target: target.clone(),
+                        id: Some(id),
+                        effective: None,
+                        lock: None,
+                        owner: None,
+                        token: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The servers, waited for without blocking the runtime (a blocking step may hold
+    /// them for seconds: a failover, a paused master).
+    async fn lock_servers(&self) -> std::sync::MutexGuard<'_, Servers> {
+        loop {
+            let busy = match self.servers.try_lock() {
+                Ok(guard) => return guard,
+                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => true,
+            };
+            if busy {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    /// Injects one classic fault and heals it.
+    async fn inject(&self, fault: Fault, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let active = step.duration;
+        let name = fault.name();
         match fault {
             Fault::PauseHolder => {
-                let worker = &self.workers[self.holder().await];
-                let (pid, target) = (
-                    worker.pid,
-                    format!("worker {} pid {}", worker.id, worker.pid),
-                );
-                self.record(fault, "start", &target);
+                let (id, pid, _) = self.aimed_worker(aim, step.pick)?;
+                let target = format!("worker {id} pid {pid}");
+                self.record(name, "start", &target, aim);
                 signal(pid, libc::SIGSTOP);
-                tokio::time::sleep(self.config.lease + Duration::from_secs(1)).await;
+                tokio::time::sleep(active).await;
                 signal(pid, libc::SIGCONT);
-                self.record(fault, "heal", &target);
+                self.record(name, "heal", &target, aim);
             }
             Fault::KillHolder => {
-                let index = self.holder().await;
-                let mut worker = self.workers.remove(index);
+                let (id, _, _) = self.aimed_worker(aim, step.pick)?;
+                let mut worker = {
+                    let mut workers = self.workers();
+                    let index = workers
+                        .iter()
+                        .position(|w| w.id == id)
+                        .context("the worker is gone")?;
+                    workers.remove(index)
+                };
                 let target = format!("worker {} pid {}", worker.id, worker.pid);
-                self.record(fault, "start", &target);
+                self.record(name, "start", &target, aim);
                 signal(worker.pid, libc::SIGKILL);
                 let _ = worker.child.wait().await;
-                self.spawn_worker().await?;
-                self.record(fault, "heal", &target);
+                if let Some(lab) = &self.lab {
+                    // A partition of the killed worker must not carry over to its successor.
+                    let _ = lab.heal(worker.slot);
+                }
+                self.spawn_worker(worker.slot).await?;
+                self.record(name, "heal", &target, aim);
             }
             Fault::RestartPersistent | Fault::RestartEmpty => {
-                self.record(fault, "start", "server 0");
+                let index = match self.backend {
+                    Backend::Redlock => {
+                        (step.pick % crate::topology::REDLOCK_MASTERS as u64) as usize
+                    }
+                    _ => 0,
+                };
+                self.record(name, "start", &format!("server {index}"), aim);
                 let servers = self.servers.clone();
                 let target = blocking(move || {
                     let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
                     if fault == Fault::RestartEmpty {
-                        servers.restart_empty(0)
+                        servers.restart_empty(index)
                     } else {
-                        servers.restart_persistent(0)
+                        servers.restart_persistent(index)
                     }
                 })
                 .await?;
-                self.record(fault, "heal", &target);
+                self.record(name, "heal", &target, aim);
             }
             Fault::ClientKill | Fault::ScriptFlush => {
-                self.record(fault, "start", "every data server");
+                self.record(name, "start", "every data server", aim);
                 let servers = self.servers.clone();
                 let target = blocking(move || {
                     let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
@@ -508,47 +964,66 @@ impl World {
                     })
                 })
                 .await?;
-                self.record(fault, "heal", &target);
+                self.record(name, "heal", &target, aim);
             }
-            Fault::ClockJump => {
-                self.record(fault, "start", "every data server");
-                let servers = self.servers.clone();
-                let jump = self.config.lease.saturating_mul(2);
-                let target = blocking(move || {
-                    let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-                    Ok(servers.clock_jump(jump))
-                })
-                .await?;
-                self.record(fault, "heal", &target);
+            Fault::ClockJump => self.clock_jump(step, aim).await?,
+            Fault::Partition if self.lab.is_some() => {
+                self.lab_partition(name, Direction::Both, None, step, aim)
+                    .await?;
+            }
+            Fault::Latency if self.lab.is_some() => {
+                let lab = self.lab.clone().context("no lab")?;
+                let (id, pid, slot) = self.aimed_worker(aim, step.pick)?;
+                let target = format!("worker {id} pid {pid}");
+                let delay = format!("{}ms", ADDED_LATENCY.as_millis());
+                let tc = |lab: Arc<NetLab>, args: Vec<String>| {
+                    blocking(move || {
+                        let out = lab.command_in(slot, "tc").args(&args).output()?;
+                        anyhow::ensure!(
+                            out.status.success(),
+                            "tc: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        );
+                        Ok(())
+                    })
+                };
+                let add = [
+                    "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", &delay,
+                ];
+                // Recorded only once in place (a failed `tc` injected nothing).
+                tc(lab.clone(), add.iter().map(|a| a.to_string()).collect()).await?;
+                self.record(name, "start", &target, aim);
+                tokio::time::sleep(active).await;
+                let del = ["qdisc", "del", "dev", "eth0", "root"];
+                let healed = tc(lab, del.iter().map(|a| a.to_string()).collect()).await;
+                self.record(name, "heal", &target, aim);
+                healed?;
             }
             Fault::Partition | Fault::Latency => {
-                let worker = &self.workers[self.holder().await];
-                let target = format!("worker {} pid {}", worker.id, worker.pid);
+                let (id, pid, _) = self.aimed_worker(aim, step.pick)?;
+                let target = format!("worker {id} pid {pid}");
                 let mode = if fault == Fault::Partition {
                     ProxyMode::Blackhole
                 } else {
                     ProxyMode::Delay(ADDED_LATENCY)
                 };
-                self.record(fault, "start", &target);
-                for proxy in &worker.proxies {
-                    proxy.set_mode(mode);
-                }
+                self.record(name, "start", &target, aim);
+                self.set_proxies(Some(id), mode);
                 tokio::time::sleep(active).await;
-                for proxy in &worker.proxies {
-                    proxy.set_mode(ProxyMode::Pass);
-                }
-                self.record(fault, "heal", &target);
+                self.set_proxies(Some(id), ProxyMode::Pass);
+                self.record(name, "heal", &target, aim);
             }
             Fault::ProxyReset => {
-                self.record(fault, "start", "every worker");
-                for proxy in self.workers.iter().flat_map(|w| &w.proxies) {
+                self.record(name, "start", "every worker", aim);
+                for proxy in self.workers().iter().flat_map(|w| &w.proxies) {
                     proxy.reset();
                 }
-                self.record(fault, "heal", "every worker");
+                self.record(name, "heal", "every worker", aim);
             }
             Fault::Failover => {
-                let key = format!("lock:{{{}}}", self.names[0]);
-                self.record(fault, "start", &key);
+                let key = self.aimed_key(aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
                 let servers = self.servers.clone();
                 let target = blocking(move || {
                     servers
@@ -557,10 +1032,10 @@ impl World {
                         .failover(&key)
                 })
                 .await?;
-                self.record(fault, "heal", &target);
+                self.record(name, "heal", &target, aim);
             }
             Fault::StopMinority => {
-                self.record(fault, "start", "masters 0, 1 (killed)");
+                self.record(name, "start", "masters 0, 1 (killed)", aim);
                 let servers = self.servers.clone();
                 let dirs = blocking(move || {
                     let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
@@ -577,26 +1052,295 @@ impl World {
                     Ok(())
                 })
                 .await?;
-                self.record(fault, "heal", "masters 0, 1 (restarted empty)");
+                self.record(name, "heal", "masters 0, 1 (restarted empty)", aim);
             }
             Fault::StopMajority => {
-                let target = self.servers().pause_masters(3)?;
-                self.record(fault, "start", &target);
+                let target = self.lock_servers().await.pause_masters(3)?;
+                self.record(name, "start", &target, aim);
                 tokio::time::sleep(active).await;
-                self.servers().resume_masters(3);
-                self.record(fault, "heal", &target);
+                self.lock_servers().await.resume_masters(3);
+                self.record(name, "heal", &target, aim);
             }
         }
         Ok(())
     }
 
+    /// Sets the proxies of worker `id` (every worker: `None`) to `mode`.
+    fn set_proxies(&self, id: Option<u32>, mode: ProxyMode) {
+        for worker in self
+            .workers()
+            .iter()
+            .filter(|w| id.is_none_or(|id| w.id == id))
+        {
+            for proxy in &worker.proxies {
+                proxy.set_mode(mode);
+            }
+        }
+    }
+
+    /// A real partition of the aimed worker in the lab: from every data server and sentinel
+    /// (`servers: None`) or from those lab indices, in `direction`, for the step's duration.
+    async fn lab_partition(
+        &self,
+        name: &str,
+        direction: Direction,
+        servers: Option<Vec<usize>>,
+        step: &Step,
+        aim: &Aim,
+    ) -> anyhow::Result<()> {
+        let lab = self.lab.clone().context("needs the network lab")?;
+        let (id, pid, slot) = self.aimed_worker(aim, step.pick)?;
+        let servers = servers.unwrap_or_else(|| self.lab_data.clone());
+        let target = format!("worker {id} pid {pid} servers {servers:?} {direction:?}");
+        self.record(name, "start", &target, aim);
+        let cut = {
+            let lab = lab.clone();
+            blocking(move || lab.partition_servers(slot, &servers, direction)).await
+        };
+        tokio::time::sleep(step.duration).await;
+        let healed = blocking(move || lab.heal(slot)).await;
+        self.record(name, "heal", &target, aim);
+        cut.and(healed)
+    }
+
+    /// A jump of one server's wall clock (the aimed lock's master), forward or backward by
+    /// the step's duration, with the clock library; without it, the emulation: every TTL of
+    /// every data server cut by two leases.
+    async fn clock_jump(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let Some(shim) = &self.shim else {
+            let name = Fault::ClockJump.name();
+            self.record(name, "start", "every data server (emulated)", aim);
+            let servers = self.servers.clone();
+            let jump = self.config.lease.saturating_mul(2);
+            let target = blocking(move || {
+                let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                Ok(servers.clock_jump(jump))
+            })
+            .await?;
+            self.record(name, "heal", &target, aim);
+            return Ok(());
+        };
+        let key = self.aimed_key(aim);
+        let (pid, port) = {
+            let servers = self.lock_servers().await;
+            let server = servers
+                .lock_master(&key, step.pick)
+                .context("no master for the key")?;
+            (server.pid(), server.port())
+        };
+        let forward = step.pick % 2 == 0;
+        let ms = step.duration.as_millis() as i64;
+        let (name, delta) = if forward {
+            ("clock_jump_forward", ms)
+        } else {
+            ("clock_jump_backward", -ms)
+        };
+        let target = format!("server port {port} pid {pid} {delta:+} ms");
+        self.record(name, "start", &target, aim);
+        let jumped = shim.jump_ms(pid, delta);
+        self.record(name, "heal", &target, aim);
+        jumped
+    }
+
+    /// Injects one fault of the randomized schedule's own list and heals it.
+    async fn inject_net(&self, fault: NetFault, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = fault.name();
+        match fault {
+            NetFault::PartitionBoth => {
+                self.lab_partition(name, Direction::Both, None, step, aim)
+                    .await
+            }
+            NetFault::PartitionToServer => {
+                self.lab_partition(name, Direction::ToHost, None, step, aim)
+                    .await
+            }
+            NetFault::PartitionFromServer => {
+                self.lab_partition(name, Direction::FromHost, None, step, aim)
+                    .await
+            }
+            NetFault::PartitionOneMaster => {
+                let key = self.aimed_key(aim);
+                let index = {
+                    let servers = self.lock_servers().await;
+                    servers
+                        .lock_master(&key, step.pick)
+                        .and_then(|s| self.lab_index(s))
+                        .context("the lock's master has no lab address")?
+                };
+                self.lab_partition(name, Direction::Both, Some(vec![index]), step, aim)
+                    .await
+            }
+            NetFault::BareMajority => self.bare_majority(step, aim).await,
+            NetFault::SplitBrain => self.split_brain(step, aim).await,
+            NetFault::PauseMasterPastDownAfter => {
+                let key = self.aimed_key(aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
+                let servers = self.servers.clone();
+                let hold = step.duration;
+                let target = blocking(move || {
+                    servers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pause_master_past_down_after(&key, hold)
+                })
+                .await;
+                self.record(name, "heal", target.as_deref().unwrap_or("failed"), aim);
+                target.map(drop)
+            }
+            NetFault::ManualFailover => {
+                let key = self.aimed_key(aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
+                let servers = self.servers.clone();
+                let target = blocking(move || {
+                    servers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .manual_failover(&key, false)
+                })
+                .await;
+                self.record(name, "heal", target.as_deref().unwrap_or("failed"), aim);
+                target.map(drop)
+            }
+            NetFault::ReplicationLag => {
+                // The master cut off from its replica (writes pile up unreplicated), then the
+                // stale replica forced to take over.
+                let lab = self.lab.clone().context("needs the network lab")?;
+                let key = self.aimed_key(aim);
+                let (master, replica) = {
+                    let servers = self.lock_servers().await;
+                    let master = servers.lock_master(&key, 0).and_then(|s| self.lab_index(s));
+                    let replica = servers.lock_replica(&key).and_then(|s| self.lab_index(s));
+                    (master.context("no master")?, replica.context("no replica")?)
+                };
+                let start = self.failover_target(&key).await;
+                let target =
+                    format!("{start}: lab servers {master} -/- {replica}, then forced failover");
+                self.record(name, "start", &target, aim);
+                let cut = lab.cut_servers(&[master], &[replica]);
+                tokio::time::sleep(step.duration).await;
+                let servers = self.servers.clone();
+                let over = blocking(move || {
+                    servers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .manual_failover(&key, true)
+                })
+                .await;
+                let healed = lab.heal_servers();
+                self.record(name, "heal", over.as_deref().unwrap_or("failed"), aim);
+                cut.and(over.map(drop)).and(healed)
+            }
+        }
+    }
+
+    /// Redlock: two masters killed while locks are taken (those live on the other three),
+    /// started again from their own persistence after the step's duration (they never saw
+    /// those locks), then one of the three restarted empty: a lock taken meanwhile is left
+    /// on two of five, and another client can take it at once (the README's Redlock column).
+    async fn bare_majority(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = NetFault::BareMajority.name();
+        let n = crate::topology::REDLOCK_MASTERS as u64;
+        let away = [(step.pick % n) as usize, ((step.pick + 1) % n) as usize];
+        let empty = ((step.pick + 2) % n) as usize;
+        let target = format!("masters {away:?} killed, then master {empty} restarted empty");
+        self.record(name, "start", &target, aim);
+        let servers = self.servers.clone();
+        let killed = blocking(move || {
+            let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+            for i in away {
+                servers.kill_server(i)?;
+            }
+            Ok(())
+        })
+        .await;
+        tokio::time::sleep(step.duration).await;
+        let servers = self.servers.clone();
+        let back = blocking(move || {
+            let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+            for i in away {
+                servers.restart_server(i)?;
+            }
+            servers.restart_empty(empty)
+        })
+        .await;
+        self.record(name, "heal", &target, aim);
+        killed.and(back.map(drop))
+    }
+
+    /// Sentinel: the master cut off from its replica and the sentinels (every worker still
+    /// reaches it), kept cut until the sentinels promoted the replica (at most 20 s) and for
+    /// the step's duration after, then healed (the sentinels demote the old master). Named
+    /// `split_brain_min_replicas` when `min-replicas-to-write` is set.
+    async fn split_brain(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = if self.config.min_replicas.is_some() {
+            "split_brain_min_replicas"
+        } else {
+            NetFault::SplitBrain.name()
+        };
+        let lab = self.lab.clone().context("needs the network lab")?;
+        let (master, others, port) = {
+            let servers = self.lock_servers().await;
+            let Servers::Sentinel(set) = &*servers else {
+                anyhow::bail!("split brain needs Sentinel");
+            };
+            let master = self.lab_index(set.master()).context("no lab address")?;
+            let others: Vec<usize> = std::iter::once(set.replica())
+                .chain(set.sentinels().iter())
+                .filter_map(|s| self.lab_index(s))
+                .collect();
+            (master, others, set.master().port())
+        };
+        let target = format!("old master port {port} (lab {master}) cut from lab {others:?}");
+        self.record(name, "start", &target, aim);
+        let cut = lab.cut_servers(&[master], &others);
+        let servers = self.servers.clone();
+        let promoted = blocking(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                let now = servers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .sentinel_master_port();
+                if now.is_some_and(|p| p != port) {
+                    return Ok(true);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(false)
+        })
+        .await
+        .unwrap_or(false);
+        tokio::time::sleep(step.duration).await;
+        let healed = lab.heal_servers();
+        // The sentinels demote the old master once they reach it again.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.lock_servers().await.sync_roles();
+        self.record(
+            name,
+            "heal",
+            &format!(
+                "{target}; {}",
+                if promoted {
+                    "replica promoted"
+                } else {
+                    "no failover within 20 s"
+                }
+            ),
+            aim,
+        );
+        cut.and(healed)
+    }
+
     /// Asks every worker to finish its round and exit; kills those that do not in time.
-    async fn stop_workers(&mut self) {
-        for worker in &self.workers {
+    async fn stop_workers(&self) {
+        let mut workers = std::mem::take(&mut *self.workers());
+        for worker in &workers {
             signal(worker.pid, libc::SIGCONT);
             signal(worker.pid, libc::SIGTERM);
         }
-        for worker in &mut self.workers {
+        for worker in &mut workers {
             if tokio::time::timeout(Duration::from_secs(20), worker.child.wait())
                 .await
                 .is_err()
@@ -605,13 +1349,16 @@ impl World {
                 let _ = worker.child.kill().await;
             }
         }
+        if let Some(lab) = &self.lab {
+            let _ = lab.heal_all();
+        }
     }
 }
 
 /// Records every `expired` and `del` key event of the data server on `port` (as
 /// [`Event::KeyGone`]) until `watching` turns false. A restarted server forgets the
 /// `notify-keyspace-events` setting and drops the subscription: both are set up again,
-/// retrying every 50 ms. The loop also measures its own lateness (it wakes at least every
+/// retrying every 50 ms, once it has loaded its data. The loop also measures its own lateness (it wakes at least every
 /// 10 ms) and records a harness stall when it woke late, since a late notification then
 /// carries a late time.
 fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
@@ -624,6 +1371,16 @@ fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
         let subscribed = (|| -> redis::RedisResult<redis::Connection> {
             let mut conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
             conn.set_read_timeout(Some(Duration::from_millis(500)))?;
+            // A server restarted from its append-only file replays it while loading, and
+            // would report every `DEL` of the replay as a removal happening now: subscribe
+            // only once it has loaded (the setting is off until then).
+            let info: String = redis::cmd("INFO").arg("persistence").query(&mut conn)?;
+            if !info.contains("loading:0") {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the server is loading its data",
+                )));
+            }
             redis::cmd("CONFIG")
                 .arg("SET")
                 .arg("notify-keyspace-events")
@@ -687,5 +1444,67 @@ fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: plain syscall on the pid of our own unreaped child.
     unsafe {
         libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kinds_follow_what_the_machine_can_do() {
+        let with = kinds_for(Backend::Standalone, true, true);
+        let without = kinds_for(Backend::Standalone, false, false);
+        assert!(with.contains(&FaultKind::Classic(Fault::Latency)));
+        assert!(!kinds_for(Backend::Standalone, true, false)
+            .contains(&FaultKind::Classic(Fault::Latency)));
+        assert!(without.contains(&FaultKind::Classic(Fault::Latency)));
+        assert!(with.contains(&FaultKind::Net(NetFault::PartitionFromServer)));
+        assert!(!with.contains(&FaultKind::Classic(Fault::ProxyReset)));
+        assert!(!without.contains(&FaultKind::Net(NetFault::PartitionBoth)));
+        assert!(without.contains(&FaultKind::Classic(Fault::Partition)));
+        let sentinel = kinds_for(Backend::Sentinel, true, true);
+        for kind in [
+            NetFault::SplitBrain,
+            NetFault::ReplicationLag,
+            NetFault::ManualFailover,
+            NetFault::PauseMasterPastDownAfter,
+        ] {
+            assert!(sentinel.contains(&FaultKind::Net(kind)), "{kind:?}");
+        }
+        assert!(!kinds_for(Backend::Sentinel, false, false)
+            .contains(&FaultKind::Net(NetFault::SplitBrain)));
+        let redlock = kinds_for(Backend::Redlock, false, false);
+        assert!(redlock.contains(&FaultKind::Net(NetFault::BareMajority)));
+        assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJump)));
+        assert!(kinds_for(Backend::Memory, true, true).is_empty());
+    }
+
+    #[test]
+    fn the_quick_schedule_is_fixed_and_short() {
+        let lease = Duration::from_millis(1500);
+        let (schedule, steps) = fixed_steps(Backend::Standalone, true, 1, lease, true);
+        let again = fixed_steps(Backend::Standalone, true, 1, lease, true).1;
+        assert_eq!(steps, again);
+        assert!(steps.len() <= 8);
+        assert!(steps
+            .iter()
+            .any(|s| s.kind == FaultKind::Net(NetFault::PartitionFromServer)));
+        let pause = steps
+            .iter()
+            .find(|s| s.kind == FaultKind::Classic(Fault::PauseHolder))
+            .unwrap();
+        assert_eq!(pause.duration, lease + Duration::from_secs(1));
+        assert_eq!(schedule.baseline, Duration::from_secs(6));
+        let (_, sentinel) = fixed_steps(Backend::Sentinel, true, 1, lease, true);
+        assert_eq!(
+            sentinel.last().map(|s| s.kind),
+            Some(FaultKind::Net(NetFault::ManualFailover))
+        );
+        // Without the lab, no step needs it.
+        let (_, plain) = fixed_steps(Backend::Standalone, true, 1, lease, false);
+        assert!(plain
+            .iter()
+            .all(|s| matches!(s.kind, FaultKind::Classic(_))));
     }
 }

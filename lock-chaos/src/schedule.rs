@@ -1,4 +1,4 @@
-//! A seeded, randomized, composable fault schedule (not wired into run.rs yet).
+//! A seeded, randomized, composable fault schedule.
 //!
 //! [`generate`] turns a [`ScheduleConfig`] (seed, backend, fault kinds, run length, lease)
 //! into [`Step`]s: when each fault starts, for how long (drawn in 0.3 to 2.0 times the
@@ -6,8 +6,6 @@
 //! a pause), up to `max_concurrent` at once; faults that change the servers' topology
 //! ([`FaultKind::exclusive`]) never overlap one another. The same configuration always gives
 //! the same schedule: print the seed, and a failing run can be replayed.
-
-#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -43,6 +41,10 @@ pub enum NetFault {
     /// Sentinel, Cluster: `SIGSTOP` the replica for the duration, so acknowledged writes
     /// pile up unreplicated (a failover during it loses them).
     ReplicationLag,
+    /// Sentinel: the master cut off from its replica and the sentinels (the workers still
+    /// reach it) until the sentinels promoted the replica, and for the duration after: two
+    /// masters, unless `min-replicas-to-write` stops the old one.
+    SplitBrain,
 }
 
 impl NetFault {
@@ -57,6 +59,7 @@ impl NetFault {
             NetFault::PauseMasterPastDownAfter => "pause_master_past_down_after",
             NetFault::ManualFailover => "manual_failover",
             NetFault::ReplicationLag => "replication_lag",
+            NetFault::SplitBrain => "split_brain",
         }
     }
 
@@ -66,7 +69,17 @@ impl NetFault {
         match backend {
             Backend::Memory => Vec::new(),
             Backend::Standalone => vec![PartitionBoth, PartitionToServer, PartitionFromServer],
-            Backend::Sentinel | Backend::Cluster => vec![
+            Backend::Sentinel => vec![
+                PartitionBoth,
+                PartitionToServer,
+                PartitionFromServer,
+                PartitionOneMaster,
+                PauseMasterPastDownAfter,
+                ManualFailover,
+                ReplicationLag,
+                SplitBrain,
+            ],
+            Backend::Cluster => vec![
                 PartitionBoth,
                 PartitionToServer,
                 PartitionFromServer,
@@ -123,6 +136,7 @@ impl FaultKind {
                     | NetFault::ManualFailover
                     | NetFault::ReplicationLag
                     | NetFault::BareMajority
+                    | NetFault::SplitBrain
             ),
         }
     }
@@ -157,9 +171,9 @@ impl FaultKind {
                 | NetFault::PartitionFromServer
                 | NetFault::PartitionOneMaster
                 | NetFault::BareMajority => TargetSelector::Holder,
-                NetFault::PauseMasterPastDownAfter | NetFault::ManualFailover => {
-                    TargetSelector::LockMaster
-                }
+                NetFault::PauseMasterPastDownAfter
+                | NetFault::ManualFailover
+                | NetFault::SplitBrain => TargetSelector::LockMaster,
                 NetFault::ReplicationLag => TargetSelector::LockReplica,
             },
         }

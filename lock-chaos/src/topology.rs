@@ -51,7 +51,12 @@ impl Backend {
 
 /// Persistence that survives `SIGKILL` of the server without losing an acknowledged write.
 fn persistent() -> ServerOptions {
-    ServerOptions::new()
+    persistent_with(ServerOptions::new())
+}
+
+/// [`persistent`] on top of `options`.
+fn persistent_with(options: ServerOptions) -> ServerOptions {
+    options
         .arg("--appendonly")
         .arg("yes")
         .arg("--appendfsync")
@@ -76,8 +81,30 @@ pub enum Servers {
 }
 
 impl Servers {
-    /// Starts the servers of `backend` (blocking; panics as the harness does).
-    pub fn start(backend: Backend) -> Servers {
+    /// Starts the servers of `backend` (blocking; panics as the harness does), every server
+    /// (sentinels too) started with a clone of `options` when given (network-lab addresses,
+    /// the clock library).
+    pub fn start_with(backend: Backend, options: Option<ServerOptions>) -> Servers {
+        let Some(options) = options else {
+            return Servers::start_plain(backend);
+        };
+        match backend {
+            Backend::Memory => Servers::Memory,
+            Backend::Standalone => {
+                Servers::Standalone(RedisServer::start_with(persistent_with(options)))
+            }
+            Backend::Sentinel => {
+                Servers::Sentinel(RedisSentinels::start_with(SENTINEL_MASTER, options))
+            }
+            Backend::Cluster => Servers::Cluster(RedisCluster::start_with(3, 1, options)),
+            Backend::Redlock => Servers::Redlock(RedisMasters::start_with(
+                REDLOCK_MASTERS,
+                persistent_with(options),
+            )),
+        }
+    }
+
+    fn start_plain(backend: Backend) -> Servers {
         match backend {
             Backend::Memory => Servers::Memory,
             Backend::Standalone => Servers::Standalone(RedisServer::start_with(persistent())),
@@ -273,5 +300,277 @@ impl Servers {
             }
             _ => anyhow::bail!("failover needs Sentinel or Cluster"),
         }
+    }
+}
+
+/// How long a forced or manual failover may take before the harness gives up waiting.
+const MANUAL_FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Polls `check` every 50 ms until it holds or `timeout` passed; returns whether it held.
+fn poll(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if started.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs one command on `server` (1 s bounds).
+fn command_on(server: &RedisServer, args: &[&str]) -> anyhow::Result<redis::Value> {
+    let mut conn = server
+        .client()
+        .get_connection_with_timeout(Duration::from_secs(1))?;
+    conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    Ok(cmd.query(&mut conn)?)
+}
+
+/// The network-lab and server-side faults of the randomized schedule (see `schedule.rs`).
+impl Servers {
+    /// The URLs workers inside the network lab connect to: the servers' (and sentinels')
+    /// lab addresses.
+    pub fn lab_urls(&self) -> Vec<String> {
+        match self {
+            Servers::Memory => Vec::new(),
+            Servers::Standalone(server) => vec![server.bind_url()],
+            Servers::Sentinel(set) => set.sentinels().iter().map(RedisServer::bind_url).collect(),
+            Servers::Cluster(cluster) => {
+                cluster.nodes().iter().map(RedisServer::bind_url).collect()
+            }
+            Servers::Redlock(masters) => masters
+                .servers()
+                .iter()
+                .map(RedisServer::bind_url)
+                .collect(),
+        }
+    }
+
+    /// The master that serves `key` now (Redlock: master `pick` modulo the count).
+    pub fn lock_master(&self, key: &str, pick: u64) -> Option<&RedisServer> {
+        match self {
+            Servers::Memory => None,
+            Servers::Standalone(server) => Some(server),
+            Servers::Sentinel(set) => Some(set.master()),
+            Servers::Cluster(cluster) => {
+                let slot = cluster.slot_of(key);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    cluster.master_of_slot(slot)
+                }))
+                .ok()
+                .map(|i| cluster.node(i))
+            }
+            Servers::Redlock(masters) => {
+                Some(masters.server((pick % masters.count() as u64) as usize))
+            }
+        }
+    }
+
+    /// The replica of the master that serves `key` (Sentinel, Cluster).
+    pub fn lock_replica(&self, key: &str) -> Option<&RedisServer> {
+        match self {
+            Servers::Sentinel(set) => Some(set.replica()),
+            Servers::Cluster(cluster) => {
+                let slot = cluster.slot_of(key);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let master = cluster.master_of_slot(slot);
+                    cluster.replicas_of(master).first().copied()
+                }))
+                .ok()
+                .flatten()
+                .map(|i| cluster.node(i))
+            }
+            _ => None,
+        }
+    }
+
+    /// Sentinel: whether the sentinels now name the tracked replica as master (then the
+    /// roles are swapped). Cluster: always `false` (it asks the nodes each time).
+    fn failed_over(&mut self) -> bool {
+        match self {
+            Servers::Sentinel(set) => set.sync_roles(),
+            _ => false,
+        }
+    }
+
+    /// The index of the cluster master serving `key`, if the cluster answers.
+    fn cluster_master_index(&self, key: &str) -> Option<usize> {
+        let Servers::Cluster(cluster) = self else {
+            return None;
+        };
+        let slot = cluster.slot_of(key);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cluster.master_of_slot(slot)
+        }))
+        .ok()
+    }
+
+    /// `SIGSTOP` of the master serving `key` (Sentinel, Cluster) for at least `hold`, and
+    /// until its replica took over (at most 20 s more), then `SIGCONT`: the old master comes
+    /// back and is demoted. Returns what happened.
+    pub fn pause_master_past_down_after(
+        &mut self,
+        key: &str,
+        hold: Duration,
+    ) -> anyhow::Result<String> {
+        let before = self.cluster_master_index(key);
+        let master = match self {
+            Servers::Sentinel(set) => set.master(),
+            Servers::Cluster(cluster) => cluster.node(before.context("no master serves the key")?),
+            _ => anyhow::bail!("needs Sentinel or Cluster"),
+        };
+        let port = master.port();
+        master.pause();
+        std::thread::sleep(hold);
+        let over = poll(MANUAL_FAILOVER_TIMEOUT, || match self {
+            Servers::Sentinel(_) => self.sentinel_master_port().is_some_and(|p| p != port),
+            Servers::Cluster(_) => self.cluster_master_index(key) != before,
+            _ => true,
+        });
+        let master = match self {
+            Servers::Sentinel(set) => {
+                if set.master().port() == port {
+                    set.master()
+                } else {
+                    set.replica()
+                }
+            }
+            Servers::Cluster(cluster) => cluster.node(before.unwrap_or(0)),
+            _ => unreachable!(),
+        };
+        master.resume();
+        self.failed_over();
+        Ok(format!(
+            "master port {port} paused {} ms{}",
+            hold.as_millis(),
+            if over {
+                ", failed over"
+            } else {
+                ", no failover within 20 s"
+            }
+        ))
+    }
+
+    /// A failover without a crash: `SENTINEL FAILOVER` (Sentinel: promotes the replica
+    /// without waiting for it to catch up), or `CLUSTER FAILOVER` on the replica of `key`'s
+    /// master (`force`: `CLUSTER FAILOVER FORCE`, without the master's handshake); waits until
+    /// it took effect (at most 20 s).
+    pub fn manual_failover(&mut self, key: &str, force: bool) -> anyhow::Result<String> {
+        let over = match self {
+            Servers::Sentinel(set) => {
+                let old = set.master().port();
+                // Refused while an earlier failover is still being completed (`INPROG`) or
+                // before the sentinels see the replica as good again (`NOGOODSLAVE`): retry.
+                let mut last = Ok(redis::Value::Nil);
+                poll(MANUAL_FAILOVER_TIMEOUT, || {
+                    last = command_on(set.sentinel(0), &["SENTINEL", "FAILOVER", SENTINEL_MASTER]);
+                    last.is_ok()
+                });
+                last.context("SENTINEL FAILOVER")?;
+                let over = poll(MANUAL_FAILOVER_TIMEOUT, || {
+                    self.sentinel_master_port().is_some_and(|p| p != old)
+                });
+                self.failed_over();
+                let new = self.sentinel_master_port().unwrap_or(0);
+                format!("master {old} -> {new}")
+                    + if over {
+                        ""
+                    } else {
+                        " (no failover within 20 s)"
+                    }
+            }
+            Servers::Cluster(_) => {
+                let master = self.cluster_master_index(key).context("no master")?;
+                let replica = self
+                    .lock_replica(key)
+                    .context("the master has no replica")?;
+                let replica_port = replica.port();
+                let args: &[&str] = if force {
+                    &["CLUSTER", "FAILOVER", "FORCE"]
+                } else {
+                    &["CLUSTER", "FAILOVER"]
+                };
+                command_on(replica, args).context("CLUSTER FAILOVER")?;
+                let over = poll(MANUAL_FAILOVER_TIMEOUT, || {
+                    self.cluster_master_index(key).is_some_and(|m| m != master)
+                });
+                format!("node {master} -> replica port {replica_port}")
+                    + if over {
+                        ""
+                    } else {
+                        " (no failover within 20 s)"
+                    }
+            }
+            _ => anyhow::bail!("needs Sentinel or Cluster"),
+        };
+        Ok(over)
+    }
+
+    /// Sentinel: the master port the sentinels report (`None`: none answered, or not
+    /// Sentinel).
+    pub fn sentinel_master_port(&self) -> Option<u16> {
+        let Servers::Sentinel(set) = self else {
+            return None;
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| set.current_master_port())).ok()
+    }
+
+    /// Sentinel: swaps the tracked roles when the sentinels now name the replica (after a
+    /// failover the harness did not drive); see `RedisSentinels::sync_roles`.
+    pub fn sync_roles(&mut self) -> bool {
+        self.failed_over()
+    }
+
+    /// Sentinel: `min-replicas-to-write n` and `min-replicas-max-lag lag` on both data
+    /// servers (`CONFIG SET`: call it again after a restart); returns how many took it.
+    pub fn set_min_replicas(&self, n: u32, lag: Duration) -> usize {
+        let Servers::Sentinel(set) = self else {
+            return 0;
+        };
+        let (n, lag) = (n.to_string(), lag.as_secs().max(1).to_string());
+        [set.master(), set.replica()]
+            .into_iter()
+            .filter(|s| {
+                command_on(
+                    s,
+                    &[
+                        "CONFIG",
+                        "SET",
+                        "min-replicas-to-write",
+                        &n,
+                        "min-replicas-max-lag",
+                        &lag,
+                    ],
+                )
+                .is_ok()
+            })
+            .count()
+    }
+
+    /// The port and process id of every data server (not sentinels).
+    pub fn data_pids(&self) -> Vec<(u16, u32)> {
+        self.data_servers()
+            .iter()
+            .map(|s| (s.port(), s.pid()))
+            .collect()
+    }
+
+    /// Kills (`SIGKILL`) server `index` (standalone, Redlock masters).
+    pub fn kill_server(&mut self, index: usize) -> anyhow::Result<()> {
+        self.proxied_mut(index)?.kill();
+        Ok(())
+    }
+
+    /// Starts killed server `index` again from its own persistence.
+    pub fn restart_server(&mut self, index: usize) -> anyhow::Result<()> {
+        self.proxied_mut(index)?.restart();
+        Ok(())
     }
 }

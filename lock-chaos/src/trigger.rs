@@ -1,8 +1,6 @@
-//! State-triggered injection (not wired into run.rs yet): wait until a lock has been held by
+//! State-triggered injection: wait until a lock has been held by
 //! one owner for a while and someone else is waiting for it, so that the fault hits a lock
 //! somebody wanted; and decide after the fact, from the history, whether an injection did.
-
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::time::Duration;

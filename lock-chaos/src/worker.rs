@@ -756,6 +756,7 @@ async fn held_round(
         end = Some(t);
     }
     let t_release = now_ns();
+    ctx.sink.emit(&release_started(ctx, hold_id, t_release));
     let result = match guard.release().await {
         Ok(()) => "ok",
         Err(LockError::LeaseLost { .. }) => "lease_lost",
@@ -853,8 +854,21 @@ async fn locked_body(
     } else {
         work.await;
     }
-    *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()) = now_ns();
+    let body_end = now_ns();
+    *ctx.body_end.lock().unwrap_or_else(|e| e.into_inner()) = body_end;
+    ctx.sink.emit(&release_started(ctx, &hold_id, body_end));
     Ok(())
+}
+
+/// The start of a release, recorded before it is sent (a worker killed while its release
+/// hangs still ended its hold there).
+fn release_started(ctx: &TaskCtx, hold: &str, t: u64) -> Event {
+    Event::ReleaseStarted {
+        t,
+        worker: ctx.worker,
+        task: ctx.task,
+        hold: hold.to_owned(),
+    }
 }
 
 /// One round through an annotated function.

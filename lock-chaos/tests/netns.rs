@@ -581,3 +581,34 @@ fn lock_clients_in_a_namespace_use_sentinel_and_cluster() {
     drop(cluster);
     drop(set);
 }
+
+/// Cutting servers off from each other moves the host's `lookup local` rule; healing (and
+/// dropping the lab) puts it back, so the machine's rules are left as they were found.
+#[test]
+fn cutting_servers_leaves_the_host_rules_as_found() {
+    if let Some(reason) = skip_reason() {
+        loud_skip("netns host rules test", &reason);
+        return;
+    }
+    let _serial = serial();
+    let rules = || {
+        let out = std::process::Command::new("ip")
+            .args(["rule", "show"])
+            .output()
+            .expect("ip rule show");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Creating a lab puts back a rule a killed process left moved.
+    let lab = NetLab::create(1, 2).expect("creating the lab");
+    assert!(netns::local_rule_in_place(), "{}", rules());
+    let before = rules();
+    lab.cut_servers(&[0], &[1]).unwrap();
+    assert!(!netns::local_rule_in_place(), "moved while cut");
+    lab.heal_servers().unwrap();
+    assert!(netns::local_rule_in_place(), "back after the heal");
+    assert_eq!(rules(), before);
+    lab.cut_servers(&[0], &[1]).unwrap();
+    drop(lab);
+    assert!(netns::local_rule_in_place(), "back after the drop");
+    assert_eq!(rules(), before);
+}

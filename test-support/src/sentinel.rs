@@ -232,6 +232,24 @@ impl RedisSentinels {
         std::mem::swap(&mut self.master, &mut self.replica);
     }
 
+    /// After a failover this harness did not drive (a paused master, `SENTINEL FAILOVER`, a
+    /// partition): when the sentinels now name the replica as master, swaps the roles tracked
+    /// here, so that [`RedisSentinels::master`] is the server the sentinels hand out. Returns
+    /// whether it swapped. A sentinel that does not answer is skipped; none answering leaves
+    /// the roles as they are.
+    pub fn sync_roles(&mut self) -> bool {
+        let want = self.replica.port();
+        let reported = (0..self.sentinels.len())
+            .filter(|&i| self.sentinels[i].is_started())
+            .find_map(|i| self.reported_master_port(i).ok());
+        if reported == Some(want) {
+            std::mem::swap(&mut self.master, &mut self.replica);
+            true
+        } else {
+            false
+        }
+    }
+
     // ----- internals -----
 
     fn check_replica_in_sync(&self) -> Result<(), String> {
