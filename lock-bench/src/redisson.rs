@@ -116,8 +116,9 @@ pub(crate) fn build(version: &str, netty: Option<&str>) -> Result<Option<Build>>
             mvn.arg(format!("-Dnetty.version={netty}"));
         }
         let status = mvn
-            .args(["package", "dependency:copy-dependencies"])
-            .stdout(Stdio::inherit())
+            .args(["-Dstyle.color=never", "package", "dependency:copy-dependencies"])
+            // Maven's output to stderr: stdout carries the results.
+            .stdout(std::io::stderr())
             .stderr(Stdio::inherit())
             .status()
             .context("run mvn")?;
