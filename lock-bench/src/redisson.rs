@@ -116,7 +116,11 @@ pub(crate) fn build(version: &str, netty: Option<&str>) -> Result<Option<Build>>
             mvn.arg(format!("-Dnetty.version={netty}"));
         }
         let status = mvn
-            .args(["-Dstyle.color=never", "package", "dependency:copy-dependencies"])
+            .args([
+                "-Dstyle.color=never",
+                "package",
+                "dependency:copy-dependencies",
+            ])
             // Maven's output to stderr: stdout carries the results.
             .stdout(std::io::stderr())
             .stderr(Stdio::inherit())
