@@ -51,7 +51,7 @@ impl Bench<'_> {
 }
 
 /// What one run of the W3-style loop measured.
-struct Contended {
+pub(crate) struct Contended {
     acquisitions: usize,
     elapsed: Duration,
     /// Previous holder's release sent -> next holder's acquire returned,
@@ -165,6 +165,42 @@ where
 }
 
 impl Contended {
+    /// A run measured elsewhere (by the Redisson driver): `hand_offs`
+    /// when the owner changed, `holds` and `waits` of every acquisition.
+    pub(crate) fn from_parts(
+        acquisitions: usize,
+        elapsed: Duration,
+        mut hand_offs: Vec<Duration>,
+        holds: &[Duration],
+        waits: &[Duration],
+        max_inside: usize,
+        (commands, scripts): (u64, u64),
+    ) -> Self {
+        hand_offs.sort();
+        Contended {
+            acquisitions,
+            elapsed,
+            hand_offs,
+            longest_wait: waits.iter().copied().max().unwrap_or_default(),
+            hold: holds.iter().sum::<Duration>() / holds.len().max(1) as u32,
+            max_inside,
+            commands,
+            scripts,
+        }
+    }
+
+    /// W3's figures for this run; `rtts`: back-to-back and idle PING.
+    pub(crate) fn w3_metrics(&self, rtts: (Duration, Duration)) -> Vec<Metric> {
+        crate::workloads::w3_metrics(
+            self.acquisitions,
+            self.elapsed,
+            self.hand_offs.clone(),
+            &[self.hold],
+            self.commands,
+            rtts,
+        )
+    }
+
     fn rate(&self) -> f64 {
         self.acquisitions as f64 / self.elapsed.as_secs_f64()
     }
@@ -259,8 +295,18 @@ pub(crate) async fn w7(bench: &Bench<'_>, settings: Contention) -> Result<Vec<Me
         move || c.lock("bench:w7:plain"),
     )
     .await?;
-    let mut metrics = fair.w7_metrics("fair", settings.workers, bench.rtt);
-    metrics.extend(plain.w7_metrics("plain", settings.workers, bench.rtt));
+    Ok(w7_metrics(&fair, &plain, settings.workers, bench.rtt))
+}
+
+/// W7's figures from a run on the fair lock and one on the plain lock.
+pub(crate) fn w7_metrics(
+    fair: &Contended,
+    plain: &Contended,
+    workers: usize,
+    rtt: Duration,
+) -> Vec<Metric> {
+    let mut metrics = fair.w7_metrics("fair", workers, rtt);
+    metrics.extend(plain.w7_metrics("plain", workers, rtt));
     metrics.push(Metric::higher(
         "fair / plain: acquisitions/s",
         "ratio",
@@ -271,7 +317,7 @@ pub(crate) async fn w7(bench: &Bench<'_>, settings: Contention) -> Result<Vec<Me
         "ratio",
         fair.hand_off_p50().as_secs_f64() / plain.hand_off_p50().as_secs_f64(),
     ));
-    Ok(metrics)
+    metrics
 }
 
 /// W8 settings.

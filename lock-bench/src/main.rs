@@ -19,8 +19,14 @@
 //! W6 many waiters. Each figure is printed with its ratio to the floor and to
 //! rslock measured in the same run, as a table and as JSON lines.
 //!
+//! With `--contenders ours,rslock,floor,redisson,redisson-fast`, Redisson
+//! (Java, the driver in `lock-bench/redisson`, built once with Maven) runs
+//! W1, W2, W3, W3h and W7 in the same run, at its defaults and with its
+//! documented speed settings; without Java or Maven those two contenders are
+//! skipped with a message (see `redisson.rs`).
+//!
 //! W7-W9 measure the lock family, which rslock and the floor do not have, so
-//! they run for distlock only: W7 fair lock (W3's loop, against the
+//! they run for distlock (and W7 for Redisson) only: W7 fair lock (W3's loop, against the
 //! plain lock), W8 read-write lock (read throughput against the plain lock;
 //! writer wait under read load), W9 semaphore (W3's loop on 4 permits,
 //! against its ceiling). Their references are measured in the same run and
@@ -31,18 +37,20 @@ mod contenders;
 mod family;
 mod machine;
 mod processes;
+mod redisson;
 mod report;
 mod scale;
 mod workloads;
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use contenders::{Contender, Floor, Ours, Rslock, LEASE};
 use distlock_core::LockClient;
-use report::{Metric, WorkloadResult, CONTENDERS};
+use redisson::Settings;
+use report::{ours_only, Figures, Metric, WorkloadResult, CONTENDERS, REDISSON, REDISSON_FAST};
 use workloads::{Admin, Contention};
 
 #[global_allocator]
@@ -62,9 +70,26 @@ struct Args {
         default_value = "W1,W1h,W2,W3,W3h,W4,W5,W6,W7,W8,W9,W10,W11"
     )]
     only: Vec<String>,
-    /// Contenders to run, comma separated (ours, rslock, floor).
+    /// Contenders to run, comma separated (ours, rslock, floor, redisson,
+    /// redisson-fast; the last two need Java 17+ and Maven).
     #[arg(long, value_delimiter = ',', default_value = "ours,rslock,floor")]
     contenders: Vec<String>,
+    /// Redisson version the redisson contenders are built with.
+    #[arg(long, default_value = "4.7.0")]
+    redisson_version: String,
+    /// Netty version of the epoll transport (redisson-fast); default: the
+    /// one in lock-bench/redisson/pom.xml, which matches Redisson 4.7.0.
+    #[arg(long)]
+    redisson_netty: Option<String>,
+    /// Sequential acquire + release cycles of the JIT warm-up each Redisson
+    /// driver process runs before anything is measured (the same number
+    /// again over 64 threads, and 200 contended acquisitions per lock kind).
+    #[arg(long, default_value_t = 10_000)]
+    redisson_warmup: usize,
+    /// W2 for Redisson with one thread per task and the sync API, instead
+    /// of one chain of async calls per task.
+    #[arg(long)]
+    redisson_w2_threads: bool,
     /// W1: measured cycles.
     #[arg(long, default_value_t = 3000)]
     cycles: usize,
@@ -154,7 +179,7 @@ fn main() -> Result<()> {
     if argv.get(1).map(String::as_str) == Some(processes::CHILD_FLAG) {
         return processes::child_main(argv.get(2..).unwrap_or_default());
     }
-    let args = Args::parse();
+    let mut args = Args::parse();
     for workload in &args.only {
         if ![
             "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
@@ -165,10 +190,21 @@ fn main() -> Result<()> {
         }
     }
     for contender in &args.contenders {
-        if !["ours", "rslock", "floor"].contains(&contender.as_str()) {
-            bail!("unknown contender {contender:?}: expected ours, rslock or floor");
+        if !["ours", "rslock", "floor", "redisson", "redisson-fast"].contains(&contender.as_str()) {
+            bail!("unknown contender {contender:?}: expected ours, rslock, floor, redisson or redisson-fast");
         }
     }
+    // Built before anything starts (Maven must not compete with a measurement).
+    let redisson_build = if runs(&args, "redisson") || runs(&args, "redisson-fast") {
+        let build = redisson::build(&args.redisson_version, args.redisson_netty.as_deref())?;
+        if build.is_none() {
+            args.contenders
+                .retain(|c| c != "redisson" && c != "redisson-fast");
+        }
+        build
+    } else {
+        None
+    };
     let target = machine::Target::start(
         args.url.clone(),
         !args.no_pin,
@@ -180,7 +216,7 @@ fn main() -> Result<()> {
         .worker_threads(workers)
         .enable_all()
         .build()?;
-    runtime.block_on(run(args, target, workers))
+    runtime.block_on(run(args, target, workers, redisson_build))
 }
 
 fn wants(args: &Args, workload: &str) -> bool {
@@ -191,7 +227,12 @@ fn runs(args: &Args, contender: &str) -> bool {
     args.contenders.iter().any(|c| c == contender)
 }
 
-async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> {
+async fn run(
+    args: Args,
+    target: machine::Target,
+    workers: usize,
+    redisson_build: Option<redisson::Build>,
+) -> Result<()> {
     let url = target.url.clone();
     let admin = Admin::connect(&url).await?;
     admin.flush().await?;
@@ -200,6 +241,20 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     let ours = Ours::connect(&url, LEASE).await?;
     let rslock = Rslock::connect(&url, LEASE).await?;
     let floor = Floor::connect(&url, LEASE).await?;
+    let drivers = match redisson_build {
+        Some(build) => {
+            let which: Vec<Settings> = [
+                ("redisson", Settings::Default),
+                ("redisson-fast", Settings::Fast),
+            ]
+            .into_iter()
+            .filter(|(name, _)| runs(&args, name))
+            .map(|(_, settings)| settings)
+            .collect();
+            Some(redisson::Drivers::start(build, &url, args.redisson_warmup, &which).await?)
+        }
+        None => None,
+    };
     let mut results = Vec::new();
     let mut header = vec![
         format!(
@@ -213,6 +268,14 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         ),
         format!("online CPUs: {}", machine::online_cpus()),
     ];
+    if let Some(drivers) = &drivers {
+        header.push(format!(
+            "{}; JIT warm-up per driver process: {} sequential cycles, {} over 64 threads, 200 contended acquisitions on a plain and on a fair lock",
+            drivers.pinning().await,
+            args.redisson_warmup,
+            args.redisson_warmup / 64 * 64
+        ));
+    }
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         header.push(format!("load average at start: {}", load.trim()));
     }
@@ -225,11 +288,14 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     if wants(&args, "W1") {
         let (cycles, warmup, rounds) = (args.cycles, args.warmup, args.w1_rounds.max(1));
         let per_round = cycles.div_ceil(rounds);
-        let mut samples: [workloads::W1Sample; 3] = Default::default();
+        let mut samples: [workloads::W1Sample; 5] = Default::default();
         admin.flush().await?;
         for round in 0..rounds {
             // Interleaved: every contender runs once per round.
-            for (i, name) in ["ours", "rslock", "floor"].into_iter().enumerate() {
+            for (i, name) in ["ours", "rslock", "floor", "redisson", "redisson-fast"]
+                .into_iter()
+                .enumerate()
+            {
                 if !runs(&args, name) {
                     continue;
                 }
@@ -241,34 +307,29 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
                 match i {
                     0 => workloads::w1(&ours, &admin, per_round, warm, sample).await?,
                     1 => workloads::w1(&rslock, &admin, per_round, warm, sample).await?,
-                    _ => workloads::w1(&floor, &admin, per_round, warm, sample).await?,
+                    2 => workloads::w1(&floor, &admin, per_round, warm, sample).await?,
+                    _ => {
+                        let settings = redisson_settings(i);
+                        let drivers = drivers.as_ref().context("redisson drivers")?;
+                        let mut driver = drivers.get(settings).await?;
+                        redisson::w1(&mut driver, &admin, per_round, warm, sample).await?
+                    }
                 }
             }
         }
-        let [a, b, c] = samples;
-        let figures = [
-            if runs(&args, "ours") {
-                a.metrics()
-            } else {
-                Vec::new()
-            },
-            if runs(&args, "rslock") {
-                b.metrics()
-            } else {
-                Vec::new()
-            },
-            if runs(&args, "floor") {
-                c.metrics()
-            } else {
-                Vec::new()
-            },
-        ];
+        let names = ["ours", "rslock", "floor", "redisson", "redisson-fast"];
+        let mut figures: Figures = Default::default();
+        for (i, sample) in samples.into_iter().enumerate() {
+            if runs(&args, names[i]) {
+                figures[i] = sample.metrics();
+            }
+        }
         results.push(WorkloadResult {
             id: "W1",
             title: "uncontended latency".into(),
             figures,
             notes: vec![format!(
-                "one client, sequential acquire + release of one key, {} cycles per contender after {warmup} warm-up, in {rounds} interleaved rounds (ours, rslock, floor, ours, ...)",
+                "one client, sequential acquire + release of one key, {} cycles per contender after {warmup} warm-up, in {rounds} interleaved rounds (ours, rslock, floor, [redisson, redisson-fast,] ours, ...); Redisson: one thread, tryLock() (fast: tryLock(0, 30 s)) + unlock()",
                 per_round * rounds
             )],
         });
@@ -306,7 +367,13 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         results.push(WorkloadResult {
             id: "W1h",
             title: "uncontended latency, hot lock".into(),
-            figures: [a.metrics(), Vec::new(), floor_figures],
+            figures: [
+                a.metrics(),
+                Vec::new(),
+                floor_figures,
+                Vec::new(),
+                Vec::new(),
+            ],
             notes: vec![format!(
                 "W1 (one client, sequential acquire + release of one key, {} cycles after {warmup} warm-up, {rounds} rounds interleaved with the floor) with `keep_hot({linger:?})`: the lock stays taken between cycles, so a cycle asks the server nothing; x floor = against the two-round-trip floor (SET NX PX, then the compare-and-delete script) of the same run",
                 per_round * rounds
@@ -317,10 +384,27 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
     if wants(&args, "W2") {
         let tasks = args.w2_tasks;
         let duration = Duration::from_secs_f64(args.w2_secs);
-        let figures = each(&args, &admin, "W2", async |c| match c {
+        let redisson_api = if args.redisson_w2_threads {
+            format!("{tasks} threads on one client, each looping tryLock() + unlock() (sync API)")
+        } else {
+            format!("{tasks} chains of async calls on one client, each with its own owner id and key, tryLockAsync(id) + unlockAsync(id), the next cycle started when the last completed (no thread per task)")
+        };
+        let figures = each(&args, &admin, "W2", true, async |c| match c {
             Which::Ours => workloads::w2(&ours, &admin, tasks, duration).await,
             Which::Rslock => workloads::w2(&rslock, &admin, tasks, duration).await,
             Which::Floor => workloads::w2(&floor, &admin, tasks, duration).await,
+            Which::Redisson(settings) => {
+                let drivers = drivers.as_ref().context("redisson drivers")?;
+                let mut driver = drivers.get(settings).await?;
+                redisson::w2(
+                    &mut driver,
+                    &admin,
+                    tasks,
+                    duration,
+                    args.redisson_w2_threads,
+                )
+                .await
+            }
         })
         .await?;
         results.push(WorkloadResult {
@@ -328,7 +412,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             title: "uncontended throughput".into(),
             figures,
             notes: vec![format!(
-                "{tasks} tasks on one client, each on its own key, acquire + release for {duration:?}"
+                "{tasks} tasks on one client, each on its own key, acquire + release for {duration:?}; Redisson: {redisson_api}; fast: with a 30 s lease"
             )],
         });
     }
@@ -344,12 +428,17 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         if !wants(&args, id) {
             continue;
         }
-        let figures = each(&args, &admin, id, async |c| match c {
+        let figures = each(&args, &admin, id, !counter, async |c| match c {
             Which::Ours => workloads::w3(&ours, &admin, contention, rtt, idle_rtt, counter).await,
             Which::Rslock => {
                 workloads::w3(&rslock, &admin, contention, rtt, idle_rtt, counter).await
             }
             Which::Floor => workloads::w3(&floor, &admin, contention, rtt, idle_rtt, counter).await,
+            Which::Redisson(settings) => {
+                let drivers = drivers.as_ref().context("redisson drivers")?;
+                let mut driver = drivers.get(settings).await?;
+                redisson::w3(&mut driver, &admin, contention, (rtt, idle_rtt)).await
+            }
         })
         .await?;
         let mut notes = vec![format!(
@@ -364,6 +453,9 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             notes.push("hand-off: previous holder's release sent -> next holder's acquire returned, counted when the owner changes; ceiling = 1 / (measured hold + PING RTT); idle-PING RTT = a PING sent after 1 ms without traffic, the round trip a request pays here when both cores have gone idle".into());
         }
         notes.push("rslock at its defaults: retry count 3, retry delay random 0-200 ms, `acquire` loops on `lock`; floor: SET NX PX retried as soon as the busy answer is back".into());
+        if drivers.is_some() && !counter {
+            notes.push("Redisson: the same loop on one RLock of one client, one thread per worker, tryLock(30 s) (fast: tryLock(30 s, lease 30 s)), hold and work with Thread.sleep (about 1.1 ms for 1 ms, tokio's sleep about 2.1 ms: compare the measured hold and x ceiling, not acquisitions/s alone)".into());
+        }
         results.push(WorkloadResult {
             id,
             title: if counter {
@@ -381,11 +473,9 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         if !args.json {
             eprintln!("# W10: {} ...", CONTENDERS[0]);
         }
-        let figures = [
+        let figures = ours_only(
             processes::w10(&url, &admin, contention, args.w10_processes, None, rtt).await?,
-            Vec::new(),
-            Vec::new(),
-        ];
+        );
         results.push(WorkloadResult {
             id: "W10",
             title: "contended hand-off across processes".into(),
@@ -400,25 +490,52 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         });
     }
 
-    if wants(&args, "W3h") && runs(&args, "ours") {
-        admin.flush().await?;
-        if !args.json {
-            eprintln!("# W3h: {} with keep_hot ...", CONTENDERS[0]);
-        }
+    if wants(&args, "W3h") && (runs(&args, "ours") || drivers.is_some()) {
         let linger = Duration::from_millis(args.hot_linger_ms.max(1));
-        let figures = [
-            processes::w10(&url, &admin, contention, 2, Some(linger), rtt).await?,
-            Vec::new(),
-            Vec::new(),
-        ];
+        let mut figures: Figures = Default::default();
+        if runs(&args, "ours") {
+            admin.flush().await?;
+            if !args.json {
+                eprintln!("# W3h: {} with keep_hot ...", CONTENDERS[0]);
+            }
+            figures[0] = processes::w10(&url, &admin, contention, 2, Some(linger), rtt).await?;
+        }
+        if let Some(drivers) = &drivers {
+            for (i, settings) in [
+                (REDISSON, Settings::Default),
+                (REDISSON_FAST, Settings::Fast),
+            ] {
+                if !runs(&args, CONTENDERS[i]) {
+                    continue;
+                }
+                admin.flush().await?;
+                if !args.json {
+                    eprintln!(
+                        "# W3h: {} (2 JVM processes, each warmed up first) ...",
+                        CONTENDERS[i]
+                    );
+                }
+                figures[i] = processes::across(&admin, contention, 2, rtt, |process, workers| {
+                    drivers.w3h_child(settings, process, workers, contention)
+                })
+                .await?;
+            }
+        }
+        let mut notes = vec![format!(
+            "W10 with 2 processes ({} workers each) whose clients keep hot locks (`keep_hot({linger:?})`): a release in the holding process keeps the lock for its own waiters until the other process asks for it; hand-off between processes = the holder's release sent -> the other process's acquire returned (system clock, shared by the processes), target p50 <= 3 PING RTTs",
+            contention.workers.div_ceil(2)
+        )];
+        if drivers.is_some() {
+            notes.push(format!(
+                "Redisson: the same 2 processes x {} threads, tickets from the same Redis counter, on its plain RLock (it has no hot locks): tryLock(60 s) (fast: with a 30 s lease), hold and work with Thread.sleep; its acquisitions are ordered by the time they were taken (it has no fencing token)",
+                contention.workers.div_ceil(2)
+            ));
+        }
         results.push(WorkloadResult {
             id: "W3h",
             title: "contended hand-off across 2 processes, hot locks".into(),
             figures,
-            notes: vec![format!(
-                "W10 with 2 processes ({} workers each) whose clients keep hot locks (`keep_hot({linger:?})`): a release in the holding process keeps the lock for its own waiters until the other process asks for it; hand-off between processes = the holder's release sent -> the other process's acquire returned (system clock, shared by the processes), target p50 <= 3 PING RTTs",
-                contention.workers.div_ceil(2)
-            )],
+            notes,
         });
     }
 
@@ -427,11 +544,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             eprintln!("# W11: {} ...", CONTENDERS[0]);
         }
         let period = Duration::from_millis(args.w5_period_ms);
-        let figures = [
-            scale::w11(args.w11_locks, period, 6).await?,
-            Vec::new(),
-            Vec::new(),
-        ];
+        let figures = ours_only(scale::w11(args.w11_locks, period, 6).await?);
         results.push(WorkloadResult {
             id: "W11",
             title: "many held locks on a cluster".into(),
@@ -446,10 +559,11 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
 
     if wants(&args, "W5") {
         let (locks, period) = (args.w5_locks, Duration::from_millis(args.w5_period_ms));
-        let figures = each(&args, &admin, "W5", async |c| match c {
+        let figures = each(&args, &admin, "W5", false, async |c| match c {
             Which::Ours => workloads::w5::<Ours>(&url, &admin, locks, period, 3).await,
             Which::Rslock => workloads::w5::<Rslock>(&url, &admin, locks, period, 3).await,
             Which::Floor => workloads::w5::<Floor>(&url, &admin, locks, period, 3).await,
+            Which::Redisson(_) => Ok(Vec::new()),
         })
         .await?;
         results.push(WorkloadResult {
@@ -467,12 +581,13 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
         let (keys, per_key) = (args.w6_keys, args.w6_per_key);
         let pace = Duration::from_micros(args.w6_pace_us);
         let settle = Duration::from_secs(2);
-        let figures = each(&args, &admin, "W6", async |c| match c {
+        let figures = each(&args, &admin, "W6", false, async |c| match c {
             Which::Ours => workloads::w6::<Ours>(&url, &admin, keys, per_key, settle, pace).await,
             Which::Rslock => {
                 workloads::w6::<Rslock>(&url, &admin, keys, per_key, settle, pace).await
             }
             Which::Floor => workloads::w6_floor(&url, keys, per_key, pace).await,
+            Which::Redisson(_) => Ok(Vec::new()),
         })
         .await?;
         results.push(WorkloadResult {
@@ -497,10 +612,26 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             server_stats: args.server_stats,
         };
         if wants(&args, "W7") {
-            let figures = alone(&args, "W7", async || family::w7(&bench, contention).await).await?;
+            let mut figures =
+                alone(&args, "W7", async || family::w7(&bench, contention).await).await?;
+            if let Some(drivers) = &drivers {
+                for (i, settings) in [
+                    (REDISSON, Settings::Default),
+                    (REDISSON_FAST, Settings::Fast),
+                ] {
+                    if !runs(&args, CONTENDERS[i]) {
+                        continue;
+                    }
+                    if !args.json {
+                        eprintln!("# W7: {} ...", CONTENDERS[i]);
+                    }
+                    let mut driver = drivers.get(settings).await?;
+                    figures[i] = redisson::w7(&mut driver, &admin, contention, rtt).await?;
+                }
+            }
             results.push(WorkloadResult {
                 id: "W7",
-                title: "fair lock (ours only; reference: the plain lock, same run)".into(),
+                title: "fair lock (distlock and Redisson; reference: the plain lock, same run)".into(),
                 figures,
                 notes: vec![
                     format!(
@@ -508,6 +639,7 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
                         contention.workers, contention.hold, contention.work, contention.acquisitions
                     ),
                     "hand-off as in W3 (release sent -> next holder's acquire returned, when the owner changes); owner changes / (acquisitions - 1) = 1 when every acquisition after the first changed owner; wait = acquire called -> returned; FIFO bound = workers x (measured hold + hand-off p50), the most a waiter queued behind every other worker should wait; PING RTT = back-to-back PING p50".into(),
+                    "Redisson: the same loop on getFairLock(key) (RedissonFairLock), then getLock(key), one thread per worker, tryLock(30 s) (fast: with a 30 s lease); its EVALSHA count includes EVAL".into(),
                 ],
             });
         }
@@ -579,20 +711,23 @@ async fn run(args: Args, target: machine::Target, workers: usize) -> Result<()> 
             println!("{line}");
         }
     }
+    if let Some(drivers) = drivers {
+        drivers.quit().await?;
+    }
     Ok(())
 }
 
 /// Runs `workload` once, for distlock only (each of its parts flushes
 /// Redis and prints its own server statistics); the figures go in its
 /// column, rslock's and the floor's stay empty.
-async fn alone<F>(args: &Args, id: &str, workload: F) -> Result<[Vec<Metric>; 3]>
+async fn alone<F>(args: &Args, id: &str, workload: F) -> Result<Figures>
 where
     F: AsyncFn() -> Result<Vec<Metric>>,
 {
     if !args.json {
         eprintln!("# {id}: {} ...", CONTENDERS[0]);
     }
-    Ok([workload().await?, Vec::new(), Vec::new()])
+    Ok(ours_only(workload().await?))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -600,23 +735,42 @@ enum Which {
     Ours,
     Rslock,
     Floor,
+    Redisson(Settings),
 }
 
-/// Runs `workload` for every contender asked for, on a flushed Redis each.
-async fn each<F>(args: &Args, admin: &Admin, id: &str, workload: F) -> Result<[Vec<Metric>; 3]>
+/// The Redisson settings of contender column `i` (3 or 4).
+fn redisson_settings(i: usize) -> Settings {
+    if i == REDISSON_FAST {
+        Settings::Fast
+    } else {
+        Settings::Default
+    }
+}
+
+/// Runs `workload` for every contender asked for (the Redisson ones when
+/// `redisson`), on a flushed Redis each.
+async fn each<F>(
+    args: &Args,
+    admin: &Admin,
+    id: &str,
+    redisson: bool,
+    workload: F,
+) -> Result<Figures>
 where
     F: AsyncFn(Which) -> Result<Vec<Metric>>,
 {
-    let mut figures: [Vec<Metric>; 3] = Default::default();
+    let mut figures: Figures = Default::default();
     for (i, (which, name)) in [
         (Which::Ours, "ours"),
         (Which::Rslock, "rslock"),
         (Which::Floor, "floor"),
+        (Which::Redisson(Settings::Default), "redisson"),
+        (Which::Redisson(Settings::Fast), "redisson-fast"),
     ]
     .into_iter()
     .enumerate()
     {
-        if !runs(args, name) {
+        if !runs(args, name) || (matches!(which, Which::Redisson(_)) && !redisson) {
             continue;
         }
         admin.flush().await?;

@@ -137,12 +137,10 @@ pub(crate) async fn w10(
     hot: Option<Duration>,
     rtt: Duration,
 ) -> Result<Vec<Metric>> {
-    let processes = processes.max(1);
-    let per_process = settings.workers.div_ceil(processes).max(1);
     let exe = std::env::current_exe().context("the benchmark's own executable")?;
-    let mut children = Vec::new();
-    for process in 0..processes {
-        let mut child = tokio::process::Command::new(&exe)
+    across(admin, settings, processes, rtt, |process, per_process| {
+        let mut command = tokio::process::Command::new(&exe);
+        command
             .arg(CHILD_FLAG)
             .arg(url)
             .arg(process.to_string())
@@ -150,7 +148,32 @@ pub(crate) async fn w10(
             .arg(settings.acquisitions.to_string())
             .arg(settings.hold.as_micros().to_string())
             .arg(settings.work.as_micros().to_string())
-            .arg(hot.map_or(0, |h| h.as_micros().max(1)).to_string())
+            .arg(hot.map_or(0, |h| h.as_micros().max(1)).to_string());
+        command
+    })
+    .await
+}
+
+/// Runs W10's measurement with the children `child(process, workers)`
+/// makes: each must print `ready` once it may be measured, wait for the
+/// start key, draw its tickets from the ticket counter and print its
+/// [`ChildReport`] as one JSON line (lock-bench itself in child mode, or
+/// the Redisson driver's `w3h-child` mode).
+pub(crate) async fn across<F>(
+    admin: &Admin,
+    settings: Contention,
+    processes: usize,
+    rtt: Duration,
+    child: F,
+) -> Result<Vec<Metric>>
+where
+    F: Fn(usize, usize) -> tokio::process::Command,
+{
+    let processes = processes.max(1);
+    let per_process = settings.workers.div_ceil(processes).max(1);
+    let mut children = Vec::new();
+    for process in 0..processes {
+        let mut child = child(process, per_process)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -229,6 +252,8 @@ pub(crate) async fn w10(
         }
     }
     let mean_wait = all.iter().map(|a| a.2).sum::<u64>() as f64 / total.max(1) as f64;
+    let mean_hold =
+        all.iter().map(|a| a.4.saturating_sub(a.3)).sum::<u64>() as f64 / total.max(1) as f64;
     let fair = total as f64 / processes as f64;
     let mut metrics = vec![
         Metric::higher(
@@ -248,6 +273,7 @@ pub(crate) async fn w10(
             "RTT",
             hand_off_p50 / (rtt.as_secs_f64() * 1e6).max(1e-3),
         ),
+        Metric::info("measured hold", "us", mean_hold),
     ];
     let mut min_share = f64::INFINITY;
     let mut max_ratio: f64 = 0.0;

@@ -62,14 +62,28 @@ impl Metric {
 }
 
 /// The contenders, in table order.
-pub(crate) const CONTENDERS: [&str; 3] = ["distlock", "rslock", "floor"];
+pub(crate) const CONTENDERS: [&str; 5] =
+    ["distlock", "rslock", "floor", "redisson", "redisson-fast"];
+
+/// Index of Redisson at its defaults in [`CONTENDERS`] (and in [`Figures`]).
+pub(crate) const REDISSON: usize = 3;
+/// Index of Redisson with its documented speed settings.
+pub(crate) const REDISSON_FAST: usize = 4;
+
+/// One list of figures per contender, in [`CONTENDERS`] order.
+pub(crate) type Figures = [Vec<Metric>; 5];
+
+/// Figures of distlock alone (the other columns empty).
+pub(crate) fn ours_only(figures: Vec<Metric>) -> Figures {
+    [figures, Vec::new(), Vec::new(), Vec::new(), Vec::new()]
+}
 
 /// The figures of one workload: one list per contender (in [`CONTENDERS`] order).
 #[derive(Debug, Clone)]
 pub(crate) struct WorkloadResult {
     pub(crate) id: &'static str,
     pub(crate) title: String,
-    pub(crate) figures: [Vec<Metric>; 3],
+    pub(crate) figures: Figures,
     /// Notes printed under the workload (settings, references).
     pub(crate) notes: Vec<String>,
 }
@@ -114,8 +128,10 @@ fn fmt_ratio(ratio: Option<f64>) -> String {
     ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
-/// The table: per workload, one row per figure, with ours / floor and
-/// ours / rslock.
+/// The table: per workload, one row per figure of distlock, with the
+/// other contenders' figure of the same name and distlock's ratio to each
+/// (x floor, x rslock; x redisson and x redisson-fast when either Redisson
+/// contender has figures in the run).
 pub(crate) fn table(results: &[WorkloadResult]) -> String {
     // The figure column fits the longest label (52 characters at least).
     let width = results
@@ -125,35 +141,53 @@ pub(crate) fn table(results: &[WorkloadResult]) -> String {
         .max()
         .unwrap_or(0)
         .max(52);
-    let mut out = String::new();
-    out.push_str(&format!(
-        "| {:<4} | {:<width$} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
-        "", "figure", CONTENDERS[0], CONTENDERS[1], CONTENDERS[2], "x floor", "x rslock"
-    ));
-    out.push_str(&format!(
-        "|{}|{}|{}|{}|{}|{}|{}|\n",
-        "-".repeat(6),
-        "-".repeat(width + 2),
-        "-".repeat(18),
-        "-".repeat(12),
-        "-".repeat(12),
-        "-".repeat(10),
-        "-".repeat(11)
-    ));
+    let redisson = results
+        .iter()
+        .any(|r| !r.figures[REDISSON].is_empty() || !r.figures[REDISSON_FAST].is_empty());
+    let mut columns: Vec<(String, usize)> = vec![
+        (CONTENDERS[0].into(), 16),
+        (CONTENDERS[1].into(), 10),
+        (CONTENDERS[2].into(), 10),
+    ];
+    if redisson {
+        columns.push((CONTENDERS[REDISSON].into(), 10));
+        columns.push((CONTENDERS[REDISSON_FAST].into(), 13));
+    }
+    columns.push(("x floor".into(), 8));
+    columns.push(("x rslock".into(), 9));
+    if redisson {
+        columns.push(("x redisson".into(), 10));
+        columns.push(("x redisson-fast".into(), 15));
+    }
+    let mut out = format!("| {:<4} | {:<width$} |", "", "figure");
+    for (name, w) in &columns {
+        out.push_str(&format!(" {name:>w$} |"));
+    }
+    out.push_str(&format!("\n|{}|{}|", "-".repeat(6), "-".repeat(width + 2)));
+    for (_, w) in &columns {
+        out.push_str(&format!("{}|", "-".repeat(w + 2)));
+    }
+    out.push('\n');
     for result in results {
         for metric in &result.figures[0] {
-            let rs = find(&result.figures[1], &metric.name);
-            let fl = find(&result.figures[2], &metric.name);
-            out.push_str(&format!(
-                "| {:<4} | {:<width$} | {:>16} | {:>10} | {:>10} | {:>8} | {:>9} |\n",
-                result.id,
-                label(metric),
-                fmt_value(metric.value),
-                rs.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
-                fl.map_or_else(|| "-".into(), |m| fmt_value(m.value)),
-                fmt_ratio(ratio(metric.value, fl)),
-                fmt_ratio(ratio(metric.value, rs)),
-            ));
+            let other = |i: usize| find(&result.figures[i], &metric.name);
+            let value = |m: Option<&Metric>| m.map_or_else(|| "-".into(), |m| fmt_value(m.value));
+            let mut cells = vec![fmt_value(metric.value), value(other(1)), value(other(2))];
+            if redisson {
+                cells.push(value(other(REDISSON)));
+                cells.push(value(other(REDISSON_FAST)));
+            }
+            cells.push(fmt_ratio(ratio(metric.value, other(2))));
+            cells.push(fmt_ratio(ratio(metric.value, other(1))));
+            if redisson {
+                cells.push(fmt_ratio(ratio(metric.value, other(REDISSON))));
+                cells.push(fmt_ratio(ratio(metric.value, other(REDISSON_FAST))));
+            }
+            out.push_str(&format!("| {:<4} | {:<width$} |", result.id, label(metric)));
+            for (cell, (_, w)) in cells.iter().zip(&columns) {
+                out.push_str(&format!(" {cell:>w$} |"));
+            }
+            out.push('\n');
         }
     }
     out
@@ -182,7 +216,8 @@ pub(crate) fn notes(results: &[WorkloadResult]) -> String {
 }
 
 /// One JSON object per workload, figure and contender, with the ratios of
-/// that figure to the floor and to rslock measured in the same run.
+/// that figure to the floor, to rslock and to the two Redisson contenders
+/// measured in the same run (null where that contender has no such figure).
 pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
     let mut lines = Vec::new();
     for result in results {
@@ -190,6 +225,8 @@ pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
             for metric in &result.figures[i] {
                 let rs = find(&result.figures[1], &metric.name);
                 let fl = find(&result.figures[2], &metric.name);
+                let rd = find(&result.figures[REDISSON], &metric.name);
+                let rf = find(&result.figures[REDISSON_FAST], &metric.name);
                 let line = serde_json::json!({
                     "workload": result.id,
                     "contender": contender,
@@ -203,6 +240,8 @@ pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
                     },
                     "x_floor": ratio(metric.value, fl).and_then(finite),
                     "x_rslock": ratio(metric.value, rs).and_then(finite),
+                    "x_redisson": ratio(metric.value, rd).and_then(finite),
+                    "x_redisson_fast": ratio(metric.value, rf).and_then(finite),
                 });
                 lines.push(line.to_string());
             }

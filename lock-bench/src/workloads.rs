@@ -222,6 +222,20 @@ pub(crate) struct W1Sample {
 }
 
 impl W1Sample {
+    /// Adds one round measured elsewhere (by the Redisson driver).
+    pub(crate) fn add(
+        &mut self,
+        times: impl IntoIterator<Item = Duration>,
+        elapsed: Duration,
+        client_cpu: Duration,
+        server_cpu: Duration,
+    ) {
+        self.times.extend(times);
+        self.elapsed += elapsed;
+        self.client_cpu += client_cpu;
+        self.server_cpu += server_cpu;
+    }
+
     pub(crate) fn metrics(mut self) -> Vec<Metric> {
         self.times.sort();
         let n = self.times.len().max(1) as f64;
@@ -299,15 +313,25 @@ pub(crate) async fn w2<C: Contender>(
     }
     let elapsed = started.elapsed();
     let (client_cpu, server_cpu) = cpu.stop(admin).await?;
+    Ok(w2_metrics(times, elapsed, client_cpu, server_cpu))
+}
+
+/// W2's figures from the cycle times of all tasks.
+pub(crate) fn w2_metrics(
+    mut times: Vec<Duration>,
+    elapsed: Duration,
+    client_cpu: Duration,
+    server_cpu: Duration,
+) -> Vec<Metric> {
     times.sort();
     let n = times.len() as f64;
-    Ok(vec![
+    vec![
         Metric::higher("cycles/s", "1/s", n / elapsed.as_secs_f64()),
         Metric::lower("cycle p50", "us", micros(percentile(&times, 0.5))),
         Metric::lower("cycle p99", "us", micros(percentile(&times, 0.99))),
         Metric::lower("client CPU / cycle", "us", micros(client_cpu) / n),
         Metric::lower("Redis CPU / cycle", "us", micros(server_cpu) / n),
-    ])
+    ]
 }
 
 /// Settings of the contended workloads W3 and W4.
@@ -411,14 +435,36 @@ pub(crate) async fn w3<C: Contender>(
             Metric::higher("acquisitions/s", "1/s", n / elapsed.as_secs_f64()),
         ]);
     }
-    let mut hand_offs = record.hand_offs.lock().unwrap().clone();
-    hand_offs.sort();
+    let hand_offs = record.hand_offs.lock().unwrap().clone();
     let holds = record.holds.lock().unwrap().clone();
+    let commands: u64 = calls.values().sum();
+    Ok(w3_metrics(
+        settings.acquisitions,
+        elapsed,
+        hand_offs,
+        &holds,
+        commands,
+        (rtt, idle_rtt),
+    ))
+}
+
+/// W3's figures: `hand_offs` when the owner changed, `holds` of every
+/// acquisition, `commands` Redis ran meanwhile; `(rtt, idle_rtt)` the
+/// back-to-back and idle PING round trips.
+pub(crate) fn w3_metrics(
+    acquisitions: usize,
+    elapsed: Duration,
+    mut hand_offs: Vec<Duration>,
+    holds: &[Duration],
+    commands: u64,
+    (rtt, idle_rtt): (Duration, Duration),
+) -> Vec<Metric> {
+    let n = acquisitions as f64;
+    hand_offs.sort();
     let hold = holds.iter().sum::<Duration>() / holds.len().max(1) as u32;
     let ceiling = 1.0 / (hold + rtt).as_secs_f64();
     let rate = n / elapsed.as_secs_f64();
-    let commands: u64 = calls.values().sum();
-    Ok(vec![
+    vec![
         Metric::higher("acquisitions/s", "1/s", rate),
         Metric::higher("x ceiling 1/(hold+RTT)", "ratio", rate / ceiling),
         Metric::lower("hand-off p50", "us", micros(percentile(&hand_offs, 0.5))),
@@ -436,7 +482,7 @@ pub(crate) async fn w3<C: Contender>(
         Metric::higher("owner changes", "count", hand_offs.len() as f64),
         Metric::lower("Redis commands / acquisition", "cmds", commands as f64 / n),
         Metric::info("measured hold", "us", micros(hold)),
-    ])
+    ]
 }
 
 /// W5: one client holds `locks` locks for `periods` renewal periods.
