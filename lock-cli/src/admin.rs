@@ -11,7 +11,7 @@ use distlock_core::{
 };
 use serde::Serialize;
 
-use crate::cli::{ConnectionArgs, Family, ListArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{ConnectionArgs, Family, LayoutsArgs, ListArgs, ReleaseArgs, StatusArgs};
 use crate::connect::{connect, server_of};
 use crate::exit::{self, Failure};
 use crate::output::{count, millis, print_out, to_json};
@@ -252,7 +252,7 @@ impl SemaphoreReport {
 
 /// `lockctl status KEY [--fair | --read-write | --semaphore]`.
 pub(crate) async fn status(connection: &ConnectionArgs, args: StatusArgs) -> Result<u8, Failure> {
-    let client = connect(connection, &args.key, None).await?;
+    let client = connect(connection, &args.key, None, false).await?;
     let failure =
         |err: LockError| Failure::from_lock(&err, &args.key, client.server(), exit::USAGE);
     let server = client.server();
@@ -417,7 +417,7 @@ fn waiter_text(waiter: &WaiterReport) -> String {
 /// `lockctl list`.
 pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<u8, Failure> {
     let pattern = format!("{}*", args.prefix);
-    let client = connect(connection, &pattern, None).await?;
+    let client = connect(connection, &pattern, None, false).await?;
     let locks = client
         .admin()
         .list(&args.prefix)
@@ -460,6 +460,41 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
     Ok(exit::SUCCESS)
 }
 
+/// `lockctl layouts`: the layouts recorded in the store's registry, one a
+/// line (`native`, `redisson`); exit status [`exit::DATA`] with a warning
+/// when there is more than one.
+pub(crate) async fn layouts(connection: &ConnectionArgs, args: LayoutsArgs) -> Result<u8, Failure> {
+    let client = connect(connection, "*", None, false).await?;
+    let layouts = client
+        .admin()
+        .layouts()
+        .await
+        .map_err(|err| Failure::from_lock(&err, "*", client.server(), exit::USAGE))?;
+    let names: Vec<&str> = layouts.iter().map(|l| l.registry_name()).collect();
+    if args.json {
+        print_out(&format!("{}\n", to_json(&names)?))?;
+    } else if names.is_empty() {
+        eprintln!(
+            "lockctl: no layout recorded at {} (no client connected in the last day, or \
+             only Redisson's own clients)",
+            client.server()
+        );
+    } else {
+        print_out(&names.iter().map(|n| format!("{n}\n")).collect::<String>())?;
+    }
+    if names.len() > 1 {
+        eprintln!(
+            "lockctl: warning: clients of {} layouts use {}: a lock name taken in two layouts \
+             is two locks that do not exclude each other (and two token sequences); keep one \
+             layout per store, or give each layout its own key prefix and names",
+            names.len(),
+            client.server()
+        );
+        return Ok(exit::DATA);
+    }
+    Ok(exit::SUCCESS)
+}
+
 /// `lockctl release --force KEY`.
 pub(crate) async fn release(connection: &ConnectionArgs, args: ReleaseArgs) -> Result<u8, Failure> {
     if !args.force {
@@ -472,7 +507,7 @@ pub(crate) async fn release(connection: &ConnectionArgs, args: ReleaseArgs) -> R
             ),
         ));
     }
-    let client = connect(connection, &args.key, None).await?;
+    let client = connect(connection, &args.key, None, false).await?;
     let failure = |err: distlock_core::LockError| {
         Failure::from_lock(&err, &args.key, client.server(), exit::USAGE)
     };

@@ -98,6 +98,17 @@ Examples:
 The locks are found with SCAN (never KEYS), so listing does not block Redis; a lock taken \
 or released during the walk may or may not be listed.";
 
+const LAYOUTS_EXAMPLES: &str = "\
+Examples:
+  lockctl layouts
+  lockctl --sentinel redis://10.0.0.5:26379/ --master locks layouts --json
+
+Every client records its layout in the store when it connects (the hash distlock:layouts, \
+kept a day after the last connection); lockctl itself records nothing except in `run`. \
+Redisson's own Java clients do not record themselves: a store they share with Rust clients \
+in Redisson's layout lists `redisson` only. Exit status 65 when more than one layout is \
+listed.";
+
 const RELEASE_EXAMPLES: &str = "\
 Examples:
   lockctl release --force report:nightly
@@ -267,6 +278,11 @@ pub(crate) enum Command {
     /// Delete a lock whoever holds it, waking a waiter (operator override; needs --force).
     #[command(after_help = RELEASE_EXAMPLES)]
     Release(ReleaseArgs),
+    /// The lock layouts the store's clients use (native, Redisson's); exits 65 when it is
+    /// more than one: a name taken in both layouts is two locks that do not exclude each
+    /// other.
+    #[command(after_help = LAYOUTS_EXAMPLES)]
+    Layouts(LayoutsArgs),
     /// A live view of the locks held: holder, token, lease left, hold time, waiters
     /// (one snapshot when stdout is not a terminal).
     #[command(visible_alias = "watch", long_about = TOP_HELP, after_help = TOP_VIEW_EXAMPLES)]
@@ -453,6 +469,14 @@ pub(crate) struct ListArgs {
     pub(crate) prefix: String,
 
     /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lockctl layouts`.
+#[derive(Debug, Args)]
+pub(crate) struct LayoutsArgs {
+    /// Print a JSON array instead of lines.
     #[arg(long)]
     pub(crate) json: bool,
 }

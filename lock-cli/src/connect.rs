@@ -10,7 +10,8 @@ use crate::exit::{self, Failure};
 
 /// Connects to the backend that `args` names, for work on `subject` (a lock
 /// name, or a pattern for `list`), with `lease` as the watchdog lease when
-/// given.
+/// given; `takes_locks`: the client records its layout in the store's
+/// registry (`run`), which looking at locks does not.
 ///
 /// Every backend option is read here, so a new backend (its flags in
 /// [`ConnectionArgs`]) is added in this one function.
@@ -18,8 +19,12 @@ pub(crate) async fn connect(
     args: &ConnectionArgs,
     subject: &str,
     lease: Option<Duration>,
+    takes_locks: bool,
 ) -> Result<LockClient, Failure> {
     let mut builder = LockClient::builder()
+        // Only a client that takes locks records its layout in the store's
+        // registry: looking at a store is not using it in a layout.
+        .record_layout(takes_locks)
         .layout(match args.layout {
             LayoutArg::Native => Layout::Native,
             LayoutArg::Redisson => Layout::Redisson,

@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             Command::Status(args) => admin::status(connection, args).await,
             Command::List(args) => admin::list(connection, args).await,
             Command::Release(args) => admin::release(connection, args).await,
+            Command::Layouts(args) => admin::layouts(connection, args).await,
             Command::Top(args) => top::top(connection, args).await,
         }
     });

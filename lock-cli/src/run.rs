@@ -32,7 +32,7 @@ pub(crate) async fn run(connection: &ConnectionArgs, args: RunArgs) -> Result<u8
         }
     }
     let client = tokio::select! {
-        client = connect(connection, key, Some(args.lease)) => client?,
+        client = connect(connection, key, Some(args.lease), true) => client?,
         signo = signals.recv() => return Err(interrupted(signo, key, &server_of(&connection.url))),
     };
     let server = client.server().to_owned();

@@ -213,7 +213,7 @@ impl Source<'_> {
     async fn fetch(&mut self, prefix: &str) -> Result<Snapshot, Failure> {
         let pattern = format!("{prefix}*");
         if self.client.is_none() {
-            self.client = Some(connect(self.args, &pattern, None).await?);
+            self.client = Some(connect(self.args, &pattern, None, false).await?);
         }
         let Some(client) = self.client.as_ref() else {
             return Err(Failure::new(exit::UNAVAILABLE, "not connected"));

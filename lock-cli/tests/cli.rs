@@ -1372,3 +1372,52 @@ fn the_readme_family_acl_rule_is_enough_for_lockctl() {
         assert!(with_acl(&["release", "--force", "acl", family]).contains("was not held"));
     }
 }
+
+#[test]
+fn layouts_lists_the_store_layouts_and_flags_two() {
+    let server = RedisServer::start();
+    let layouts = |args: &[&str]| complete(lockctl(&server).args(args).arg("layouts"));
+    // Nothing recorded yet; looking (status, list, layouts) records nothing.
+    let empty = layouts(&[]);
+    assert_eq!(code(&empty), 0, "{}", stderr(&empty));
+    assert_eq!(stdout(&empty), "");
+    assert!(
+        stderr(&empty).contains("no layout recorded"),
+        "{}",
+        stderr(&empty)
+    );
+    assert_eq!(code(&complete(lockctl(&server).args(["status", "a"]))), 0);
+    assert_eq!(
+        code(&complete(
+            lockctl(&server).args(["--layout", "redisson", "status", "a"])
+        )),
+        0
+    );
+    assert_eq!(stdout(&layouts(&["--layout", "redisson"])), "");
+    // `run` takes a lock in Redisson's layout: recorded; lockctl looking in the native
+    // layout afterwards does not add it.
+    let run = complete(
+        lockctl(&server).args(["--layout", "redisson", "run", "--key", "r", "--", "true"]),
+    );
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
+    let one = layouts(&[]);
+    assert_eq!(
+        (code(&one), stdout(&one).as_str()),
+        (0, "redisson\n"),
+        "{}",
+        stderr(&one)
+    );
+    let listed = complete(lockctl(&server).args(["layouts", "--json"]));
+    assert_eq!(json(&listed), serde_json::json!(["redisson"]));
+    // A native client takes a lock too: two layouts, exit 65 and a warning.
+    let run = complete(lockctl(&server).args(["run", "--key", "n", "--", "true"]));
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
+    let two = layouts(&[]);
+    assert_eq!(code(&two), 65, "{}", stderr(&two));
+    assert_eq!(stdout(&two), "native\nredisson\n");
+    assert!(
+        stderr(&two).contains("do not exclude each other"),
+        "{}",
+        stderr(&two)
+    );
+}

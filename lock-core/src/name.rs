@@ -45,8 +45,9 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// The layout's name in the store's registry of layouts in use.
-    pub(crate) fn registry_name(self) -> &'static str {
+    /// The layout's name in the store's registry of layouts in use
+    /// (`native`, `redisson`), as `lockctl layouts` prints it.
+    pub fn registry_name(self) -> &'static str {
         match self {
             Layout::Native => "native",
             Layout::Redisson => "redisson",

@@ -53,6 +53,7 @@ pub struct LockClientBuilder {
     root_certificate: Option<Vec<u8>>,
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
     keep_hot: Option<Duration>,
+    record_layout: bool,
     #[cfg(feature = "metrics")]
     metrics_names: crate::metrics::NameLabel,
 }
@@ -68,6 +69,7 @@ impl Default for LockClientBuilder {
             root_certificate: None,
             client_identity: None,
             keep_hot: None,
+            record_layout: true,
             #[cfg(feature = "metrics")]
             metrics_names: crate::metrics::NameLabel::Off,
         }
@@ -119,6 +121,19 @@ impl LockClientBuilder {
     /// Redlock. See the README's "Sharing locks with Redisson".
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Whether the client records its layout in the store's registry when
+    /// it connects (default `true`; see
+    /// [`LockAdmin::layouts`](crate::LockAdmin::layouts)). A tool that only
+    /// looks at locks (an operator's inspection, a dashboard) passes
+    /// `false`, so that looking at a store whose clients use Redisson's
+    /// layout does not record the native one there (and set off the
+    /// mixed-layout warning in every client that connects after it). A
+    /// client that takes locks should keep the default.
+    pub fn record_layout(mut self, record: bool) -> Self {
+        self.record_layout = record;
         self
     }
 
@@ -355,6 +370,9 @@ impl LockClientBuilder {
         backend: impl Backend,
         wakeups: Wakeups,
     ) -> Result<LockClient, LockError> {
+        if !self.record_layout {
+            return self.connected(backend, wakeups);
+        }
         let mine = self.layout.registry_name();
         match backend.layouts(Some(mine)).await {
             Ok(layouts) => warn_mixed(mine, &layouts, backend.server()),
