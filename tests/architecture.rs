@@ -311,6 +311,7 @@ fn crates() -> Vec<Crate> {
         Crate::read("lock-fence", "distlock-fence", "lib.rs"),
         Crate::read("lock-cli", "distlock-cli", "main.rs"),
         Crate::read("lock-macros", "distlock-macros", "lib.rs"),
+        Crate::read("lock-chaos", "lock-chaos", "main.rs"),
     ]
 }
 

@@ -342,7 +342,8 @@ fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
         // before that (never replicated) may be lost; later holds there are not excused.
         "split_brain_min_replicas" => Some((
             w.start,
-            w.start + (crate::run::MIN_REPLICAS_MAX_LAG + FAILOVER_SLACK * 2).as_nanos() as u64,
+            w.start
+                + (crate::settings::MIN_REPLICAS_MAX_LAG + FAILOVER_SLACK * 2).as_nanos() as u64,
         )),
         _ => None,
     }
@@ -987,7 +988,7 @@ pub fn analyze(
     run_start: u64,
     run_end: u64,
 ) -> BackendReport {
-    let bound = (lease / 3 + crate::run::RESPONSE_TIMEOUT + LOST_ALLOWANCE).as_nanos() as u64;
+    let bound = (lease / 3 + crate::settings::RESPONSE_TIMEOUT + LOST_ALLOWANCE).as_nanos() as u64;
     let bound_ms = bound as f64 / 1e6;
     let guard = KEY_EVENT_GUARD.as_nanos() as u64;
     let quorum = if backend == crate::topology::Backend::Redlock.name() {

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::clock::now_ns;
 use crate::event::{Event, LockKind};
-use crate::worker::TaskCtx;
+use crate::task::TaskCtx;
 
 /// How long the layer waits for a busy lock.
 const WAIT: Duration = Duration::from_secs(2);
@@ -99,7 +99,7 @@ async fn handle(
         done: false,
     };
     let hold = Duration::from_millis(rand::rng().random_range(10..=served.hold_max_ms));
-    let work = crate::worker::read_modify_write(ctx, &name, &hold_id, token, hold);
+    let work = crate::task::read_modify_write(ctx, &name, &hold_id, token, hold);
     // The handler stops its work once the lock no longer counts itself held.
     let watch = async {
         loop {

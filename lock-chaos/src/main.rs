@@ -22,10 +22,13 @@ mod proxy;
 mod register;
 mod run;
 mod schedule;
+mod settings;
 mod sink;
+mod task;
 mod topology;
 mod trigger;
 mod worker;
+mod workload;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +114,7 @@ struct RunArgs {
     /// fair, rw, sem, multi, at-least, hot, layer, shutdown, redisson). Default: all, or
     /// with --quick the CI subset. `--plain-only` runs none.
     #[arg(long, value_enum, value_delimiter = ',')]
-    workloads: Option<Vec<worker::Workload>>,
+    workloads: Option<Vec<workload::Workload>>,
     /// Run only the plain-lock tasks.
     #[arg(long, conflicts_with = "workloads")]
     plain_only: bool,
@@ -163,7 +166,7 @@ struct WorkerArgs {
     events: PathBuf,
     /// Workloads beside the plain lock.
     #[arg(long, value_enum, value_delimiter = ',')]
-    workloads: Vec<worker::Workload>,
+    workloads: Vec<workload::Workload>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -219,8 +222,8 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         workloads: match (args.plain_only, args.workloads) {
             (true, _) => Vec::new(),
             (false, Some(list)) => list,
-            (false, None) if args.quick => worker::Workload::QUICK.to_vec(),
-            (false, None) => worker::Workload::ALL.to_vec(),
+            (false, None) if args.quick => workload::Workload::QUICK.to_vec(),
+            (false, None) => workload::Workload::ALL.to_vec(),
         },
         seed,
         random,
@@ -248,20 +251,20 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
     let lease = Duration::from_millis(args.lease_ms);
     let builder = LockClient::builder()
         .lease(lease)
-        .response_timeout(run::RESPONSE_TIMEOUT)
+        .response_timeout(settings::RESPONSE_TIMEOUT)
         .connect_timeout(Duration::from_secs(2));
     let started = now_ns();
     if args.backend == Backend::Memory {
         anyhow::bail!("the memory backend runs inside the harness");
     }
     // The workloads' other clients: the same settings and servers, and changes of their own.
-    let connect: worker::ClientFactory = {
+    let connect: task::ClientFactory = {
         let (backend, urls) = (args.backend, args.urls.clone());
         Arc::new(move |builder: distlock::LockClientBuilder| {
             let urls = urls.clone();
             let builder = builder
                 .lease(lease)
-                .response_timeout(run::RESPONSE_TIMEOUT)
+                .response_timeout(settings::RESPONSE_TIMEOUT)
                 .connect_timeout(Duration::from_secs(2));
             Box::pin(async move { connect_backend(backend, builder, urls).await })
         })

@@ -25,6 +25,7 @@ use crate::netns::{Direction, NetLab};
 use crate::proxy::{FaultProxy, ProxyMode};
 use crate::register::Registers;
 use crate::schedule::{FaultKind, NetFault, ScheduleConfig, Step};
+use crate::settings::MIN_REPLICAS_MAX_LAG;
 use crate::sink::{read_events, EventSink};
 use crate::topology::{Backend, Servers, SENTINEL_MASTER};
 use crate::trigger::{self, Target, TriggerConfig, Triggered};
@@ -32,8 +33,6 @@ use crate::worker::{self, WorkerSetup};
 
 /// Latency added by the `latency` fault, per chunk and direction.
 const ADDED_LATENCY: Duration = Duration::from_millis(150);
-/// Response timeout of the workers' lock clients.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Settings of a run.
 #[derive(Debug, Clone)]
@@ -59,7 +58,7 @@ pub struct RunConfig {
     /// Where to keep the raw histories (otherwise a temporary directory, removed).
     pub history: Option<PathBuf>,
     /// Workloads beside the plain lock (those the backend supports run).
-    pub workloads: Vec<worker::Workload>,
+    pub workloads: Vec<crate::workload::Workload>,
     /// The seed of the randomized schedule (and of the harness's choices within a step).
     pub seed: u64,
     /// The seeded, randomized, overlapping schedule (`false`: the fixed list, one fault at a
@@ -76,7 +75,7 @@ pub struct RunConfig {
 
 impl RunConfig {
     /// The workloads that run on `backend`.
-    fn workloads_on(&self, backend: Backend) -> Vec<worker::Workload> {
+    fn workloads_on(&self, backend: Backend) -> Vec<crate::workload::Workload> {
         let redlock = backend == Backend::Redlock;
         self.workloads
             .iter()
@@ -85,9 +84,6 @@ impl RunConfig {
             .collect()
     }
 }
-
-/// `min-replicas-max-lag` with `--min-replicas-to-write`.
-pub const MIN_REPLICAS_MAX_LAG: Duration = Duration::from_secs(2);
 
 /// Runs every backend of `config` and prints the tables; returns the reports.
 pub async fn run(config: RunConfig) -> anyhow::Result<Vec<BackendReport>> {
@@ -505,7 +501,7 @@ async fn run_backend(
     // Every write the register store applied, and the final values (no worker runs now).
     let truth = match Registers::connect(&register_url, "reg:").await {
         Ok(registers) => registers
-            .truth(&worker::register_names(
+            .truth(&crate::workload::register_names(
                 &names,
                 &config.workloads_on(backend),
             ))
@@ -619,7 +615,7 @@ impl World {
     ) -> anyhow::Result<Vec<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)>> {
         let store = MemoryStore::new();
         let lease = self.config.lease;
-        let connect: worker::ClientFactory = {
+        let connect: crate::task::ClientFactory = {
             let store = store.clone();
             Arc::new(move |builder: distlock::LockClientBuilder| {
                 let result = builder.lease(lease).memory(store.clone());

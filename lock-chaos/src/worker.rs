@@ -11,14 +11,14 @@ use rand::seq::SliceRandom as _;
 use rand::Rng as _;
 
 use crate::clock::now_ns;
-use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
-use crate::register::{Fenced, Registers};
+use crate::event::{Event, LockKind, TaskMode};
+use crate::register::Registers;
 use crate::sink::EventSink;
+use crate::task::{acquire_failed, read_modify_write, ClientFactory, TaskCtx};
+use crate::workload::{Workload, HOT_LINGER, MIN_HOLD, SEM_TOTAL, SHUTDOWN_GRACE};
 
 /// How long a task waits for a busy lock (the attributes below say the same).
 const WAIT: Duration = Duration::from_secs(2);
-/// Pause after a backend error before the next attempt, so a down Redis is not spun on.
-const ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What a worker needs to run its tasks.
 pub struct WorkerSetup {
@@ -48,151 +48,6 @@ pub struct WorkerSetup {
     pub connect: Option<ClientFactory>,
     /// Where the workers' HTTP servers publish their ports (`http-{worker}.port`).
     pub http_dir: Option<PathBuf>,
-}
-
-/// Builds a client from a builder that has the workers' lease and timeouts set.
-pub type ClientFactory = Arc<
-    dyn Fn(
-            distlock::LockClientBuilder,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<LockClient, LockError>> + Send>,
-        > + Send
-        + Sync,
->;
-
-/// A workload beside the plain lock: each runs on names of its own, so the checker knows
-/// the rule of a name from its hold's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Workload {
-    /// Fair lock `fair-0`, two tasks per worker: FIFO among waiters.
-    Fair,
-    /// Read-write lock `rw-0`, two tasks per worker, one round in three a write.
-    Rw,
-    /// Semaphore `sem-0` of [`SEM_TOTAL`] permits, two tasks per worker.
-    Sem,
-    /// `lock_all` of two of `multi-0..2`.
-    Multi,
-    /// Plain lock `atleast-0` with `hold_at_least(`[`MIN_HOLD`]`)`.
-    AtLeast,
-    /// Plain locks `hot-0`, `hot-1` through a client built with `keep_hot`.
-    Hot,
-    /// `LockLayer` over HTTP: requests to another worker's server lock `layer-0`.
-    Layer,
-    /// A fresh client takes `shut-0` and is shut down while it holds it.
-    Shutdown,
-    /// A client in Redisson's layout beside the native one, on `rdsn-0`.
-    Redisson,
-}
-
-/// Permits of the semaphore workload.
-pub const SEM_TOTAL: u32 = 2;
-/// The minimum hold of the `hold_at_least` workload.
-pub const MIN_HOLD: Duration = Duration::from_millis(400);
-/// The linger of the hot client.
-const HOT_LINGER: Duration = Duration::from_millis(100);
-/// The shutdown workload's grace period.
-const SHUTDOWN_GRACE: Duration = Duration::from_millis(50);
-
-impl Workload {
-    /// The `--quick` subset.
-    pub const QUICK: [Workload; 9] = Workload::ALL;
-
-    /// Every workload.
-    pub const ALL: [Workload; 9] = [
-        Workload::Fair,
-        Workload::Rw,
-        Workload::Sem,
-        Workload::Multi,
-        Workload::AtLeast,
-        Workload::Hot,
-        Workload::Layer,
-        Workload::Shutdown,
-        Workload::Redisson,
-    ];
-
-    /// The name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Fair => "fair",
-            Workload::Rw => "rw",
-            Workload::Sem => "sem",
-            Workload::Multi => "multi",
-            Workload::AtLeast => "at-least",
-            Workload::Hot => "hot",
-            Workload::Layer => "layer",
-            Workload::Shutdown => "shutdown",
-            Workload::Redisson => "redisson",
-        }
-    }
-
-    /// Tasks per worker.
-    fn tasks(self) -> u32 {
-        match self {
-            Workload::Fair | Workload::Rw | Workload::Sem => 2,
-            _ => 1,
-        }
-    }
-
-    /// The lock names it uses.
-    pub fn names(self) -> Vec<String> {
-        let names: &[&str] = match self {
-            Workload::Fair => &["fair-0"],
-            Workload::Rw => &["rw-0"],
-            Workload::Sem => &["sem-0"],
-            Workload::Multi => &["multi-0", "multi-1", "multi-2"],
-            Workload::AtLeast => &["atleast-0"],
-            Workload::Hot => &["hot-0", "hot-1"],
-            Workload::Layer => &["layer-0"],
-            Workload::Shutdown => &["shut-0"],
-            Workload::Redisson => &["rdsn-0"],
-        };
-        names.iter().map(|n| (*n).to_owned()).collect()
-    }
-
-    /// Whether the backend supports it (Redlock refuses the lock family, hot locks and
-    /// Redisson's layout).
-    pub fn supported(self, backend_is_redlock: bool) -> bool {
-        !backend_is_redlock
-            || matches!(
-                self,
-                Workload::Multi | Workload::AtLeast | Workload::Layer | Workload::Shutdown
-            )
-    }
-}
-
-/// The names whose registers a run writes (for the end-of-run check of the store).
-pub fn register_names(names: &[String], workloads: &[Workload]) -> Vec<String> {
-    let mut out = names.to_vec();
-    for w in workloads {
-        if !matches!(w, Workload::Sem) {
-            out.extend(w.names());
-        }
-    }
-    out
-}
-
-/// The state one task shares with its macro-annotated bodies.
-pub(crate) struct TaskCtx {
-    pub(crate) client: LockClient,
-    pub(crate) registers: Registers,
-    pub(crate) sink: EventSink,
-    pub(crate) worker: u32,
-    pub(crate) task: u32,
-    pub(crate) mode: TaskMode,
-    /// The workload, or `None` for a plain-lock task of `mode`.
-    pub(crate) workload: Option<Workload>,
-    /// Its client for the workload (hot, Redisson's layout), or `client`.
-    pub(crate) other: LockClient,
-    /// Builds fresh clients (shutdown workload).
-    pub(crate) connect: Option<ClientFactory>,
-    /// Where the HTTP servers' ports are.
-    pub(crate) http_dir: Option<PathBuf>,
-    /// Acquisitions so far (the last part of the hold ids).
-    pub(crate) seq: AtomicU64,
-    /// The token, owner and hold id of the current hold, once the body runs.
-    pub(crate) held: Mutex<Option<(u64, String, String)>>,
-    /// When the current body ended (the start of the macro's release).
-    pub(crate) body_end: Mutex<u64>,
 }
 
 /// Why a macro-locked round ended without finishing.
@@ -605,14 +460,6 @@ pub fn spawn_stall_probe(
     })
 }
 
-impl TaskCtx {
-    /// The id of the next acquisition of this task.
-    pub(crate) fn next_hold(&self) -> String {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        format!("w{}-t{}-{seq}", self.worker, self.task)
-    }
-}
-
 /// One round with `acquire()` and a guard.
 async fn guard_round(ctx: &TaskCtx, name: &str, hold: Duration) {
     let lock = ctx.client.lock(name);
@@ -917,134 +764,4 @@ async fn macro_round(ctx: &TaskCtx, name: &str, hold: Duration) {
         token,
         result: outcome.to_owned(),
     });
-}
-
-/// Records a failed acquisition and backs off after a backend error.
-pub(crate) async fn acquire_failed(ctx: &TaskCtx, name: &str, t_start: u64, err: &LockError) {
-    let kind = match err {
-        LockError::TimedOut { .. } | LockError::Busy { .. } => "timed_out",
-        LockError::QuorumNotReached { .. } => "quorum",
-        e if e.is_backend() => "backend",
-        _ => "other",
-    };
-    ctx.sink.emit(&Event::AcquireFailed {
-        t_start,
-        t: now_ns(),
-        worker: ctx.worker,
-        task: ctx.task,
-        name: name.to_owned(),
-        kind: kind.to_owned(),
-        error: err.to_string(),
-    });
-    if kind != "timed_out" {
-        tokio::time::sleep(ERROR_BACKOFF).await;
-    }
-}
-
-/// Reads both registers, holds, then writes both (value + 1), recording an intent before
-/// each write is sent and each outcome.
-pub(crate) async fn read_modify_write(
-    ctx: &TaskCtx,
-    name: &str,
-    hold_id: &str,
-    token: u64,
-    hold: Duration,
-) {
-    let regs = &ctx.registers;
-    let write_event = |register, outcome, read, prev, seen| Event::Write {
-        t: now_ns(),
-        worker: ctx.worker,
-        task: ctx.task,
-        hold: hold_id.to_owned(),
-        name: name.to_owned(),
-        token,
-        register,
-        outcome,
-        read,
-        prev,
-        seen,
-    };
-    let intent = |register, read| {
-        ctx.sink.emit(&Event::WriteIntent {
-            t: now_ns(),
-            worker: ctx.worker,
-            task: ctx.task,
-            hold: hold_id.to_owned(),
-            name: name.to_owned(),
-            token,
-            register,
-            read,
-        })
-    };
-    let fenced = regs.fenced_read(name, token).await;
-    let unfenced = regs.unfenced_read(name).await;
-    tokio::time::sleep(hold).await;
-
-    match unfenced {
-        Ok(read) => {
-            intent(Register::Unfenced, read);
-            let event = match regs.unfenced_write(name, hold_id, token, read).await {
-                Ok(prev) => write_event(
-                    Register::Unfenced,
-                    WriteOutcome::Accepted,
-                    Some(read),
-                    Some(prev),
-                    None,
-                ),
-                Err(_) => write_event(
-                    Register::Unfenced,
-                    WriteOutcome::Error,
-                    Some(read),
-                    None,
-                    None,
-                ),
-            };
-            ctx.sink.emit(&event);
-        }
-        Err(_) => ctx.sink.emit(&write_event(
-            Register::Unfenced,
-            WriteOutcome::Error,
-            None,
-            None,
-            None,
-        )),
-    }
-
-    let event = match fenced {
-        Ok(Fenced::Ok(read)) => {
-            intent(Register::Fenced, read);
-            match regs.fenced_write(name, hold_id, token, read).await {
-                Ok(Fenced::Ok(prev)) => write_event(
-                    Register::Fenced,
-                    WriteOutcome::Accepted,
-                    Some(read),
-                    Some(prev),
-                    None,
-                ),
-                Ok(Fenced::Stale(seen)) => write_event(
-                    Register::Fenced,
-                    WriteOutcome::RejectedWrite,
-                    Some(read),
-                    None,
-                    Some(seen),
-                ),
-                Err(_) => write_event(
-                    Register::Fenced,
-                    WriteOutcome::Error,
-                    Some(read),
-                    None,
-                    None,
-                ),
-            }
-        }
-        Ok(Fenced::Stale(seen)) => write_event(
-            Register::Fenced,
-            WriteOutcome::RejectedRead,
-            None,
-            None,
-            Some(seen),
-        ),
-        Err(_) => write_event(Register::Fenced, WriteOutcome::Error, None, None, None),
-    };
-    ctx.sink.emit(&event);
 }
