@@ -25,7 +25,7 @@ return {1, tonumber(redis.call('HGET', KEYS[1], 'value') or '0')}
 ";
 
 /// A fenced write: `{1, previous value}`, or `{0, highest seen}` when a higher token read
-/// since. ARGV: token, new value, hold id, the value the holder read. KEYS[2]: the log.
+/// since. ARGV: token, new value, hold id, the value the holder read. `KEYS[2]`: the log.
 const FENCED_WRITE: &str = r"
 local seen = tonumber(redis.call('HGET', KEYS[1], 'seen') or '0')
 if tonumber(ARGV[1]) ~= seen then return {0, seen} end
@@ -36,7 +36,7 @@ return {1, prev}
 ";
 
 /// An unfenced write: sets the value, returns the previous one (so a lost update shows).
-/// ARGV: new value, hold id, the value the holder read, its token. KEYS[2]: the log.
+/// ARGV: new value, hold id, the value the holder read, its token. `KEYS[2]`: the log.
 const UNFENCED_WRITE: &str = r"
 local prev = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('SET', KEYS[1], ARGV[1])
