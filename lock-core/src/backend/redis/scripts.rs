@@ -449,7 +449,7 @@ impl Scripts {
         if key.layout != Layout::Redisson {
             return None;
         }
-        let cmd = match key.kind {
+        let mut cmd = match key.kind {
             Kind::Read => {
                 let keys = [
                     key.lock.to_string(),
@@ -481,7 +481,6 @@ impl Scripts {
             }
             _ => return None,
         };
-        let mut cmd = cmd;
         cmd.arg(self.publish);
         Some(one(cmd))
     }
