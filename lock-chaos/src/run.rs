@@ -588,6 +588,15 @@ struct World {
 }
 
 impl World {
+    /// Runs `f` on the servers off the runtime: kills, restarts and failovers block.
+    async fn with_servers<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Servers) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let servers = self.servers.clone();
+        blocking(move || f(&mut servers.lock().unwrap_or_else(|e| e.into_inner()))).await
+    }
+
     fn servers(&self) -> std::sync::MutexGuard<'_, Servers> {
         self.servers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -936,30 +945,28 @@ impl World {
                     _ => 0,
                 };
                 self.record(name, "start", &format!("server {index}"), aim);
-                let servers = self.servers.clone();
-                let target = blocking(move || {
-                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-                    if fault == Fault::RestartEmpty {
-                        servers.restart_empty(index)
-                    } else {
-                        servers.restart_persistent(index)
-                    }
-                })
-                .await?;
+                let target = self
+                    .with_servers(move |servers| {
+                        if fault == Fault::RestartEmpty {
+                            servers.restart_empty(index)
+                        } else {
+                            servers.restart_persistent(index)
+                        }
+                    })
+                    .await?;
                 self.record(name, "heal", &target, aim);
             }
             Fault::ClientKill | Fault::ScriptFlush => {
                 self.record(name, "start", "every data server", aim);
-                let servers = self.servers.clone();
-                let target = blocking(move || {
-                    let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-                    Ok(if fault == Fault::ClientKill {
-                        servers.client_kill()
-                    } else {
-                        servers.script_flush()
+                let target = self
+                    .with_servers(move |servers| {
+                        Ok(if fault == Fault::ClientKill {
+                            servers.client_kill()
+                        } else {
+                            servers.script_flush()
+                        })
                     })
-                })
-                .await?;
+                    .await?;
                 self.record(name, "heal", &target, aim);
             }
             Fault::ClockJump => self.clock_jump(step, aim).await?,
@@ -1020,28 +1027,18 @@ impl World {
                 let key = self.aimed_key(aim);
                 let start = self.failover_target(&key).await;
                 self.record(name, "start", &start, aim);
-                let servers = self.servers.clone();
-                let target = blocking(move || {
-                    servers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .failover(&key)
-                })
-                .await?;
+                let target = self
+                    .with_servers(move |servers| servers.failover(&key))
+                    .await?;
                 self.record(name, "heal", &target, aim);
             }
             Fault::StopMinority => {
                 self.record(name, "start", "masters 0, 1 (killed)", aim);
-                let servers = self.servers.clone();
-                let dirs = blocking(move || {
-                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-                    Ok(vec![servers.stop(0)?, servers.stop(1)?])
-                })
-                .await?;
+                let dirs = self
+                    .with_servers(move |servers| Ok(vec![servers.stop(0)?, servers.stop(1)?]))
+                    .await?;
                 tokio::time::sleep(active).await;
-                let servers = self.servers.clone();
-                blocking(move || {
-                    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+                self.with_servers(move |servers| {
                     for (i, dir) in dirs.iter().enumerate() {
                         servers.start_empty(i, dir)?;
                     }
@@ -1106,13 +1103,10 @@ impl World {
         let Some(shim) = &self.shim else {
             let name = Fault::ClockJump.name();
             self.record(name, "start", "every data server (emulated)", aim);
-            let servers = self.servers.clone();
             let jump = self.config.lease.saturating_mul(2);
-            let target = blocking(move || {
-                let servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-                Ok(servers.clock_jump(jump))
-            })
-            .await?;
+            let target = self
+                .with_servers(move |servers| Ok(servers.clock_jump(jump)))
+                .await?;
             self.record(name, "heal", &target, aim);
             return Ok(());
         };
@@ -1172,15 +1166,10 @@ impl World {
                 let key = self.aimed_key(aim);
                 let start = self.failover_target(&key).await;
                 self.record(name, "start", &start, aim);
-                let servers = self.servers.clone();
                 let hold = step.duration;
-                let target = blocking(move || {
-                    servers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .pause_master_past_down_after(&key, hold)
-                })
-                .await;
+                let target = self
+                    .with_servers(move |servers| servers.pause_master_past_down_after(&key, hold))
+                    .await;
                 self.record(name, "heal", target.as_deref().unwrap_or("failed"), aim);
                 target.map(drop)
             }
@@ -1188,14 +1177,9 @@ impl World {
                 let key = self.aimed_key(aim);
                 let start = self.failover_target(&key).await;
                 self.record(name, "start", &start, aim);
-                let servers = self.servers.clone();
-                let target = blocking(move || {
-                    servers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .manual_failover(&key, false)
-                })
-                .await;
+                let target = self
+                    .with_servers(move |servers| servers.manual_failover(&key, false))
+                    .await;
                 self.record(name, "heal", target.as_deref().unwrap_or("failed"), aim);
                 target.map(drop)
             }
@@ -1216,14 +1200,9 @@ impl World {
                 self.record(name, "start", &target, aim);
                 let cut = lab.cut_servers(&[master], &[replica]);
                 tokio::time::sleep(step.duration).await;
-                let servers = self.servers.clone();
-                let over = blocking(move || {
-                    servers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .manual_failover(&key, true)
-                })
-                .await;
+                let over = self
+                    .with_servers(move |servers| servers.manual_failover(&key, true))
+                    .await;
                 let healed = lab.heal_servers();
                 self.record(name, "heal", over.as_deref().unwrap_or("failed"), aim);
                 cut.and(over.map(drop)).and(healed)
@@ -1242,25 +1221,23 @@ impl World {
         let empty = ((step.pick + 2) % n) as usize;
         let target = format!("masters {away:?} killed, then master {empty} restarted empty");
         self.record(name, "start", &target, aim);
-        let servers = self.servers.clone();
-        let killed = blocking(move || {
-            let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-            for i in away {
-                servers.kill_server(i)?;
-            }
-            Ok(())
-        })
-        .await;
+        let killed = self
+            .with_servers(move |servers| {
+                for i in away {
+                    servers.kill_server(i)?;
+                }
+                Ok(())
+            })
+            .await;
         tokio::time::sleep(step.duration).await;
-        let servers = self.servers.clone();
-        let back = blocking(move || {
-            let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
-            for i in away {
-                servers.restart_server(i)?;
-            }
-            servers.restart_empty(empty)
-        })
-        .await;
+        let back = self
+            .with_servers(move |servers| {
+                for i in away {
+                    servers.restart_server(i)?;
+                }
+                servers.restart_empty(empty)
+            })
+            .await;
         self.record(name, "heal", &target, aim);
         killed.and(back.map(drop))
     }
@@ -1291,6 +1268,7 @@ impl World {
         let target = format!("old master port {port} (lab {master}) cut from lab {others:?}");
         self.record(name, "start", &target, aim);
         let cut = lab.cut_servers(&[master], &others);
+        // Locked at each look, not across the wait: the nemesis's other steps go on.
         let servers = self.servers.clone();
         let promoted = blocking(move || {
             let started = std::time::Instant::now();
