@@ -248,6 +248,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
+    log_to(&args.events.with_extension("log"))?;
     let lease = Duration::from_millis(args.lease_ms);
     let builder = LockClient::builder()
         .lease(lease)
@@ -335,4 +336,30 @@ async fn connect_backend(
         Backend::Cluster => builder.connect_cluster(urls).await,
         Backend::Redlock => builder.connect_redlock(urls).await,
     }
+}
+
+/// Writes the library's warnings and its backends' debug messages (retries, master moves,
+/// reconnections) to `path`, each stamped with the monotonic clock of the events, so that a
+/// history's anomaly can be read beside what the client did.
+fn log_to(path: &std::path::Path) -> anyhow::Result<()> {
+    struct Monotonic;
+    impl tracing_subscriber::fmt::time::FormatTime for Monotonic {
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            write!(w, "{}", now_ns())
+        }
+    }
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    tracing_subscriber::fmt()
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .with_timer(Monotonic)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,distlock_core::backend=debug",
+        ))
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("installing the log: {e}"))
 }
