@@ -375,3 +375,142 @@ async fn edges_odd_names_are_stored_percent_escaped() {
         guard.release().await.unwrap();
     }
 }
+
+/// Writes, with a connection of the test's own, a lock hash as the client
+/// writes it (field: owner, value: fencing token; 30 s TTL) and the layout
+/// registry, so that a read after a restart has something to find.
+fn seed_lock(server: &redis::Client, name: &str, owner: &str, token: u64) {
+    let mut conn = server.get_connection().unwrap();
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(redis_key(name))
+        .arg(owner)
+        .arg(token)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(redis_key(name))
+        .arg(30_000)
+        .ignore()
+        .cmd("HSET")
+        .arg("distlock:layouts")
+        .arg("native")
+        .arg(1)
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+}
+
+/// Runs every admin read of `client` once, each as the first command after
+/// `break_connection` broke the client's command connection, and asserts
+/// that each answers (and reads the data `seed_lock` wrote): `inspect`,
+/// `list`, `layouts`, `waiters` (`PUBSUB NUMSUB`) and `inspect_fair` (a
+/// family primitive's script).
+async fn assert_admin_reads_answer_first_try(
+    server: &redis::Client,
+    mut break_connection: impl FnMut() -> LockClient,
+) {
+    let name = "edges:admin:held";
+    // Every read is tried, and every failure reported.
+    let mut failed = Vec::new();
+    let mut first_try = |what: &str, outcome: Result<String, LockError>, want: &str| match outcome {
+        Ok(got) if got == want => {}
+        Ok(got) => failed.push(format!("{what}: read {got}, expected {want}")),
+        Err(err) => failed.push(format!("{what}: the first try failed: {err:?}")),
+    };
+
+    let client = break_connection();
+    seed_lock(server, name, "someone:1", 7);
+    let info = client.admin().inspect(name).await;
+    let holder = info.map(|info| format!("{:?}", info.holder.map(|h| (h.owner, h.fencing_token))));
+    first_try("inspect", holder, r#"Some(("someone:1", 7))"#);
+
+    let client = break_connection();
+    seed_lock(server, name, "someone:2", 8);
+    let listed = client.admin().list("edges:admin:").await;
+    let names =
+        listed.map(|locks| format!("{:?}", locks.iter().map(|l| &l.name).collect::<Vec<_>>()));
+    first_try("list", names, &format!("{:?}", [name]));
+
+    let client = break_connection();
+    seed_lock(server, name, "someone:3", 9);
+    let layouts = client.admin().layouts().await.map(|l| format!("{l:?}"));
+    first_try("layouts", layouts, "[Native]");
+
+    let client = break_connection();
+    let waiters = client
+        .admin()
+        .waiters([name])
+        .await
+        .map(|w| format!("{w:?}"));
+    first_try("waiters", waiters, "[0]");
+
+    let client = break_connection();
+    let fair = client.admin().inspect_fair("edges:admin:fair").await;
+    let fair = fair.map(|info| format!("{:?} {}", info.holder, info.queue.len()));
+    first_try("inspect_fair", fair, "None 0");
+
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// After the server restarted (same port, empty), every admin read answers
+/// on its first try: it is sent once more on the reconnected connection, as
+/// lock commands are.
+///
+/// Old code: the admin reads skipped that retry, so the first read after the
+/// restart failed with `LockError::Backend` (a dropped connection: "broken
+/// pipe") and only the second worked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_admin_reads_answer_first_try_after_a_restart() {
+    let mut server = RedisServer::start();
+    let seeding = server.client();
+    // One client per read (a read that fails starts its client's reconnect,
+    // which could let the next read in): each has carried a command before
+    // the restarts, and its read is its first command after them.
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        client.admin().inspect("edges:admin:warm").await.unwrap();
+        clients.push(client);
+    }
+    let restart = || {
+        server.restart();
+        clients.pop().expect("a client per read")
+    };
+    assert_admin_reads_answer_first_try(&seeding, restart).await;
+}
+
+/// A client connected on one runtime, that runtime dropped (and with it the
+/// driver of the client's connection): every admin read answers on its
+/// first try on the next runtime, as lock commands do there
+/// (`edges_redis_client_keeps_working_on_a_second_runtime`).
+///
+/// Old code: the first admin read on the second runtime failed with
+/// `LockError::Backend` (the connection's driver is gone: "broken pipe").
+#[test]
+fn edges_admin_reads_answer_first_try_on_a_second_runtime() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let on_a_dropped_runtime = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime.block_on(async {
+            let client = LockClient::connect(&url).await.unwrap();
+            client.admin().inspect("edges:admin:warm").await.unwrap();
+            client
+        });
+        drop(runtime);
+        client
+    };
+    // One client per read, each the first command of its client on B.
+    let mut clients: Vec<LockClient> = (0..5).map(|_| on_a_dropped_runtime()).collect();
+    let runtime_b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime_b.block_on(assert_admin_reads_answer_first_try(
+        &server.client(),
+        || clients.pop().expect("a client per read"),
+    ));
+}

@@ -199,6 +199,57 @@ async fn a_sentinel_that_missed_the_failover_does_not_send_the_client_back() {
     guard.release().await.unwrap();
 }
 
+/// A client that missed a failover (connected on a runtime that was dropped
+/// before it, so its `+switch-master` watcher was gone too) reads a lock
+/// taken on the new master on its first `inspect`: the read meets the dead
+/// connection, asks the sentinels and runs once more on the new master. The
+/// old master is back at its old address, restarted empty, so a read resent
+/// without following the sentinels would find no holder.
+///
+/// Old code: the first `inspect` failed with `LockError::Backend` ("broken
+/// pipe"): admin reads were not resent, and never asked the sentinels.
+#[test]
+fn inspect_follows_the_new_master_on_its_first_try_after_a_missed_failover() {
+    let mut set = RedisSentinels::start(MASTER);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let runtime_a = runtime();
+    let stale = runtime_a.block_on(async {
+        let client = LockClient::builder()
+            .response_timeout(Duration::from_millis(500))
+            .connect_sentinel(set.sentinel_urls(), MASTER)
+            .await
+            .unwrap();
+        client.admin().inspect("sentinel:admin").await.unwrap();
+        client
+    });
+    drop(runtime_a);
+    set.kill_master_and_wait_for_failover(Duration::from_secs(60));
+    set.replica_mut().restart();
+    runtime().block_on(async {
+        let other = LockClient::builder()
+            .connect_sentinel(set.sentinel_urls(), MASTER)
+            .await
+            .unwrap();
+        let guard = acquire_on_the_new_master(&other, &set, "sentinel:admin").await;
+        let info = stale.admin().inspect("sentinel:admin").await;
+        let holder = match info {
+            Ok(info) => info.holder,
+            Err(err) => panic!("the first inspect after the failover failed: {err:?}"),
+        };
+        assert_eq!(
+            holder.map(|h| h.fencing_token),
+            Some(guard.fencing_token()),
+            "the first inspect after the failover did not read the new master"
+        );
+        guard.release().await.unwrap();
+    });
+}
+
 /// The client listens to every sentinel for `+switch-master` while it lives,
 /// and stops at shutdown: no subscription of it is left on the sentinels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

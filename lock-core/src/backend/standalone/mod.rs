@@ -7,10 +7,12 @@ pub(crate) mod node;
 pub(crate) mod sentinel;
 mod subscriber;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt};
+use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use self::node::Node;
@@ -389,43 +391,79 @@ impl RedisBackend {
         Wakeups::subscribed(subscription.waiters().clone(), subscription)
     }
 
-    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
+    /// Runs the read-only `read` on the current node's connection; when it
+    /// fails with a backend error after which a command may succeed on a
+    /// reconnected or newly elected master ([`worth_retrying`], the test
+    /// [`exec`] applies to lock commands), runs it once more on the node the
+    /// connection reconnected or moved to. A read changes nothing, so
+    /// running it twice is always safe; a read of several round trips
+    /// (`SCAN`) starts again from the beginning, on one node.
+    ///
+    /// [`worth_retrying`]: Self::worth_retrying
+    /// [`exec`]: Self::exec
+    async fn read<T, F, Fut>(&self, read: F) -> Result<T, LockError>
+    where
+        F: Fn(ConnectionManager, Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, LockError>>,
+    {
         let node = self.cell.get();
-        let mut conn = node.conn.clone();
-        inspect::inspect(&mut conn, key, self.settings.response_timeout, &node.server).await
+        match read(node.conn.clone(), node.clone()).await {
+            // The inner reads keep the command's `BackendError` as the
+            // source: it is classified as `exec` classifies it.
+            Err(LockError::Backend { source, .. }) if self.worth_retrying(&source) => {
+                tracing::debug!(server = %node.server, error = %source, "retrying a read once");
+                let node = self.follow_master(&node).await;
+                read(node.conn.clone(), node).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
+        let timeout = self.settings.response_timeout;
+        self.read(|mut conn, node| async move {
+            inspect::inspect(&mut conn, key, timeout, &node.server).await
+        })
+        .await
     }
 
     pub(crate) async fn inspect_family(&self, key: &LockKey) -> Result<FamilyState, LockError> {
-        let node = self.cell.get();
-        let mut conn = node.conn.clone();
-        let timeout = self.settings.response_timeout;
-        inspect::inspect_family(&mut conn, key, &self.scripts, timeout, &node.server).await
+        let (scripts, timeout) = (&*self.scripts, self.settings.response_timeout);
+        self.read(|mut conn, node| async move {
+            inspect::inspect_family(&mut conn, key, scripts, timeout, &node.server).await
+        })
+        .await
     }
 
+    /// Records `mine` (an idempotent `HSET` of a constant, safe to send
+    /// twice) and reads the layouts recorded.
     pub(crate) async fn layouts(&self, mine: Option<&str>) -> Result<Vec<String>, LockError> {
-        let node = self.cell.get();
-        let mut conn = node.conn.clone();
-        layouts::exchange(&mut conn, mine, self.settings.response_timeout)
-            .await
-            .map_err(|source| LockError::Backend {
-                key: layouts::KEY.to_owned(),
-                server: node.server.clone(),
-                source,
-            })
+        let timeout = self.settings.response_timeout;
+        self.read(|mut conn, node| async move {
+            layouts::exchange(&mut conn, mine, timeout)
+                .await
+                .map_err(|source| LockError::Backend {
+                    key: layouts::KEY.to_owned(),
+                    server: node.server.clone(),
+                    source,
+                })
+        })
+        .await
     }
 
     pub(crate) async fn subscribers(&self, keys: &[LockKey]) -> Result<Vec<u64>, LockError> {
-        let node = self.cell.get();
-        let mut conn = node.conn.clone();
         let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
-        let timeout = self.settings.response_timeout;
-        listeners::count(&mut conn, &channels, false, timeout)
-            .await
-            .map_err(|source| LockError::Backend {
-                key: names(keys),
-                server: node.server.clone(),
-                source,
-            })
+        let (channels, timeout) = (&channels, self.settings.response_timeout);
+        self.read(|mut conn, node| async move {
+            listeners::count(&mut conn, channels, false, timeout)
+                .await
+                .map_err(|source| LockError::Backend {
+                    key: names(keys),
+                    server: node.server.clone(),
+                    source,
+                })
+        })
+        .await
     }
 
     pub(crate) async fn list(
@@ -433,10 +471,11 @@ impl RedisBackend {
         prefix: &str,
         name_prefix: &str,
     ) -> Result<Vec<LockInfo>, LockError> {
-        let node = self.cell.get();
-        let mut conn = node.conn.clone();
         let timeout = self.settings.response_timeout;
-        inspect::list(&mut conn, prefix, name_prefix, timeout, &node.server).await
+        self.read(|mut conn, node| async move {
+            inspect::list(&mut conn, prefix, name_prefix, timeout, &node.server).await
+        })
+        .await
     }
 }
 
