@@ -692,7 +692,8 @@ fn postgres_binaries() -> Result<(), String> {
 fn skipped(why: &str) {
     eprintln!("########################################################################");
     eprintln!("# SKIPPED: W12's PostgreSQL part: {why}");
-    eprintln!("# Install with `apt-get install -y postgresql`; the run goes on without it.");
+    eprintln!("# Install PostgreSQL (`apt-get install -y postgresql`) or point DISTLOCK_TEST_PG_BIN");
+    eprintln!("# at its bin directory; the run goes on without it.");
     eprintln!("########################################################################");
 }
 
