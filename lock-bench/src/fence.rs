@@ -173,6 +173,7 @@ enum RedisOp {
 }
 
 impl RedisOp {
+    /// Every kind, in declaration order (so `op as usize` indexes them).
     const ALL: [RedisOp; 7] = [
         RedisOp::Set,
         RedisOp::FencedWrite,
@@ -378,6 +379,7 @@ enum PgOp {
 }
 
 impl PgOp {
+    /// Every kind, in declaration order (so `op as usize` indexes them).
     const ALL: [PgOp; 6] = [
         PgOp::Update,
         PgOp::FencedWrite,
@@ -692,7 +694,9 @@ fn postgres_binaries() -> Result<(), String> {
 fn skipped(why: &str) {
     eprintln!("########################################################################");
     eprintln!("# SKIPPED: W12's PostgreSQL part: {why}");
-    eprintln!("# Install PostgreSQL (`apt-get install -y postgresql`) or point DISTLOCK_TEST_PG_BIN");
+    eprintln!(
+        "# Install PostgreSQL (`apt-get install -y postgresql`) or point DISTLOCK_TEST_PG_BIN"
+    );
     eprintln!("# at its bin directory; the run goes on without it.");
     eprintln!("########################################################################");
 }
