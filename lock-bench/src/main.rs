@@ -31,10 +31,17 @@
 //! writer wait under read load), W9 semaphore (W3's loop on 4 permits,
 //! against its ceiling). Their references are measured in the same run and
 //! printed as figures of their own, with the ratios as further figures.
+//!
+//! W12 (fenced writes, distlock only, opt-in with `--only W12`) measures
+//! what `distlock-fence` costs: fenced writes and read-modify-writes
+//! against the unfenced commands on the same Redis, and against plain
+//! statements on a PostgreSQL this run starts (skipped with a message when
+//! the PostgreSQL binaries are missing), with ratios fenced / unfenced.
 #![deny(unreachable_pub)]
 
 mod contenders;
 mod family;
+mod fence;
 mod machine;
 mod processes;
 mod redisson;
@@ -63,7 +70,7 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W11, W1h, W3h).
+    /// Workloads to run, comma separated (W1..W12, W1h, W3h).
     #[arg(
         long,
         value_delimiter = ',',
@@ -157,6 +164,15 @@ struct Args {
     /// W9: the semaphore's permits.
     #[arg(long, default_value_t = 4)]
     w9_permits: u32,
+    /// W12: measured operations per kind (Redis and PostgreSQL).
+    #[arg(long, default_value_t = 3000)]
+    w12_ops: usize,
+    /// W12: warm-up operations per kind.
+    #[arg(long, default_value_t = 300)]
+    w12_warmup: usize,
+    /// W12: interleaved rounds the operations are split into.
+    #[arg(long, default_value_t = 6)]
+    w12_rounds: usize,
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
@@ -182,11 +198,11 @@ fn main() -> Result<()> {
     let mut args = Args::parse();
     for workload in &args.only {
         if ![
-            "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
+            "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12",
         ]
         .contains(&workload.to_uppercase().as_str())
         {
-            bail!("unknown workload {workload:?}: expected W1..W11, W1h or W3h");
+            bail!("unknown workload {workload:?}: expected W1..W12, W1h or W3h");
         }
     }
     for contender in &args.contenders {
@@ -692,6 +708,51 @@ async fn run(
                     "{} workers on `semaphore(key, {permits}).permit()`, one shared client; loop: acquire (wait up to 30 s), hold {:?}, release, {:?} of work; {acquisitions} acquisitions; permits in use counted by the workers (in after acquire returned, out before release sent); ceiling = {permits} / (measured hold + PING RTT p50)",
                     contention.workers, contention.hold, contention.work
                 )],
+            });
+        }
+    }
+
+    if wants(&args, "W12") && !runs(&args, "ours") {
+        eprintln!("# W12 measures distlock only: skipped without the `ours` contender");
+    } else if wants(&args, "W12") {
+        let settings = fence::Settings {
+            ops: args.w12_ops,
+            warmup: args.w12_warmup,
+            rounds: args.w12_rounds.max(1),
+        };
+        let ops = settings.ops.div_ceil(settings.rounds) * settings.rounds;
+        let rounds = settings.rounds;
+        let warmup = settings.warmup;
+        if !args.json {
+            eprintln!("# W12r: {} (fenced writes, Redis) ...", CONTENDERS[0]);
+        }
+        let figures = ours_only(fence::redis(&url, &admin, settings).await?);
+        results.push(WorkloadResult {
+            id: "W12r",
+            title: "fenced writes, Redis (ours only; references: the unfenced commands, same run)".into(),
+            figures,
+            notes: vec![
+                format!(
+                    "one client, one task, one multiplexed connection, sequential; {ops} operations per kind after {warmup} warm-up, in {rounds} interleaved rounds (SET, fenced write, fenced write with a new token, GET + SET, fenced update, INCRBY, fenced incr_by, SET, ...); each kind on a key of its own"
+                ),
+                "SET k v (64 bytes) against RedisFence::write (one EVALSHA: HGET of the fence, SET); new token: each write with a token one higher (one write per lock hold: HGET, HSET of the fence, SET); GET + SET v+1 (two round trips) against RedisFence::update (two EVALSHAs, fenced read then fenced write); INCRBY against RedisFence::incr_by (one EVALSHA). Redis commands / op: INFO commandstats, script-internal calls included; Redis CPU: used_cpu_user + used_cpu_sys over each round. After the run: every counter holds its number of operations, and a write with a lower token is refused".into(),
+            ],
+        });
+        if !args.json {
+            eprintln!("# W12p: {} (fenced writes, PostgreSQL) ...", CONTENDERS[0]);
+        }
+        let cpu = (!args.no_pin && machine::online_cpus() >= 2).then_some(args.redis_cpu);
+        if let Some((metrics, pinning)) = fence::postgres(settings, fence::PgRun { cpu }).await? {
+            results.push(WorkloadResult {
+                id: "W12p",
+                title: "fenced writes, PostgreSQL (ours only; references: the plain statements, same run)".into(),
+                figures: ours_only(metrics),
+                notes: vec![
+                    format!(
+                        "a PostgreSQL this run starts (fsync and synchronous_commit off; {pinning}); one tokio-postgres client, sequential; {ops} operations per kind after {warmup} warm-up, in {rounds} interleaved rounds; each kind on a row of its own in one table (k text primary key, v bigint, and the fence column)"
+                    ),
+                    "UPDATE: `UPDATE w12 SET v = $2 WHERE k = $1` prepared once; PgFence::write: prepares its statement on every call (two round trips); fenced UPDATE: PgFence::write_sql prepared once; tx plain RMW: BEGIN, `SELECT v ... FOR UPDATE`, UPDATE v+1, COMMIT (prepared once); tx PgFence RMW: BEGIN, PgFence::read, PgFence::write of v+1, COMMIT; tx fenced RMW: the same with read_sql and write_sql prepared once. backend CPU: the connection's backend process, from /proc/<pid>/schedstat".into(),
+                ],
             });
         }
     }
