@@ -4,7 +4,9 @@
 //! itself and re-enters it.
 //!
 //! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
-//! otherwise the in-memory backend, and says which.
+//! otherwise the in-memory backend, and says which. With Redis, the
+//! payments are kept there too, fenced by `distlock::fence::RedisFence`
+//! (`payments/mod.rs`); in memory, by the same rule written by hand.
 //!
 //! ```sh
 //! cargo run --example axum_orders             # serves on 127.0.0.1:3000 (ADDR to change)
@@ -35,27 +37,28 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use distlock::fence::FenceError;
 use distlock::tower::{FencingToken, LockLayer, PathTemplate};
 use distlock::{distributed_lock, LockClient, LockError};
 use tokio::net::TcpListener;
 
 // ---------------------------------------------------------------------------
-// The domain: charging an order, under its lock, against a fenced ledger.
+// The domain: charging an order, under its lock, against fenced payments.
 // ---------------------------------------------------------------------------
 
-mod ledger;
+pub(crate) mod payments;
 
-/// A stand-in for the database: the amount paid per order, fenced with
-/// claim-on-read (see `ledger/mod.rs` and the README's "Fencing tokens").
-type Ledger = ledger::Ledger<u64, u64>;
+// The amount paid per order, fenced with claim-on-read at the store.
+use payments::Payments;
 
 #[derive(Debug)]
 enum PayError {
     Lock(LockError),
     AlreadyPaid,
-    /// A newer holder of the order's lock has read or written it: this
-    /// holder's lease ran out (a pause) or the lock was force-released.
-    Stale(ledger::Stale),
+    /// The payments store refused or failed: `FenceError::Stale` when a
+    /// newer holder of the order's lock has read or written it (this
+    /// holder's lease ran out, a pause, or the lock was force-released).
+    Fence(FenceError),
 }
 
 impl From<LockError> for PayError {
@@ -64,9 +67,9 @@ impl From<LockError> for PayError {
     }
 }
 
-impl From<ledger::Stale> for PayError {
-    fn from(stale: ledger::Stale) -> Self {
-        PayError::Stale(stale)
+impl From<FenceError> for PayError {
+    fn from(error: FenceError) -> Self {
+        PayError::Fence(error)
     }
 }
 
@@ -81,19 +84,19 @@ impl From<ledger::Stale> for PayError {
 #[distributed_lock(key = "order:{id}", wait = "5s", client = client)]
 async fn charge(
     client: &LockClient,
-    ledger: &Ledger,
+    payments: &Payments,
     id: u64,
     cents: u64,
 ) -> Result<u64, PayError> {
     let token = distlock::current()
         .expect("inside the lock")
         .fencing_token();
-    if ledger.read(&id, token)? > 0 {
+    if payments.read(id, token).await? > 0 {
         return Err(PayError::AlreadyPaid);
     }
     // The payment provider is slow.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    ledger.write(&id, token, cents)?;
+    payments.write(id, token, cents).await?;
     Ok(token)
 }
 
@@ -104,7 +107,7 @@ async fn charge(
 #[derive(Clone)]
 struct App {
     client: LockClient,
-    ledger: Ledger,
+    payments: Payments,
 }
 
 async fn pay(
@@ -112,24 +115,32 @@ async fn pay(
     Path(id): Path<u64>,
     Extension(lock): Extension<FencingToken>,
 ) -> (StatusCode, String) {
-    match charge(&app.client, &app.ledger, id, 4200).await {
+    match charge(&app.client, &app.payments, id, 4200).await {
         Ok(token) => (
             StatusCode::OK,
             format!("paid order {id} under {} (token {token})\n", lock.key),
         ),
         Err(PayError::AlreadyPaid) => (StatusCode::OK, format!("order {id} was already paid\n")),
         // Not a 200: a newer holder owns the order now; the client may retry.
-        Err(PayError::Stale(stale)) => (StatusCode::CONFLICT, format!("{stale}\n")),
+        Err(PayError::Fence(stale @ FenceError::Stale { .. })) => {
+            (StatusCode::CONFLICT, format!("{stale}\n"))
+        }
+        Err(PayError::Fence(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
         Err(PayError::Lock(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
     }
 }
 
-async fn show(State(app): State<App>, Path(id): Path<u64>) -> String {
-    let (paid_cents, fence) = app.ledger.peek(&id);
-    format!("order {id}: paid {paid_cents} cents, last claimed by token {fence}\n")
+async fn show(State(app): State<App>, Path(id): Path<u64>) -> (StatusCode, String) {
+    match app.payments.peek(id).await {
+        Ok((paid_cents, fence)) => (
+            StatusCode::OK,
+            format!("order {id}: paid {paid_cents} cents, last claimed by token {fence}\n"),
+        ),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
+    }
 }
 
-pub(crate) fn router(client: LockClient) -> Router {
+pub(crate) fn router(client: LockClient, payments: Payments) -> Router {
     // Only the payment is locked; reading an order is not. Order ids are
     // numbers: a request for `/orders/abc/pay` is refused with 400 before any
     // lock is taken (axum's `Path<u64>` would refuse it too, but only after
@@ -147,10 +158,7 @@ pub(crate) fn router(client: LockClient) -> Router {
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
         .route_layer(locks)
-        .with_state(App {
-            client,
-            ledger: Ledger::default(),
-        })
+        .with_state(App { client, payments })
 }
 
 /// Adds `GET /metrics`: what the Prometheus recorder behind `handle` holds
@@ -175,15 +183,18 @@ pub(crate) fn with_metrics(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = match std::env::var("REDIS_URL") {
+    let (client, payments) = match std::env::var("REDIS_URL") {
         Ok(url) => {
             let client = LockClient::connect(&url).await?;
-            println!("backend: Redis at {}", client.server());
-            client
+            println!(
+                "backend: Redis at {} (locks and fenced payments)",
+                client.server()
+            );
+            (client, Payments::redis(&url).await?)
         }
         Err(_) => {
             println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");
-            LockClient::memory()
+            (LockClient::memory(), Payments::memory())
         }
     };
     let demo = std::env::args().any(|arg| arg == "--demo");
@@ -194,7 +205,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = TcpListener::bind(&addr).await?;
     let addr = listener.local_addr()?;
-    let app = router(client);
+    let app = router(client, payments);
     #[cfg(feature = "metrics")]
     let app = with_metrics(
         app,

@@ -9,7 +9,9 @@
 //! without `protoc`.
 //!
 //! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
-//! otherwise the in-memory backend, and says which.
+//! otherwise the in-memory backend, and says which. With Redis, the
+//! payments are kept there too, fenced by `distlock::fence::RedisFence`
+//! (`payments/mod.rs`); in memory, by the same rule written by hand.
 //!
 //! ```sh
 //! cargo run --example tonic_orders             # serves on 127.0.0.1:50051 (ADDR to change)
@@ -18,6 +20,7 @@
 
 use std::time::Duration;
 
+use distlock::fence::FenceError;
 use distlock::tower::{FencingToken, GrpcKey, LockLayer};
 use distlock::LockClient;
 use http::HeaderName;
@@ -31,19 +34,23 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
-mod ledger;
+mod payments;
 
 /// The orders, by id: the amount paid, in cents, in a store fenced with
-/// claim-on-read (see `ledger/mod.rs` and the README's "Fencing tokens").
-#[derive(Clone, Default)]
+/// claim-on-read (`payments/mod.rs`).
+#[derive(Clone)]
 struct OrderService {
-    paid: ledger::Ledger<u64, u64>,
+    paid: payments::Payments,
 }
 
-/// A newer holder of the order's lock has read or written it: this call's
-/// lease ran out (a pause) or its lock was force-released.
-fn stale(stale: ledger::Stale) -> Status {
-    Status::aborted(stale.to_string())
+/// `ABORTED` when a newer holder of the order's lock has read or written it
+/// (this call's lease ran out, a pause, or its lock was force-released);
+/// `UNAVAILABLE` when the store could not answer.
+fn refused(error: FenceError) -> Status {
+    match error {
+        FenceError::Stale { .. } => Status::aborted(error.to_string()),
+        other => Status::unavailable(other.to_string()),
+    }
 }
 
 #[tonic::async_trait]
@@ -67,14 +74,21 @@ impl Orders for OrderService {
         // Read and write with the fencing token: a holder that was paused past
         // its lease can neither overwrite its successor nor pay an order its
         // successor has read as unpaid.
-        if self.paid.read(&order_id, lock.token).map_err(stale)? > 0 {
+        if self
+            .paid
+            .read(order_id, lock.token)
+            .await
+            .map_err(refused)?
+            > 0
+        {
             return Err(Status::already_exists(format!("order {order_id} is paid")));
         }
         // The payment provider is slow.
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.paid
-            .write(&order_id, lock.token, amount_cents)
-            .map_err(stale)?;
+            .write(order_id, lock.token, amount_cents)
+            .await
+            .map_err(refused)?;
         Ok(Response::new(PayReply {
             order_id,
             fencing_token: lock.token,
@@ -86,24 +100,28 @@ impl Orders for OrderService {
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusReply>, Status> {
         let order_id = request.into_inner().order_id;
+        let (paid, _) = self.paid.peek(order_id).await.map_err(refused)?;
         Ok(Response::new(StatusReply {
             order_id,
-            paid: self.paid.peek(&order_id).0 > 0,
+            paid: paid > 0,
         }))
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = match std::env::var("REDIS_URL") {
+    let (client, paid) = match std::env::var("REDIS_URL") {
         Ok(url) => {
             let client = LockClient::connect(&url).await?;
-            println!("backend: Redis at {}", client.server());
-            client
+            println!(
+                "backend: Redis at {} (locks and fenced payments)",
+                client.server()
+            );
+            (client, payments::Payments::redis(&url).await?)
         }
         Err(_) => {
             println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");
-            LockClient::memory()
+            (LockClient::memory(), payments::Payments::memory())
         }
     };
     let demo = std::env::args().any(|arg| arg == "--demo");
@@ -137,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // merchant's limit is refused before it locks its order.
             .layer(limits)
             .layer(locks)
-            .add_service(OrdersServer::new(OrderService::default()))
+            .add_service(OrdersServer::new(OrderService { paid }))
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
     if !demo {

@@ -36,7 +36,13 @@ async fn the_metrics_endpoint_counts_the_payments() {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .expect("the only recorder of this test binary");
-    let app = axum_orders::with_metrics(axum_orders::router(LockClient::memory()), handle);
+    let app = axum_orders::with_metrics(
+        axum_orders::router(
+            LockClient::memory(),
+            axum_orders::payments::Payments::memory(),
+        ),
+        handle,
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
