@@ -537,12 +537,14 @@ async fn run_backend(
     // Every write the register store applied, and the final values (no worker runs now).
     let harness_postgres = postgres.as_ref().map(|pg| pg.harness.as_str());
     let truth = match Registers::connect(&register_url, "reg:", harness_postgres).await {
-        Ok(registers) => registers
-            .truth(&crate::workload::register_names(
-                &names,
-                &config.workloads_on(backend),
-            ))
-            .await,
+        Ok(registers) => {
+            registers
+                .truth(&crate::workload::register_names(
+                    &names,
+                    &config.workloads_on(backend),
+                ))
+                .await
+        }
         Err(e) => Err(e),
     };
     let truth = match truth {
