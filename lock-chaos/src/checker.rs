@@ -1814,8 +1814,22 @@ pub fn analyze(
     type Answer = (u64, Option<i64>, Option<i64>);
     let mut answered: HashMap<(&str, Register), Answer> = HashMap::new();
     let mut fenced_accepted_at: Vec<u64> = Vec::new();
+    // The fenced register's claims, per name: (when the read's answer came, token, hold).
+    let mut claims: HashMap<&str, Vec<(u64, u64, &str)>> = HashMap::new();
     for event in events {
         match event {
+            Event::Claim {
+                t,
+                hold,
+                name,
+                token,
+                ..
+            } => {
+                claims
+                    .entry(name.as_str())
+                    .or_default()
+                    .push((*t, *token, hold.as_str()));
+            }
             Event::WriteIntent {
                 t, hold, register, ..
             } => {
@@ -1898,6 +1912,8 @@ pub fn analyze(
             };
             let mut expect = 0i64;
             let mut previous: Option<&LoggedWrite> = None;
+            // The logged write with the highest token so far.
+            let mut highest: Option<&LoggedWrite> = None;
             let mut consistent = true;
             for entry in &r.log {
                 let Some(e) = entry else {
@@ -1906,7 +1922,10 @@ pub fn analyze(
                 };
                 register.applied += 1;
                 logged.insert((e.hold.as_str(), r.register));
-                if e.prev != expect || e.new != e.read + 1 {
+                // A log without `prev` (the fenced register in Redis) logs each write in the
+                // same atomic step as the write: the previous entry's value is what it replaced.
+                let logged_prev = e.prev.unwrap_or(expect);
+                if logged_prev != expect || e.new != e.read + 1 {
                     consistent = false;
                 }
                 expect = e.new;
@@ -1941,7 +1960,7 @@ pub fn analyze(
                 }
                 match reply {
                     None if intent.is_some() => register.applied_unrecorded += 1,
-                    Some((_, read, prev)) if read != Some(e.read) || prev != Some(e.prev) => {
+                    Some((_, read, prev)) if read != Some(e.read) || prev != Some(logged_prev) => {
                         push_anomaly(&mut rows, &mut violations, row, &[], None, Violation {
                             kind: "write_not_logged".into(),
                             backend: backend.into(),
@@ -1962,7 +1981,40 @@ pub fn analyze(
                         fenced_accepted_at.push(t);
                     }
                 }
-                if e.read != e.prev {
+                // A stale write accepted: one that overwrote a value other than the one its
+                // holder read (a lost update), and, on the fenced register, one whose token is
+                // lower than a token that had written (in the store's order) or read (the
+                // read's answer came before this write was sent) the register before it.
+                let overwrote = (e.read != logged_prev).then(|| {
+                    format!(
+                        "read {} but overwrote {logged_prev} (written by {})",
+                        e.read,
+                        previous.map_or("nobody", |p| p.hold.as_str())
+                    )
+                });
+                let after_higher_write = highest.filter(|h| h.token > e.token).map(|h| {
+                    format!(
+                        "was applied after hold {} (token {}) had written the register",
+                        h.hold, h.token
+                    )
+                });
+                let after_higher_read = intent.and_then(|sent| {
+                    claims
+                        .get(r.name.as_str())
+                        .into_iter()
+                        .flatten()
+                        .find(|(read_at, token, _)| *token > e.token && *read_at < sent)
+                        .map(|(_, token, hold)| {
+                            format!(
+                                "was sent after hold {hold} (token {token}) had read the register"
+                            )
+                        })
+                });
+                let stale = match r.register {
+                    Register::Unfenced => overwrote,
+                    Register::Fenced => overwrote.or(after_higher_write).or(after_higher_read),
+                };
+                if let Some(why) = stale {
                     let kind = match r.register {
                         Register::Unfenced => {
                             rows[row].unfenced_lost_updates += 1;
@@ -1977,24 +2029,35 @@ pub fn analyze(
                     if let Some(p) = previous.and_then(|p| index.get(&p.hold)) {
                         involved.push(&holds[*p]);
                     }
-                    push_anomaly(&mut rows, &mut violations, row, &involved, None, Violation {
-                        kind: kind.into(),
-                        backend: backend.into(),
-                        fault: fault_at(t),
-                        name: r.name.clone(),
-                        at_ms: at_ms(t),
-                        holds: Vec::new(),
-                        excused: None,
-                        detail: format!(
-                            "{what}: hold {} (token {}) read {} but overwrote {} (written by {}){}",
-                            e.hold,
-                            e.token,
-                            e.read,
-                            e.prev,
-                            previous.map_or("nobody", |p| p.hold.as_str()),
-                            if reply.is_none() { "; its answer never reached the worker" } else { "" }
-                        ),
-                    });
+                    push_anomaly(
+                        &mut rows,
+                        &mut violations,
+                        row,
+                        &involved,
+                        None,
+                        Violation {
+                            kind: kind.into(),
+                            backend: backend.into(),
+                            fault: fault_at(t),
+                            name: r.name.clone(),
+                            at_ms: at_ms(t),
+                            holds: Vec::new(),
+                            excused: None,
+                            detail: format!(
+                                "{what}: hold {} (token {}) {why}{}",
+                                e.hold,
+                                e.token,
+                                if reply.is_none() {
+                                    "; its answer never reached the worker"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        },
+                    );
+                }
+                if highest.is_none_or(|h| e.token > h.token) {
+                    highest = Some(e);
                 }
                 previous = Some(e);
             }
@@ -2440,6 +2503,18 @@ mod tests {
         }
     }
 
+    fn claim(t: u64, worker: u32, id: &str, token: u64, read: i64) -> Event {
+        Event::Claim {
+            t: t * MS,
+            worker,
+            task: task_of(id),
+            hold: id.into(),
+            name: NAME.into(),
+            token,
+            read,
+        }
+    }
+
     fn gone(t: u64) -> Event {
         Event::KeyGone {
             t: t * MS,
@@ -2545,6 +2620,120 @@ mod tests {
         assert_eq!(report.register.applied_unrecorded, 1);
         assert_eq!(report.register.inconsistent, 0);
         assert_eq!(report.rows[0].stale_writes_accepted, 1);
+    }
+
+    /// The fenced register's log in both stores' formats: Redis's (`hold|token|read|new`,
+    /// `prev` implied by the order) and PostgreSQL's (rows with `prev`).
+    fn both_formats(entries: &[(&str, u64, i64, i64, i64)]) -> [Vec<RegisterTruth>; 2] {
+        let value = entries.last().map_or(0, |e| e.4);
+        let redis: Vec<String> = entries
+            .iter()
+            .map(|(hold, token, read, _, new)| format!("{hold}|{token}|{read}|{new}"))
+            .collect();
+        let postgres: Vec<String> = entries
+            .iter()
+            .map(|(hold, token, read, prev, new)| format!("{hold}|{token}|{read}|{prev}|{new}"))
+            .collect();
+        fn refs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        [
+            logged(&refs(&redis), value),
+            logged(&refs(&postgres), value),
+        ]
+    }
+
+    /// The unexcused anomalies the register check found (the holds of these histories
+    /// overlap, which other checks report).
+    fn register_kinds(report: &BackendReport) -> Vec<&str> {
+        counted(report)
+            .into_iter()
+            .filter(|kind| kind.contains("write") || kind.starts_with("register"))
+            .collect()
+    }
+
+    #[test]
+    fn a_stale_write_after_a_higher_read_is_found_though_nothing_was_overwritten() {
+        // A (token 5) reads 0; B (token 6) reads 0 and dies before writing; A, stale, writes
+        // 1 and the store accepts it. The write overwrote the value A read, so only B's
+        // claim shows that it had to be refused.
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            claim(110, 0, "w0-t0-0", 5, 0),
+            acq(200, 1, "w1-t0-0", 6),
+            claim(210, 1, "w1-t0-0", 6, 0),
+            intent(250, 0, "w0-t0-0", 5, Register::Fenced, 0),
+            written(260, 0, "w0-t0-0", 5, 0, 0),
+            rel(270, 0, "w0-t0-0", 5, "ok"),
+        ];
+        for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1)]) {
+            let report = check(&events, Some(&truth));
+            assert_eq!(
+                register_kinds(&report),
+                ["stale_write_accepted"],
+                "{:#?}",
+                report.violations
+            );
+            assert_eq!(report.rows[0].stale_writes_accepted, 1);
+            assert!(report
+                .violations
+                .iter()
+                .any(|v| v.detail.contains("w1-t0-0 (token 6) had read")));
+            // Had B read after A's write was sent, nothing was stale.
+            let mut later = events.to_vec();
+            later[3] = claim(255, 1, "w1-t0-0", 6, 0);
+            let report = check(&later, Some(&truth));
+            assert!(
+                register_kinds(&report).is_empty(),
+                "{:#?}",
+                report.violations
+            );
+            assert_eq!(report.rows[0].stale_writes_accepted, 0);
+        }
+    }
+
+    #[test]
+    fn a_stale_write_is_found_in_both_log_formats() {
+        // A lost update: B (token 6) overwrote A's write although it read before it.
+        let events = [
+            acq(100, 0, "w0-t0-0", 5),
+            intent(150, 0, "w0-t0-0", 5, Register::Fenced, 0),
+            acq(200, 1, "w1-t0-0", 6),
+            intent(250, 1, "w1-t0-0", 6, Register::Fenced, 0),
+        ];
+        for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1), ("w1-t0-0", 6, 0, 1, 1)]) {
+            let report = check(&events, Some(&truth));
+            assert_eq!(
+                register_kinds(&report),
+                ["stale_write_accepted"],
+                "{truth:?}"
+            );
+            assert_eq!(report.register.inconsistent, 0);
+        }
+        // A write applied after a higher token's, with no claim recorded: the store's order
+        // alone shows it.
+        for truth in both_formats(&[("w1-t0-0", 6, 0, 0, 1), ("w0-t0-0", 5, 1, 1, 2)]) {
+            let report = check(&events, Some(&truth));
+            assert_eq!(
+                register_kinds(&report),
+                ["stale_write_accepted"],
+                "{truth:?}"
+            );
+            assert!(report
+                .violations
+                .iter()
+                .any(|v| v.detail.contains("token 6) had written")));
+        }
+        // In order, with nothing stale: no violation in either format.
+        for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1), ("w1-t0-0", 6, 1, 1, 2)]) {
+            let report = check(&events, Some(&truth));
+            assert!(
+                register_kinds(&report).is_empty(),
+                "{:#?}",
+                report.violations
+            );
+            assert_eq!(report.register.applied, 2);
+        }
     }
 
     #[test]
@@ -3063,10 +3252,23 @@ mod tests {
                 hold: "w1-t2-3".into(),
                 token: 7,
                 read: 4,
-                prev: 4,
+                prev: Some(4),
                 new: 5
             })
         );
-        assert_eq!(LoggedWrite::parse("w1|7|4|4"), None);
+        // The fenced register's log in Redis has no `prev`.
+        assert_eq!(
+            LoggedWrite::parse("w1|7|4|5"),
+            Some(LoggedWrite {
+                hold: "w1".into(),
+                token: 7,
+                read: 4,
+                prev: None,
+                new: 5
+            })
+        );
+        assert_eq!(LoggedWrite::parse("w1|7|4"), None);
+        assert_eq!(LoggedWrite::parse("w1|7|4|4|5|6"), None);
+        assert_eq!(LoggedWrite::parse("w1|7|x|5"), None);
     }
 }

@@ -240,6 +240,24 @@ pub enum Event {
         /// (released by the attribute's expansion; its outcome is only logged).
         result: String,
     },
+    /// A fenced read was answered: the register store recorded the token as a claim (a
+    /// write with a lower token sent after this must be refused).
+    Claim {
+        /// When the answer came.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// Task number.
+        task: u32,
+        /// The acquisition's unique id.
+        hold: String,
+        /// Lock name.
+        name: String,
+        /// The holder's fencing token.
+        token: u64,
+        /// The value read.
+        read: i64,
+    },
     /// A register write is about to be sent (recorded before sending, so a write whose
     /// answer never came, because the task was aborted, killed or timed out, is still known).
     WriteIntent {

@@ -124,6 +124,11 @@ struct RunArgs {
     /// Keep the raw histories (JSON lines per worker and the nemesis's) in this directory.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Where the fenced register lives: `redis` (lock-fence's `RedisFence`, in the register
+    /// store's redis-server) or `postgres` (lock-fence's `PgFence`, in a PostgreSQL the run
+    /// starts).
+    #[arg(long, value_enum, default_value_t = register::FenceStore::Redis)]
+    fence_store: register::FenceStore,
     /// Exit with status 1 on any violation: an anomaly (overlap, stale write accepted, token
     /// regression, loss first seen at release, late `lost()`) involving no hold a fault
     /// touched, or a failed register-store check.
@@ -149,6 +154,13 @@ struct WorkerArgs {
     urls: Vec<String>,
     #[arg(long)]
     register_url: String,
+    /// Where the fenced register lives.
+    #[arg(long, value_enum, default_value_t = register::FenceStore::Redis)]
+    fence_store: register::FenceStore,
+    /// The PostgreSQL of the fenced register (a libpq connection string), with
+    /// `--fence-store postgres`.
+    #[arg(long, required_if_eq("fence_store", "postgres"))]
+    fence_postgres: Option<String>,
     #[arg(long)]
     worker: u32,
     #[arg(long)]
@@ -230,6 +242,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         per_kind: args.per_kind.max(1),
         netns: !args.no_netns,
         min_replicas: args.min_replicas_to_write,
+        fence_store: args.fence_store,
     };
     let reports = run::run(config).await?;
     let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();
@@ -284,7 +297,11 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
             Err(e) => return Err(e).context("connecting the lock client"),
         }
     };
-    let registers = register::Registers::connect(&args.register_url, "reg:").await?;
+    let postgres = match args.fence_store {
+        register::FenceStore::Redis => None,
+        register::FenceStore::Postgres => args.fence_postgres.as_deref(),
+    };
+    let registers = register::Registers::connect(&args.register_url, "reg:", postgres).await?;
     let sink = sink::EventSink::open(&args.events)?;
     sink.emit(&Event::Hello {
         t: now_ns(),

@@ -39,7 +39,13 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Starts a proxy on a free loopback port forwarding to `127.0.0.1:target_port`.
     pub async fn start(target_port: u16) -> anyhow::Result<FaultProxy> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        FaultProxy::start_on(Ipv4Addr::LOCALHOST, target_port).await
+    }
+
+    /// Starts a proxy on a free port of `addr` forwarding to `127.0.0.1:target_port` (the
+    /// network lab's door to a server that listens on loopback only).
+    pub async fn start_on(addr: Ipv4Addr, target_port: u16) -> anyhow::Result<FaultProxy> {
+        let listener = TcpListener::bind((addr, 0))
             .await
             .context("binding a proxy port")?;
         let port = listener.local_addr()?.port();

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 use distlock::{LockClient, MemoryStore};
-use lock_test_support::RedisServer;
 use lock_test_support::ServerOptions;
+use lock_test_support::{PostgresServer, RedisServer};
 use rand::Rng as _;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -23,7 +23,7 @@ use crate::event::Event;
 use crate::nemesis::{Fault, Schedule};
 use crate::netns::{Direction, NetLab};
 use crate::proxy::{FaultProxy, ProxyMode};
-use crate::register::Registers;
+use crate::register::{FenceStore, Registers};
 use crate::schedule::{FaultKind, NetFault, ScheduleConfig, Step};
 use crate::settings::MIN_REPLICAS_MAX_LAG;
 use crate::sink::{read_events, EventSink};
@@ -71,6 +71,8 @@ pub struct RunConfig {
     /// Sentinel: `min-replicas-to-write` on the data servers (with a max lag of
     /// [`MIN_REPLICAS_MAX_LAG`]), `None`: not set (Redis's default).
     pub min_replicas: Option<u32>,
+    /// Where the fenced register lives.
+    pub fence_store: FenceStore,
 }
 
 impl RunConfig {
@@ -369,6 +371,38 @@ async fn run_backend(
     .await?;
     let register_url = register.url();
     let worker_register_url = register.bind_url();
+    // The fenced register's PostgreSQL, with `--fence-store postgres` (never faulted). It
+    // listens on loopback only: workers in the lab reach it through a pass-through proxy on
+    // the register store's lab address.
+    let mut postgres = None;
+    if config.fence_store == FenceStore::Postgres {
+        let server = blocking(|| Ok(PostgresServer::start())).await?;
+        let harness = server.connection_string();
+        Registers::prepare_postgres(
+            &harness,
+            &crate::workload::register_names(&names_of(config), &config.workloads_on(backend)),
+        )
+        .await?;
+        let door = match &lab {
+            Some(lab) => Some(FaultProxy::start_on(lab.server_addr(count), server.port()).await?),
+            None => None,
+        };
+        let worker = match (&door, &lab) {
+            (Some(door), Some(lab)) => format!(
+                "host={} port={} user=postgres dbname=postgres",
+                lab.server_addr(count),
+                door.port()
+            ),
+            _ => harness.clone(),
+        };
+        println!("{}: fenced register: PostgreSQL (PgFence)", backend.name());
+        postgres = Some(PgStore {
+            _server: server,
+            _door: door,
+            harness,
+            worker,
+        });
+    }
     let mut options = lab
         .as_ref()
         .map(|lab| ServerOptions::new().bind_pool(lab.server_addrs()[..count].iter().copied()));
@@ -388,7 +422,7 @@ async fn run_backend(
             MIN_REPLICAS_MAX_LAG.as_secs()
         );
     }
-    let names: Vec<String> = (0..config.names).map(|i| format!("chaos-{i}")).collect();
+    let names = names_of(config);
     let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
     // Server-side truth: every removal of a key on every data server, as it happens.
     let watching = Arc::new(AtomicBool::new(true));
@@ -415,6 +449,8 @@ async fn run_backend(
         servers: servers.clone(),
         register_url: register_url.clone(),
         worker_register_url,
+        fence_postgres: postgres.as_ref().map(|pg| pg.harness.clone()),
+        worker_fence_postgres: postgres.as_ref().map(|pg| pg.worker.clone()),
         dir: dir.to_owned(),
         workers: Mutex::new(Vec::new()),
         next_id: AtomicU32::new(0),
@@ -499,14 +535,16 @@ async fn run_backend(
         .await;
     }
     // Every write the register store applied, and the final values (no worker runs now).
-    let truth = match Registers::connect(&register_url, "reg:").await {
-        Ok(registers) => registers
-            .truth(&crate::workload::register_names(
-                &names,
-                &config.workloads_on(backend),
-            ))
-            .await
-            .map_err(anyhow::Error::from),
+    let harness_postgres = postgres.as_ref().map(|pg| pg.harness.as_str());
+    let truth = match Registers::connect(&register_url, "reg:", harness_postgres).await {
+        Ok(registers) => {
+            registers
+                .truth(&crate::workload::register_names(
+                    &names,
+                    &config.workloads_on(backend),
+                ))
+                .await
+        }
         Err(e) => Err(e),
     };
     let truth = match truth {
@@ -531,6 +569,7 @@ async fn run_backend(
     blocking(move || {
         drop(servers);
         drop(register);
+        drop(postgres);
         // The servers listened on the lab's addresses: the lab goes after them.
         drop(lab);
         Ok(())
@@ -544,6 +583,22 @@ async fn run_backend(
         run_start,
         run_end,
     ))
+}
+
+/// The lock names of a run's plain tasks.
+fn names_of(config: &RunConfig) -> Vec<String> {
+    (0..config.names).map(|i| format!("chaos-{i}")).collect()
+}
+
+/// The fenced register's PostgreSQL and how each side reaches it.
+struct PgStore {
+    _server: PostgresServer,
+    /// The lab's door to it (none without the lab).
+    _door: Option<FaultProxy>,
+    /// A libpq connection string for the harness.
+    harness: String,
+    /// A libpq connection string for the workers.
+    worker: String,
 }
 
 /// One worker process.
@@ -574,6 +629,10 @@ struct World {
     register_url: String,
     /// The register store, as workers reach it (its lab address, never partitioned).
     worker_register_url: String,
+    /// The fenced register's PostgreSQL, as the harness reaches it (`--fence-store postgres`).
+    fence_postgres: Option<String>,
+    /// The fenced register's PostgreSQL, as workers reach it.
+    worker_fence_postgres: Option<String>,
     dir: PathBuf,
     workers: Mutex<Vec<WorkerProc>>,
     next_id: AtomicU32,
@@ -646,7 +705,12 @@ impl World {
             let deadline = Arc::new(AtomicU64::new(u64::MAX));
             let setup = WorkerSetup {
                 client,
-                registers: Registers::connect(&self.register_url, "reg:").await?,
+                registers: Registers::connect(
+                    &self.register_url,
+                    "reg:",
+                    self.fence_postgres.as_deref(),
+                )
+                .await?,
                 sink,
                 worker: id,
                 tasks: self.config.tasks,
@@ -703,6 +767,11 @@ impl World {
             .kill_on_drop(true);
         for url in &urls {
             command.args(["--url", url]);
+        }
+        if let Some(postgres) = &self.worker_fence_postgres {
+            command
+                .args(["--fence-store", FenceStore::Postgres.name()])
+                .args(["--fence-postgres", postgres]);
         }
         let workloads = self.config.workloads_on(self.backend);
         if !workloads.is_empty() {

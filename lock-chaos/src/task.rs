@@ -118,6 +118,17 @@ pub(crate) async fn read_modify_write(
         })
     };
     let fenced = regs.fenced_read(name, token).await;
+    if let Ok(Fenced::Ok(read)) = fenced {
+        ctx.sink.emit(&Event::Claim {
+            t: now_ns(),
+            worker: ctx.worker,
+            task: ctx.task,
+            hold: hold_id.to_owned(),
+            name: name.to_owned(),
+            token,
+            read,
+        });
+    }
     let unfenced = regs.unfenced_read(name).await;
     tokio::time::sleep(hold).await;
 

@@ -99,8 +99,7 @@ fn push_base36(out: &mut String, mut n: u32) {
 }
 
 /// The slot Redis puts `key` in, by the hash-tag rule.
-#[cfg(test)]
-fn key_slot(key: &str) -> u16 {
+pub(crate) fn key_slot(key: &str) -> u16 {
     slot_of(hash_tag(key).unwrap_or(key).as_bytes())
 }
 

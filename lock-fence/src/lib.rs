@@ -50,6 +50,19 @@
 //! // One script: read, or write, or INCRBY, or HINCRBY, or your own command.
 //! let _left = stock.incr_by("stock:4", token, -1).await?;
 //! let _: () = stock.run("log", token, redis::cmd("RPUSH").arg("log").arg("reserved")).await?;
+//! // Several commands under one check, atomically: write and append to an
+//! // audit log (a key of the same cluster slot), or neither.
+//! let (_previous, _entries): (Option<i64>, i64) = stock
+//!     .run_all(
+//!         "stock:4",
+//!         token,
+//!         &["{stock:4}:audit"],
+//!         &[
+//!             redis::cmd("SET").arg("stock:4").arg(10).arg("GET").clone(),
+//!             redis::cmd("RPUSH").arg("{stock:4}:audit").arg("restocked").clone(),
+//!         ],
+//!     )
+//!     .await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -67,8 +80,13 @@
 //! - else (`K` is empty, or has a `}` but no hash tag, as `a}b`): `T` is a
 //!   short base-36 string computed to hash to `K`'s slot.
 //!
+//! [`RedisFence::run_all`] declares the other keys its commands touch, so
+//! they must be in the same slot too: give them the data key's hash tag
+//! (`{order:42}:log` for `order:42`); a key of another slot is refused.
+//!
 //! Fences have no expiry; deleting one lets a stale holder in again.
-//! [`REDIS_SCRIPT`] is the script, for other clients (see its docs for a
+//! [`REDIS_SCRIPT`] (one command) and [`REDIS_RUN_ALL_SCRIPT`] (several) are
+//! the scripts, for other clients (see their docs for the wire format and a
 //! `redis-cli` call under `lockctl run`).
 //!
 //! # PostgreSQL
@@ -166,5 +184,5 @@ pub use memory::MemoryFence;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use pg::{PgFence, PgFenceStore};
-pub use redis_fence::{RedisFence, REDIS_SCRIPT};
+pub use redis_fence::{RedisFence, REDIS_RUN_ALL_SCRIPT, REDIS_SCRIPT};
 pub use store::{Claim, FenceStore};

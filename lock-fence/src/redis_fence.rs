@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use redis::{cmd, Arg, Cmd, FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
 use crate::error::FenceError;
-use crate::key::fence_key;
+use crate::key::{fence_key, key_slot};
 
 /// The script behind every operation of [`RedisFence`], for running a
 /// fenced command from another client (`redis-cli`, another language).
@@ -42,7 +42,66 @@ end
 return {1, redis.call(unpack(ARGV, 3))}
 ";
 
+/// The script behind [`RedisFence::run_all`]: several commands under one
+/// fence check, in one atomic step, for other clients too.
+///
+/// `KEYS[1]` is the fence hash ([`RedisFence::fence_key`]), `KEYS[2]` the
+/// fenced data key, `KEYS[3..]` every other key the commands touch. All of
+/// them must be in the fenced key's cluster slot (the same hash tag, or no
+/// other key): the script does not read `KEYS[2..]`, it declares them so
+/// that a cluster routes the call and refuses a key of another slot.
+/// `ARGV[1]` is the token in decimal without leading zeros, `ARGV[2]` the
+/// fence field (`k` for the whole key), `ARGV[3]` the number of commands
+/// `n`, then each command as its number of arguments followed by them
+/// (`2 GET k 3 RPUSH log x` is `GET k` then `RPUSH log x`). The answer is
+/// `{1, {reply 1, ..., reply n}}` when the claim held and every command ran,
+/// in order, or `{0, seen}` as for [`REDIS_SCRIPT`], when nothing ran. A
+/// malformed command list is an error before the claim. A command that
+/// fails stops the script with its error: the commands before it have run
+/// (Redis does not roll a script back), and the claim is recorded.
+///
+/// From a shell (write the report and log it, under `lockctl run`):
+///
+/// ```sh
+/// redis-cli EVAL "$FENCE_RUN_ALL_SCRIPT" 3 'fence:{report}:report' report '{report}:log' \
+///     "$LOCK_FENCING_TOKEN" k 2 3 SET report "$(cat report.txt)" 3 RPUSH '{report}:log' written
+/// ```
+pub const REDIS_RUN_ALL_SCRIPT: &str = r"
+local token, field, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not n or n < 0 then
+  return redis.error_reply('ERR fence: ARGV[3] is not a number of commands')
+end
+local at = 4
+for _ = 1, n do
+  local argc = tonumber(ARGV[at])
+  if not argc or argc < 1 then
+    return redis.error_reply('ERR fence: ARGV[' .. at .. '] is not a number of arguments')
+  end
+  at = at + argc + 1
+end
+if at ~= #ARGV + 1 then
+  return redis.error_reply('ERR fence: the commands do not add up to the arguments')
+end
+local seen = redis.call('HGET', KEYS[1], field)
+if seen and (#token < #seen or (#token == #seen and token < seen)) then
+  return {0, seen}
+end
+if seen ~= token then
+  redis.call('HSET', KEYS[1], field, token)
+end
+local replies = {}
+at = 4
+for i = 1, n do
+  local argc = tonumber(ARGV[at])
+  replies[i] = redis.call(unpack(ARGV, at + 1, at + argc))
+  at = at + argc + 1
+end
+return {1, replies}
+";
+
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REDIS_SCRIPT));
+
+static RUN_ALL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REDIS_RUN_ALL_SCRIPT));
 
 /// The fence field of a whole key.
 const KEY_FIELD: &str = "k";
@@ -299,6 +358,90 @@ where
         parse(key, reply)
     }
 
+    /// Runs `commands` in order under the fence of `key`, in the same script
+    /// as the claim: all of them run if `token` is not stale for `key`, none
+    /// of them if it is, and no other client's command runs in between.
+    /// Returns their replies as one array (parse it as a tuple or a `Vec`).
+    /// For a write that must leave a trace, fenced: set the value and append
+    /// to an audit log in one step.
+    ///
+    /// `keys` are the other keys the commands touch. On a cluster a script
+    /// runs on one node, so every one of them must be in `key`'s cluster
+    /// slot: give them `key`'s hash tag (`{order:42}:log` for `order:42`,
+    /// `{42}:log` for `user:{42}:cart`). A key of another slot is refused
+    /// before anything is sent ([`FenceError::Invalid`]), on a single node
+    /// too, so that code tested there works on a cluster. A command must be
+    /// one a script may run, with at least its name; an empty list only
+    /// claims `key` (as [`check`](Self::check)) and returns an empty array.
+    ///
+    /// If a command fails (a wrong type, say), the script stops there with
+    /// its error ([`FenceError::Redis`]): the commands before it have run,
+    /// as in a Redis transaction. [`REDIS_RUN_ALL_SCRIPT`] is the script,
+    /// with its wire format for other clients.
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: distlock_fence::RedisFence<redis::aio::MultiplexedConnection>, token: u64)
+    /// # -> Result<(), distlock_fence::FenceError> {
+    /// // Set the balance and append to its audit log, fenced by the balance.
+    /// let (previous, entries): (Option<i64>, i64) = fence
+    ///     .run_all(
+    ///         "balance:7",
+    ///         token,
+    ///         &["{balance:7}:audit"],
+    ///         &[
+    ///             redis::cmd("SET").arg("balance:7").arg(120).arg("GET").clone(),
+    ///             redis::cmd("RPUSH").arg("{balance:7}:audit").arg(format!("{token}: 120")).clone(),
+    ///         ],
+    ///     )
+    ///     .await?;
+    /// # let _ = (previous, entries); Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// One script: dropped, it ran in full or not at all (see
+    /// [`RedisFence`]).
+    pub async fn run_all<T: FromRedisValue>(
+        &self,
+        key: &str,
+        token: u64,
+        keys: &[&str],
+        commands: &[Cmd],
+    ) -> Result<T, FenceError> {
+        let slot = key_slot(key);
+        if let Some(other) = keys.iter().find(|other| key_slot(other) != slot) {
+            return Err(FenceError::Invalid {
+                what: "key",
+                name: (*other).to_owned(),
+                reason: "every key of a fenced command must be in the fenced key's cluster slot (give it the same hash tag)",
+            });
+        }
+        let mut invocation: ScriptInvocation<'_> = RUN_ALL_SCRIPT.key(self.fence_key(key));
+        invocation.key(key);
+        for other in keys {
+            invocation.key(*other);
+        }
+        invocation
+            .arg(token.to_string())
+            .arg(KEY_FIELD)
+            .arg(commands.len());
+        for command in commands {
+            let args = plain_args(key, command)?;
+            if args.is_empty() {
+                return Err(FenceError::Invalid {
+                    what: "command",
+                    name: key.to_owned(),
+                    reason: "a command under a fence needs at least its name",
+                });
+            }
+            invocation.arg(args.len());
+            for arg in args {
+                invocation.arg(arg);
+            }
+        }
+        let reply = self.invoke(key, token, &invocation).await?;
+        parse(key, reply)
+    }
+
     /// Claims `key` for `token` without reading or writing it: refused when
     /// a higher token has read or written `key`, else records `token`.
     ///
@@ -352,19 +495,21 @@ where
         invocation.arg(token.to_string()).arg(fence_field);
         if let Some(command) = command {
             invocation.key(key);
-            for arg in command.args_iter() {
-                match arg {
-                    Arg::Simple(bytes) => invocation.arg(bytes),
-                    _ => {
-                        return Err(FenceError::Invalid {
-                            what: "command",
-                            name: key.to_owned(),
-                            reason: "only plain arguments can run under a fence (no cursor)",
-                        })
-                    }
-                };
+            for arg in plain_args(key, command)? {
+                invocation.arg(arg);
             }
         }
+        self.invoke(key, token, &invocation).await
+    }
+
+    /// Runs a script invocation of the fence's wire format: `{1, reply}`
+    /// gives the reply, `{0, seen}` the refusal.
+    async fn invoke(
+        &self,
+        key: &str,
+        token: u64,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value, FenceError> {
         let mut conn = self.conn.clone();
         let reply: Value = invocation
             .invoke_async(&mut conn)
@@ -388,6 +533,21 @@ where
             (flag, _) => Err(reply_error(key, format!("unknown flag {flag:?}"))),
         }
     }
+}
+
+/// The arguments of `command`, refused when one is not a plain argument.
+fn plain_args<'a>(key: &str, command: &'a Cmd) -> Result<Vec<&'a [u8]>, FenceError> {
+    command
+        .args_iter()
+        .map(|arg| match arg {
+            Arg::Simple(bytes) => Ok(bytes),
+            _ => Err(FenceError::Invalid {
+                what: "command",
+                name: key.to_owned(),
+                reason: "only plain arguments can run under a fence (no cursor)",
+            }),
+        })
+        .collect()
 }
 
 /// The name of a hash field's resource in errors: `key#field`.

@@ -1,6 +1,6 @@
 //! Every fence of the crate against a model of claim-on-read, on random
 //! interleavings of several holders (proptest): `RedisFence` (whole keys,
-//! hash fields, `update`), `PgFence` (in transactions), `PgFenceStore`,
+//! hash fields, `update`, several commands with `run_all`), `PgFence` (in transactions), `PgFenceStore`,
 //! `MemoryFence` and `FenceLayer`, on a real Redis and a real PostgreSQL.
 //!
 //! The model, per resource: a read, write or increment with token `t` is
@@ -106,6 +106,7 @@ impl Subjects {
                 .unwrap(),
         );
         let mut model = Model::default();
+        let mut accepted: HashMap<usize, i64> = HashMap::new();
 
         for (step, op) in ops.iter().enumerate() {
             let token = tokens[op.holder];
@@ -134,6 +135,58 @@ impl Subjects {
                 step,
                 op,
                 token
+            );
+
+            // The same operation with a count of the accepted ones, both
+            // under one check: the count moves exactly when the model accepts.
+            let all_key = format!("{{{k}}}:all");
+            let count_key = format!("{{{k}}}:accepted");
+            let command = match op.kind {
+                Kind::Read => redis::cmd("GET").arg(&all_key).clone(),
+                Kind::Write(value) => redis::cmd("SET")
+                    .arg(&all_key)
+                    .arg(value)
+                    .arg("GET")
+                    .clone(),
+                Kind::Incr(delta) => redis::cmd("INCRBY").arg(&all_key).arg(delta).clone(),
+            };
+            let count = redis::cmd("INCR").arg(&count_key).clone();
+            let on_all = answer(
+                self.redis
+                    .run_all::<(Option<i64>, i64)>(
+                        &all_key,
+                        token,
+                        &[&count_key],
+                        &[command, count],
+                    )
+                    .await
+                    .map(|(reply, _)| match op.kind {
+                        Kind::Write(value) => value,
+                        _ => reply.unwrap_or_default(),
+                    }),
+            );
+            prop_assert_eq!(
+                on_all,
+                expected,
+                "redis run_all, step {} {:?} token {}",
+                step,
+                op,
+                token
+            );
+            if expected.is_ok() {
+                *accepted.entry(op.key).or_default() += 1;
+            }
+            let mut conn = self.conn.clone();
+            let count: Option<i64> = redis::cmd("GET")
+                .arg(&count_key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            prop_assert_eq!(
+                count.unwrap_or(0),
+                accepted.get(&op.key).copied().unwrap_or(0),
+                "redis run_all's count, step {}",
+                step
             );
 
             let on_field = answer(match op.kind {

@@ -1,14 +1,15 @@
 //! `RedisFence` on real Redis: the interleaving of the workspace's
 //! `tests/fencing.rs` on a key, a hash field and a command of one's own, on
 //! one node and on a cluster; a write-only check that loses the update; the
-//! refusal's fields; big tokens; the fence's cluster slot.
+//! refusal's fields; big tokens; the fence's cluster slot; several commands
+//! under one check (`run_all`), all or none.
 
 mod common;
 
 use common::{
     assert_lost_update_caught, assert_no_lost_update, interleave, redis_locks, Fut, Store,
 };
-use distlock_fence::{FenceError, RedisFence};
+use distlock_fence::{FenceError, RedisFence, REDIS_RUN_ALL_SCRIPT};
 use lock_test_support::{key_slot, RedisCluster, RedisServer};
 use redis::aio::ConnectionLike;
 
@@ -333,6 +334,24 @@ async fn the_interleaving_refuses_the_stale_holder_on_a_cluster() {
     };
     assert_no_lost_update(&interleave(&a, &b, &op, &run).await);
     assert_eq!(fence.incr_by("user:{7}:n", 3, 5).await.unwrap(), 5);
+    // Several commands under one check: the cluster accepts the declared
+    // keys of the fenced key's slot, with or without a hash tag of its own.
+    for (key, log) in [("user:{7}:n", "{7}:log"), ("order:9", "{order:9}:log")] {
+        let (prev, len): (Option<i64>, i64) = fence
+            .run_all(
+                key,
+                4,
+                &[log],
+                &[
+                    redis::cmd("SET").arg(key).arg(1).arg("GET").clone(),
+                    redis::cmd("RPUSH").arg(log).arg("4").clone(),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(len, 1, "{key}");
+        assert_eq!(prev, (key == "user:{7}:n").then_some(5), "{key}");
+    }
 }
 
 #[tokio::test]
@@ -441,4 +460,192 @@ async fn tokens_compare_exactly_across_the_whole_u64_range() {
     assert!(fence.check("k", 1 << 62).await.unwrap_err().is_stale());
     fence.check("k", u64::MAX).await.unwrap();
     assert_eq!(fence.seen("k").await.unwrap(), u64::MAX);
+}
+
+async fn list(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn run_all_runs_every_command_in_order_or_none() {
+    let server = RedisServer::start();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fence = RedisFence::new(conn.clone());
+    let write = |value: i64, entry: &str| {
+        [
+            redis::cmd("SET").arg("acct").arg(value).arg("GET").clone(),
+            redis::cmd("RPUSH").arg("{acct}:log").arg(entry).clone(),
+            redis::cmd("LLEN").arg("{acct}:log").clone(),
+        ]
+    };
+
+    // The replies, in the commands' order.
+    let replies: (Option<i64>, i64, i64) = fence
+        .run_all("acct", 5, &["{acct}:log"], &write(10, "5:10"))
+        .await
+        .unwrap();
+    assert_eq!(replies, (None, 1, 1));
+    let replies: (Option<i64>, i64, i64) = fence
+        .run_all("acct", 5, &["{acct}:log"], &write(11, "5:11"))
+        .await
+        .unwrap();
+    assert_eq!(replies, (Some(10), 2, 2));
+    assert_eq!(fence.seen("acct").await.unwrap(), 5);
+
+    // A newer holder claims; the old one's commands run none of them.
+    let read: i64 = fence.read("acct", 6).await.unwrap();
+    assert_eq!(read, 11);
+    match fence
+        .run_all::<redis::Value>("acct", 5, &["{acct}:log"], &write(99, "5:99"))
+        .await
+    {
+        Err(FenceError::Stale { key, token, seen }) => {
+            assert_eq!((key.as_str(), token, seen), ("acct", 5, 6))
+        }
+        other => panic!("{other:?}"),
+    }
+    let value: i64 = redis::cmd("GET")
+        .arg("acct")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, 11);
+    assert_eq!(list(&mut conn, "{acct}:log").await, ["5:10", "5:11"]);
+    // A `Vec` takes replies of one type.
+    let lens: Vec<i64> = fence
+        .run_all(
+            "acct",
+            6,
+            &["{acct}:log"],
+            &[
+                redis::cmd("RPUSH").arg("{acct}:log").arg("6").clone(),
+                redis::cmd("LLEN").arg("{acct}:log").clone(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(lens, [3, 3]);
+
+    // A key of another slot is refused before anything runs or is claimed.
+    let refused = fence
+        .run_all::<redis::Value>("acct", 7, &["log"], &write(1, "7"))
+        .await;
+    assert!(
+        matches!(&refused, Err(FenceError::Invalid { what: "key", name, .. }) if name == "log"),
+        "{refused:?}"
+    );
+    assert_eq!(fence.seen("acct").await.unwrap(), 6);
+    // So is a command without even a name.
+    let refused = fence
+        .run_all::<redis::Value>("acct", 7, &[], &[redis::Cmd::new()])
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(FenceError::Invalid {
+                what: "command",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(fence.seen("acct").await.unwrap(), 6);
+    // No command: a claim, answered with no replies.
+    let none: Vec<i64> = fence.run_all("acct", 7, &[], &[]).await.unwrap();
+    assert!(none.is_empty());
+    assert_eq!(fence.seen("acct").await.unwrap(), 7);
+    assert!(fence
+        .run_all::<Vec<i64>>("acct", 6, &[], &[])
+        .await
+        .unwrap_err()
+        .is_stale());
+
+    // A failing command stops the script with its error; those before it ran.
+    let error = fence
+        .run_all::<redis::Value>(
+            "acct",
+            7,
+            &["{acct}:log"],
+            &[
+                redis::cmd("RPUSH").arg("{acct}:log").arg("7").clone(),
+                redis::cmd("HSET").arg("acct").arg("f").arg(1).clone(),
+                redis::cmd("RPUSH").arg("{acct}:log").arg("never").clone(),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, FenceError::Redis { key, .. } if key == "acct"),
+        "{error:?}"
+    );
+    assert_eq!(
+        list(&mut conn, "{acct}:log").await,
+        ["5:10", "5:11", "6", "7"]
+    );
+}
+
+#[tokio::test]
+async fn the_run_all_script_speaks_its_documented_wire_format() {
+    let server = RedisServer::start();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fence = RedisFence::new(conn.clone());
+    let script = redis::Script::new(REDIS_RUN_ALL_SCRIPT);
+    let call = |token: &str, args: &[&str]| {
+        let mut invocation = script.key(fence.fence_key("report"));
+        invocation.key("report").key("{report}:log");
+        invocation.arg(token).arg("k");
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation
+    };
+    // As in the docs: `2 3 SET report ... 3 RPUSH {report}:log written`.
+    let args = [
+        "2",
+        "3",
+        "SET",
+        "report",
+        "done",
+        "3",
+        "RPUSH",
+        "{report}:log",
+        "written",
+    ];
+    let reply: (i64, (String, i64)) = call("12", &args).invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, (1, ("OK".into(), 1)));
+    // The claim is the one `RedisFence` reads and checks.
+    assert_eq!(fence.seen("report").await.unwrap(), 12);
+    assert!(fence.check("report", 11).await.unwrap_err().is_stale());
+    let reply: (i64, String) = call("11", &args).invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, (0, "12".into()));
+    assert_eq!(list(&mut conn, "{report}:log").await, ["written"]);
+
+    // A command list that does not add up is an error, before the claim.
+    for bad in [
+        &["2", "3", "SET", "report"][..],
+        &["x"],
+        &["1", "0"],
+        &["1", "2", "GET", "report", "extra"],
+    ] {
+        let error = call("13", bad)
+            .invoke_async::<redis::Value>(&mut conn)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("fence:"), "{bad:?}: {error}");
+    }
+    assert_eq!(fence.seen("report").await.unwrap(), 12);
 }
