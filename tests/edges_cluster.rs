@@ -226,3 +226,64 @@ fn edges_cluster_calls_answer_first_try_on_a_second_runtime() {
             .expect("the test ran for more than 60 s");
     });
 }
+
+/// A release sent again after a dropped connection, whose last send deleted
+/// nothing, reports `BackendError::Unconfirmed` (an earlier send may have
+/// deleted the lock with its answer lost), as on one node; so does
+/// `force_release`. Simulated: every master killed its clients'
+/// connections, so the first send fails, and the lock was deleted meanwhile
+/// by another connection, as the lost first send would have.
+///
+/// Old code: the first send's `ClusterConnectionNotFound` was the answer;
+/// with only the retry widened, the resent release would report `NotHeld`
+/// and the resent force-release "nothing was held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_cluster_a_resent_deletion_that_deleted_nothing_is_unconfirmed() {
+    let cluster = cluster();
+    let urls = cluster.urls();
+    let holder = LockClient::cluster(urls.clone()).await.unwrap();
+    let admin = LockClient::cluster(urls.clone()).await.unwrap();
+    admin.admin().inspect("edges:cluster:warm").await.unwrap();
+    let names = ["edges:cluster:resent-release", "edges:cluster:resent-force"];
+    let mut guards = Vec::new();
+    for name in names {
+        let guard = holder
+            .lock(name)
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    for master in cluster.masters() {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut cluster.node(master).conn())
+            .unwrap();
+    }
+    for name in names {
+        let key = format!("lock:{{{name}}}");
+        let master = cluster.master_of_slot(cluster.slot_of(&key));
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(&key)
+            .query(&mut cluster.node(master).conn())
+            .unwrap();
+        assert_eq!(deleted, 1, "{name} was not held");
+    }
+    let released = guards.remove(0).release().await;
+    assert!(unconfirmed(released.as_ref().err()), "release: {released:?}");
+    let forced = admin.admin().force_release(names[1]).await;
+    assert!(unconfirmed(forced.as_ref().err()), "force_release: {forced:?}");
+}
+
+fn unconfirmed(err: Option<&LockError>) -> bool {
+    matches!(
+        err,
+        Some(LockError::Backend {
+            source: distlock::BackendError::Unconfirmed,
+            ..
+        })
+    )
+}
