@@ -20,7 +20,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{ErrorKind, Value};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 use self::connection::CommandConnection;
 use self::subscriber::ClusterSubscription;
@@ -548,13 +548,23 @@ impl ClusterBackend {
 /// was dropped or broken (`CLIENT KILL`, a restarted node, the connection's
 /// driver gone with its runtime: "broken pipe"), any other I/O error, or no
 /// connection to the node at all (`ClusterConnectionNotFound`, while the
-/// cluster client reconnects). Lock commands and admin reads both ask this.
+/// cluster client reconnects). Also a redirection that reached us (`MOVED`,
+/// `ASK`, `TRYAGAIN`: not run), which the cluster client follows by itself
+/// unless its own retries were spent on a reconnect, as right after the
+/// connections to every master were killed. Lock commands and admin reads
+/// both ask this.
 fn connection_gone(err: &BackendError) -> bool {
     match err {
         BackendError::Redis(err) => {
             err.is_connection_dropped()
                 || err.is_io_error()
-                || err.kind() == ErrorKind::ClusterConnectionNotFound
+                || matches!(
+                    err.kind(),
+                    ErrorKind::ClusterConnectionNotFound
+                        | ErrorKind::Server(
+                            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain
+                        )
+                )
         }
         _ => false,
     }
