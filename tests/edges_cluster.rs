@@ -234,9 +234,10 @@ fn edges_cluster_calls_answer_first_try_on_a_second_runtime() {
 /// connections, so the first send fails, and the lock was deleted meanwhile
 /// by another connection, as the lost first send would have.
 ///
-/// Old code: the first send's `ClusterConnectionNotFound` was the answer;
-/// with only the retry widened, the resent release would report `NotHeld`
-/// and the resent force-release "nothing was held".
+/// Old code: the release reports `NotHeld` (it was sent again after the
+/// dropped connection, and the second send's "nothing deleted" taken as the
+/// answer), or `ClusterConnectionNotFound` when that was the first error;
+/// the force-release "nothing was held".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edges_cluster_a_resent_deletion_that_deleted_nothing_is_unconfirmed() {
     let cluster = cluster();
