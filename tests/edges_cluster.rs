@@ -67,7 +67,10 @@ async fn assert_first_calls_answer(urls: &[String], prepared: Prepared) {
         .acquire()
         .await
         .unwrap();
-    let Prepared { mut clients, held: to_release } = prepared;
+    let Prepared {
+        mut clients,
+        held: to_release,
+    } = prepared;
     let mut failed = Vec::new();
     let mut first_try = |what: &str, outcome: Result<String, LockError>, want: &str| match outcome {
         Ok(got) if got == want => {}
@@ -109,7 +112,11 @@ async fn assert_first_calls_answer(urls: &[String], prepared: Prepared) {
     first_try("layouts", layouts, "[Native]");
 
     let client = clients.pop().unwrap();
-    let waiters = client.admin().waiters([HELD]).await.map(|w| format!("{w:?}"));
+    let waiters = client
+        .admin()
+        .waiters([HELD])
+        .await
+        .map(|w| format!("{w:?}"));
     first_try("waiters", waiters, "[0]");
 
     let client = clients.pop().unwrap();
@@ -198,7 +205,11 @@ fn edges_cluster_calls_answer_first_try_on_a_second_runtime() {
             let waiting = tokio::spawn({
                 let waiter = waiter.clone();
                 async move {
-                    let guard = waiter.lock(name).wait(Duration::from_secs(20)).acquire().await;
+                    let guard = waiter
+                        .lock(name)
+                        .wait(Duration::from_secs(20))
+                        .acquire()
+                        .await;
                     (Instant::now(), guard)
                 }
             });
@@ -274,9 +285,15 @@ async fn edges_cluster_a_resent_deletion_that_deleted_nothing_is_unconfirmed() {
         assert_eq!(deleted, 1, "{name} was not held");
     }
     let released = guards.remove(0).release().await;
-    assert!(unconfirmed(released.as_ref().err()), "release: {released:?}");
+    assert!(
+        unconfirmed(released.as_ref().err()),
+        "release: {released:?}"
+    );
     let forced = admin.admin().force_release(names[1]).await;
-    assert!(unconfirmed(forced.as_ref().err()), "force_release: {forced:?}");
+    assert!(
+        unconfirmed(forced.as_ref().err()),
+        "force_release: {forced:?}"
+    );
 }
 
 fn unconfirmed(err: Option<&LockError>) -> bool {

@@ -202,8 +202,10 @@ impl ClusterBackend {
                     tracing::debug!(cluster = %self.label, error = ?err.backend_error(), "sending again after a dropped connection");
                     // The cluster client reconnects in the background: give
                     // it a moment before the next try.
-                    tokio::time::sleep(Duration::from_millis(20u64.saturating_mul(u64::from(tries))))
-                        .await;
+                    tokio::time::sleep(Duration::from_millis(
+                        20u64.saturating_mul(u64::from(tries)),
+                    ))
+                    .await;
                     tries += 1;
                 }
                 outcome => return (outcome, tries > 1),
@@ -265,9 +267,10 @@ impl ClusterBackend {
         key: &LockKey,
         pipe: &redis::Pipeline,
     ) -> Result<(i64, bool), LockError> {
-        let outcome = self.exec(pipe, 1).await.and_then(|(replies, resent)| {
-            Ok((reply::int(reply::first(replies)?)?, resent))
-        });
+        let outcome = self
+            .exec(pipe, 1)
+            .await
+            .and_then(|(replies, resent)| Ok((reply::int(reply::first(replies)?)?, resent)));
         match outcome {
             Ok(sent) => Ok(sent),
             Err(err) => Err(self.error(key, err).await),
@@ -472,43 +475,48 @@ impl ClusterBackend {
         let sharded = self.subscription.is_sharded();
         let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
         let channels = &channels;
-        self.read(|| names(keys), |conn| async move {
-            if sharded {
-                // One command per lock on its master, all in flight at once
-                // on the multiplexed connection.
-                let counts = futures_util::future::join_all(keys.iter().map(|key| {
+        self.read(
+            || names(keys),
+            |conn| async move {
+                if sharded {
+                    // One command per lock on its master, all in flight at once
+                    // on the multiplexed connection.
+                    let counts = futures_util::future::join_all(keys.iter().map(|key| {
+                        let mut target = Routed {
+                            conn: conn.clone(),
+                            node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                                key.slot,
+                                SlotAddr::Master,
+                            ))),
+                        };
+                        async move {
+                            listeners::count(&mut target, &[&key.channel], true, timeout).await
+                        }
+                    }))
+                    .await;
+                    return counts
+                        .into_iter()
+                        .map(|count| {
+                            Ok(count.map_err(backend_error)?.first().copied().unwrap_or(0))
+                        })
+                        .collect();
+                }
+                let mut sums = vec![0u64; keys.len()];
+                for (host, port) in self.masters(conn.clone()).await.map_err(backend_error)? {
                     let mut target = Routed {
                         conn: conn.clone(),
-                        node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                            key.slot,
-                            SlotAddr::Master,
-                        ))),
+                        node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
                     };
-                    async move {
-                        listeners::count(&mut target, &[&key.channel], true, timeout).await
+                    let counts = listeners::count(&mut target, channels, false, timeout)
+                        .await
+                        .map_err(backend_error)?;
+                    for (sum, count) in sums.iter_mut().zip(counts) {
+                        *sum = sum.saturating_add(count);
                     }
-                }))
-                .await;
-                return counts
-                    .into_iter()
-                    .map(|count| Ok(count.map_err(backend_error)?.first().copied().unwrap_or(0)))
-                    .collect();
-            }
-            let mut sums = vec![0u64; keys.len()];
-            for (host, port) in self.masters(conn.clone()).await.map_err(backend_error)? {
-                let mut target = Routed {
-                    conn: conn.clone(),
-                    node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
-                };
-                let counts = listeners::count(&mut target, channels, false, timeout)
-                    .await
-                    .map_err(backend_error)?;
-                for (sum, count) in sums.iter_mut().zip(counts) {
-                    *sum = sum.saturating_add(count);
                 }
-            }
-            Ok(sums)
-        })
+                Ok(sums)
+            },
+        )
         .await
     }
 
@@ -517,14 +525,14 @@ impl ClusterBackend {
         let timeout = self.settings.response_timeout;
         self.read(key, |conn| async move {
             // SCAN walks one node: ask every master.
-            let masters = self
-                .masters(conn.clone())
-                .await
-                .map_err(|source| LockError::Backend {
-                    key: key(),
-                    server: self.label.clone(),
-                    source,
-                })?;
+            let masters =
+                self.masters(conn.clone())
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: key(),
+                        server: self.label.clone(),
+                        source,
+                    })?;
             let mut locks = Vec::new();
             for (host, port) in masters {
                 let server = format!("{host}:{port}");
@@ -562,7 +570,9 @@ fn connection_gone(err: &BackendError) -> bool {
                     err.kind(),
                     ErrorKind::ClusterConnectionNotFound
                         | ErrorKind::Server(
-                            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain
+                            ServerErrorKind::Moved
+                                | ServerErrorKind::Ask
+                                | ServerErrorKind::TryAgain
                         )
                 )
         }
@@ -663,10 +673,7 @@ impl Backend for ClusterBackend {
     /// nothing is [`BackendError::Unconfirmed`].
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         async move {
-            match self
-                .exec_int(key, &self.scripts.force_release(key))
-                .await?
-            {
+            match self.exec_int(key, &self.scripts.force_release(key)).await? {
                 (deleted, true) if deleted != 1 => Err(self.unconfirmed(key)),
                 (deleted, _) => Ok(deleted == 1),
             }
@@ -681,10 +688,13 @@ impl Backend for ClusterBackend {
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         let timeout = self.settings.response_timeout;
         // The lock's keys share a slot: the pipeline goes to its master.
-        self.read(|| key.name.to_string(), move |conn| async move {
-            let mut target = Routed { conn, node: None };
-            inspect::inspect(&mut target, key, timeout, &self.label).await
-        })
+        self.read(
+            || key.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                inspect::inspect(&mut target, key, timeout, &self.label).await
+            },
+        )
         .boxed()
     }
 
@@ -694,10 +704,13 @@ impl Backend for ClusterBackend {
     ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
         let timeout = self.settings.response_timeout;
         // The primitive's keys share a slot: the script goes to its master.
-        self.read(|| key.name.to_string(), move |conn| async move {
-            let mut target = Routed { conn, node: None };
-            inspect::inspect_family(&mut target, key, &self.scripts, timeout, &self.label).await
-        })
+        self.read(
+            || key.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                inspect::inspect_family(&mut target, key, &self.scripts, timeout, &self.label).await
+            },
+        )
         .boxed()
     }
 
@@ -715,16 +728,19 @@ impl Backend for ClusterBackend {
         let timeout = self.settings.response_timeout;
         // Records `mine` (an idempotent `HSET` of a constant, safe to send
         // twice) and reads the layouts recorded.
-        self.read(|| layouts::KEY.to_owned(), move |conn| async move {
-            let mut target = Routed { conn, node: None };
-            layouts::exchange(&mut target, mine, timeout)
-                .await
-                .map_err(|source| LockError::Backend {
-                    key: layouts::KEY.to_owned(),
-                    server: self.label.clone(),
-                    source,
-                })
-        })
+        self.read(
+            || layouts::KEY.to_owned(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                layouts::exchange(&mut target, mine, timeout)
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: layouts::KEY.to_owned(),
+                        server: self.label.clone(),
+                        source,
+                    })
+            },
+        )
         .boxed()
     }
 
