@@ -446,3 +446,27 @@ async fn edges_names_starting_with_a_closing_brace_work_on_the_cluster() {
         next.release().await.unwrap();
     }
 }
+
+/// A cluster client built and used on one runtime keeps working on the next
+/// (see `suite::client_keeps_working_on_a_second_runtime`): its lock is
+/// renewed there (the Redis `PTTL` on the lock's master stays above zero),
+/// its waiter is woken by a release, and a dropped guard is released in the
+/// background.
+///
+/// Old code: the first acquisition on the second runtime fails with "broken
+/// pipe" (the cluster connection's driver died with the first runtime and
+/// is never made again).
+#[test]
+fn edges_cluster_client_keeps_working_on_a_second_runtime() {
+    let cluster = shared_cluster();
+    suite::client_keeps_working_on_a_second_runtime(
+        |builder| async move { builder.connect_cluster(cluster.urls()).await.unwrap() },
+        |name| {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(redis_key(name))
+                .query(&mut master_conn(cluster, name))
+                .unwrap();
+            Some(pttl)
+        },
+    );
+}

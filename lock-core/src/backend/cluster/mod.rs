@@ -1,11 +1,18 @@
 //! Redis Cluster: every key and the wake-up channel of a lock share one hash
 //! tag, so each command runs on the one master that owns the lock's slot;
 //! wake-ups use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, `subscriber.rs`)
-//! on that shard, and renewals are pipelined per master.
+//! on that shard, and renewals are pipelined per master. Commands go out
+//! on one cluster connection (`connection.rs`), made again when the runtime
+//! it was made on is gone, and are sent again after errors that mean a
+//! connection was gone ([`connection_gone`]): lock commands through
+//! [`exec`](ClusterBackend::exec), admin reads through
+//! [`read`](ClusterBackend::read).
 
+mod connection;
 mod subscriber;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +20,9 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::Value;
+use redis::{ErrorKind, ServerErrorKind, Value};
 
+use self::connection::CommandConnection;
 use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
@@ -35,9 +43,13 @@ pub(crate) type MakeBuilder = Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync
 /// Slot ranges and the `host:port` of their masters.
 type SlotMap = Vec<(u16, u16, String)>;
 
+/// How many times a command is sent in all when its connection was gone
+/// ([`connection_gone`]).
+const TRIES: u32 = 3;
+
 /// A Redis Cluster, reached through any of its nodes.
 pub(crate) struct ClusterBackend {
-    conn: ClusterConnection,
+    conn: CommandConnection,
     label: String,
     settings: RedisSettings,
     scripts: Scripts,
@@ -150,6 +162,7 @@ impl ClusterBackend {
             label.clone(),
             sharded,
         ));
+        let conn = CommandConnection::new(client, conn, settings.connect_timeout);
         Ok(ClusterBackend {
             conn,
             label,
@@ -160,56 +173,129 @@ impl ClusterBackend {
         })
     }
 
-    /// The target of `key`'s commands: routed by its keys (one slot).
-    fn by_key(&self) -> Routed {
-        Routed {
-            conn: self.conn.clone(),
-            node: None,
+    /// The target of commands sent to `node`, or (`None`) routed by their
+    /// keys (all of one slot), on a live connection.
+    async fn target(&self, node: Option<SingleNodeRoutingInfo>) -> Result<Routed, BackendError> {
+        Ok(Routed {
+            conn: self.conn.get().await?,
+            node,
+        })
+    }
+
+    /// Runs `attempt` and, while it fails with an error whose backend error
+    /// ([`backend_error`](Retried::backend_error)) means that a connection was gone
+    /// ([`connection_gone`]), again, [`TRIES`] times in all; each attempt
+    /// takes a live connection ([`CommandConnection::get`]), made again if
+    /// its runtime is gone. Returns the last outcome, and whether `attempt`
+    /// ran more than once (so a write may have run twice: its first send
+    /// may have been carried out with its answer lost).
+    async fn retrying<T, E, F, Fut>(&self, mut attempt: F) -> (Result<T, E>, bool)
+    where
+        E: Retried,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut tries = 1;
+        loop {
+            match attempt().await {
+                Err(err) if tries < TRIES && err.backend_error().is_some_and(connection_gone) => {
+                    tracing::debug!(cluster = %self.label, error = ?err.backend_error(), "sending again after a dropped connection");
+                    // The cluster client reconnects in the background: give
+                    // it a moment before the next try.
+                    tokio::time::sleep(Duration::from_millis(
+                        20u64.saturating_mul(u64::from(tries)),
+                    ))
+                    .await;
+                    tries += 1;
+                }
+                outcome => return (outcome, tries > 1),
+            }
         }
     }
 
     /// Sends `pipe` (`count` kept replies) to the master of the keys in it,
-    /// again after a dropped connection (MOVED and ASK are followed by the
-    /// cluster client).
-    async fn exec(&self, pipe: &redis::Pipeline, count: usize) -> Result<Replies, BackendError> {
+    /// again after a dropped connection ([`retrying`](Self::retrying); MOVED
+    /// and ASK are followed by the cluster client). The flag says whether it
+    /// was sent more than once.
+    async fn exec(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+    ) -> Result<(Replies, bool), BackendError> {
         let scripts = self.scripts.all();
-        let mut target = self.by_key();
-        let mut last = Err(BackendError::Protocol("not sent".into()));
-        for _ in 0..3 {
-            last = command::run(
-                &mut target,
-                pipe,
-                count,
-                &scripts,
-                self.settings.response_timeout,
-            )
+        let timeout = self.settings.response_timeout;
+        let (outcome, resent) = self
+            .retrying(|| async {
+                let mut target = self.target(None).await?;
+                command::run(&mut target, pipe, count, &scripts, timeout).await
+            })
             .await;
-            match &last {
-                Err(BackendError::Redis(err)) if err.is_connection_dropped() => {
-                    tracing::debug!(cluster = %self.label, error = %err, "retrying after a dropped connection");
-                }
-                _ => break,
-            }
-        }
-        last
+        outcome.map(|replies| (replies, resent))
     }
 
-    /// Runs the one-command `pipe` on `key` and reads its integer reply.
-    async fn exec_int(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
-        match self
+    /// Runs the read-only `read` on a live connection, again after a dropped
+    /// connection ([`retrying`](Self::retrying), which lock commands take
+    /// too): a read changes nothing, so running it again is always safe; a
+    /// read of several round trips (`CLUSTER SLOTS`, then `SCAN` on every
+    /// master) starts again from the beginning. `key` names what is read in
+    /// the error of a connection that could not be made.
+    async fn read<T, K, F, Fut>(&self, key: K, read: F) -> Result<T, LockError>
+    where
+        K: Fn() -> String,
+        F: Fn(ClusterConnection) -> Fut,
+        Fut: Future<Output = Result<T, LockError>>,
+    {
+        let (outcome, _) = self
+            .retrying(|| async {
+                // The inner reads keep the command's `BackendError` as the
+                // source: it is classified as `exec` classifies it.
+                let conn = self.conn.get().await.map_err(|source| LockError::Backend {
+                    key: key(),
+                    server: self.label.clone(),
+                    source,
+                })?;
+                read(conn).await
+            })
+            .await;
+        outcome
+    }
+
+    /// Runs the one-command `pipe` on `key` and reads its integer reply,
+    /// and whether it was sent more than once.
+    async fn exec_int(
+        &self,
+        key: &LockKey,
+        pipe: &redis::Pipeline,
+    ) -> Result<(i64, bool), LockError> {
+        let outcome = self
             .exec(pipe, 1)
             .await
-            .and_then(reply::first)
-            .and_then(reply::int)
-        {
-            Ok(n) => Ok(n),
+            .and_then(|(replies, resent)| Ok((reply::int(reply::first(replies)?)?, resent)));
+        match outcome {
+            Ok(sent) => Ok(sent),
             Err(err) => Err(self.error(key, err).await),
         }
     }
 
+    /// The answer "nothing deleted" to a deletion that was sent more than
+    /// once: a send whose answer was lost with its connection may have
+    /// deleted it ([`BackendError::Unconfirmed`]).
+    fn unconfirmed(&self, key: &LockKey) -> LockError {
+        LockError::Backend {
+            key: key.name.to_string(),
+            server: self.label.clone(),
+            source: BackendError::Unconfirmed,
+        }
+    }
+
     async fn error(&self, key: &LockKey, err: BackendError) -> LockError {
+        // (`TYPE` after a wrong-type reply: the connection just answered.)
+        let mut target = Routed {
+            conn: self.conn.current(),
+            node: None,
+        };
         command_error(
-            &mut self.by_key(),
+            &mut target,
             self.settings.response_timeout,
             key,
             &self.label,
@@ -220,7 +306,12 @@ impl ClusterBackend {
 
     /// The master (`host:port`) of every slot range, from `CLUSTER SLOTS`.
     async fn slot_masters(&self) -> Result<SlotMap, BackendError> {
-        let mut conn = self.conn.clone();
+        let conn = self.conn.get().await?;
+        self.slot_masters_on(conn).await
+    }
+
+    /// [`slot_masters`](Self::slot_masters), asked on `conn`.
+    async fn slot_masters_on(&self, mut conn: ClusterConnection) -> Result<SlotMap, BackendError> {
         let reply = bounded(
             self.settings.response_timeout,
             conn.route_command(
@@ -258,10 +349,10 @@ impl ClusterBackend {
         Ok(masters)
     }
 
-    /// The masters serving slots, as `(host, port)`.
-    async fn masters(&self) -> Result<Vec<(String, u16)>, BackendError> {
+    /// The masters serving slots, as `(host, port)`, asked on `conn`.
+    async fn masters(&self, conn: ClusterConnection) -> Result<Vec<(String, u16)>, BackendError> {
         let mut masters: Vec<(String, u16)> = self
-            .slot_masters()
+            .slot_masters_on(conn)
             .await?
             .into_iter()
             .filter_map(|(_, _, node)| {
@@ -341,12 +432,11 @@ impl ClusterBackend {
         let Some(slot) = slot.and_then(Slot::new) else {
             return Vec::new();
         };
-        let mut target = Routed {
-            conn: self.conn.clone(),
-            node: Some(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-                slot,
-                SlotAddr::Master,
-            ))),
+        // Not sent again here: a failed renewal is retried on the next round.
+        let node = SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master));
+        let mut target = match self.target(Some(node)).await {
+            Ok(target) => target,
+            Err(err) => return reply::failed_all(indices.len(), &err),
         };
         let scripts = self.scripts.all();
         match command::run(
@@ -382,60 +472,132 @@ impl ClusterBackend {
             source,
         };
         let timeout = self.settings.response_timeout;
-        if self.subscription.is_sharded() {
-            // One command per lock on its master, all in flight at once on
-            // the multiplexed connection.
-            let counts = futures_util::future::join_all(keys.iter().map(|key| async move {
-                let mut target = Routed {
-                    conn: self.conn.clone(),
-                    node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                        key.slot,
-                        SlotAddr::Master,
-                    ))),
-                };
-                listeners::count(&mut target, &[&key.channel], true, timeout).await
-            }))
-            .await;
-            return counts
-                .into_iter()
-                .map(|count| Ok(count.map_err(backend_error)?.first().copied().unwrap_or(0)))
-                .collect();
-        }
+        let sharded = self.subscription.is_sharded();
         let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
-        let mut sums = vec![0u64; keys.len()];
-        for (host, port) in self.masters().await.map_err(backend_error)? {
-            let mut target = Routed {
-                conn: self.conn.clone(),
-                node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
-            };
-            let counts = listeners::count(&mut target, &channels, false, timeout)
-                .await
-                .map_err(backend_error)?;
-            for (sum, count) in sums.iter_mut().zip(counts) {
-                *sum = sum.saturating_add(count);
-            }
-        }
-        Ok(sums)
+        let channels = &channels;
+        self.read(
+            || names(keys),
+            |conn| async move {
+                if sharded {
+                    // One command per lock on its master, all in flight at once
+                    // on the multiplexed connection.
+                    let counts = futures_util::future::join_all(keys.iter().map(|key| {
+                        let mut target = Routed {
+                            conn: conn.clone(),
+                            node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                                key.slot,
+                                SlotAddr::Master,
+                            ))),
+                        };
+                        async move {
+                            listeners::count(&mut target, &[&key.channel], true, timeout).await
+                        }
+                    }))
+                    .await;
+                    return counts
+                        .into_iter()
+                        .map(|count| {
+                            Ok(count.map_err(backend_error)?.first().copied().unwrap_or(0))
+                        })
+                        .collect();
+                }
+                let mut sums = vec![0u64; keys.len()];
+                for (host, port) in self.masters(conn.clone()).await.map_err(backend_error)? {
+                    let mut target = Routed {
+                        conn: conn.clone(),
+                        node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+                    };
+                    let counts = listeners::count(&mut target, channels, false, timeout)
+                        .await
+                        .map_err(backend_error)?;
+                    for (sum, count) in sums.iter_mut().zip(counts) {
+                        *sum = sum.saturating_add(count);
+                    }
+                }
+                Ok(sums)
+            },
+        )
+        .await
     }
 
     async fn list(&self, prefix: &str, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
-        // SCAN walks one node: ask every master.
-        let masters = self.masters().await.map_err(|source| LockError::Backend {
-            key: format!("{}*", crate::name::display_name(name_prefix)),
-            server: self.label.clone(),
-            source,
-        })?;
-        let mut locks = Vec::new();
-        for (host, port) in masters {
-            let server = format!("{host}:{port}");
-            let mut target = Routed {
-                conn: self.conn.clone(),
-                node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
-            };
-            let timeout = self.settings.response_timeout;
-            locks.extend(inspect::list(&mut target, prefix, name_prefix, timeout, &server).await?);
+        let key = || format!("{}*", crate::name::display_name(name_prefix));
+        let timeout = self.settings.response_timeout;
+        self.read(key, |conn| async move {
+            // SCAN walks one node: ask every master.
+            let masters =
+                self.masters(conn.clone())
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: key(),
+                        server: self.label.clone(),
+                        source,
+                    })?;
+            let mut locks = Vec::new();
+            for (host, port) in masters {
+                let server = format!("{host}:{port}");
+                let mut target = Routed {
+                    conn: conn.clone(),
+                    node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+                };
+                locks.extend(
+                    inspect::list(&mut target, prefix, name_prefix, timeout, &server).await?,
+                );
+            }
+            Ok(locks)
+        })
+        .await
+    }
+}
+
+/// Whether `err` means that the connection a command went out on was gone,
+/// so that sending it again (on the connection the cluster client made
+/// again, or [`CommandConnection`] made again) may succeed: the connection
+/// was dropped or broken (`CLIENT KILL`, a restarted node, the connection's
+/// driver gone with its runtime: "broken pipe"), any other I/O error, or no
+/// connection to the node at all (`ClusterConnectionNotFound`, while the
+/// cluster client reconnects). Also a redirection that reached us (`MOVED`,
+/// `ASK`, `TRYAGAIN`: not run), which the cluster client follows by itself
+/// unless its own retries were spent on a reconnect, as right after the
+/// connections to every master were killed. Lock commands and admin reads
+/// both ask this.
+fn connection_gone(err: &BackendError) -> bool {
+    match err {
+        BackendError::Redis(err) => {
+            err.is_connection_dropped()
+                || err.is_io_error()
+                || matches!(
+                    err.kind(),
+                    ErrorKind::ClusterConnectionNotFound
+                        | ErrorKind::Server(
+                            ServerErrorKind::Moved
+                                | ServerErrorKind::Ask
+                                | ServerErrorKind::TryAgain
+                        )
+                )
         }
-        Ok(locks)
+        _ => false,
+    }
+}
+
+/// An error that [`ClusterBackend::retrying`] classifies by its backend error.
+trait Retried: std::fmt::Debug {
+    /// The backend error it carries, if any.
+    fn backend_error(&self) -> Option<&BackendError>;
+}
+
+impl Retried for BackendError {
+    fn backend_error(&self) -> Option<&BackendError> {
+        Some(self)
+    }
+}
+
+impl Retried for LockError {
+    fn backend_error(&self) -> Option<&BackendError> {
+        match self {
+            LockError::Backend { source, .. } => Some(source),
+            _ => None,
+        }
     }
 }
 
@@ -455,7 +617,7 @@ impl Backend for ClusterBackend {
             match self
                 .exec(&pipe, 1)
                 .await
-                .and_then(reply::first)
+                .and_then(|(replies, _)| reply::first(replies))
                 .and_then(reply::attempt)
             {
                 Ok(attempt) => Ok(attempt),
@@ -467,7 +629,9 @@ impl Backend for ClusterBackend {
 
     /// `HDEL` of the owner's field (the hash's only one: an atomic
     /// compare-and-delete) and `SPUBLISH` of the wake-up, pipelined to the
-    /// lock's master (both keys share its slot).
+    /// lock's master (both keys share its slot). Sent more than once (a
+    /// dropped connection) and the last send deleted nothing: an earlier
+    /// one may have, so that is [`BackendError::Unconfirmed`], not "not held".
     fn release<'a>(
         &'a self,
         key: &'a LockKey,
@@ -478,9 +642,10 @@ impl Backend for ClusterBackend {
             match self
                 .exec(&pipe, Scripts::release_replies(key))
                 .await
-                .and_then(reply::release)
+                .and_then(|(replies, resent)| Ok((reply::release(replies)?, resent)))
             {
-                Ok((deleted, listeners)) => Ok(Released {
+                Ok(((deleted, _), true)) if deleted != 1 => Err(self.unconfirmed(key)),
+                Ok(((deleted, listeners), _)) => Ok(Released {
                     deleted: deleted == 1,
                     listeners,
                 }),
@@ -496,16 +661,24 @@ impl Backend for ClusterBackend {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         async move {
-            Ok(self
+            let (deleted, _) = self
                 .exec_int(key, &self.scripts.rollback(key, owner))
-                .await?
-                == 1)
+                .await?;
+            Ok(deleted == 1)
         }
         .boxed()
     }
 
+    /// As [`release`](Self::release): a resent deletion that deleted
+    /// nothing is [`BackendError::Unconfirmed`].
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        async move { Ok(self.exec_int(key, &self.scripts.force_release(key)).await? == 1) }.boxed()
+        async move {
+            match self.exec_int(key, &self.scripts.force_release(key)).await? {
+                (deleted, true) if deleted != 1 => Err(self.unconfirmed(key)),
+                (deleted, _) => Ok(deleted == 1),
+            }
+        }
+        .boxed()
     }
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
@@ -513,16 +686,15 @@ impl Backend for ClusterBackend {
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-        async move {
-            // The lock's keys share a slot: the pipeline goes to its master.
-            inspect::inspect(
-                &mut self.by_key(),
-                key,
-                self.settings.response_timeout,
-                &self.label,
-            )
-            .await
-        }
+        let timeout = self.settings.response_timeout;
+        // The lock's keys share a slot: the pipeline goes to its master.
+        self.read(
+            || key.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                inspect::inspect(&mut target, key, timeout, &self.label).await
+            },
+        )
         .boxed()
     }
 
@@ -530,17 +702,15 @@ impl Backend for ClusterBackend {
         &'a self,
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
-        async move {
-            // The primitive's keys share a slot: the script goes to its master.
-            inspect::inspect_family(
-                &mut self.by_key(),
-                key,
-                &self.scripts,
-                self.settings.response_timeout,
-                &self.label,
-            )
-            .await
-        }
+        let timeout = self.settings.response_timeout;
+        // The primitive's keys share a slot: the script goes to its master.
+        self.read(
+            || key.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                inspect::inspect_family(&mut target, key, &self.scripts, timeout, &self.label).await
+            },
+        )
         .boxed()
     }
 
@@ -555,15 +725,22 @@ impl Backend for ClusterBackend {
         &'a self,
         mine: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
-        async move {
-            layouts::exchange(&mut self.by_key(), mine, self.settings.response_timeout)
-                .await
-                .map_err(|source| LockError::Backend {
-                    key: layouts::KEY.to_owned(),
-                    server: self.label.clone(),
-                    source,
-                })
-        }
+        let timeout = self.settings.response_timeout;
+        // Records `mine` (an idempotent `HSET` of a constant, safe to send
+        // twice) and reads the layouts recorded.
+        self.read(
+            || layouts::KEY.to_owned(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                layouts::exchange(&mut target, mine, timeout)
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: layouts::KEY.to_owned(),
+                        server: self.label.clone(),
+                        source,
+                    })
+            },
+        )
         .boxed()
     }
 
