@@ -22,6 +22,7 @@
 #                                   commit the file with the change that moved them)
 # Needs valgrind, redis-server and redis-cli.
 set -euo pipefail
+shopt -s inherit_errexit
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -110,7 +111,10 @@ measure() {
     fi
     args+=(--cycles "$cycles" --warmup "$WARMUP")
     local line
-    line="$(valgrind --tool=callgrind -q --callgrind-out-file="$out" "$bin" "${args[@]}")"
+    if ! line="$(valgrind --tool=callgrind -q --callgrind-out-file="$out" "$bin" "${args[@]}")"; then
+        echo "error: lock-cost ${args[*]} failed under callgrind" >&2
+        return 1
+    fi
     # The file's "summary:" line is the total of its one event, Ir.
     local instructions
     instructions="$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out")"
