@@ -50,6 +50,9 @@ const SHUTDOWN_RECOVERY_BOUND: Duration = Duration::from_secs(1);
 /// touched too.
 const FAILOVER_SLACK: Duration = Duration::from_secs(1);
 
+/// How many violations the table lists (the JSON lines output has all of them).
+const LISTED_VIOLATIONS: usize = 20;
+
 /// One fault injection as the nemesis recorded it.
 #[derive(Debug, Clone)]
 struct Window {
@@ -758,7 +761,12 @@ impl BackendReport {
                 self.layouts.checks, self.layouts.both, self.layouts.failed
             ));
         }
-        for v in self.violations.iter().filter(|v| v.counts()).take(20) {
+        for v in self
+            .violations
+            .iter()
+            .filter(|v| v.counts())
+            .take(LISTED_VIOLATIONS)
+        {
             out.push_str(&format!(
                 "- violation {} ({}, {}, at {:.0} ms, holds {}): {}\n",
                 v.kind,
@@ -767,6 +775,12 @@ impl BackendReport {
                 v.at_ms,
                 v.holds.join(", "),
                 v.detail
+            ));
+        }
+        let unlisted = self.unexcused().saturating_sub(LISTED_VIOLATIONS);
+        if unlisted > 0 {
+            out.push_str(&format!(
+                "- ... and {unlisted} more (every one is in the JSON lines output)\n"
             ));
         }
         out
@@ -2564,6 +2578,25 @@ mod tests {
         // A write the worker saw accepted must be in the log.
         let report = check(&events, Some(&logged(&[], 0)));
         assert_eq!(counted(&report), ["write_not_logged"]);
+    }
+
+    #[test]
+    fn the_table_says_how_many_violations_it_does_not_list() {
+        let mut events = Vec::new();
+        for i in 0..(LISTED_VIOLATIONS as u64 + 2) {
+            let id = format!("w0-t0-{i}");
+            events.push(acq(1000 * i, 0, &id, i));
+            events.push(rel(1000 * i + 100, 0, &id, i, "lease_lost"));
+        }
+        let report = check(&events, None);
+        assert_eq!(report.unexcused(), LISTED_VIOLATIONS + 2);
+        let table = report.table();
+        assert_eq!(
+            table.matches("- violation ").count(),
+            LISTED_VIOLATIONS,
+            "{table}"
+        );
+        assert!(table.contains("- ... and 2 more"), "{table}");
     }
 
     #[test]
