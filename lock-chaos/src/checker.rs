@@ -74,6 +74,39 @@ impl Window {
         Fault::ALL.iter().copied().find(|f| f.name() == self.fault)
     }
 
+    /// Whether the fault could delay or drop `worker`'s commands to the lock servers while
+    /// it was active, by what it does, whichever schedule named it: a cut or slowed network
+    /// of that worker (every partition, latency), or a server-side fault every client sees
+    /// (connections killed or reset, scripts flushed, a server restarted, stopped, paused
+    /// or failed over). Not a pause or kill of a worker process (those are `pause`, or end
+    /// the holds), nor a clock jump (it moves TTLs, not commands: a forward one is
+    /// `data_loss`).
+    fn delays_commands_of(&self, worker: u32) -> bool {
+        match self.fault.as_str() {
+            "partition"
+            | "partition_both"
+            | "partition_to_server"
+            | "partition_from_server"
+            | "partition_one_master"
+            | "latency" => self.worker() == Some(worker),
+            "client_kill"
+            | "script_flush"
+            | "proxy_reset"
+            | "restart_persistent"
+            | "restart_empty"
+            | "failover"
+            | "stop_minority"
+            | "stop_majority"
+            | "bare_majority"
+            | "pause_master_past_down_after"
+            | "manual_failover"
+            | "replication_lag"
+            | "split_brain"
+            | "split_brain_min_replicas" => true,
+            _ => false,
+        }
+    }
+
     /// The worker a fault targeted (`worker N pid P`).
     fn worker(&self) -> Option<u32> {
         self.target
@@ -1281,6 +1314,17 @@ pub fn analyze(
             .any(|w| loses_counter(backend, w) && w.start >= from && w.start <= to)
     };
 
+    // Whether a fault could have delayed or dropped a worker's commands between two times
+    // (its connections blackholed or slowed, connections reset or killed, scripts
+    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
+    // no longer dates its place in the queue.
+    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        windows
+            .iter()
+            .any(|w| w.delays_commands_of(worker) && intersects(from, to, w.start, w.heal))
+            .then_some("net_fault")
+    };
+
     let mut violations = Vec::new();
     let mut all_latencies = Vec::new();
     let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
@@ -1496,46 +1540,23 @@ pub fn analyze(
     // hold: a fair waiter's wait, a waiter after a shutdown).
     let touched_during = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
         for w in &windows {
-            match w.kind() {
-                Some(Fault::PauseHolder)
-                    if w.worker() == Some(worker) && intersects(from, to, w.start, w.heal) =>
-                {
-                    return Some("pause");
+            if w.kind() == Some(Fault::PauseHolder)
+                && w.worker() == Some(worker)
+                && intersects(from, to, w.start, w.heal)
+            {
+                return Some("pause");
+            }
+            // The same data-loss spans as for holds, whichever schedule named the fault.
+            if let Some((lost_from, lost_to)) = loss_span(backend, w) {
+                if intersects(from, to, lost_from, lost_to) {
+                    return Some("data_loss");
                 }
-                Some(f) if f.destroys_lock() => {
-                    let slack = if f == Fault::Failover {
-                        FAILOVER_SLACK.as_nanos() as u64
-                    } else {
-                        0
-                    };
-                    if intersects(from, to, w.start, w.heal + slack) {
-                        return Some("data_loss");
-                    }
-                }
-                _ => {}
             }
         }
         stalls
             .iter()
             .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
             .then_some("stall")
-    };
-    // Whether a fault could have delayed or dropped a worker's commands between two times
-    // (its connections blackholed or slowed, connections reset or killed, scripts
-    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
-    // no longer dates its place in the queue.
-    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
-        windows
-            .iter()
-            .any(|w| {
-                let hits_worker = match w.kind() {
-                    Some(Fault::Partition | Fault::Latency) => w.worker() == Some(worker),
-                    Some(Fault::PauseHolder | Fault::KillHolder) | None => false,
-                    Some(_) => true,
-                };
-                hits_worker && intersects(from, to, w.start, w.heal)
-            })
-            .then_some("net_fault")
     };
     let margin = FIFO_MARGIN.as_nanos() as u64;
     for (name, list) in &by_name {
@@ -2881,6 +2902,42 @@ mod tests {
         let report = check(&stalled, None);
         assert!(counted(&report).is_empty());
         assert_eq!(report.excused_by().get("stall"), Some(&1));
+    }
+
+    #[test]
+    fn the_random_schedules_faults_excuse_a_fifo_inversion_by_what_they_do() {
+        use LockKind::Fair;
+        let inverted = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        let with = |name: &str, target: &str| {
+            let mut events = inverted.clone();
+            events.push(fault_id(50, name, "start", target, 1, None));
+            events.push(fault_id(150, name, "heal", target, 1, None));
+            check(&events, None)
+        };
+        // The earlier waiter asked inside its own worker's partition (the lab's names).
+        for name in [
+            "partition_both",
+            "partition_to_server",
+            "partition_from_server",
+        ] {
+            let report = with(name, "worker 1 pid 9 servers [0] Both");
+            assert!(counted(&report).is_empty(), "{name}: {:#?}", report.violations);
+            assert_eq!(report.excused_by().get("net_fault"), Some(&1), "{name}");
+            // Another worker's partition does not excuse it.
+            let report = with(name, "worker 2 pid 9 servers [0] Both");
+            assert_eq!(counted(&report), ["fifo_inversion"], "{name}");
+        }
+        // A forward jump of the server's clock while it waited may have expired its place
+        // in the queue: data loss; a backward one only lengthens TTLs.
+        let report = with("clock_jump_forward", "server port 1 pid 2 +2000 ms");
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+        let report = with("clock_jump_backward", "server port 1 pid 2 -2000 ms");
+        assert_eq!(counted(&report), ["fifo_inversion"]);
     }
 
     #[test]
