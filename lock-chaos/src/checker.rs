@@ -136,6 +136,9 @@ struct Hold {
     lost: Option<u64>,
     release: Option<String>,
     release_start: Option<u64>,
+    /// When the release answered (a loss before then and after its start happened while
+    /// the release was on its way).
+    release_end: Option<u64>,
     /// Why a fault could have touched it (empty: nothing did).
     touched: BTreeSet<&'static str>,
 }
@@ -159,7 +162,8 @@ pub struct Violation {
     /// The holds involved.
     pub holds: Vec<String>,
     /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`; for a FIFO
-    /// inversion also `net_fault`), or `None`: a violation.
+    /// inversion, or a reader's or permits' release that found them gone, also
+    /// `net_fault`), or `None`: a violation.
     pub excused: Option<String>,
     /// What exactly (owners, tokens, values).
     pub detail: String,
@@ -1201,6 +1205,7 @@ pub fn analyze(
                     lost: None,
                     release: None,
                     release_start: None,
+                    release_end: None,
                     touched: BTreeSet::new(),
                 });
             }
@@ -1256,6 +1261,7 @@ pub fn analyze(
                     h.end = h.end.min(*t_start);
                     h.release = Some(result.clone());
                     h.release_start = Some(*t_start);
+                    h.release_end = Some(*t);
                 }
                 if result == "backend" {
                     rows[row_at(*t)].errors += 1;
@@ -1317,7 +1323,8 @@ pub fn analyze(
     // Whether a fault could have delayed or dropped a worker's commands between two times
     // (its connections blackholed or slowed, connections reset or killed, scripts
     // flushed, a server restarted, failed over or stopped): a fair waiter's start then
-    // no longer dates its place in the queue.
+    // no longer dates its place in the queue, and a release's answer may come after the
+    // lease ran out.
     let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
         windows
             .iter()
@@ -1413,32 +1420,58 @@ pub fn analyze(
                 h.start
             };
             let horizon = h.lost.or(h.release_start).unwrap_or(h.end);
-            let successor = list[j + 1..]
-                .iter()
-                .filter(|b| displaces(h, b) && b.start > h.start && b.start <= horizon)
-                .map(|b| b.start)
-                .min();
-            let truth_until = successor.unwrap_or(horizon).min(horizon);
-            // Redlock holds the lock while a majority of masters has the key: it is gone
-            // when the key went on a majority (each master reports its own copy).
-            let server = key_gone.and_then(|times| {
-                let mut servers: BTreeSet<&str> = BTreeSet::new();
-                times
+            // The first sign, up to `until`, that the lock was gone: (the server's report,
+            // another owner's acquisition, a fault that destroyed the data).
+            let signs = |until: u64| {
+                let successor = list[j + 1..]
                     .iter()
-                    .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
-                    .find(|(_, server)| {
-                        servers.insert(server);
-                        servers.len() >= quorum
+                    .filter(|b| displaces(h, b) && b.start > h.start && b.start <= until)
+                    .map(|b| b.start)
+                    .min();
+                let truth_until = successor.unwrap_or(until).min(until);
+                // Redlock holds the lock while a majority of masters has the key: it is
+                // gone when the key went on a majority (each master reports its own copy).
+                let server = key_gone.and_then(|times| {
+                    let mut servers: BTreeSet<&str> = BTreeSet::new();
+                    times
+                        .iter()
+                        .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
+                        .find(|(_, server)| {
+                            servers.insert(server);
+                            servers.len() >= quorum
+                        })
+                        .map(|(t, _)| *t)
+                });
+                let destroyed = windows
+                    .iter()
+                    .filter(|w| {
+                        loss_span(backend, w).is_some() && w.start >= from && w.start <= until
                     })
-                    .map(|(t, _)| *t)
-            });
-            let destroyed = windows
-                .iter()
-                .filter(|w| {
-                    loss_span(backend, w).is_some() && w.start >= from && w.start <= horizon
-                })
-                .map(|w| w.start)
-                .min();
+                    .map(|w| w.start)
+                    .min();
+                (server, successor, destroyed)
+            };
+            // Permits: another holder's grant that the total leaves no room for beside this
+            // hold's permits proves them gone.
+            let overflow = |until: u64| {
+                if h.kind != LockKind::Permit {
+                    return None;
+                }
+                let others_at = |t: u64| -> u32 {
+                    list.iter()
+                        .filter(|c| c.kind == LockKind::Permit && c.id != h.id)
+                        .filter(|c| c.start <= t && c.end > t)
+                        .map(|c| c.permits.max(1))
+                        .sum()
+                };
+                list.iter()
+                    .filter(|b| b.kind == LockKind::Permit && b.id != h.id)
+                    .filter(|b| b.start > h.start && b.start <= until)
+                    .filter(|b| others_at(b.start) + h.permits.max(1) > b.total.max(1))
+                    .map(|b| b.start)
+                    .min()
+            };
+            let (server, successor, destroyed) = signs(horizon);
             let loss = [server, successor, destroyed].into_iter().flatten().min();
             let source = if loss.is_some() && loss == server {
                 "the server reported the key gone"
@@ -1463,9 +1496,29 @@ pub fn analyze(
                     && matches!(h.release.as_deref(), Some("lease_lost" | "not_held"))
                 {
                     let t = h.release_start.unwrap_or(h.end);
+                    // Gone while the release was on its way (after it started, before it
+                    // answered: a partition or a stuck connection held it past the lease's
+                    // end): not a loss the release saw first.
+                    if let Some(answered) = h.release_end {
+                        let (server, successor, destroyed) = signs(answered);
+                        if [server, successor, destroyed, overflow(answered)]
+                            .iter()
+                            .any(Option::is_some)
+                        {
+                            continue;
+                        }
+                    }
+                    // Readers and permits leave no sign of their own going (the key goes
+                    // with the last holder): a release delayed by a fault of its worker may
+                    // have arrived after the lease ran out.
+                    let excuse = if matches!(h.kind, LockKind::Read | LockKind::Permit) {
+                        net_faulted(h.worker, t, h.release_end.unwrap_or(t))
+                    } else {
+                        None
+                    };
                     let row = row_at(t);
                     rows[row].release_first_losses += 1;
-                    push_anomaly(&mut rows, &mut violations, row, &[h], None, Violation {
+                    push_anomaly(&mut rows, &mut violations, row, &[h], excuse, Violation {
                         kind: "loss_first_seen_at_release".into(),
                         backend: backend.into(),
                         fault: fault_at(t),
@@ -2618,6 +2671,127 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("- ... and 2 more"), "{table}");
+    }
+
+    /// A release of `id` started at `t_start` ms that answered `result` at `t` ms.
+    fn rel_until(t_start: u64, t: u64, worker: u32, id: &str, token: u64, result: &str) -> Event {
+        match rel(t_start, worker, id, token, result) {
+            Event::Released {
+                worker,
+                task,
+                hold,
+                name,
+                owner,
+                token,
+                result,
+                ..
+            } => Event::Released {
+                t_start: t_start * MS,
+                t: t * MS,
+                worker,
+                task,
+                hold,
+                name,
+                owner,
+                token,
+                result,
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_loss_while_the_release_was_on_its_way_is_not_seen_first_at_release() {
+        // The release starts at 1000 ms while the lease is valid; a partition holds it
+        // until 1700 ms; the key expired at 1600 ms and worker 2 took the lock at 1650 ms.
+        let base = [
+            acq(100, 1, "w1-t0-0", 5),
+            rel_until(1000, 1700, 1, "w1-t0-0", 5, "not_held"),
+        ];
+        let mut taken = base.to_vec();
+        taken.push(acq(1650, 2, "w2-t0-0", 6));
+        taken.push(rel(1800, 2, "w2-t0-0", 6, "ok"));
+        let report = check(&taken, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert!(report.violations.is_empty());
+        let mut expired = base.to_vec();
+        expired.push(gone(1600));
+        assert!(check(&expired, None).violations.is_empty());
+        // No sign of a loss before the release answered: still a violation.
+        assert_eq!(counted(&check(&base, None)), ["loss_first_seen_at_release"]);
+        // Gone before the release started, past the bound, no lost() before: a violation,
+        // however long the release then took.
+        let mut before = vec![
+            acq(100, 1, "w1-t0-0", 5),
+            gone(300),
+            rel_until(2000, 2700, 1, "w1-t0-0", 5, "not_held"),
+        ];
+        assert_eq!(counted(&check(&before, None)), ["loss_first_seen_at_release"]);
+        before.push(acq(2600, 2, "w2-t0-0", 6));
+        assert_eq!(counted(&check(&before, None)), ["loss_first_seen_at_release"]);
+    }
+
+    #[test]
+    fn a_readers_release_delayed_by_its_workers_partition_is_excused() {
+        use LockKind::Read;
+        let [acquired, _] = hold_of(Read, "rw-0", "w1-t7-0", "a", 1, 1, (100, 100, 1000));
+        let reader = |partition: Option<&str>| {
+            let mut events = vec![acquired.clone()];
+            let released = Event::Released {
+                t_start: 1000 * MS,
+                t: 1400 * MS,
+                worker: 1,
+                task: 0,
+                hold: "w1-t7-0".into(),
+                name: "rw-0".into(),
+                owner: "a".into(),
+                token: 1,
+                result: "not_held".into(),
+            };
+            events.push(released);
+            if let Some(target) = partition {
+                events.push(fault_id(800, "partition_both", "start", target, 1, None));
+                events.push(fault_id(1100, "partition_both", "heal", target, 1, None));
+            }
+            check(&events, None)
+        };
+        let report = reader(Some("worker 1 pid 9 servers [0] Both"));
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        assert_eq!(report.rows.iter().map(|r| r.release_first_losses).sum::<usize>(), 1);
+        // Another worker's partition, or none: a violation.
+        let report = reader(Some("worker 2 pid 9 servers [0] Both"));
+        assert_eq!(counted(&report), ["loss_first_seen_at_release"]);
+        assert_eq!(counted(&reader(None)), ["loss_first_seen_at_release"]);
+    }
+
+    #[test]
+    fn a_permit_taken_while_the_release_was_on_its_way_shows_the_loss() {
+        use LockKind::Permit;
+        // Two permits in all: p1 holds one, ours the other; its release (1000 to 1500 ms)
+        // answers not_held, and p3 got a permit at 1200 ms while p1 still held its own.
+        let mut events = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 2000)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (1100, 1200, 1300)),
+        ]);
+        let [ours, _] = hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 1000));
+        events.push(ours);
+        events.push(Event::Released {
+            t_start: 1000 * MS,
+            t: 1500 * MS,
+            worker: 1,
+            task: 0,
+            hold: "p2".into(),
+            name: "sem-0".into(),
+            owner: "b".into(),
+            token: 2,
+            result: "not_held".into(),
+        });
+        let report = check(&events, None);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        // Without p1 there was room for p3 beside ours: no proof, a violation.
+        events.drain(..2);
+        assert_eq!(counted(&check(&events, None)), ["loss_first_seen_at_release"]);
     }
 
     #[test]
