@@ -50,6 +50,11 @@ const SHUTDOWN_RECOVERY_BOUND: Duration = Duration::from_secs(1);
 /// touched too.
 const FAILOVER_SLACK: Duration = Duration::from_secs(1);
 
+/// A fault that delayed a worker's commands may leave its connection stuck past the heal
+/// (TCP's retransmission backoff after a blackhole, a dead socket after a server restart):
+/// its effect lasts until the worker's first answer from the lock servers, at most this long.
+const STUCK_AFTER_HEAL: Duration = Duration::from_secs(2);
+
 /// How many violations the table lists (the JSON lines output has all of them).
 const LISTED_VIOLATIONS: usize = 20;
 
@@ -1320,15 +1325,77 @@ pub fn analyze(
             .any(|w| loses_counter(backend, w) && w.start >= from && w.start <= to)
     };
 
+    // Each worker's answers from the lock servers on its main client (the hot, Redisson
+    // and shutdown workloads have clients of their own, whose answers say nothing of it):
+    // an acquisition, a release answered `ok` or `not_held`, a wait that timed out.
+    let main_client = |kind: LockKind| {
+        !matches!(
+            kind,
+            LockKind::Hot | LockKind::Redisson | LockKind::Shutdown
+        )
+    };
+    let kind_of_name: HashMap<&str, LockKind> =
+        holds.iter().map(|h| (h.name.as_str(), h.kind)).collect();
+    let mut answers: HashMap<u32, Vec<u64>> = HashMap::new();
+    for event in events {
+        let answer = match event {
+            Event::Acquired { t, worker, kind, .. } if main_client(*kind) => Some((*worker, *t)),
+            Event::Released {
+                t,
+                worker,
+                hold,
+                result,
+                ..
+            } if matches!(result.as_str(), "ok" | "not_held")
+                && index.get(hold).is_some_and(|&i| main_client(holds[i].kind)) =>
+            {
+                Some((*worker, *t))
+            }
+            Event::AcquireFailed {
+                t,
+                worker,
+                name,
+                kind,
+                ..
+            } if kind == "timed_out"
+                && kind_of_name.get(name.as_str()).is_none_or(|k| main_client(*k)) =>
+            {
+                Some((*worker, *t))
+            }
+            _ => None,
+        };
+        if let Some((worker, t)) = answer {
+            answers.entry(worker).or_default().push(t);
+        }
+    }
+    for times in answers.values_mut() {
+        times.sort_unstable();
+    }
+    // Until when a fault that delayed `worker`'s commands kept doing so: its first answer
+    // at or after the heal, at most [`STUCK_AFTER_HEAL`] later.
+    let stuck = STUCK_AFTER_HEAL.as_nanos() as u64;
+    let effect_end = |w: &Window, worker: u32| -> u64 {
+        let cap = w.heal + stuck;
+        answers
+            .get(&worker)
+            .and_then(|times| {
+                let i = times.partition_point(|&t| t < w.heal);
+                times.get(i).copied()
+            })
+            .map_or(cap, |t| t.min(cap))
+    };
     // Whether a fault could have delayed or dropped a worker's commands between two times
     // (its connections blackholed or slowed, connections reset or killed, scripts
-    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
-    // no longer dates its place in the queue, and a release's answer may come after the
-    // lease ran out.
+    // flushed, a server restarted, failed over or stopped), until its connection answered
+    // again: a fair waiter's start then no longer dates its place in the queue, and a
+    // release's answer may come after the lease ran out.
     let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
         windows
             .iter()
-            .any(|w| w.delays_commands_of(worker) && intersects(from, to, w.start, w.heal))
+            .any(|w| {
+                w.delays_commands_of(worker)
+                    && intersects(from, to, w.start, effect_end(w, worker))
+            })
             .then_some("net_fault")
     };
 
@@ -3111,6 +3178,57 @@ mod tests {
         assert!(counted(&report).is_empty(), "{:#?}", report.violations);
         assert_eq!(report.excused_by().get("data_loss"), Some(&1));
         let report = with("clock_jump_backward", "server port 1 pid 2 -2000 ms");
+        assert_eq!(counted(&report), ["fifo_inversion"]);
+    }
+
+    #[test]
+    fn a_fault_delays_a_worker_until_its_first_answer_after_the_heal() {
+        use LockKind::Fair;
+        // Worker 1's partition heals at 150 ms; it asks at 300 ms, but its connection is
+        // stuck until its first answer from the server (an acquisition at 600 ms).
+        let inverted = |answer_at: Option<u64>, heal: u64| {
+            let mut events = history(&[
+                hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+                hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+                hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+            ]);
+            let target = "worker 1 pid 9 servers [0] Both";
+            events.push(fault_id(50, "partition_both", "start", target, 1, None));
+            events.push(fault_id(heal, "partition_both", "heal", target, 1, None));
+            if let Some(t) = answer_at {
+                events.extend(hold_of(LockKind::Plain, "chaos-0", "w1-t0-0", "p", 1, 9, (t - 100, t, t + 10)));
+            }
+            check(&events, None)
+        };
+        let report = inverted(Some(600), 150);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        // It answered before it asked: the fault no longer delayed it.
+        assert_eq!(counted(&inverted(Some(250), 150)), ["fifo_inversion"]);
+        // An answer of another client of the worker (hot, Redisson, shutdown) does not count.
+        let mut events = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+            hold_of(LockKind::Hot, "hot-0", "w1-t12-0", "k", 1, 9, (240, 250, 260)),
+        ]);
+        let target = "worker 1 pid 9 servers [0] Both";
+        events.push(fault_id(50, "partition_both", "start", target, 1, None));
+        events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+        assert!(counted(&check(&events, None)).is_empty());
+        // With no answer at all, at most 2 s after the heal.
+        assert!(counted(&inverted(None, 150)).is_empty());
+        let report = {
+            let mut events = history(&[
+                hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 3000)),
+                hold_of(Fair, "fair-0", "b", "b", 2, 2, (2500, 3000, 3200)),
+                hold_of(Fair, "fair-0", "a", "a", 1, 3, (2300, 3200, 3400)),
+            ]);
+            let target = "worker 1 pid 9 servers [0] Both";
+            events.push(fault_id(50, "partition_both", "start", target, 1, None));
+            events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+            check(&events, None)
+        };
         assert_eq!(counted(&report), ["fifo_inversion"]);
     }
 
