@@ -1275,6 +1275,13 @@ pub fn analyze(
             _ => {}
         }
     }
+    // When each kept hot lock was taken from the store: the first use under its owner
+    // field (the client's keeper field).
+    let mut keep_start: HashMap<String, u64> = HashMap::new();
+    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
+        let t = keep_start.entry(h.owner.clone()).or_insert(h.start);
+        *t = (*t).min(h.start);
+    }
     for h in &mut holds {
         if h.end == u64::MAX {
             // Killed mid-hold, or still holding when the run stopped.
@@ -1297,7 +1304,17 @@ pub fn analyze(
                 }
                 _ => {
                     if let Some((from, to)) = loss_span(backend, w) {
-                        if intersects(granted_from(h), h.end, from, to) {
+                        // A use of a kept lock uses what the client took from the store at
+                        // its first use: data lost since then is lost under this use too,
+                        // when the use began before the watchdog had to notice (the README:
+                        // within a renewal period; the same bound as for lost()). A use
+                        // that began later is the client's fault (`hot_use_after_loss`).
+                        let kept_through = h.kind == LockKind::Hot
+                            && h.start <= to + bound
+                            && keep_start
+                                .get(&h.owner)
+                                .is_some_and(|&kept| intersects(kept, h.end, from, to));
+                        if intersects(granted_from(h), h.end, from, to) || kept_through {
                             h.touched.insert("data_loss");
                         }
                     }
@@ -1339,7 +1356,9 @@ pub fn analyze(
     let mut answers: HashMap<u32, Vec<u64>> = HashMap::new();
     for event in events {
         let answer = match event {
-            Event::Acquired { t, worker, kind, .. } if main_client(*kind) => Some((*worker, *t)),
+            Event::Acquired {
+                t, worker, kind, ..
+            } if main_client(*kind) => Some((*worker, *t)),
             Event::Released {
                 t,
                 worker,
@@ -1358,7 +1377,9 @@ pub fn analyze(
                 kind,
                 ..
             } if kind == "timed_out"
-                && kind_of_name.get(name.as_str()).is_none_or(|k| main_client(*k)) =>
+                && kind_of_name
+                    .get(name.as_str())
+                    .is_none_or(|k| main_client(*k)) =>
             {
                 Some((*worker, *t))
             }
@@ -1393,8 +1414,7 @@ pub fn analyze(
         windows
             .iter()
             .any(|w| {
-                w.delays_commands_of(worker)
-                    && intersects(from, to, w.start, effect_end(w, worker))
+                w.delays_commands_of(worker) && intersects(from, to, w.start, effect_end(w, worker))
             })
             .then_some("net_fault")
     };
@@ -1406,11 +1426,6 @@ pub fn analyze(
         by_name.entry(h.name.as_str()).or_default().push(h);
     }
     let mut overlapped: BTreeSet<&str> = BTreeSet::new();
-    let mut keep_start: HashMap<&str, u64> = HashMap::new();
-    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
-        let t = keep_start.entry(h.owner.as_str()).or_insert(h.start);
-        *t = (*t).min(h.start);
-    }
     for (name, list) in &mut by_name {
         list.sort_by_key(|h| h.start);
         // Overlaps: a hold that began while another owner's was still believed.
@@ -1482,7 +1497,7 @@ pub fn analyze(
             // A use of a hot lock holds what the client took from the store at its first
             // use under this owner field: a loss since then is this use's loss too.
             let from = if h.kind == LockKind::Hot {
-                keep_start.get(h.owner.as_str()).copied().unwrap_or(h.start)
+                keep_start.get(&h.owner).copied().unwrap_or(h.start)
             } else {
                 h.start
             };
@@ -2793,9 +2808,15 @@ mod tests {
             gone(300),
             rel_until(2000, 2700, 1, "w1-t0-0", 5, "not_held"),
         ];
-        assert_eq!(counted(&check(&before, None)), ["loss_first_seen_at_release"]);
+        assert_eq!(
+            counted(&check(&before, None)),
+            ["loss_first_seen_at_release"]
+        );
         before.push(acq(2600, 2, "w2-t0-0", 6));
-        assert_eq!(counted(&check(&before, None)), ["loss_first_seen_at_release"]);
+        assert_eq!(
+            counted(&check(&before, None)),
+            ["loss_first_seen_at_release"]
+        );
     }
 
     #[test]
@@ -2825,7 +2846,14 @@ mod tests {
         let report = reader(Some("worker 1 pid 9 servers [0] Both"));
         assert!(counted(&report).is_empty(), "{:#?}", report.violations);
         assert_eq!(report.excused_by().get("net_fault"), Some(&1));
-        assert_eq!(report.rows.iter().map(|r| r.release_first_losses).sum::<usize>(), 1);
+        assert_eq!(
+            report
+                .rows
+                .iter()
+                .map(|r| r.release_first_losses)
+                .sum::<usize>(),
+            1
+        );
         // Another worker's partition, or none: a violation.
         let report = reader(Some("worker 2 pid 9 servers [0] Both"));
         assert_eq!(counted(&report), ["loss_first_seen_at_release"]);
@@ -2858,7 +2886,10 @@ mod tests {
         assert!(report.violations.is_empty(), "{:#?}", report.violations);
         // Without p1 there was room for p3 beside ours: no proof, a violation.
         events.drain(..2);
-        assert_eq!(counted(&check(&events, None)), ["loss_first_seen_at_release"]);
+        assert_eq!(
+            counted(&check(&events, None)),
+            ["loss_first_seen_at_release"]
+        );
     }
 
     #[test]
@@ -3166,7 +3197,11 @@ mod tests {
             "partition_from_server",
         ] {
             let report = with(name, "worker 1 pid 9 servers [0] Both");
-            assert!(counted(&report).is_empty(), "{name}: {:#?}", report.violations);
+            assert!(
+                counted(&report).is_empty(),
+                "{name}: {:#?}",
+                report.violations
+            );
             assert_eq!(report.excused_by().get("net_fault"), Some(&1), "{name}");
             // Another worker's partition does not excuse it.
             let report = with(name, "worker 2 pid 9 servers [0] Both");
@@ -3196,7 +3231,15 @@ mod tests {
             events.push(fault_id(50, "partition_both", "start", target, 1, None));
             events.push(fault_id(heal, "partition_both", "heal", target, 1, None));
             if let Some(t) = answer_at {
-                events.extend(hold_of(LockKind::Plain, "chaos-0", "w1-t0-0", "p", 1, 9, (t - 100, t, t + 10)));
+                events.extend(hold_of(
+                    LockKind::Plain,
+                    "chaos-0",
+                    "w1-t0-0",
+                    "p",
+                    1,
+                    9,
+                    (t - 100, t, t + 10),
+                ));
             }
             check(&events, None)
         };
@@ -3210,7 +3253,15 @@ mod tests {
             hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
             hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
             hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
-            hold_of(LockKind::Hot, "hot-0", "w1-t12-0", "k", 1, 9, (240, 250, 260)),
+            hold_of(
+                LockKind::Hot,
+                "hot-0",
+                "w1-t12-0",
+                "k",
+                1,
+                9,
+                (240, 250, 260),
+            ),
         ]);
         let target = "worker 1 pid 9 servers [0] Both";
         events.push(fault_id(50, "partition_both", "start", target, 1, None));
@@ -3318,6 +3369,54 @@ mod tests {
         in_time.push(key_gone);
         in_time.insert(2, lost(1400, 0, "u2", 5));
         assert!(counted(&check(&in_time, None)).is_empty());
+    }
+
+    #[test]
+    fn a_hot_use_begun_before_the_watchdog_could_see_a_data_loss_is_excused() {
+        use LockKind::{Hot, Plain};
+        // Worker 0 keeps hot-0 from its first use at 100 ms; the server restarts empty at
+        // 1000-1040 ms; worker 1 takes the lock from the empty server at 1050 ms.
+        let run = |use_at: u64| {
+            let mut events = history(&[
+                hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+                hold_of(
+                    Hot,
+                    "hot-0",
+                    "u2",
+                    "c:h1~k",
+                    0,
+                    5,
+                    (use_at, use_at, use_at + 400),
+                ),
+                hold_of(
+                    Plain,
+                    "hot-0",
+                    "w1-t0-0",
+                    "b",
+                    1,
+                    1,
+                    (1050, 1050, use_at + 300),
+                ),
+            ]);
+            events.push(fault(1000, "restart_empty", "start", "server 0"));
+            events.push(fault(1040, "restart_empty", "heal", "port 1"));
+            check(&events, None)
+        };
+        // The use began 160 ms after the heal, within lease/3 + 500 ms + 100 ms: the
+        // watchdog had not had to notice yet.
+        let report = run(1200);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert!(report.excused_by().contains_key("data_loss"));
+        // Begun 1.4 s after the heal, past that bound: the client used a lock it had lost.
+        let report = run(2440);
+        let mut kinds = counted(&report);
+        kinds.sort_unstable();
+        assert_eq!(
+            kinds,
+            ["hot_use_after_loss", "overlap"],
+            "{:#?}",
+            report.violations
+        );
     }
 
     #[test]
