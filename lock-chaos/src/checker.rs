@@ -28,6 +28,7 @@ use crate::clock::ms_between;
 use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 use crate::nemesis::Fault;
 use crate::register::{LoggedWrite, RegisterTruth};
+use crate::workload::SHUTDOWN_GRACE;
 
 /// Added to the documented `lost()` bound for scheduling and recording (ms).
 const LOST_ALLOWANCE: Duration = Duration::from_millis(100);
@@ -144,6 +145,8 @@ struct Hold {
     /// When the release answered (a loss before then and after its start happened while
     /// the release was on its way).
     release_end: Option<u64>,
+    /// The deadline at which a client's shutdown took the lock from this hold.
+    surrendered: Option<u64>,
     /// Why a fault could have touched it (empty: nothing did).
     touched: BTreeSet<&'static str>,
 }
@@ -1211,6 +1214,7 @@ pub fn analyze(
                     release: None,
                     release_start: None,
                     release_end: None,
+                    surrendered: None,
                     touched: BTreeSet::new(),
                 });
             }
@@ -1273,6 +1277,29 @@ pub fn analyze(
                 }
             }
             _ => {}
+        }
+    }
+    // The shutdown workload: a lock the client's shutdown took at its deadline (its start
+    // plus the grace period, when the README says the lock is taken) ends there, and that
+    // is its loss, even when the holder's zero-wait `lost()` check ran just before the
+    // surrender and its release then returned `LeaseLost`.
+    let grace = SHUTDOWN_GRACE.as_nanos() as u64;
+    for event in events {
+        let Event::ShutdownDone {
+            t_start,
+            hold: Some(hold),
+            released_at_deadline,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        let deadline = t_start + grace;
+        if let Some(h) = index.get(hold).map(|&i| &mut holds[i]) {
+            if *released_at_deadline > 0 && h.lost.is_none() && h.end > deadline {
+                h.end = deadline;
+                h.surrendered = Some(deadline);
+            }
         }
     }
     // When each kept hot lock was taken from the store: the first use under its owner
@@ -1554,11 +1581,16 @@ pub fn analyze(
                     .min()
             };
             let (server, successor, destroyed) = signs(horizon);
-            let loss = [server, successor, destroyed].into_iter().flatten().min();
+            let loss = [server, successor, destroyed, h.surrendered]
+                .into_iter()
+                .flatten()
+                .min();
             let source = if loss.is_some() && loss == server {
                 "the server reported the key gone"
             } else if loss.is_some() && loss == successor {
                 "another owner acquired"
+            } else if loss.is_some() && loss == h.surrendered {
+                "the shutdown took the lock at its deadline"
             } else {
                 "a fault destroyed the lock's data"
             };
@@ -3458,6 +3490,52 @@ mod tests {
         ]);
         slow.push(done(255));
         assert_eq!(counted(&check(&slow, None)), ["shutdown_release_slow"]);
+    }
+
+    #[test]
+    fn a_shutdown_ends_its_hold_at_the_deadline() {
+        use LockKind::{Plain, Shutdown};
+        // The shutdown starts at 200 ms with a 50 ms grace: the lock is taken at 250 ms.
+        // The holder's work ended at 249 ms (its zero-wait lost() check saw nothing), its
+        // release started at 252 ms and returned LeaseLost; a waiter got the lock at 251 ms.
+        let run = |at_deadline: usize, waiter: bool| {
+            let [acquired, _] = hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 252));
+            let mut events = vec![acquired];
+            events.push(Event::Released {
+                t_start: 252 * MS,
+                t: 253 * MS,
+                worker: 0,
+                task: 0,
+                hold: "s".into(),
+                name: "shut-0".into(),
+                owner: "a".into(),
+                token: 1,
+                result: "lease_lost".into(),
+            });
+            events.push(Event::ShutdownDone {
+                t_start: 200 * MS,
+                t: 254 * MS,
+                worker: 0,
+                hold: Some("s".into()),
+                name: "shut-0".into(),
+                released_by_holders: 0,
+                released_at_deadline: at_deadline,
+                not_held: 0,
+                failed: 0,
+                error: None,
+            });
+            if waiter {
+                events.extend(hold_of(Plain, "shut-0", "n", "b", 1, 2, (150, 251, 400)));
+            }
+            check(&events, None)
+        };
+        for waiter in [false, true] {
+            let report = run(1, waiter);
+            assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        }
+        // A shutdown that took nothing at its deadline does not end the hold there.
+        assert_eq!(counted(&run(0, false)), ["loss_first_seen_at_release"]);
+        assert_eq!(counted(&run(0, true)), ["overlap"]);
     }
 
     #[test]
