@@ -28,6 +28,7 @@ use crate::clock::ms_between;
 use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 use crate::nemesis::Fault;
 use crate::register::{LoggedWrite, RegisterTruth};
+use crate::workload::SHUTDOWN_GRACE;
 
 /// Added to the documented `lost()` bound for scheduling and recording (ms).
 const LOST_ALLOWANCE: Duration = Duration::from_millis(100);
@@ -50,6 +51,14 @@ const SHUTDOWN_RECOVERY_BOUND: Duration = Duration::from_secs(1);
 /// touched too.
 const FAILOVER_SLACK: Duration = Duration::from_secs(1);
 
+/// A fault that delayed a worker's commands may leave its connection stuck past the heal
+/// (TCP's retransmission backoff after a blackhole, a dead socket after a server restart):
+/// its effect lasts until the worker's first answer from the lock servers, at most this long.
+const STUCK_AFTER_HEAL: Duration = Duration::from_secs(2);
+
+/// How many violations the table lists (the JSON lines output has all of them).
+const LISTED_VIOLATIONS: usize = 20;
+
 /// One fault injection as the nemesis recorded it.
 #[derive(Debug, Clone)]
 struct Window {
@@ -69,6 +78,39 @@ struct Window {
 impl Window {
     fn kind(&self) -> Option<Fault> {
         Fault::ALL.iter().copied().find(|f| f.name() == self.fault)
+    }
+
+    /// Whether the fault could delay or drop `worker`'s commands to the lock servers while
+    /// it was active, by what it does, whichever schedule named it: a cut or slowed network
+    /// of that worker (every partition, latency), or a server-side fault every client sees
+    /// (connections killed or reset, scripts flushed, a server restarted, stopped, paused
+    /// or failed over). Not a pause or kill of a worker process (those are `pause`, or end
+    /// the holds), nor a clock jump (it moves TTLs, not commands: a forward one is
+    /// `data_loss`).
+    fn delays_commands_of(&self, worker: u32) -> bool {
+        match self.fault.as_str() {
+            "partition"
+            | "partition_both"
+            | "partition_to_server"
+            | "partition_from_server"
+            | "partition_one_master"
+            | "latency" => self.worker() == Some(worker),
+            "client_kill"
+            | "script_flush"
+            | "proxy_reset"
+            | "restart_persistent"
+            | "restart_empty"
+            | "failover"
+            | "stop_minority"
+            | "stop_majority"
+            | "bare_majority"
+            | "pause_master_past_down_after"
+            | "manual_failover"
+            | "replication_lag"
+            | "split_brain"
+            | "split_brain_min_replicas" => true,
+            _ => false,
+        }
     }
 
     /// The worker a fault targeted (`worker N pid P`).
@@ -100,6 +142,11 @@ struct Hold {
     lost: Option<u64>,
     release: Option<String>,
     release_start: Option<u64>,
+    /// When the release answered (a loss before then and after its start happened while
+    /// the release was on its way).
+    release_end: Option<u64>,
+    /// The deadline at which a client's shutdown took the lock from this hold.
+    surrendered: Option<u64>,
     /// Why a fault could have touched it (empty: nothing did).
     touched: BTreeSet<&'static str>,
 }
@@ -123,7 +170,8 @@ pub struct Violation {
     /// The holds involved.
     pub holds: Vec<String>,
     /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`; for a FIFO
-    /// inversion also `net_fault`), or `None`: a violation.
+    /// inversion, or a reader's or permits' release that found them gone, also
+    /// `net_fault`), or `None`: a violation.
     pub excused: Option<String>,
     /// What exactly (owners, tokens, values).
     pub detail: String,
@@ -758,7 +806,12 @@ impl BackendReport {
                 self.layouts.checks, self.layouts.both, self.layouts.failed
             ));
         }
-        for v in self.violations.iter().filter(|v| v.counts()).take(20) {
+        for v in self
+            .violations
+            .iter()
+            .filter(|v| v.counts())
+            .take(LISTED_VIOLATIONS)
+        {
             out.push_str(&format!(
                 "- violation {} ({}, {}, at {:.0} ms, holds {}): {}\n",
                 v.kind,
@@ -767,6 +820,12 @@ impl BackendReport {
                 v.at_ms,
                 v.holds.join(", "),
                 v.detail
+            ));
+        }
+        let unlisted = self.unexcused().saturating_sub(LISTED_VIOLATIONS);
+        if unlisted > 0 {
+            out.push_str(&format!(
+                "- ... and {unlisted} more (every one is in the JSON lines output)\n"
             ));
         }
         out
@@ -1154,6 +1213,8 @@ pub fn analyze(
                     lost: None,
                     release: None,
                     release_start: None,
+                    release_end: None,
+                    surrendered: None,
                     touched: BTreeSet::new(),
                 });
             }
@@ -1209,6 +1270,7 @@ pub fn analyze(
                     h.end = h.end.min(*t_start);
                     h.release = Some(result.clone());
                     h.release_start = Some(*t_start);
+                    h.release_end = Some(*t);
                 }
                 if result == "backend" {
                     rows[row_at(*t)].errors += 1;
@@ -1216,6 +1278,36 @@ pub fn analyze(
             }
             _ => {}
         }
+    }
+    // The shutdown workload: a lock the client's shutdown took at its deadline (its start
+    // plus the grace period, when the README says the lock is taken) ends there, and that
+    // is its loss, even when the holder's zero-wait `lost()` check ran just before the
+    // surrender and its release then returned `LeaseLost`.
+    let grace = SHUTDOWN_GRACE.as_nanos() as u64;
+    for event in events {
+        let Event::ShutdownDone {
+            t_start,
+            hold: Some(hold),
+            released_at_deadline,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        let deadline = t_start + grace;
+        if let Some(h) = index.get(hold).map(|&i| &mut holds[i]) {
+            if *released_at_deadline > 0 && h.lost.is_none() && h.end > deadline {
+                h.end = deadline;
+                h.surrendered = Some(deadline);
+            }
+        }
+    }
+    // When each kept hot lock was taken from the store: the first use under its owner
+    // field (the client's keeper field).
+    let mut keep_start: HashMap<String, u64> = HashMap::new();
+    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
+        let t = keep_start.entry(h.owner.clone()).or_insert(h.start);
+        *t = (*t).min(h.start);
     }
     for h in &mut holds {
         if h.end == u64::MAX {
@@ -1239,7 +1331,17 @@ pub fn analyze(
                 }
                 _ => {
                     if let Some((from, to)) = loss_span(backend, w) {
-                        if intersects(granted_from(h), h.end, from, to) {
+                        // A use of a kept lock uses what the client took from the store at
+                        // its first use: data lost since then is lost under this use too,
+                        // when the use began before the watchdog had to notice (the README:
+                        // within a renewal period; the same bound as for lost()). A use
+                        // that began later is the client's fault (`hot_use_after_loss`).
+                        let kept_through = h.kind == LockKind::Hot
+                            && h.start <= to + bound
+                            && keep_start
+                                .get(&h.owner)
+                                .is_some_and(|&kept| intersects(kept, h.end, from, to));
+                        if intersects(granted_from(h), h.end, from, to) || kept_through {
                             h.touched.insert("data_loss");
                         }
                     }
@@ -1267,6 +1369,83 @@ pub fn analyze(
             .any(|w| loses_counter(backend, w) && w.start >= from && w.start <= to)
     };
 
+    // Each worker's answers from the lock servers on its main client (the hot, Redisson
+    // and shutdown workloads have clients of their own, whose answers say nothing of it):
+    // an acquisition, a release answered `ok` or `not_held`, a wait that timed out.
+    let main_client = |kind: LockKind| {
+        !matches!(
+            kind,
+            LockKind::Hot | LockKind::Redisson | LockKind::Shutdown
+        )
+    };
+    let kind_of_name: HashMap<&str, LockKind> =
+        holds.iter().map(|h| (h.name.as_str(), h.kind)).collect();
+    let mut answers: HashMap<u32, Vec<u64>> = HashMap::new();
+    for event in events {
+        let answer = match event {
+            Event::Acquired {
+                t, worker, kind, ..
+            } if main_client(*kind) => Some((*worker, *t)),
+            Event::Released {
+                t,
+                worker,
+                hold,
+                result,
+                ..
+            } if matches!(result.as_str(), "ok" | "not_held")
+                && index.get(hold).is_some_and(|&i| main_client(holds[i].kind)) =>
+            {
+                Some((*worker, *t))
+            }
+            Event::AcquireFailed {
+                t,
+                worker,
+                name,
+                kind,
+                ..
+            } if kind == "timed_out"
+                && kind_of_name
+                    .get(name.as_str())
+                    .is_none_or(|k| main_client(*k)) =>
+            {
+                Some((*worker, *t))
+            }
+            _ => None,
+        };
+        if let Some((worker, t)) = answer {
+            answers.entry(worker).or_default().push(t);
+        }
+    }
+    for times in answers.values_mut() {
+        times.sort_unstable();
+    }
+    // Until when a fault that delayed `worker`'s commands kept doing so: its first answer
+    // at or after the heal, at most [`STUCK_AFTER_HEAL`] later.
+    let stuck = STUCK_AFTER_HEAL.as_nanos() as u64;
+    let effect_end = |w: &Window, worker: u32| -> u64 {
+        let cap = w.heal + stuck;
+        answers
+            .get(&worker)
+            .and_then(|times| {
+                let i = times.partition_point(|&t| t < w.heal);
+                times.get(i).copied()
+            })
+            .map_or(cap, |t| t.min(cap))
+    };
+    // Whether a fault could have delayed or dropped a worker's commands between two times
+    // (its connections blackholed or slowed, connections reset or killed, scripts
+    // flushed, a server restarted, failed over or stopped), until its connection answered
+    // again: a fair waiter's start then no longer dates its place in the queue, and a
+    // release's answer may come after the lease ran out.
+    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+        windows
+            .iter()
+            .any(|w| {
+                w.delays_commands_of(worker) && intersects(from, to, w.start, effect_end(w, worker))
+            })
+            .then_some("net_fault")
+    };
+
     let mut violations = Vec::new();
     let mut all_latencies = Vec::new();
     let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
@@ -1274,11 +1453,6 @@ pub fn analyze(
         by_name.entry(h.name.as_str()).or_default().push(h);
     }
     let mut overlapped: BTreeSet<&str> = BTreeSet::new();
-    let mut keep_start: HashMap<&str, u64> = HashMap::new();
-    for h in holds.iter().filter(|h| h.kind == LockKind::Hot) {
-        let t = keep_start.entry(h.owner.as_str()).or_insert(h.start);
-        *t = (*t).min(h.start);
-    }
     for (name, list) in &mut by_name {
         list.sort_by_key(|h| h.start);
         // Overlaps: a hold that began while another owner's was still believed.
@@ -1350,42 +1524,73 @@ pub fn analyze(
             // A use of a hot lock holds what the client took from the store at its first
             // use under this owner field: a loss since then is this use's loss too.
             let from = if h.kind == LockKind::Hot {
-                keep_start.get(h.owner.as_str()).copied().unwrap_or(h.start)
+                keep_start.get(&h.owner).copied().unwrap_or(h.start)
             } else {
                 h.start
             };
             let horizon = h.lost.or(h.release_start).unwrap_or(h.end);
-            let successor = list[j + 1..]
-                .iter()
-                .filter(|b| displaces(h, b) && b.start > h.start && b.start <= horizon)
-                .map(|b| b.start)
-                .min();
-            let truth_until = successor.unwrap_or(horizon).min(horizon);
-            // Redlock holds the lock while a majority of masters has the key: it is gone
-            // when the key went on a majority (each master reports its own copy).
-            let server = key_gone.and_then(|times| {
-                let mut servers: BTreeSet<&str> = BTreeSet::new();
-                times
+            // The first sign, up to `until`, that the lock was gone: (the server's report,
+            // another owner's acquisition, a fault that destroyed the data).
+            let signs = |until: u64| {
+                let successor = list[j + 1..]
                     .iter()
-                    .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
-                    .find(|(_, server)| {
-                        servers.insert(server);
-                        servers.len() >= quorum
+                    .filter(|b| displaces(h, b) && b.start > h.start && b.start <= until)
+                    .map(|b| b.start)
+                    .min();
+                let truth_until = successor.unwrap_or(until).min(until);
+                // Redlock holds the lock while a majority of masters has the key: it is
+                // gone when the key went on a majority (each master reports its own copy).
+                let server = key_gone.and_then(|times| {
+                    let mut servers: BTreeSet<&str> = BTreeSet::new();
+                    times
+                        .iter()
+                        .filter(|(t, _)| *t >= from + guard && *t <= truth_until)
+                        .find(|(_, server)| {
+                            servers.insert(server);
+                            servers.len() >= quorum
+                        })
+                        .map(|(t, _)| *t)
+                });
+                let destroyed = windows
+                    .iter()
+                    .filter(|w| {
+                        loss_span(backend, w).is_some() && w.start >= from && w.start <= until
                     })
-                    .map(|(t, _)| *t)
-            });
-            let destroyed = windows
-                .iter()
-                .filter(|w| {
-                    loss_span(backend, w).is_some() && w.start >= from && w.start <= horizon
-                })
-                .map(|w| w.start)
+                    .map(|w| w.start)
+                    .min();
+                (server, successor, destroyed)
+            };
+            // Permits: another holder's grant that the total leaves no room for beside this
+            // hold's permits proves them gone.
+            let overflow = |until: u64| {
+                if h.kind != LockKind::Permit {
+                    return None;
+                }
+                let others_at = |t: u64| -> u32 {
+                    list.iter()
+                        .filter(|c| c.kind == LockKind::Permit && c.id != h.id)
+                        .filter(|c| c.start <= t && c.end > t)
+                        .map(|c| c.permits.max(1))
+                        .sum()
+                };
+                list.iter()
+                    .filter(|b| b.kind == LockKind::Permit && b.id != h.id)
+                    .filter(|b| b.start > h.start && b.start <= until)
+                    .filter(|b| others_at(b.start) + h.permits.max(1) > b.total.max(1))
+                    .map(|b| b.start)
+                    .min()
+            };
+            let (server, successor, destroyed) = signs(horizon);
+            let loss = [server, successor, destroyed, h.surrendered]
+                .into_iter()
+                .flatten()
                 .min();
-            let loss = [server, successor, destroyed].into_iter().flatten().min();
             let source = if loss.is_some() && loss == server {
                 "the server reported the key gone"
             } else if loss.is_some() && loss == successor {
                 "another owner acquired"
+            } else if loss.is_some() && loss == h.surrendered {
+                "the shutdown took the lock at its deadline"
             } else {
                 "a fault destroyed the lock's data"
             };
@@ -1405,9 +1610,29 @@ pub fn analyze(
                     && matches!(h.release.as_deref(), Some("lease_lost" | "not_held"))
                 {
                     let t = h.release_start.unwrap_or(h.end);
+                    // Gone while the release was on its way (after it started, before it
+                    // answered: a partition or a stuck connection held it past the lease's
+                    // end): not a loss the release saw first.
+                    if let Some(answered) = h.release_end {
+                        let (server, successor, destroyed) = signs(answered);
+                        if [server, successor, destroyed, overflow(answered)]
+                            .iter()
+                            .any(Option::is_some)
+                        {
+                            continue;
+                        }
+                    }
+                    // Readers and permits leave no sign of their own going (the key goes
+                    // with the last holder): a release delayed by a fault of its worker may
+                    // have arrived after the lease ran out.
+                    let excuse = if matches!(h.kind, LockKind::Read | LockKind::Permit) {
+                        net_faulted(h.worker, t, h.release_end.unwrap_or(t))
+                    } else {
+                        None
+                    };
                     let row = row_at(t);
                     rows[row].release_first_losses += 1;
-                    push_anomaly(&mut rows, &mut violations, row, &[h], None, Violation {
+                    push_anomaly(&mut rows, &mut violations, row, &[h], excuse, Violation {
                         kind: "loss_first_seen_at_release".into(),
                         backend: backend.into(),
                         fault: fault_at(t),
@@ -1482,46 +1707,23 @@ pub fn analyze(
     // hold: a fair waiter's wait, a waiter after a shutdown).
     let touched_during = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
         for w in &windows {
-            match w.kind() {
-                Some(Fault::PauseHolder)
-                    if w.worker() == Some(worker) && intersects(from, to, w.start, w.heal) =>
-                {
-                    return Some("pause");
+            if w.kind() == Some(Fault::PauseHolder)
+                && w.worker() == Some(worker)
+                && intersects(from, to, w.start, w.heal)
+            {
+                return Some("pause");
+            }
+            // The same data-loss spans as for holds, whichever schedule named the fault.
+            if let Some((lost_from, lost_to)) = loss_span(backend, w) {
+                if intersects(from, to, lost_from, lost_to) {
+                    return Some("data_loss");
                 }
-                Some(f) if f.destroys_lock() => {
-                    let slack = if f == Fault::Failover {
-                        FAILOVER_SLACK.as_nanos() as u64
-                    } else {
-                        0
-                    };
-                    if intersects(from, to, w.start, w.heal + slack) {
-                        return Some("data_loss");
-                    }
-                }
-                _ => {}
             }
         }
         stalls
             .iter()
             .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
             .then_some("stall")
-    };
-    // Whether a fault could have delayed or dropped a worker's commands between two times
-    // (its connections blackholed or slowed, connections reset or killed, scripts
-    // flushed, a server restarted, failed over or stopped): a fair waiter's start then
-    // no longer dates its place in the queue.
-    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
-        windows
-            .iter()
-            .any(|w| {
-                let hits_worker = match w.kind() {
-                    Some(Fault::Partition | Fault::Latency) => w.worker() == Some(worker),
-                    Some(Fault::PauseHolder | Fault::KillHolder) | None => false,
-                    Some(_) => true,
-                };
-                hits_worker && intersects(from, to, w.start, w.heal)
-            })
-            .then_some("net_fault")
     };
     let margin = FIFO_MARGIN.as_nanos() as u64;
     for (name, list) in &by_name {
@@ -1636,7 +1838,14 @@ pub fn analyze(
             let t = next.start;
             let row = row_at(t);
             rows[row].freed_early += 1;
-            push_anomaly(&mut rows, &mut violations, row, &[h, next], None, Violation {
+            // After the release the lock stays in the store until the minimum hold ends:
+            // data lost in that tail (an empty restart, a forward clock jump) frees it.
+            let tail_lost = windows.iter().any(|w| {
+                loss_span(backend, w)
+                    .is_some_and(|(from, to)| intersects(h.start, h.asked + h.min_hold, from, to))
+            });
+            let excuse = tail_lost.then_some("data_loss");
+            push_anomaly(&mut rows, &mut violations, row, &[h, next], excuse, Violation {
                 kind: "freed_before_min_hold".into(),
                 backend: backend.into(),
                 fault: fault_at(t),
@@ -2756,6 +2965,162 @@ mod tests {
     }
 
     #[test]
+    fn the_table_says_how_many_violations_it_does_not_list() {
+        let mut events = Vec::new();
+        for i in 0..(LISTED_VIOLATIONS as u64 + 2) {
+            let id = format!("w0-t0-{i}");
+            events.push(acq(1000 * i, 0, &id, i));
+            events.push(rel(1000 * i + 100, 0, &id, i, "lease_lost"));
+        }
+        let report = check(&events, None);
+        assert_eq!(report.unexcused(), LISTED_VIOLATIONS + 2);
+        let table = report.table();
+        assert_eq!(
+            table.matches("- violation ").count(),
+            LISTED_VIOLATIONS,
+            "{table}"
+        );
+        assert!(table.contains("- ... and 2 more"), "{table}");
+    }
+
+    /// A release of `id` started at `t_start` ms that answered `result` at `t` ms.
+    fn rel_until(t_start: u64, t: u64, worker: u32, id: &str, token: u64, result: &str) -> Event {
+        match rel(t_start, worker, id, token, result) {
+            Event::Released {
+                worker,
+                task,
+                hold,
+                name,
+                owner,
+                token,
+                result,
+                ..
+            } => Event::Released {
+                t_start: t_start * MS,
+                t: t * MS,
+                worker,
+                task,
+                hold,
+                name,
+                owner,
+                token,
+                result,
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_loss_while_the_release_was_on_its_way_is_not_seen_first_at_release() {
+        // The release starts at 1000 ms while the lease is valid; a partition holds it
+        // until 1700 ms; the key expired at 1600 ms and worker 2 took the lock at 1650 ms.
+        let base = [
+            acq(100, 1, "w1-t0-0", 5),
+            rel_until(1000, 1700, 1, "w1-t0-0", 5, "not_held"),
+        ];
+        let mut taken = base.to_vec();
+        taken.push(acq(1650, 2, "w2-t0-0", 6));
+        taken.push(rel(1800, 2, "w2-t0-0", 6, "ok"));
+        let report = check(&taken, None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert!(report.violations.is_empty());
+        let mut expired = base.to_vec();
+        expired.push(gone(1600));
+        assert!(check(&expired, None).violations.is_empty());
+        // No sign of a loss before the release answered: still a violation.
+        assert_eq!(counted(&check(&base, None)), ["loss_first_seen_at_release"]);
+        // Gone before the release started, past the bound, no lost() before: a violation,
+        // however long the release then took.
+        let mut before = vec![
+            acq(100, 1, "w1-t0-0", 5),
+            gone(300),
+            rel_until(2000, 2700, 1, "w1-t0-0", 5, "not_held"),
+        ];
+        assert_eq!(
+            counted(&check(&before, None)),
+            ["loss_first_seen_at_release"]
+        );
+        before.push(acq(2600, 2, "w2-t0-0", 6));
+        assert_eq!(
+            counted(&check(&before, None)),
+            ["loss_first_seen_at_release"]
+        );
+    }
+
+    #[test]
+    fn a_readers_release_delayed_by_its_workers_partition_is_excused() {
+        use LockKind::Read;
+        let [acquired, _] = hold_of(Read, "rw-0", "w1-t7-0", "a", 1, 1, (100, 100, 1000));
+        let reader = |partition: Option<&str>| {
+            let mut events = vec![acquired.clone()];
+            let released = Event::Released {
+                t_start: 1000 * MS,
+                t: 1400 * MS,
+                worker: 1,
+                task: 0,
+                hold: "w1-t7-0".into(),
+                name: "rw-0".into(),
+                owner: "a".into(),
+                token: 1,
+                result: "not_held".into(),
+            };
+            events.push(released);
+            if let Some(target) = partition {
+                events.push(fault_id(800, "partition_both", "start", target, 1, None));
+                events.push(fault_id(1100, "partition_both", "heal", target, 1, None));
+            }
+            check(&events, None)
+        };
+        let report = reader(Some("worker 1 pid 9 servers [0] Both"));
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        assert_eq!(
+            report
+                .rows
+                .iter()
+                .map(|r| r.release_first_losses)
+                .sum::<usize>(),
+            1
+        );
+        // Another worker's partition, or none: a violation.
+        let report = reader(Some("worker 2 pid 9 servers [0] Both"));
+        assert_eq!(counted(&report), ["loss_first_seen_at_release"]);
+        assert_eq!(counted(&reader(None)), ["loss_first_seen_at_release"]);
+    }
+
+    #[test]
+    fn a_permit_taken_while_the_release_was_on_its_way_shows_the_loss() {
+        use LockKind::Permit;
+        // Two permits in all: p1 holds one, ours the other; its release (1000 to 1500 ms)
+        // answers not_held, and p3 got a permit at 1200 ms while p1 still held its own.
+        let mut events = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 2000)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (1100, 1200, 1300)),
+        ]);
+        let [ours, _] = hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 1000));
+        events.push(ours);
+        events.push(Event::Released {
+            t_start: 1000 * MS,
+            t: 1500 * MS,
+            worker: 1,
+            task: 0,
+            hold: "p2".into(),
+            name: "sem-0".into(),
+            owner: "b".into(),
+            token: 2,
+            result: "not_held".into(),
+        });
+        let report = check(&events, None);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        // Without p1 there was room for p3 beside ours: no proof, a violation.
+        events.drain(..2);
+        assert_eq!(
+            counted(&check(&events, None)),
+            ["loss_first_seen_at_release"]
+        );
+    }
+
+    #[test]
     fn a_loss_first_seen_at_release_is_a_violation() {
         let events = [
             acq(100, 0, "w0-t0-0", 5),
@@ -3040,6 +3405,113 @@ mod tests {
     }
 
     #[test]
+    fn the_random_schedules_faults_excuse_a_fifo_inversion_by_what_they_do() {
+        use LockKind::Fair;
+        let inverted = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+        ]);
+        let with = |name: &str, target: &str| {
+            let mut events = inverted.clone();
+            events.push(fault_id(50, name, "start", target, 1, None));
+            events.push(fault_id(150, name, "heal", target, 1, None));
+            check(&events, None)
+        };
+        // The earlier waiter asked inside its own worker's partition (the lab's names).
+        for name in [
+            "partition_both",
+            "partition_to_server",
+            "partition_from_server",
+        ] {
+            let report = with(name, "worker 1 pid 9 servers [0] Both");
+            assert!(
+                counted(&report).is_empty(),
+                "{name}: {:#?}",
+                report.violations
+            );
+            assert_eq!(report.excused_by().get("net_fault"), Some(&1), "{name}");
+            // Another worker's partition does not excuse it.
+            let report = with(name, "worker 2 pid 9 servers [0] Both");
+            assert_eq!(counted(&report), ["fifo_inversion"], "{name}");
+        }
+        // A forward jump of the server's clock while it waited may have expired its place
+        // in the queue: data loss; a backward one only lengthens TTLs.
+        let report = with("clock_jump_forward", "server port 1 pid 2 +2000 ms");
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+        let report = with("clock_jump_backward", "server port 1 pid 2 -2000 ms");
+        assert_eq!(counted(&report), ["fifo_inversion"]);
+    }
+
+    #[test]
+    fn a_fault_delays_a_worker_until_its_first_answer_after_the_heal() {
+        use LockKind::Fair;
+        // Worker 1's partition heals at 150 ms; it asks at 300 ms, but its connection is
+        // stuck until its first answer from the server (an acquisition at 600 ms).
+        let inverted = |answer_at: Option<u64>, heal: u64| {
+            let mut events = history(&[
+                hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+                hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+                hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+            ]);
+            let target = "worker 1 pid 9 servers [0] Both";
+            events.push(fault_id(50, "partition_both", "start", target, 1, None));
+            events.push(fault_id(heal, "partition_both", "heal", target, 1, None));
+            if let Some(t) = answer_at {
+                events.extend(hold_of(
+                    LockKind::Plain,
+                    "chaos-0",
+                    "w1-t0-0",
+                    "p",
+                    1,
+                    9,
+                    (t - 100, t, t + 10),
+                ));
+            }
+            check(&events, None)
+        };
+        let report = inverted(Some(600), 150);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+        // It answered before it asked: the fault no longer delayed it.
+        assert_eq!(counted(&inverted(Some(250), 150)), ["fifo_inversion"]);
+        // An answer of another client of the worker (hot, Redisson, shutdown) does not count.
+        let mut events = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+            hold_of(
+                LockKind::Hot,
+                "hot-0",
+                "w1-t12-0",
+                "k",
+                1,
+                9,
+                (240, 250, 260),
+            ),
+        ]);
+        let target = "worker 1 pid 9 servers [0] Both";
+        events.push(fault_id(50, "partition_both", "start", target, 1, None));
+        events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+        assert!(counted(&check(&events, None)).is_empty());
+        // With no answer at all, at most 2 s after the heal.
+        assert!(counted(&inverted(None, 150)).is_empty());
+        let report = {
+            let mut events = history(&[
+                hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 3000)),
+                hold_of(Fair, "fair-0", "b", "b", 2, 2, (2500, 3000, 3200)),
+                hold_of(Fair, "fair-0", "a", "a", 1, 3, (2300, 3200, 3400)),
+            ]);
+            let target = "worker 1 pid 9 servers [0] Both";
+            events.push(fault_id(50, "partition_both", "start", target, 1, None));
+            events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+            check(&events, None)
+        };
+        assert_eq!(counted(&report), ["fifo_inversion"]);
+    }
+
+    #[test]
     fn each_name_of_a_multilock_is_checked_as_a_plain_hold() {
         use LockKind::{Multi, Plain};
         let fine = history(&[
@@ -3082,6 +3554,33 @@ mod tests {
             hold_of(Plain, "atleast-0", "n", "b", 1, 2, (150, 490, 550)),
         ]);
         assert!(counted(&check(&on_time, None)).is_empty());
+        // Data lost in the lock's tail after the release (here a restart that undid a
+        // backward clock jump) frees it early: excused; a loss after the minimum hold is not.
+        let with_jump = |at: u64| {
+            let mut events = early.clone();
+            let target = "server port 1 restarted: its clock lost a -1400 ms offset";
+            events.push(fault_id(
+                at,
+                "clock_jump_forward_by_restart",
+                "start",
+                target,
+                1,
+                None,
+            ));
+            events.push(fault_id(
+                at + 30,
+                "clock_jump_forward_by_restart",
+                "heal",
+                target,
+                1,
+                None,
+            ));
+            check(&events, None)
+        };
+        let report = with_jump(240);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+        assert_eq!(counted(&with_jump(600)), ["freed_before_min_hold"]);
         // A holder that lost its lock promises nothing.
         let mut lost_it = early.clone();
         lost_it.insert(1, lost(190, 0, "h", 1));
@@ -3128,6 +3627,54 @@ mod tests {
     }
 
     #[test]
+    fn a_hot_use_begun_before_the_watchdog_could_see_a_data_loss_is_excused() {
+        use LockKind::{Hot, Plain};
+        // Worker 0 keeps hot-0 from its first use at 100 ms; the server restarts empty at
+        // 1000-1040 ms; worker 1 takes the lock from the empty server at 1050 ms.
+        let run = |use_at: u64| {
+            let mut events = history(&[
+                hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+                hold_of(
+                    Hot,
+                    "hot-0",
+                    "u2",
+                    "c:h1~k",
+                    0,
+                    5,
+                    (use_at, use_at, use_at + 400),
+                ),
+                hold_of(
+                    Plain,
+                    "hot-0",
+                    "w1-t0-0",
+                    "b",
+                    1,
+                    1,
+                    (1050, 1050, use_at + 300),
+                ),
+            ]);
+            events.push(fault(1000, "restart_empty", "start", "server 0"));
+            events.push(fault(1040, "restart_empty", "heal", "port 1"));
+            check(&events, None)
+        };
+        // The use began 160 ms after the heal, within lease/3 + 500 ms + 100 ms: the
+        // watchdog had not had to notice yet.
+        let report = run(1200);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert!(report.excused_by().contains_key("data_loss"));
+        // Begun 1.4 s after the heal, past that bound: the client used a lock it had lost.
+        let report = run(2440);
+        let mut kinds = counted(&report);
+        kinds.sort_unstable();
+        assert_eq!(
+            kinds,
+            ["hot_use_after_loss", "overlap"],
+            "{:#?}",
+            report.violations
+        );
+    }
+
+    #[test]
     fn layer_holds_are_checked_as_plain_ones() {
         use LockKind::Layer;
         let overlapping = history(&[
@@ -3166,6 +3713,52 @@ mod tests {
         ]);
         slow.push(done(255));
         assert_eq!(counted(&check(&slow, None)), ["shutdown_release_slow"]);
+    }
+
+    #[test]
+    fn a_shutdown_ends_its_hold_at_the_deadline() {
+        use LockKind::{Plain, Shutdown};
+        // The shutdown starts at 200 ms with a 50 ms grace: the lock is taken at 250 ms.
+        // The holder's work ended at 249 ms (its zero-wait lost() check saw nothing), its
+        // release started at 252 ms and returned LeaseLost; a waiter got the lock at 251 ms.
+        let run = |at_deadline: usize, waiter: bool| {
+            let [acquired, _] = hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 252));
+            let mut events = vec![acquired];
+            events.push(Event::Released {
+                t_start: 252 * MS,
+                t: 253 * MS,
+                worker: 0,
+                task: 0,
+                hold: "s".into(),
+                name: "shut-0".into(),
+                owner: "a".into(),
+                token: 1,
+                result: "lease_lost".into(),
+            });
+            events.push(Event::ShutdownDone {
+                t_start: 200 * MS,
+                t: 254 * MS,
+                worker: 0,
+                hold: Some("s".into()),
+                name: "shut-0".into(),
+                released_by_holders: 0,
+                released_at_deadline: at_deadline,
+                not_held: 0,
+                failed: 0,
+                error: None,
+            });
+            if waiter {
+                events.extend(hold_of(Plain, "shut-0", "n", "b", 1, 2, (150, 251, 400)));
+            }
+            check(&events, None)
+        };
+        for waiter in [false, true] {
+            let report = run(1, waiter);
+            assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        }
+        // A shutdown that took nothing at its deadline does not end the hold there.
+        assert_eq!(counted(&run(0, false)), ["loss_first_seen_at_release"]);
+        assert_eq!(counted(&run(0, true)), ["overlap"]);
     }
 
     #[test]

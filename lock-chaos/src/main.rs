@@ -20,6 +20,7 @@ mod nemesis;
 mod netns;
 mod proxy;
 mod register;
+mod replay;
 mod run;
 mod schedule;
 mod settings;
@@ -55,6 +56,9 @@ struct Cli {
 enum Command {
     /// Run the workers, the nemesis and the checker on each backend; print the tables.
     Run(RunArgs),
+    /// Check a saved history again (`run --history DIR`): the same checker, tables and
+    /// violations, without servers.
+    Check(CheckArgs),
     /// One worker process (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -136,6 +140,27 @@ struct RunArgs {
     strict: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The history: a directory `run --history` wrote (one subdirectory per backend), or one
+    /// backend's subdirectory.
+    #[arg(long)]
+    history: PathBuf,
+    /// Check only this backend's history (required when the directory's name is not a
+    /// backend's).
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// The workers' lease, ms (default: the one the run recorded, else 1500).
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// Write the rows and violations as JSON lines to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Exit with status 1 on any violation.
+    #[arg(long)]
+    strict: bool,
+}
+
 /// Which schedule `run` follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ScheduleKind {
@@ -189,6 +214,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run_command(args)),
+        Command::Check(args) => check_command(args),
         Command::Worker(args) => runtime.block_on(worker_command(args)),
     }
 }
@@ -245,18 +271,42 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         fence_store: args.fence_store,
     };
     let reports = run::run(config).await?;
+    verdict(&reports, args.strict);
+    Ok(())
+}
+
+/// Prints the count of violations; with `strict`, exits 1 on any.
+fn verdict(reports: &[checker::BackendReport], strict: bool) {
     let violations: usize = reports.iter().map(checker::BackendReport::unexcused).sum();
     if violations > 0 {
         println!(
             "{violations} violation(s): anomalies involving no hold a fault touched (or a \
              register-store check that failed)"
         );
-        if args.strict {
+        if strict {
             std::process::exit(1);
         }
     } else {
         println!("no violation: every anomaly involved a hold a fault touched");
     }
+}
+
+fn check_command(args: CheckArgs) -> anyhow::Result<()> {
+    if let Some(out) = &args.out {
+        std::fs::File::create(out)?;
+    }
+    let lease = args.lease_ms.map(Duration::from_millis);
+    let mut reports = Vec::new();
+    for (backend, dir) in replay::backend_dirs(&args.history, args.backend)? {
+        let report = replay::check_dir(backend, &dir, lease)?;
+        println!("{}", report.table());
+        if let Some(out) = &args.out {
+            report.append_json(out)?;
+        }
+        reports.push(report);
+    }
+    println!("{}", checker::summary(&reports));
+    verdict(&reports, args.strict);
     Ok(())
 }
 

@@ -520,6 +520,18 @@ async fn run_backend(
             Arc::try_unwrap(shared).map_err(|_| anyhow!("a fault step outlived the schedule"))?;
     }
     let run_end = now_ns();
+    // What a replay of the history (`check`) needs beside the events.
+    let bounds = crate::replay::RunBounds {
+        run_start,
+        run_end,
+        lease_ms: config.lease.as_millis() as u64,
+    };
+    if let Err(e) = crate::replay::save_bounds(dir, &bounds) {
+        eprintln!(
+            "lock-chaos: {}: cannot save the run's bounds: {e:#}",
+            backend.name()
+        );
+    }
     probe_deadline.store(0, Ordering::Relaxed);
     let _ = blocking(move || {
         let _ = probe.join();
