@@ -971,12 +971,17 @@ fn hold_key(kind: LockKind, name: &str) -> String {
 
 /// The earliest moment the hold's lock may have been granted: `lock_all` takes its names
 /// one after another during the call, so a name of it may be held from the call's start;
-/// other holds from the acquisition's return.
+/// other holds from when the attempt that succeeded was sent: at most two response
+/// timeouts before the acquisition's return (one send and the resend after a dropped
+/// connection; Redlock asks its masters at once), and never before the call. The lock is
+/// written on the servers then, so a data loss, or a pause of the acquiring process, between
+/// that write and the return can undo it or outlast it before the holder knows it holds.
 fn granted_from(h: &Hold) -> u64 {
     if h.kind == LockKind::Multi {
         h.asked.min(h.start)
     } else {
-        h.start
+        let attempt = 2 * crate::settings::RESPONSE_TIMEOUT.as_nanos() as u64;
+        h.start.saturating_sub(attempt).max(h.asked).min(h.start)
     }
 }
 
@@ -1325,7 +1330,7 @@ pub fn analyze(
             match w.kind() {
                 Some(Fault::PauseHolder)
                     if w.worker() == Some(h.worker)
-                        && intersects(h.start, h.end, w.start, w.heal) =>
+                        && intersects(granted_from(h), h.end, w.start, w.heal) =>
                 {
                     h.touched.insert("pause");
                 }
@@ -2779,6 +2784,56 @@ mod tests {
         assert!(overlaps[0].holds.contains(&"w0-t0-0".to_owned()));
         assert!(overlaps[1].holds.contains(&"w0-t0-1".to_owned()));
         assert_eq!(report.unexcused(), 2);
+    }
+
+    #[test]
+    fn a_pause_or_data_loss_while_the_succeeding_attempt_was_on_its_way_touches_the_hold() {
+        // Worker 2's acquire call ran 1000..1700 ms; it was paused 1200..1650 ms, after its
+        // attempt was sent, and worker 0 took the lock meanwhile. Worker 3's call ran
+        // 3000..3300 ms across an empty restart healed at 3250 ms. Worker 4's call began
+        // 5000 ms, and its pause (5100..5300 ms) ended more than two response timeouts
+        // before its acquisition returned at 6500 ms: not excused.
+        let mut events = vec![
+            acq(1000, 2, "w2-t0-0", 1),
+            fault(1200, "pause_holder", "start", "worker 2 pid 9"),
+            acq(1300, 0, "w0-t0-0", 2),
+            fault(1650, "pause_holder", "heal", "worker 2 pid 9"),
+            rel(1750, 2, "w2-t0-0", 1, "ok"),
+            rel(1800, 0, "w0-t0-0", 2, "ok"),
+            acq(3000, 3, "w3-t0-0", 3),
+            fault(3200, "restart_empty", "start", "lock master"),
+            fault(3250, "restart_empty", "heal", "lock master"),
+            acq(3350, 1, "w1-t0-0", 1),
+            rel(3400, 3, "w3-t0-0", 3, "not_held"),
+            rel(3500, 1, "w1-t0-0", 1, "ok"),
+            acq(5000, 4, "w4-t0-0", 5),
+            fault(5100, "pause_holder", "start", "worker 4 pid 9"),
+            fault(5300, "pause_holder", "heal", "worker 4 pid 9"),
+            acq(6400, 0, "w0-t0-1", 6),
+            rel(6700, 4, "w4-t0-0", 5, "ok"),
+            rel(6800, 0, "w0-t0-1", 6, "ok"),
+        ];
+        // The calls started before they returned.
+        for (event, asked) in [(0, 1000), (6, 3000), (12, 5000)] {
+            if let Event::Acquired { t, t_start, .. } = &mut events[event] {
+                *t_start = asked * MS;
+                *t = match asked {
+                    1000 => 1700 * MS,
+                    3000 => 3300 * MS,
+                    _ => 6500 * MS,
+                };
+            }
+        }
+        let report = check(&events, None);
+        let overlaps: Vec<&Violation> = report
+            .violations
+            .iter()
+            .filter(|v| v.kind == "overlap")
+            .collect();
+        assert_eq!(overlaps.len(), 3, "{:#?}", report.violations);
+        let counted: Vec<&Violation> = overlaps.iter().copied().filter(|v| v.counts()).collect();
+        assert_eq!(counted.len(), 1, "{:#?}", report.violations);
+        assert!(counted[0].holds.contains(&"w4-t0-0".to_owned()));
     }
 
     #[test]
