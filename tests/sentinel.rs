@@ -250,21 +250,23 @@ fn inspect_follows_the_new_master_on_its_first_try_after_a_missed_failover() {
     });
 }
 
+/// How many subscribed connections `sentinel` has.
+fn subscribers(sentinel: &RedisServer) -> usize {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut sentinel.conn())
+        .unwrap();
+    clients
+        .lines()
+        .filter(|line| line.contains(" sub=1 "))
+        .count()
+}
+
 /// The client listens to every sentinel for `+switch-master` while it lives,
 /// and stops at shutdown: no subscription of it is left on the sentinels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sentinel_watcher_stops_at_shutdown() {
     let set = RedisSentinels::start(MASTER);
-    let subscribers = |sentinel: &RedisServer| -> usize {
-        let clients: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query(&mut sentinel.conn())
-            .unwrap();
-        clients
-            .lines()
-            .filter(|line| line.contains(" sub=1 "))
-            .count()
-    };
     let client = LockClient::builder()
         .connect_sentinel(set.sentinel_urls(), MASTER)
         .await
@@ -348,4 +350,127 @@ fn two_processes_exclude_each_other() {
 #[ignore = "run in child processes by two_processes_exclude_each_other"]
 async fn process_worker() {
     suite::counter_worker().await;
+}
+
+/// The first element of `server`'s `ROLE` reply: `master` or `slave`.
+fn role(server: &RedisServer) -> String {
+    let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut server.conn()).unwrap();
+    match reply.first() {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        Some(redis::Value::SimpleString(role)) => role.clone(),
+        other => panic!("unexpected ROLE reply {other:?}"),
+    }
+}
+
+/// A forced failover (`SENTINEL FAILOVER`) whose promoted replica is paused
+/// right after its promotion, before the sentinels announce it: the client
+/// hears `+switch-master` but cannot connect to the new master, while the old
+/// master is still a master (the sentinels demote it seconds later). The
+/// client must not lock there (other clients lock on the new master): the
+/// acquisition fails with `BackendError::MasterUnreachable`, leaves no key on
+/// the old master, and a lock held from before loses its renewals and is lost
+/// at its local deadline. Once the new master answers, the client moves there.
+///
+/// Old code: the acquisition succeeded on the old master, and the held lock
+/// went on being renewed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cut_off_from_the_new_master_does_not_lock_on_the_old_one() {
+    let mut set = RedisSentinels::start(MASTER);
+    let lease = Duration::from_secs(2);
+    let client = LockClient::builder()
+        .lease(lease)
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    let held = client.lock("deposed:held").acquire().await.unwrap();
+    // The client hears the announcements of every sentinel.
+    let listening = Instant::now();
+    while set.sentinels().iter().any(|s| subscribers(s) == 0) {
+        assert!(
+            listening.elapsed() < Duration::from_secs(5),
+            "not listening to every sentinel"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Sentinels that saw the paused new master down would fail over back
+    // to the old one while the test runs.
+    for sentinel in set.sentinels() {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(MASTER)
+            .arg("down-after-milliseconds")
+            .arg(60_000)
+            .query(&mut sentinel.conn())
+            .unwrap();
+    }
+    // Sentinel 0 runs the forced failover and announces the promotion
+    // before it ends the failover and announces the new master.
+    let mut events = set.sentinel(0).conn();
+    let mut events = events.as_pubsub();
+    events.subscribe("+promoted-slave").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _: () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query(&mut set.sentinel(0).conn())
+        .unwrap();
+    events.get_message().expect("the replica was promoted");
+    set.replica().pause();
+    drop(events);
+    let new_port = set.replica().port();
+    let announcing = Instant::now();
+    while set.current_master_port() != new_port {
+        assert!(
+            announcing.elapsed() < Duration::from_secs(10),
+            "the sentinels do not name the promoted replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Until the client has heard the announcement, an admin read still
+    // succeeds (on the old code, always: this only bounds the wait).
+    let hearing = Instant::now();
+    while hearing.elapsed() < Duration::from_secs(3)
+        && client.admin().inspect("deposed:probe").await.is_ok()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(role(set.master()), "master", "the old master was demoted");
+    let attempt = client.lock("deposed:x").try_acquire().await;
+    let old_role = role(set.master());
+    let on_old: bool = redis::cmd("EXISTS")
+        .arg(redis_key("deposed:x"))
+        .query(&mut set.master().conn())
+        .unwrap();
+    assert!(!on_old, "the client locked on the old master: {attempt:?}");
+    assert_eq!(
+        old_role, "master",
+        "the old master was demoted during the attempt: the test proves nothing"
+    );
+    match attempt {
+        Err(LockError::Backend {
+            key,
+            source: BackendError::MasterUnreachable { server, .. },
+            ..
+        }) => {
+            assert_eq!(key, "deposed:x");
+            assert!(server.ends_with(&format!(":{new_port}")), "{server}");
+        }
+        other => panic!("expected MasterUnreachable, got {other:?}"),
+    }
+    // The holder's renewals fail too: it loses the lock by its deadline.
+    tokio::time::timeout(lease.saturating_add(Duration::from_secs(1)), held.lost())
+        .await
+        .expect("the lock held on the old master was not lost");
+    assert!(!held.is_held());
+    set.replica().resume();
+    assert!(
+        set.sync_roles(),
+        "the sentinels no longer name the new master"
+    );
+    let guard = acquire_on_the_new_master(&client, &set, "deposed:x").await;
+    guard.release().await.unwrap();
 }

@@ -299,4 +299,16 @@ pub enum BackendError {
         /// Replicas required.
         required: u64,
     },
+    /// Sentinel: the sentinels named a new master (`+switch-master`, or an
+    /// answer after an error) that this client cannot connect to. Commands
+    /// are not sent to the old master meanwhile: it may still take writes
+    /// until the sentinels demote it, while other clients lock on the new
+    /// one. Every later command tries the new master again.
+    #[error("the sentinels moved the master to {server}, which this client cannot reach ({reason}); commands are not sent to the old master")]
+    MasterUnreachable {
+        /// The new master's address.
+        server: String,
+        /// Why connecting to it failed.
+        reason: String,
+    },
 }

@@ -137,11 +137,21 @@ impl RedisBackend {
     }
 
     /// Asks Sentinel for the master after an error that may mean a failover,
-    /// and moves to it when it changed. Returns the node to retry on.
-    async fn follow_master(&self, failed: &Arc<Node>) -> Arc<Node> {
+    /// and moves to it when it changed. Returns the node to retry on, or an
+    /// error when the sentinels name a master this client cannot reach.
+    async fn follow_master(&self, failed: &Arc<Node>) -> Result<Arc<Node>, BackendError> {
         match &self.follower {
             Some(follower) => follower.follow_master(failed).await,
-            None => failed.clone(),
+            None => Ok(failed.clone()),
+        }
+    }
+
+    /// The node commands go to now: with Sentinel, never one the sentinels
+    /// deposed (see [`Follower::usable_node`]).
+    async fn usable_node(&self) -> Result<Arc<Node>, BackendError> {
+        match &self.follower {
+            Some(follower) => follower.usable_node().await,
+            None => Ok(self.cell.get()),
         }
     }
 
@@ -168,12 +178,12 @@ impl RedisBackend {
             _ => (pipe, count, self.settings.response_timeout),
         };
         let scripts = self.scripts.all();
-        let node = self.cell.get();
+        let node = self.usable_node().await?;
         let mut conn = node.conn.clone();
         match command::run(&mut conn, pipe, count, &scripts, timeout).await {
             Err(err) if self.worth_retrying(&err) => {
                 tracing::debug!(server = %node.server, error = %err, "retrying once");
-                let node = self.follow_master(&node).await;
+                let node = self.follow_master(&node).await?;
                 let mut conn = node.conn.clone();
                 let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
                 Ok((replies, node, true))
@@ -399,20 +409,41 @@ impl RedisBackend {
     /// running it twice is always safe; a read of several round trips
     /// (`SCAN`) starts again from the beginning, on one node.
     ///
+    /// With Sentinel, a node the sentinels deposed is not read: the error
+    /// ([`BackendError::MasterUnreachable`]) names `key`, what is read.
+    ///
     /// [`worth_retrying`]: Self::worth_retrying
     /// [`exec`]: Self::exec
-    async fn read<T, F, Fut>(&self, read: F) -> Result<T, LockError>
+    async fn read<T, F, Fut>(&self, key: &str, read: F) -> Result<T, LockError>
     where
         F: Fn(ConnectionManager, Arc<Node>) -> Fut,
         Fut: Future<Output = Result<T, LockError>>,
     {
-        let node = self.cell.get();
+        let node = match self.usable_node().await {
+            Ok(node) => node,
+            Err(source) => {
+                return Err(LockError::Backend {
+                    key: key.to_owned(),
+                    server: self.cell.get().server.clone(),
+                    source,
+                })
+            }
+        };
         match read(node.conn.clone(), node.clone()).await {
             // The inner reads keep the command's `BackendError` as the
             // source: it is classified as `exec` classifies it.
             Err(LockError::Backend { source, .. }) if self.worth_retrying(&source) => {
                 tracing::debug!(server = %node.server, error = %source, "retrying a read once");
-                let node = self.follow_master(&node).await;
+                let node = match self.follow_master(&node).await {
+                    Ok(node) => node,
+                    Err(source) => {
+                        return Err(LockError::Backend {
+                            key: key.to_owned(),
+                            server: node.server.clone(),
+                            source,
+                        })
+                    }
+                };
                 read(node.conn.clone(), node).await
             }
             outcome => outcome,
@@ -421,7 +452,7 @@ impl RedisBackend {
 
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
         let timeout = self.settings.response_timeout;
-        self.read(|mut conn, node| async move {
+        self.read(&key.name, |mut conn, node| async move {
             inspect::inspect(&mut conn, key, timeout, &node.server).await
         })
         .await
@@ -429,7 +460,7 @@ impl RedisBackend {
 
     pub(crate) async fn inspect_family(&self, key: &LockKey) -> Result<FamilyState, LockError> {
         let (scripts, timeout) = (&*self.scripts, self.settings.response_timeout);
-        self.read(|mut conn, node| async move {
+        self.read(&key.name, |mut conn, node| async move {
             inspect::inspect_family(&mut conn, key, scripts, timeout, &node.server).await
         })
         .await
@@ -439,7 +470,7 @@ impl RedisBackend {
     /// twice) and reads the layouts recorded.
     pub(crate) async fn layouts(&self, mine: Option<&str>) -> Result<Vec<String>, LockError> {
         let timeout = self.settings.response_timeout;
-        self.read(|mut conn, node| async move {
+        self.read(layouts::KEY, |mut conn, node| async move {
             layouts::exchange(&mut conn, mine, timeout)
                 .await
                 .map_err(|source| LockError::Backend {
@@ -454,7 +485,7 @@ impl RedisBackend {
     pub(crate) async fn subscribers(&self, keys: &[LockKey]) -> Result<Vec<u64>, LockError> {
         let channels: Vec<&str> = keys.iter().map(|key| &*key.channel).collect();
         let (channels, timeout) = (&channels, self.settings.response_timeout);
-        self.read(|mut conn, node| async move {
+        self.read(&names(keys), |mut conn, node| async move {
             listeners::count(&mut conn, channels, false, timeout)
                 .await
                 .map_err(|source| LockError::Backend {
@@ -472,7 +503,8 @@ impl RedisBackend {
         name_prefix: &str,
     ) -> Result<Vec<LockInfo>, LockError> {
         let timeout = self.settings.response_timeout;
-        self.read(|mut conn, node| async move {
+        let pattern = format!("{}*", crate::name::display_name(name_prefix));
+        self.read(&pattern, |mut conn, node| async move {
             inspect::list(&mut conn, prefix, name_prefix, timeout, &node.server).await
         })
         .await

@@ -6,6 +6,7 @@
 //! sentinels demote it) and take commands at its old address.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use super::NodeCell;
 use crate::backend::redis::command::bounded;
 use crate::backend::redis::scripts::Scripts;
 use crate::backend::redis::{server_name, RedisSettings};
+use crate::sync::Mutex;
 use crate::{BackendError, LockError};
 
 /// The channel on which sentinels announce a new master:
@@ -209,6 +211,23 @@ impl Sentinel {
     }
 }
 
+/// A master the sentinels named that this client could not connect to.
+#[derive(Debug, Clone)]
+struct Unreached {
+    client: redis::Client,
+    server: String,
+    reason: String,
+}
+
+impl Unreached {
+    fn error(&self) -> BackendError {
+        BackendError::MasterUnreachable {
+            server: self.server.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+}
+
 /// Keeps the node that commands go to on the master the sentinels name.
 #[derive(Debug)]
 pub(crate) struct Follower {
@@ -218,6 +237,15 @@ pub(crate) struct Follower {
     scripts: Arc<Scripts>,
     /// One move at a time.
     resolving: tokio::sync::Mutex<()>,
+    /// The master the sentinels named last, when connecting to it failed:
+    /// the current node is deposed, and no command may go to it (it may
+    /// still be a master, taking locks that others take on the new one).
+    /// Cleared by a move that succeeds, or when the sentinels name the
+    /// current node again. Never held across an await.
+    unreached: Mutex<Option<Unreached>>,
+    /// Moves that failed so far: a caller that waited for `resolving` while
+    /// another tried the same unreached master does not try again at once.
+    failed_moves: AtomicU64,
 }
 
 impl Follower {
@@ -233,18 +261,56 @@ impl Follower {
             settings,
             scripts,
             resolving: tokio::sync::Mutex::new(()),
+            unreached: Mutex::new(None),
+            failed_moves: AtomicU64::new(0),
+        }
+    }
+
+    /// The node commands may go to: the current one, unless the sentinels
+    /// named a master this client could not reach. Then it tries once more
+    /// to move there (one move at a time, each bounded by the connect and
+    /// response timeouts) and, when that fails too, returns
+    /// [`BackendError::MasterUnreachable`] rather than the deposed node.
+    pub(crate) async fn usable_node(&self) -> Result<Arc<Node>, BackendError> {
+        if self.unreached.lock().is_none() {
+            return Ok(self.cell.get());
+        }
+        let failed = self.failed_moves.load(Ordering::Acquire);
+        let _one = self.resolving.lock().await;
+        let Some(unreached) = self.unreached.lock().clone() else {
+            return Ok(self.cell.get()); // another caller moved meanwhile
+        };
+        if self.failed_moves.load(Ordering::Acquire) != failed {
+            return Err(unreached.error()); // another caller just tried
+        }
+        let node = self.move_to(self.cell.get(), unreached.client).await;
+        self.checked(node)
+    }
+
+    /// `node`, unless the follower knows the master moved to a server it
+    /// could not reach.
+    fn checked(&self, node: Arc<Node>) -> Result<Arc<Node>, BackendError> {
+        match &*self.unreached.lock() {
+            Some(unreached) => Err(unreached.error()),
+            None => Ok(node),
         }
     }
 
     /// Asks the sentinels for the master after a command failed on `failed`,
-    /// and moves to it when it changed. Returns the node to retry on.
-    pub(crate) async fn follow_master(&self, failed: &Arc<Node>) -> Arc<Node> {
+    /// and moves to it when it changed. Returns the node to retry on, or
+    /// [`BackendError::MasterUnreachable`] when the sentinels name a master
+    /// this client cannot reach.
+    pub(crate) async fn follow_master(
+        &self,
+        failed: &Arc<Node>,
+    ) -> Result<Arc<Node>, BackendError> {
         let _one = self.resolving.lock().await;
         let current = self.cell.get();
         if !Arc::ptr_eq(&current, failed) {
-            return current; // another caller moved already
+            return self.checked(current); // another caller moved already
         }
-        self.resolve_and_move(current).await
+        let node = self.resolve_and_move(current).await;
+        self.checked(node)
     }
 
     /// Asks the sentinels and moves when the master changed.
@@ -264,22 +330,35 @@ impl Follower {
     }
 
     /// Moves commands (and, told through the cell, the subscriber) to
-    /// `client`'s server, unless they go there already. The caller holds
-    /// `resolving`.
+    /// `client`'s server, unless they go there already. When it cannot
+    /// connect there, the current node stays in the cell but is deposed:
+    /// `client` is kept as the unreached master, and commands fail with
+    /// [`BackendError::MasterUnreachable`] instead of going to the current
+    /// node, until a move succeeds or the sentinels name the current node
+    /// again. The caller holds `resolving`.
     async fn move_to(&self, current: Arc<Node>, client: redis::Client) -> Arc<Node> {
-        if server_name(&client) == current.server {
+        let server = server_name(&client);
+        if server == current.server {
+            *self.unreached.lock() = None;
             return current;
         }
-        match Node::connect(client, &self.settings, &self.scripts).await {
+        match Node::connect(client.clone(), &self.settings, &self.scripts).await {
             Ok(node) => {
                 tracing::warn!(from = %current.server, to = %node.server, "lock backend follows the new master");
                 let node = Arc::new(node);
                 *self.cell.node.lock() = node.clone();
+                *self.unreached.lock() = None;
                 self.cell.changed.notify_waiters();
                 node
             }
             Err(err) => {
-                tracing::warn!(server = %err, "cannot connect to the new master");
+                tracing::warn!(server = %err, old = %current.server, "cannot connect to the new master; no commands go to the old one");
+                *self.unreached.lock() = Some(Unreached {
+                    client,
+                    server,
+                    reason: err.to_string(),
+                });
+                self.failed_moves.fetch_add(1, Ordering::AcqRel);
                 current
             }
         }
@@ -318,8 +397,17 @@ impl Follower {
                         let Some((host, port)) = self.sentinel.switched_to(&payload) else {
                             continue;
                         };
+                        let failed = self.failed_moves.load(Ordering::Acquire);
                         let _one = self.resolving.lock().await;
                         match self.sentinel.master_client(sentinel, host, port) {
+                            // The same announcement by another sentinel,
+                            // while a move there failed: not tried again
+                            // at once (commands try it themselves).
+                            Ok(client)
+                                if self.failed_moves.load(Ordering::Acquire) != failed
+                                    && self.unreached.lock().as_ref().is_some_and(
+                                        |unreached| unreached.server == server_name(&client),
+                                    ) => {}
                             Ok(client) => {
                                 self.move_to(self.cell.get(), client).await;
                             }
