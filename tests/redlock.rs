@@ -438,3 +438,64 @@ async fn rolled_back_grants_do_not_wake_waiters_into_a_storm() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
+
+/// Waiters woken by the same release can split the masters between them,
+/// none with a majority: each gives its grants back without waking anyone
+/// (see `rolled_back_grants_do_not_wake_waiters_into_a_storm`), and then the
+/// lock is free with no release to come. A waiter that lost such a vote
+/// must try again soon, not sleep out the lease the others' grants showed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_split_the_vote_try_again_soon() {
+    let fixture = Redlock::new(3);
+    // Two other contenders' grants, one master each (master 2 is free).
+    let mut others = Vec::new();
+    for i in [0, 1] {
+        let other = LockClient::connect(&fixture.servers[i].url())
+            .await
+            .unwrap();
+        let grant = other
+            .lock("rl:split")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        others.push((other, grant));
+    }
+    let client = fixture.client().await;
+    let waiter = tokio::spawn(async move {
+        let guard = client
+            .lock("rl:split")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await;
+        (Instant::now(), guard)
+    });
+    // The waiter was granted master 2 only, gave it back and waits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished());
+    assert_eq!(fixture.holders("rl:split"), 2);
+    // The other contenders give theirs back as quietly (a rollback deletes
+    // its grant and publishes nothing).
+    for i in [0, 1] {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg("lock:{rl:split}")
+            .query(&mut fixture.servers[i].conn())
+            .unwrap();
+        assert_eq!(deleted, 1);
+    }
+    let freed = Instant::now();
+    let (acquired, guard) = waiter.await.unwrap();
+    let guard = guard.expect("the waiter got the lock");
+    // A retry after a short random delay, not the 30 s lease (here cut to
+    // the 10 s wait).
+    let after = acquired - freed;
+    assert!(
+        after < Duration::from_secs(1),
+        "acquired {after:?} after the split"
+    );
+    guard.release().await.unwrap();
+    for (_, grant) in others {
+        // Gone behind their backs: their release finds nothing to delete.
+        let _ = grant.release().await;
+    }
+}

@@ -37,6 +37,10 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     }),
 };
 
+/// The random delay, in milliseconds, before a waiter tries again after a
+/// split vote (see [`RedlockBackend::after_split`]).
+const SPLIT_RETRY_MS: std::ops::Range<u64> = 20..200;
+
 /// The masters of a Redlock.
 #[derive(Debug)]
 pub(crate) struct RedlockBackend {
@@ -92,7 +96,8 @@ impl RedlockBackend {
 
     /// Acquires on a majority. On failure the grants are taken back on every
     /// master (quietly: see [`RedisBackend::silent_rollback`]), and the
-    /// answer is `Busy` when some master said another owner holds it,
+    /// answer is `Busy` when some master said another owner holds it (for
+    /// how long, after a split vote: see [`after_split`](Self::after_split)),
     /// otherwise [`LockError::QuorumNotReached`].
     async fn acquire(
         &self,
@@ -152,7 +157,10 @@ impl RedlockBackend {
         }
         self.silent_rollback(key, owner).await;
         if let Some(ttl) = busy_ttl {
-            return Ok(Attempt::busy(ttl));
+            if tokens.is_empty() {
+                return Ok(Attempt::busy(ttl));
+            }
+            return Ok(Attempt::busy(self.after_split(key, ttl).await));
         }
         if tokens.len() >= self.quorum() && !valid {
             tracing::debug!(key = %key.name, ?elapsed, "redlock quorum reached too late; released");
@@ -164,6 +172,28 @@ impl RedlockBackend {
             needed: self.quorum(),
             answers,
         })
+    }
+
+    /// How long to wait after losing a vote in which some masters granted
+    /// the lock and others were `busy` (`ttl`: the shortest lease they
+    /// showed). Those may be the grants of other contenders that lost too
+    /// (waiters woken by the same release, splitting the masters between
+    /// them): each gives its grants back without waking anyone, and then the
+    /// lock is free with no release to come. So unless one owner holds a
+    /// majority (whose release wakes the waiters), try again after a short
+    /// random delay (so that the contenders do not collide again), as the
+    /// Redlock algorithm prescribes.
+    async fn after_split(&self, key: &LockKey, ttl: Option<Duration>) -> Option<Duration> {
+        if let Ok(LockInfo {
+            holder: Some(holder),
+            ..
+        }) = self.inspect(key).await
+        {
+            return holder.ttl.or(ttl);
+        }
+        let retry = Duration::from_millis(rand::random_range(SPLIT_RETRY_MS));
+        tracing::debug!(key = %key.name, ?retry, "redlock vote split; retrying");
+        Some(ttl.map_or(retry, |ttl| ttl.min(retry)))
     }
 
     /// Takes back `owner`'s grants on every master without waking anyone: a
