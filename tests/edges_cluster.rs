@@ -329,3 +329,34 @@ fn unconfirmed(err: Option<&LockError>) -> bool {
         })
     )
 }
+
+/// A master that hangs (SIGSTOP, not dead) makes a lock call fail after one
+/// response timeout, as on one node: a command that timed out is not a
+/// dropped connection and is not sent again (it was, three times, so a call
+/// with a 1 s response timeout took 3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_cluster_a_hung_master_costs_one_response_timeout() {
+    let cluster = cluster();
+    let response_timeout = Duration::from_secs(1);
+    let client = LockClient::builder()
+        .response_timeout(response_timeout)
+        .connect_cluster(cluster.master_urls())
+        .await
+        .unwrap();
+    let name = "edges:cluster:hung";
+    client.admin().inspect(name).await.unwrap();
+    let node = cluster.master_of_slot(cluster.slot_of(&format!("lock:{{{name}}}")));
+    let paused = cluster.node(node).paused();
+    let started = Instant::now();
+    let outcome = client.lock(name).try_acquire().await;
+    let took = started.elapsed();
+    drop(paused);
+    assert!(
+        matches!(outcome, Err(LockError::Backend { .. })),
+        "a hung master answers nothing: {outcome:?}"
+    );
+    assert!(
+        took < response_timeout * 2,
+        "one response timeout ({response_timeout:?}) per call, took {took:?}"
+    );
+}

@@ -564,17 +564,21 @@ impl ClusterBackend {
 fn connection_gone(err: &BackendError) -> bool {
     match err {
         BackendError::Redis(err) => {
-            err.is_connection_dropped()
-                || err.is_io_error()
-                || matches!(
-                    err.kind(),
-                    ErrorKind::ClusterConnectionNotFound
-                        | ErrorKind::Server(
-                            ServerErrorKind::Moved
-                                | ServerErrorKind::Ask
-                                | ServerErrorKind::TryAgain
-                        )
-                )
+            // A command that timed out is not a dropped connection: it had
+            // its response timeout, and the master may be hung (another send
+            // would wait as long again).
+            !err.is_timeout()
+                && (err.is_connection_dropped()
+                    || err.is_io_error()
+                    || matches!(
+                        err.kind(),
+                        ErrorKind::ClusterConnectionNotFound
+                            | ErrorKind::Server(
+                                ServerErrorKind::Moved
+                                    | ServerErrorKind::Ask
+                                    | ServerErrorKind::TryAgain
+                            )
+                    ))
         }
         _ => false,
     }
