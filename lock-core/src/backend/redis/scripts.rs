@@ -519,15 +519,16 @@ impl Scripts {
     /// (`PUBLISH`/`SPUBLISH`), pipelined. Its replies are how many fields
     /// `HDEL` deleted and how many subscriptions the wake-up reached.
     fn plain_release(&self, key: &LockKey, owner: &str) -> Pipeline {
-        let mut pipe = redis::pipe();
+        // Sized up front: a release runs on every cycle, and growing the
+        // buffers argument by argument cost five allocations more.
+        let mut hdel = Cmd::with_capacity(3, 4 + key.lock.len() + owner.len());
+        hdel.arg("HDEL").arg(&*key.lock).arg(owner);
+        let mut publish = Cmd::with_capacity(3, self.publish.len() + key.channel.len() + 1);
+        // The plain lock's message (see `lua/rollback.lua`).
+        publish.arg(self.publish).arg(&*key.channel).arg("0");
+        let mut pipe = Pipeline::with_capacity(2);
         pipe.ignore_errors();
-        pipe.cmd("HDEL")
-            .arg(&*key.lock)
-            .arg(owner)
-            .cmd(self.publish)
-            .arg(&*key.channel)
-            // The plain lock's message (see `lua/rollback.lua`).
-            .arg("0");
+        pipe.add_command(hdel).add_command(publish);
         pipe
     }
 
@@ -631,11 +632,19 @@ fn refs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
 
+/// Bytes of an `EVALSHA`'s data besides its keys: the command, the script's
+/// SHA-1 (40), the key count and room for the arguments the callers add
+/// (an owner id of about 50 bytes, the lease, a publish command).
+const EVALSHA_ARGS_ROOM: usize = 7 + 40 + 3 + 96;
+
 /// `EVALSHA` of `script` with `keys`, as one command; the caller appends the
 /// arguments.
 fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len());
+    // Sized up front for the keys and the usual arguments (owner, lease and
+    // a few more): no reallocation while the caller appends them.
+    let data = keys.iter().map(|key| key.len()).sum::<usize>() + EVALSHA_ARGS_ROOM;
+    let mut cmd = Cmd::with_capacity(keys.len() + 8, data);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }
@@ -644,7 +653,7 @@ fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
 
 /// A pipeline of one command whose error is its reply (not the pipeline's).
 pub(crate) fn one(cmd: Cmd) -> Pipeline {
-    let mut pipe = redis::pipe();
+    let mut pipe = Pipeline::with_capacity(1);
     pipe.ignore_errors();
     pipe.add_command(cmd);
     pipe
