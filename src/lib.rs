@@ -136,6 +136,8 @@ pub use distlock_macros::distributed_lock;
 #[doc(hidden)]
 pub mod __private;
 
+pub mod guide;
+
 /// Per-request locks for tower services (axum, tonic): the `distlock-tower`
 /// crate, with [`LockLayer`](tower::LockLayer) and its key extractors. Needs
 /// the `tower` feature (on by default).
