@@ -5,9 +5,10 @@
 //! `tower` feature (on by default), the tower `LockLayer` for axum, tonic and
 //! plain tower services as [`distlock::tower`](crate::tower), and, with the
 //! `fence` feature, the resource-side fences of `distlock-fence` as
-//! `distlock::fence`. See
-//! the README for what the locks guarantee and how fencing tokens close the
-//! gap a lease lock leaves.
+//! `distlock::fence`. The [guide] has the rest, a page per topic: the
+//! [attribute](guide::attribute), the [layer](guide::layer), [graceful
+//! shutdown](guide::shutdown), what the locks [guarantee](guide::guarantees)
+//! and how [fencing tokens](guide::fencing) close the gap a lease lock leaves.
 //!
 //! ```
 //! use std::time::Duration;
@@ -135,6 +136,8 @@ pub use distlock_macros::distributed_lock;
 
 #[doc(hidden)]
 pub mod __private;
+
+pub mod guide;
 
 /// Per-request locks for tower services (axum, tonic): the `distlock-tower`
 /// crate, with [`LockLayer`](tower::LockLayer) and its key extractors. Needs
