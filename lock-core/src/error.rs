@@ -167,7 +167,7 @@ pub enum LockError {
         message: String,
     },
     /// The server is older than the backend needs (checked once when the
-    /// client connects, from `INFO server`; see the README's "Redis and
+    /// client connects, from `INFO server`; see the guide's (`distlock::guide`) "Redis and
     /// Valkey versions").
     #[error("{server} runs {found}, but {backend} need {needed} or later: {reason}")]
     UnsupportedServer {

@@ -57,7 +57,7 @@ impl LockGuard {
     /// which refuses a token lower than the highest that has read or written
     /// it, so a holder whose lease ran out while it was paused can neither
     /// overwrite its successor's work nor write from a value its successor
-    /// has read too (see "Fencing tokens" in the README).
+    /// has read too (see `distlock::guide::fencing`).
     pub fn fencing_token(&self) -> u64 {
         self.lock.token
     }

@@ -20,7 +20,7 @@
 //!   (or, if a message is lost, the holder's remaining lease), not a polling
 //!   interval. One subscription connection per client.
 //! - **Fencing tokens.** Every new holder gets a token from a counter that
-//!   only grows; see "Guarantees" in the README for why the guarded resource
+//!   only grows; see "Guarantees" in the guide (`distlock::guide::guarantees`) for why the guarded resource
 //!   should check it.
 //! - **Cancel safety.** Dropping an acquire future never leaks the lock;
 //!   dropping a guard releases it in the background.

@@ -20,7 +20,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 
 /// How a client lays out its plain locks in Redis: its own layout, or
 /// Redisson's, so that a lock of this client and a Redisson `RLock` /
-/// `RFencedLock` of the same name exclude each other (see the README's
+/// `RFencedLock` of the same name exclude each other (see the guide's (`distlock::guide`)
 /// "Sharing locks with Redisson").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -84,7 +84,7 @@ fn redisson_suffixed(name: &str, suffix: &str) -> String {
     }
 }
 
-/// Why Redisson's layout refuses `kind` (see the README's "Sharing locks
+/// Why Redisson's layout refuses `kind` (see the guide's (`distlock::guide`) "Sharing locks
 /// with Redisson").
 fn redisson_refusal(kind: Kind) -> &'static str {
     match kind {
@@ -115,7 +115,7 @@ pub(crate) fn key_slot(key: &str) -> u16 {
 }
 
 /// Which primitive of the lock family a key belongs to. Each has its own
-/// keys and channel under the name's hash tag (see the README's "Redis
+/// keys and channel under the name's hash tag (see the guide's (`distlock::guide`) "Redis
 /// layout"), so `lock("x")`, `fair_lock("x")`, `read_write_lock("x")` and
 /// `semaphore("x", n)` are four independent things.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

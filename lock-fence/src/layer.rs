@@ -19,7 +19,7 @@ use crate::error::FenceError;
 use crate::store::FenceStore;
 
 /// The request header that carries the fencing token by default:
-/// `x-fencing-token`, the name the README gives to `LockLayer`'s
+/// `x-fencing-token`, the name the guide gives to `LockLayer`'s
 /// `fencing_token_header`.
 pub const TOKEN_HEADER: &str = "x-fencing-token";
 

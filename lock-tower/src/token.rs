@@ -13,7 +13,7 @@
 /// with `request.extensions().get::<FencingToken>()`, `None` when unlocked.
 /// Pass [`token`](FencingToken::token) with every write to the guarded
 /// resource, which rejects tokens lower than the highest it has seen (see
-/// "Guarantees" in the README).
+/// `distlock::guide::guarantees`).
 ///
 /// In the layer's other [modes](crate::mode) it names the primitive of the
 /// family the request holds: the fair lock, the read-write lock (a read and

@@ -118,7 +118,7 @@ impl LockClientBuilder {
     /// `RLock` or `RFencedLock` of the same name exclude each other, wake
     /// each other's waiters, and share `RFencedLock`'s fencing tokens; the
     /// lock family is refused ([`LockError::Unsupported`]), and so is
-    /// Redlock. See the README's "Sharing locks with Redisson".
+    /// Redlock. See the guide's (`distlock::guide`) "Sharing locks with Redisson".
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self

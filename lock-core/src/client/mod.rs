@@ -116,7 +116,7 @@ impl LockClient {
     /// Connects to independent masters for Redlock: a lock is held when a
     /// majority (N/2 + 1) granted it within the lease minus the time spent
     /// and the clock drift allowance; renewals need a majority too. Every
-    /// master must be reachable at connect time. See the README's "Choosing
+    /// master must be reachable at connect time. See the guide's (`distlock::guide`) "Choosing
     /// a deployment" for what Redlock does and does not promise.
     pub async fn redlock<I>(urls: I) -> Result<Self, LockError>
     where
@@ -163,7 +163,7 @@ impl LockClient {
     /// on Redlock ([`LockError::Unsupported`]). In
     /// [Redisson's layout](crate::Layout::Redisson) it is Redisson's
     /// `RReadWriteLock` of the same name (not on the in-memory store); see
-    /// the README's "Sharing locks with Redisson".
+    /// the guide's "Sharing locks with Redisson" (`distlock::guide::redisson`).
     pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
         ReadWriteLock::new(self.core.clone(), name.into())
     }
@@ -172,7 +172,7 @@ impl LockClient {
     /// available on Redlock ([`LockError::Unsupported`]). In
     /// [Redisson's layout](crate::Layout::Redisson) it is Redisson's
     /// `RPermitExpirableSemaphore` of the same name (not on the in-memory
-    /// store); see the README's "Sharing locks with Redisson".
+    /// store); see the guide's (`distlock::guide`) "Sharing locks with Redisson".
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.core.clone(), name.into(), permits)
     }
@@ -229,7 +229,7 @@ impl LockClient {
     /// the rest of their lease, where they would hold up the other
     /// replicas. Call it after the work of the process has stopped (an axum
     /// or tonic server's graceful shutdown, a scheduler loop left on
-    /// Ctrl-C); see "Graceful shutdown" in the README.
+    /// Ctrl-C); see `distlock::guide::shutdown`.
     ///
     /// Applies to this client and everything made from it (its clones,
     /// locks and guards share it). In order:
