@@ -144,7 +144,7 @@ async fn main() -> Result<(), LockError> {
         };
         interrupted = tokio::select! {
             () = all_rounds => false,
-            _ = tokio::signal::ctrl_c() => true,
+            () = sigint_or_sigterm() => true,
         };
         let runs = runs.load(Ordering::SeqCst);
         println!("  the job ran {runs} times in {ROUNDS} rounds");
@@ -156,7 +156,7 @@ async fn main() -> Result<(), LockError> {
         tokio::time::sleep(PERIOD).await;
     }
     if interrupted {
-        println!("Ctrl-C: shutting down (a run in progress has {GRACE:?} to finish)");
+        println!("Ctrl-C or SIGTERM: shutting down (a run in progress has {GRACE:?} to finish)");
     }
     // Each replica's client: no new round starts, a run in progress may
     // finish within the grace period, and the job's lock is released before
@@ -178,4 +178,26 @@ async fn main() -> Result<(), LockError> {
         println!("at_least made it one run per round");
     }
     Ok(())
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM, the signal Kubernetes, systemd and
+/// docker send before they kill a process.
+async fn sigint_or_sigterm() {
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            // No SIGTERM handler (should not happen): wait for Ctrl-C alone.
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }
