@@ -207,6 +207,8 @@ impl MultiLockGuard {
     /// Runs `fut` inside the locks' ownership scope: every lock is reentrant
     /// there, and [`current_all`](crate::current_all) lists them
     /// ([`current`](crate::current) gives the last in acquisition order).
+    /// Re-entry follows [`LockGuard::scope`]'s rules: branches that `fut`
+    /// polls concurrently re-enter these locks, not each other's.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         // Never empty: `acquire` refuses an empty list.
         let store = self.guards.first().map(|guard| guard.store().clone());
