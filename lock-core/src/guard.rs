@@ -180,10 +180,8 @@ impl LockGuard {
     /// hand-written futures that poll an inner future and cannot wrap it:
     /// call this around each poll.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        let frame = crate::current::enter(
-            &self.core.store,
-            [(self.lock.clone(), self.scope.clone())],
-        );
+        let frame =
+            crate::current::enter(&self.core.store, [(self.lock.clone(), self.scope.clone())]);
         let _entered = self.lock.span().enter();
         crate::current::run_sync(frame, f)
     }

@@ -339,9 +339,17 @@ mod tests {
         let (write, read) = (key("rw", Kind::Write), key("rw", Kind::Read));
         let (w, _) = scope.insert(held(write.clone()), |_| true).unwrap();
         assert!(scope.claim(&read, |_| false).is_none(), "a sibling's write");
-        let one = scope.claim(&read, |l| std::ptr::eq(l, &*w)).expect("our write");
-        assert!(scope.claim(&read, |l| std::ptr::eq(l, &*w)).is_some(), "reads share");
-        assert!(scope.claim(&write, |l| std::ptr::eq(l, &*w)).is_none(), "a read under way");
+        let one = scope
+            .claim(&read, |l| std::ptr::eq(l, &*w))
+            .expect("our write");
+        assert!(
+            scope.claim(&read, |l| std::ptr::eq(l, &*w)).is_some(),
+            "reads share"
+        );
+        assert!(
+            scope.claim(&write, |l| std::ptr::eq(l, &*w)).is_none(),
+            "a read under way"
+        );
         drop(one);
     }
 }

@@ -250,10 +250,7 @@ pub async fn family_downgrade_is_allowed_and_upgrade_refused<F: Fixture>(fixture
     // The writer that also reads re-enters its write hold (no upgrade):
     // inside the write lock's scope (a re-entry needs the scope of the hold
     // it re-enters on the call stack).
-    let again = write
-        .scope(read.scope(rw.write().acquire()))
-        .await
-        .unwrap();
+    let again = write.scope(read.scope(rw.write().acquire())).await.unwrap();
     assert_eq!(again.fencing_token(), write.fencing_token());
     again.release().await.unwrap();
     write.release().await.unwrap();

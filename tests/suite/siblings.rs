@@ -72,7 +72,10 @@ pub async fn siblings_annotated_calls_on_one_key_never_overlap<F: Fixture>(fixtu
         let [(token_a, owner_a), (token_b, owner_b)] =
             checkout(&client, round, &overlap).await.unwrap();
         assert_ne!(token_a, token_b, "round {round}: one hold for two siblings");
-        assert_ne!(owner_a, owner_b, "round {round}: one owner for two siblings");
+        assert_ne!(
+            owner_a, owner_b,
+            "round {round}: one owner for two siblings"
+        );
     }
     assert_eq!(overlap.most(), 1, "sibling bodies ran at once");
 }
@@ -86,7 +89,11 @@ pub async fn siblings_explicit_acquisitions_in_a_guard_scope_never_overlap<F: Fi
     fixture: &F,
 ) {
     let client = fixture.client().await;
-    let outer = client.lock("siblings:explicit:outer").acquire().await.unwrap();
+    let outer = client
+        .lock("siblings:explicit:outer")
+        .acquire()
+        .await
+        .unwrap();
     let overlap = Overlap::default();
     let branch = |scoped: bool| {
         let (client, overlap) = (&client, &overlap);
@@ -170,7 +177,10 @@ async fn reenter_pay(
     overlap: &Overlap,
 ) -> Result<(u64, u64), LockError> {
     let token = current().unwrap().fencing_token();
-    let guard = client.lock(format!("siblings:order:{id}")).acquire().await?;
+    let guard = client
+        .lock(format!("siblings:order:{id}"))
+        .acquire()
+        .await?;
     assert_eq!(guard.hold_count(), 2);
     drop(guard);
     let (nested, _) = pay(client, id, overlap).await?;
@@ -192,7 +202,11 @@ async fn reenter_pay(
 /// it as well.
 pub async fn siblings_in_select_unordered_and_spawn_are_other_owners<F: Fixture>(fixture: &F) {
     let client = fixture.client().await;
-    let outer = client.lock("siblings:select:outer").acquire().await.unwrap();
+    let outer = client
+        .lock("siblings:select:outer")
+        .acquire()
+        .await
+        .unwrap();
     outer
         .scope(async {
             let holder = async {
@@ -284,7 +298,10 @@ pub async fn siblings_waiting_sibling_reenters_its_parents_lock<F: Fixture>(fixt
     let released = AtomicBool::new(false);
     let reenter_parent = || async {
         let again = client.lock("siblings:parent").acquire().await.unwrap();
-        assert_eq!((again.hold_count(), again.fencing_token()), (2, parent_token));
+        assert_eq!(
+            (again.hold_count(), again.fencing_token()),
+            (2, parent_token)
+        );
         again.release().await.unwrap();
     };
     let (first_owner, second_owner) = parent
@@ -335,7 +352,11 @@ pub async fn siblings_of_the_lock_family_are_other_owners<F: Fixture>(fixture: &
     let hot = fixture
         .client_with(LockClient::builder().keep_hot(Duration::from_secs(5)))
         .await;
-    let outer = client.lock("siblings:family:outer").acquire().await.unwrap();
+    let outer = client
+        .lock("siblings:family:outer")
+        .acquire()
+        .await
+        .unwrap();
     let rw = client.read_write_lock("siblings:rw");
     let semaphore = client.semaphore("siblings:sem", 1);
     // The first branch holds `take`, the second tries `try_take` meanwhile.
@@ -380,8 +401,11 @@ pub async fn siblings_of_the_lock_family_are_other_owners<F: Fixture>(fixture: &
                 ),
                 (
                     "permit, permit",
-                    second_is_busy(semaphore.permit().acquire(), semaphore.permit().try_acquire())
-                        .await,
+                    second_is_busy(
+                        semaphore.permit().acquire(),
+                        semaphore.permit().try_acquire(),
+                    )
+                    .await,
                 ),
                 (
                     "fair, fair",
@@ -403,10 +427,9 @@ pub async fn siblings_of_the_lock_family_are_other_owners<F: Fixture>(fixture: &
             let write = rw.write().acquire().await.unwrap();
             let (a, b) = write
                 .scope(async {
-                    tokio::time::timeout(
-                        Duration::from_secs(5),
-                        async { tokio::join!(rw.read().acquire(), rw.read().acquire()) },
-                    )
+                    tokio::time::timeout(Duration::from_secs(5), async {
+                        tokio::join!(rw.read().acquire(), rw.read().acquire())
+                    })
                     .await
                     .expect("the writer's branches waited for its own write lock")
                 })
