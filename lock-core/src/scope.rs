@@ -34,34 +34,29 @@ pub(crate) struct Scope {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The locks this scope holds or is acquiring, by lock name (one map, so
-    /// a scope costs one small allocation).
+    /// The locks this scope holds or has a request in flight for, by lock
+    /// name (one map, so a scope costs one small allocation).
     locks: HashMap<Arc<str>, Entry>,
+    /// The acquisitions under way under this owner inside a scope (see
+    /// [`Scope::claim`]; empty, and allocating nothing, for an outermost
+    /// acquisition, which opens a scope of its own).
+    claims: Vec<Claimed>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Entry {
-    /// The stem of the lock's primitive (`LockKey::stem`): a read and the
-    /// write of one read-write lock share it.
-    stem: Arc<str>,
     held: Weak<HeldLock>,
-    /// Acquisitions under way (from the owner's choice to their end), which
-    /// keep other acquisitions of the primitive off this owner.
-    acquiring: usize,
     /// Requests in flight, which keep the rollback of an abandoned grant
     /// from deleting what one of them takes over.
     attempts: usize,
 }
 
-impl Entry {
-    fn new(stem: &Arc<str>) -> Self {
-        Entry {
-            stem: stem.clone(),
-            held: Weak::new(),
-            acquiring: 0,
-            attempts: 0,
-        }
-    }
+/// An acquisition under way: its lock's name and its primitive's stem
+/// (`LockKey::stem`: a read and the write of one read-write lock share it).
+#[derive(Debug)]
+struct Claimed {
+    id: Arc<str>,
+    stem: Arc<str>,
 }
 
 fn live(entry: &Entry) -> Option<Arc<HeldLock>> {
@@ -76,34 +71,27 @@ impl State {
             .is_some_and(|e| e.attempts > 0 || live(e).is_some())
     }
 
-    fn entry(&mut self, key: &LockKey) -> &mut Entry {
-        self.locks
-            .entry(key.id.clone())
-            .or_insert_with(|| Entry::new(key.stem()))
-    }
-
     /// Whether an acquisition of `key` under this scope's owner would share
     /// the owner with another holder or acquisition of the same primitive:
     /// a hold that is not `ours` (not on the caller's call stack), or an
     /// acquisition under way. Reads of one read lock share it harmlessly
     /// (they exclude nobody but writers).
     fn taken_by_another(&self, key: &LockKey, ours: impl Fn(&HeldLock) -> bool) -> bool {
-        self.locks.iter().any(|(id, entry)| {
-            if *entry.stem != **key.stem() || (key.kind == Kind::Read && *id == key.id) {
-                return false;
-            }
-            if entry.acquiring > 0 || entry.attempts > 0 {
-                return true;
-            }
-            live(entry).is_some_and(|lock| !ours(&lock))
-        })
+        let other = |id: &str, stem: &str| {
+            stem == &**key.stem() && !(key.kind == Kind::Read && id == &*key.id)
+        };
+        self.claims.iter().any(|c| other(&c.id, &c.stem))
+            || self.locks.iter().any(|(id, entry)| {
+                live(entry).is_some_and(|lock| other(id, lock.key.stem()) && !ours(&lock))
+            })
     }
 
-    /// Forgets `name`'s entry once nothing holds or acquires it.
+    /// Forgets `name`'s entry once nothing holds it or has a request in
+    /// flight for it.
     fn tidy(&mut self, name: &Arc<str>) {
         if let hash_map::Entry::Occupied(entry) = self.locks.entry(name.clone()) {
-            let e = entry.get();
-            if e.acquiring == 0 && e.attempts == 0 && e.held.strong_count() == 0 {
+            let idle = entry.get().attempts == 0 && entry.get().held.strong_count() == 0;
+            if idle {
                 entry.remove();
             }
         }
@@ -148,10 +136,13 @@ impl Scope {
         if state.taken_by_another(key, ours) {
             return None;
         }
-        state.entry(key).acquiring += 1;
+        state.claims.push(Claimed {
+            id: key.id.clone(),
+            stem: key.stem().clone(),
+        });
         Some(Acquiring {
             scope: self.clone(),
-            name: key.id.clone(),
+            id: key.id.clone(),
         })
     }
 
@@ -159,7 +150,7 @@ impl Scope {
     /// dropped.
     pub(crate) fn attempting<'a>(&'a self, key: &LockKey) -> Attempting<'a> {
         let mut state = self.state.lock();
-        state.entry(key).attempts += 1;
+        state.locks.entry(key.id.clone()).or_default().attempts += 1;
         Attempting {
             scope: self,
             name: key.id.clone(),
@@ -186,7 +177,7 @@ impl Scope {
         if !admit(&lock) {
             return None;
         }
-        state.entry(&lock.key).held = Arc::downgrade(&lock);
+        state.locks.entry(lock.key.id.clone()).or_default().held = Arc::downgrade(&lock);
         Some((lock, true))
     }
 
@@ -236,16 +227,16 @@ impl Scope {
 #[derive(Debug)]
 pub(crate) struct Acquiring {
     scope: Arc<Scope>,
-    name: Arc<str>,
+    id: Arc<str>,
 }
 
 impl Drop for Acquiring {
     fn drop(&mut self) {
         let mut state = self.scope.state.lock();
-        if let Some(entry) = state.locks.get_mut(&self.name) {
-            entry.acquiring = entry.acquiring.saturating_sub(1);
+        // Claims of one name are alike (reads): any one of them goes.
+        if let Some(at) = state.claims.iter().position(|c| c.id == self.id) {
+            state.claims.swap_remove(at);
         }
-        state.tidy(&self.name);
     }
 }
 
