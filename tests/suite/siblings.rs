@@ -209,13 +209,14 @@ pub async fn siblings_in_select_unordered_and_spawn_are_other_owners<F: Fixture>
         .unwrap();
     outer
         .scope(async {
+            let held = tokio::sync::Notify::new();
             let holder = async {
-                let guard = client.lock("siblings:select").acquire().await.unwrap();
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                guard.release().await.unwrap();
+                let _guard = client.lock("siblings:select").acquire().await.unwrap();
+                held.notify_one();
+                std::future::pending::<()>().await;
             };
             let other = async {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                held.notified().await;
                 client.lock("siblings:select").try_acquire().await.unwrap()
             };
             tokio::select! {
@@ -304,10 +305,12 @@ pub async fn siblings_waiting_sibling_reenters_its_parents_lock<F: Fixture>(fixt
         );
         again.release().await.unwrap();
     };
+    let held = tokio::sync::Notify::new();
     let (first_owner, second_owner) = parent
         .scope(async {
             let first = async {
                 let guard = client.lock("siblings:child").acquire().await.unwrap();
+                held.notify_one();
                 let owner = guard.owner().to_owned();
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 released.store(true, Ordering::SeqCst);
@@ -315,7 +318,7 @@ pub async fn siblings_waiting_sibling_reenters_its_parents_lock<F: Fixture>(fixt
                 owner
             };
             let second = async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                held.notified().await;
                 reenter_parent().await;
                 let waiting = client.lock("siblings:child").wait(LONG).acquire();
                 let (guard, ()) = tokio::join!(waiting, async {
@@ -364,15 +367,19 @@ pub async fn siblings_of_the_lock_family_are_other_owners<F: Fixture>(fixture: &
         take: impl std::future::Future<Output = Result<LockGuard, LockError>>,
         try_take: impl std::future::Future<Output = Result<Option<LockGuard>, LockError>>,
     ) -> bool {
+        let (held, tried) = (tokio::sync::Notify::new(), tokio::sync::Notify::new());
         let ((), taken) = tokio::join!(
             async {
                 let guard = take.await.unwrap();
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                held.notify_one();
+                tried.notified().await;
                 guard.release().await.unwrap();
             },
             async {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                try_take.await
+                held.notified().await;
+                let taken = try_take.await;
+                tried.notify_one();
+                taken
             }
         );
         match taken {
