@@ -126,7 +126,13 @@ pub use distlock_core::*;
 ///
 /// Inside the body, [`current`] gives the lock's key and fencing token;
 /// calls of annotated functions on the same key in one call chain are
-/// reentrant. The body runs in its own future that owns the arguments.
+/// reentrant: a call nested in the body (awaited by it) re-enters the lock
+/// at no cost. Concurrent calls are not: `join!(pay(1), pay(1))` (or
+/// `select!`, `FuturesUnordered`, `tokio::spawn`) inside a locked body runs
+/// the two bodies one after the other, each call taking the lock as its own
+/// owner, while both still re-enter the locks of the bodies around them (see
+/// [`LockGuard::scope`]). The body runs in its own future that owns the
+/// arguments.
 ///
 /// # Cancel safety
 /// Dropping the function's future releases the lock (in the background):

@@ -40,6 +40,7 @@ impl Fixture for Memory {
 behaviour_suite!(Memory::new());
 family_suite!(Memory::new());
 hot_suite!(Memory::new());
+siblings_suite!(Memory::new());
 
 #[tokio::test]
 async fn memory_clients_are_isolated_unless_they_share_a_store() {

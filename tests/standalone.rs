@@ -37,6 +37,7 @@ impl Fixture for Standalone {
 behaviour_suite!(Standalone::new());
 family_suite!(Standalone::new());
 hot_suite!(Standalone::new());
+siblings_suite!(Standalone::new());
 
 use std::time::Duration;
 

@@ -53,26 +53,45 @@ pub(crate) async fn acquire(
         Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),
     };
     core.ensure_background();
-    let scope = match Scope::current(&core.id) {
-        Some(scope) => {
-            if let Some(lock) = scope.reenter(&key.id) {
-                if !lock.is_held() {
-                    scope.drop_hold(&lock); // not the last: the outer guard holds one
-                    return Err(LockError::LeaseLost {
-                        key: key.name.to_string(),
-                        reason: "the lock re-entered was lost",
-                    });
-                }
-                tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
-                return Ok(Acquired { lock, scope });
-            }
-            // (A writer that also reads re-entered its write hold above.)
-            if kind == Kind::Write && scope.holds(&key.aux(":read")) {
-                return Err(LockError::UpgradeRefused {
+    // The locks whose scope the code being polled runs in: only these are
+    // re-entered (a sibling branch of a `join!` is not inside another
+    // branch's lock scope).
+    let stack = crate::current::stack();
+    if let Some(stack) = &stack {
+        if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, &key.id) {
+            if !lock.is_held() {
+                scope.drop_hold(&lock); // not the last: the outer guard holds one
+                return Err(LockError::LeaseLost {
                     key: key.name.to_string(),
+                    reason: "the lock re-entered was lost",
                 });
             }
-            scope
+            tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
+            return Ok(Acquired { lock, scope });
+        }
+        // (A writer that also reads re-entered its write hold above.)
+        if kind == Kind::Write && crate::current::holds(stack, &core.id, &key.aux(":read")) {
+            return Err(LockError::UpgradeRefused {
+                key: key.name.to_string(),
+            });
+        }
+    }
+    let outer = stack
+        .as_deref()
+        .and_then(|stack| crate::current::scope_for(stack, &core.id, key.stem()));
+    // The claim is held until the acquisition ends: while it is under way
+    // (and then while its lock is held), no other acquisition of the
+    // primitive takes the same owner.
+    let (scope, _claim) = match outer {
+        Some(outer) => {
+            let ours = |lock: &HeldLock| crate::current::on_stack(stack.as_deref(), lock);
+            match outer.claim(&key, ours) {
+                Some(claim) => (outer, Some(claim)),
+                // Something else of the scope (a sibling branch, a task
+                // running a guard of the scope) holds or takes the
+                // primitive: this acquisition is another owner.
+                None => (core.new_scope(), None),
+            }
         }
         None => {
             // Only a waiting acquisition would wait on itself; a single try
@@ -83,7 +102,12 @@ pub(crate) async fn acquire(
             // permit the chain's own permits keep from it.
             let held = match wait {
                 Wait::Once => None,
-                _ => crate::current::held_by_other_client(&core.store, key.stem(), &core.id),
+                _ => crate::current::held_by_other_client(
+                    stack.as_deref(),
+                    &core.store,
+                    key.stem(),
+                    &core.id,
+                ),
             };
             if let Some(held) = held {
                 let holder = held.owner.to_string();
@@ -97,7 +121,7 @@ pub(crate) async fn acquire(
                     client: core.id.to_string(),
                 });
             }
-            core.new_scope()
+            (core.new_scope(), None)
         }
     };
     // A shutting-down client takes no new locks (re-entering one its caller
@@ -502,7 +526,7 @@ impl Request<'_> {
             // scope (or the attempt is over): a rollback of an abandoned
             // grant of this scope meanwhile would delete what this attempt
             // takes over.
-            claim: Some(self.scope.attempting(&self.key.id)),
+            claim: Some(self.scope.attempting(self.key)),
             lease: self.lease.duration(),
             armed: true,
             uncertain: false,
@@ -1025,18 +1049,19 @@ mod tests {
         let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new())
             .await
             .unwrap();
-        // Inside the outer lock's scope: one attempt on `x` is abandoned while
-        // a sibling attempt of the same scope (same owner) is under way.
+        let outer = crate::LockGuard::new(core.clone(), outer.lock, outer.scope);
+        // Inside the outer lock's scope: one attempt on `x` is abandoned
+        // (its answer is on its way), and at once the same owner asks again:
+        // its request is in flight when the rollback of the first grant runs.
         let (abandoned, taken) = outer
-            .scope
-            .clone()
-            .run(async {
+            .scope(async {
                 let abandoned = tokio::time::timeout(
                     Duration::from_millis(20),
                     acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
-                );
-                let taken = acquire(&core, "x", Kind::Exclusive, LockOptions::new());
-                tokio::join!(abandoned, taken)
+                )
+                .await;
+                let taken = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await;
+                (abandoned, taken)
             })
             .await;
         assert!(abandoned.is_err());

@@ -1,40 +1,114 @@
 //! The locks the current async call chain runs under: [`current`] and
 //! [`current_all`], for code inside [`LockGuard::scope`](crate::LockGuard::scope)
-//! (and so inside a `#[distributed_lock]` function body).
+//! (and so inside a `#[distributed_lock]` function body); and, for the
+//! client, which locks an acquisition may re-enter (those on this stack of
+//! scopes, and no others) and which owner takes a new one.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::held::HeldLock;
+use crate::scope::Scope;
 
 tokio::task_local! {
     static CURRENT: Arc<Frame>;
 }
 
-/// One entered lock, linked to the locks entered around it.
+/// One entered lock, linked to the locks entered around it. The frames are
+/// the locks whose scope the code being polled runs in: a lock is
+/// re-entered only through them, so a sibling future (polled by a `join!`
+/// in the scope, not by the lock's scope) never re-enters another
+/// sibling's lock.
 #[derive(Debug)]
 pub(crate) struct Frame {
     lock: Arc<HeldLock>,
+    /// The owner the lock is held by (the guard's scope).
+    scope: Arc<Scope>,
     /// The identity of the store the lock lives in (`ClientCore::store`).
     store: Arc<str>,
     parent: Option<Arc<Frame>>,
 }
 
-/// The frame chain of the running task with `locks` (of the store `store`)
-/// entered on top of it.
+impl Frame {
+    /// This frame and the frames around it, innermost first.
+    fn chain(&self) -> impl Iterator<Item = &Frame> {
+        std::iter::successors(Some(self), |frame| frame.parent.as_deref())
+    }
+
+    /// Whether `scope` is a scope of the client `client_id`.
+    fn of_client(&self, client_id: &str) -> bool {
+        &*self.scope.client_id == client_id
+    }
+}
+
+/// The frame chain of the running task with `locks` (each with the scope
+/// that holds it, of the store `store`) entered on top of it.
 pub(crate) fn enter(
     store: &Arc<str>,
-    locks: impl IntoIterator<Item = Arc<HeldLock>>,
+    locks: impl IntoIterator<Item = (Arc<HeldLock>, Arc<Scope>)>,
 ) -> Option<Arc<Frame>> {
-    let mut frame = CURRENT.try_with(Arc::clone).ok();
-    for lock in locks {
+    let mut frame = stack();
+    for (lock, scope) in locks {
         frame = Some(Arc::new(Frame {
             lock,
+            scope,
             store: store.clone(),
             parent: frame,
         }));
     }
     frame
+}
+
+/// The innermost frame of the code being polled, if it runs in any lock's
+/// scope.
+pub(crate) fn stack() -> Option<Arc<Frame>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Re-enters the lock known as `id` of client `client_id` when a frame on
+/// `stack` holds it: adds a hold to it and returns it with its scope.
+pub(crate) fn reenter(
+    stack: &Frame,
+    client_id: &str,
+    id: &str,
+) -> Option<(Arc<HeldLock>, Arc<Scope>)> {
+    stack
+        .chain()
+        .filter(|f| *f.lock.key.id == *id && f.of_client(client_id))
+        .find(|f| f.scope.reenter(&f.lock))
+        .map(|f| (f.lock.clone(), f.scope.clone()))
+}
+
+/// Whether a frame on `stack` holds the lock known as `id` of client
+/// `client_id` (a hold not dropped yet).
+pub(crate) fn holds(stack: &Frame, client_id: &str, id: &str) -> bool {
+    stack.chain().any(|f| {
+        *f.lock.key.id == *id
+            && f.of_client(client_id)
+            && f.lock.holds.load(std::sync::atomic::Ordering::Acquire) > 0
+    })
+}
+
+/// Whether `lock` is held by a frame on `stack`.
+pub(crate) fn on_stack(stack: Option<&Frame>, lock: &HeldLock) -> bool {
+    stack.is_some_and(|stack| stack.chain().any(|f| std::ptr::eq(&*f.lock, lock)))
+}
+
+/// The scope an acquisition of a primitive with the stem `stem` through
+/// client `client_id` takes it in, when the code being polled runs in a
+/// scope of that client: the scope of a frame holding another kind of
+/// the primitive (a read asked for inside the write lock's scope is taken
+/// by the writer's owner), else the innermost frame's scope.
+pub(crate) fn scope_for(stack: &Frame, client_id: &str, stem: &str) -> Option<Arc<Scope>> {
+    let family = stack.chain().find(|f| {
+        **f.lock.key.stem() == *stem
+            && f.of_client(client_id)
+            && f.lock.holds.load(std::sync::atomic::Ordering::Acquire) > 0
+    });
+    match family {
+        Some(f) => Some(f.scope.clone()),
+        None => stack.of_client(client_id).then(|| stack.scope.clone()),
+    }
 }
 
 /// A lock of the current call chain that is a hold of the primitive whose
@@ -43,23 +117,22 @@ pub(crate) fn enter(
 /// under an owner of another client than `client_id`: acquiring the
 /// primitive through `client_id` would wait on itself.
 pub(crate) fn held_by_other_client(
+    stack: Option<&Frame>,
     store: &str,
     stem: &str,
     client_id: &str,
 ) -> Option<Arc<HeldLock>> {
-    let mut frame = CURRENT.try_with(Arc::clone).ok();
-    while let Some(f) = frame {
-        let lock = &f.lock;
-        let other_client = lock
-            .owner
-            .strip_prefix(client_id)
-            .is_none_or(|rest| !rest.starts_with(':'));
-        if &*f.store == store && &**lock.key.stem() == stem && other_client && lock.is_held() {
-            return Some(lock.clone());
-        }
-        frame = f.parent.clone();
-    }
-    None
+    stack?
+        .chain()
+        .find(|f| {
+            let lock = &f.lock;
+            let other_client = lock
+                .owner
+                .strip_prefix(client_id)
+                .is_none_or(|rest| !rest.starts_with(':'));
+            &*f.store == store && &**lock.key.stem() == stem && other_client && lock.is_held()
+        })
+        .map(|f| f.lock.clone())
 }
 
 /// Runs `fut` with `frame` as the current lock chain.
@@ -149,13 +222,11 @@ pub fn current() -> Option<CurrentLock> {
 /// Every lock the current call chain runs under, innermost first (a lock
 /// re-entered by a nested scope appears once per entry).
 pub fn current_all() -> Vec<CurrentLock> {
-    let mut locks = Vec::new();
-    let mut frame = CURRENT.try_with(Arc::clone).ok();
-    while let Some(f) = frame {
-        locks.push(CurrentLock {
+    let stack = stack();
+    let chain = stack.iter().flat_map(|frame| frame.chain());
+    chain
+        .map(|f| CurrentLock {
             lock: f.lock.clone(),
-        });
-        frame = f.parent.clone();
-    }
-    locks
+        })
+        .collect()
 }

@@ -21,11 +21,14 @@ use crate::Lock;
 ///   writers. A waiting writer keeps that place for
 ///   [`QUEUE_PRESENCE`](crate::QUEUE_PRESENCE) at a time, refreshed while it
 ///   waits: a writer that died or gave up stops holding readers back within it.
-/// - **Downgrade, not upgrade.** A call chain holding the write lock may take
-///   the read lock too (then release the write lock and keep reading). Asking
-///   for the write lock while holding the read lock fails at once with
+/// - **Downgrade, not upgrade.** Code running in the write lock's
+///   [`scope`](crate::LockGuard::scope) may take the read lock too, as the
+///   writer's owner (then release the write lock and keep reading). Asking
+///   for the write lock in the read lock's scope fails at once with
 ///   [`LockError::UpgradeRefused`](crate::LockError::UpgradeRefused) instead
-///   of waiting on itself.
+///   of waiting on itself. Sibling branches (`join!`) are other owners: one
+///   waits for the other's write lock (see
+///   [`LockGuard::scope`](crate::LockGuard::scope)).
 /// - **Crashed readers** each expire on their own lease: one dead reader
 ///   never keeps the lock read-held while the others renew.
 ///
@@ -87,8 +90,10 @@ impl ReadWriteLock {
 /// Waiters are woken when permits are given back.
 ///
 /// The total is passed by every acquirer (not stored): every user of one
-/// name must pass the same number. A call chain that holds permits and asks
-/// again re-enters its hold (it does not take more).
+/// name must pass the same number. Code in the
+/// [`scope`](crate::LockGuard::scope) of a guard of permits that asks again
+/// re-enters its hold (it does not take more); sibling branches each take
+/// their own.
 ///
 /// ```no_run
 /// # async fn demo(client: distlock_core::LockClient) -> Result<(), distlock_core::LockError> {

@@ -97,19 +97,31 @@ impl LockGuard {
     }
 
     /// Runs `fut` inside this guard's ownership scope: acquisitions of this
-    /// lock inside it are reentrant (counted in the client), and other locks
-    /// taken inside it belong to the same owner. The `#[distributed_lock]`
-    /// attribute wraps the function body in this.
+    /// lock inside it are reentrant (counted in the client, no round trip),
+    /// and other locks taken inside it belong to the same owner. The
+    /// `#[distributed_lock]` attribute wraps the function body in this.
     ///
     /// Inside, [`current`](crate::current) returns this lock.
+    ///
+    /// # Re-entry and concurrent branches
+    /// A lock is re-entered only by code that runs inside the scope of a
+    /// guard holding it, on the same call stack: `fut` itself and what it
+    /// awaits. Branches that `fut` polls concurrently (`join!`, `select!`,
+    /// `FuturesUnordered`) re-enter this lock and the locks of the scopes
+    /// around it, but a lock one branch takes itself is that branch's: a
+    /// sibling branch asking for it is another owner and waits for it, as a
+    /// spawned task does. So `join!(pay(1), pay(1))` inside a locked body,
+    /// with `pay` annotated with `key = "order:{id}"`, runs the two calls one
+    /// after the other. A guard held without entering its scope is not
+    /// re-entered: acquiring its lock again waits for it (wrap the code that
+    /// needs re-entry in `guard.scope(..)`).
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        let scope = self.scope.clone();
-        let lock = self.lock.clone();
+        let frame = (self.lock.clone(), self.scope.clone());
         let store = self.core.store.clone();
-        let span = lock.span().clone();
+        let span = self.lock.span().clone();
         async move {
-            let frame = crate::current::enter(&store, [lock]);
-            scope.run(crate::current::run(frame, fut)).await
+            let frame = crate::current::enter(&store, [frame]);
+            crate::current::run(frame, fut).await
         }
         .instrument(span)
     }
@@ -168,11 +180,10 @@ impl LockGuard {
     /// hand-written futures that poll an inner future and cannot wrap it:
     /// call this around each poll.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        let frame = crate::current::enter(&self.core.store, [self.lock.clone()]);
+        let frame =
+            crate::current::enter(&self.core.store, [(self.lock.clone(), self.scope.clone())]);
         let _entered = self.lock.span().enter();
-        self.scope
-            .clone()
-            .run_sync(|| crate::current::run_sync(frame, f))
+        crate::current::run_sync(frame, f)
     }
 
     /// Releases the lock (for a reentrant hold: drops one hold; the lock is

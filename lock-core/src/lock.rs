@@ -130,8 +130,11 @@ impl Lock {
     /// or more than it has.
     ///
     /// Inside the [`scope`](LockGuard::scope) of a guard of this client, the
-    /// lock is acquired as that guard's owner: a lock already held there is
-    /// re-entered at no cost (for a semaphore: without taking more permits).
+    /// lock is acquired as that guard's owner: a lock whose scope the caller
+    /// runs in is re-entered at no cost (for a semaphore: without taking more
+    /// permits). A lock that a concurrently polled sibling branch holds or
+    /// is acquiring is not: this acquisition is then another owner and waits
+    /// for it (see [`LockGuard::scope`]).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future at any point leaves the lock not held

@@ -207,19 +207,19 @@ impl MultiLockGuard {
     /// Runs `fut` inside the locks' ownership scope: every lock is reentrant
     /// there, and [`current_all`](crate::current_all) lists them
     /// ([`current`](crate::current) gives the last in acquisition order).
+    /// Re-entry follows [`LockGuard::scope`]'s rules: branches that `fut`
+    /// polls concurrently re-enter these locks, not each other's.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         // Never empty: `acquire` refuses an empty list.
-        let first = self.guards.first();
-        let scope = first.map(|guard| guard.owner_scope().clone());
-        let store = first.map(|guard| guard.store().clone());
-        let locks: Vec<_> = self.guards.iter().map(|g| g.held().clone()).collect();
+        let store = self.guards.first().map(|guard| guard.store().clone());
+        let locks: Vec<_> = self
+            .guards
+            .iter()
+            .map(|g| (g.held().clone(), g.owner_scope().clone()))
+            .collect();
         async move {
             let frame = store.and_then(|store| crate::current::enter(&store, locks));
-            let fut = crate::current::run(frame, fut);
-            match scope {
-                Some(scope) => scope.run(fut).await,
-                None => fut.await,
-            }
+            crate::current::run(frame, fut).await
         }
     }
 

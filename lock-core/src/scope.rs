@@ -1,63 +1,93 @@
-//! Ownership scopes: reentrancy per async call chain.
+//! Ownership scopes: which owner an acquisition takes a lock as.
 //!
 //! The outermost acquisition opens a [`Scope`] with a fresh owner id
-//! (`<client-id>:<n>`). Code running inside it (see
-//! [`LockGuard::scope`](crate::LockGuard::scope)) acquires as that same owner:
-//! a lock the scope already holds is re-entered by counting in the client
-//! (no round trip), another lock is taken in Redis under the scope's owner.
-//! Anything outside the scope (a spawned task, a sibling future) is another
-//! owner and waits like everyone else.
+//! (`<client-id>:<n>`); its guard's [`scope`](crate::LockGuard::scope)
+//! runs code as that owner. Re-entry is decided by the call stack, not here
+//! (`current.rs`: a lock is re-entered only inside the scope of a guard
+//! that holds it). A lock taken for the first time inside a scope is taken
+//! under the scope's owner, unless something else of the scope (a
+//! concurrently polled sibling branch, a task that runs a guard of the scope)
+//! holds or acquires a lock of the same primitive: then the acquisition
+//! is another owner, with a scope of its own ([`Scope::claim`]), so that
+//! neither the client nor the backend's reentrancy by owner merges the two.
 //!
 //! A scope also counts its acquisitions in flight per lock, so that the
-//! rollback of an abandoned grant never deletes a grant that a sibling
+//! rollback of an abandoned grant never deletes a grant that another
 //! acquisition of the same scope is taking over.
 
 use std::collections::hash_map;
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::held::HeldLock;
+use crate::name::{Kind, LockKey};
 use crate::sync::Mutex;
-
-tokio::task_local! {
-    static SCOPE: Arc<Scope>;
-}
 
 #[derive(Debug)]
 pub(crate) struct Scope {
     /// The id of the client whose locks this scope holds.
-    client_id: Arc<str>,
+    pub(crate) client_id: Arc<str>,
     pub(crate) owner: Arc<str>,
     state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// The locks this scope holds or is acquiring, by lock name (one map, so
-    /// a scope costs one small allocation).
+    /// The locks this scope holds or has a request in flight for, by lock
+    /// name (one map, so a scope costs one small allocation).
     locks: HashMap<Arc<str>, Entry>,
+    /// The acquisitions under way under this owner inside a scope (see
+    /// [`Scope::claim`]; empty, and allocating nothing, for an outermost
+    /// acquisition, which opens a scope of its own).
+    claims: Vec<Claimed>,
 }
 
 #[derive(Debug, Default)]
 struct Entry {
     held: Weak<HeldLock>,
-    /// Acquisitions in flight.
+    /// Requests in flight, which keep the rollback of an abandoned grant
+    /// from deleting what one of them takes over.
     attempts: usize,
+}
+
+/// An acquisition under way: its lock's name and its primitive's stem
+/// (`LockKey::stem`: a read and the write of one read-write lock share it).
+#[derive(Debug)]
+struct Claimed {
+    id: Arc<str>,
+    stem: Arc<str>,
+}
+
+fn live(entry: &Entry) -> Option<Arc<HeldLock>> {
+    let lock = entry.held.upgrade()?;
+    (lock.holds.load(Ordering::Acquire) > 0).then_some(lock)
 }
 
 impl State {
     fn claims(&self, name: &str) -> bool {
-        self.live(name).is_some() || self.locks.get(name).is_some_and(|e| e.attempts > 0)
+        self.locks
+            .get(name)
+            .is_some_and(|e| e.attempts > 0 || live(e).is_some())
     }
 
-    fn live(&self, name: &str) -> Option<Arc<HeldLock>> {
-        let lock = self.locks.get(name)?.held.upgrade()?;
-        (lock.holds.load(Ordering::Acquire) > 0).then_some(lock)
+    /// Whether an acquisition of `key` under this scope's owner would share
+    /// the owner with another holder or acquisition of the same primitive:
+    /// a hold that is not `ours` (not on the caller's call stack), or an
+    /// acquisition under way. Reads of one read lock share it harmlessly
+    /// (they exclude nobody but writers).
+    fn taken_by_another(&self, key: &LockKey, ours: impl Fn(&HeldLock) -> bool) -> bool {
+        let other = |id: &str, stem: &str| {
+            stem == &**key.stem() && !(key.kind == Kind::Read && id == &*key.id)
+        };
+        self.claims.iter().any(|c| other(&c.id, &c.stem))
+            || self.locks.iter().any(|(id, entry)| {
+                live(entry).is_some_and(|lock| other(id, lock.key.stem()) && !ours(&lock))
+            })
     }
 
-    /// Forgets `name`'s entry once nothing holds or acquires it.
+    /// Forgets `name`'s entry once nothing holds it or has a request in
+    /// flight for it.
     fn tidy(&mut self, name: &Arc<str>) {
         if let hash_map::Entry::Occupied(entry) = self.locks.entry(name.clone()) {
             let idle = entry.get().attempts == 0 && entry.get().held.strong_count() == 0;
@@ -78,52 +108,60 @@ impl Scope {
         })
     }
 
-    /// The scope the current task runs in, when it belongs to client `client_id`.
-    pub(crate) fn current(client_id: &str) -> Option<Arc<Self>> {
-        SCOPE
-            .try_with(|scope| scope.clone())
-            .ok()
-            .filter(|scope| &*scope.client_id == client_id)
+    /// Adds a hold to `lock`, a lock of this scope, while it has one (a
+    /// re-entry). Returns false once its last hold was dropped.
+    pub(crate) fn reenter(&self, lock: &HeldLock) -> bool {
+        // Under the scope's lock, where the last hold is decided.
+        let _state = self.state.lock();
+        lock.holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then(|| n.saturating_add(1))
+            })
+            .is_ok()
     }
 
-    /// Runs `fut` inside this scope.
-    pub(crate) async fn run<F: Future>(self: Arc<Self>, fut: F) -> F::Output {
-        SCOPE.scope(self, fut).await
-    }
-
-    /// Runs `f` inside this scope.
-    pub(crate) fn run_sync<T>(self: Arc<Self>, f: impl FnOnce() -> T) -> T {
-        SCOPE.sync_scope(self, f)
-    }
-
-    /// Adds a hold to the lock named `name` when this scope holds it.
-    /// Whether this scope holds the lock known as `id`.
-    pub(crate) fn holds(&self, id: &str) -> bool {
-        self.state.lock().live(id).is_some()
-    }
-
-    pub(crate) fn reenter(&self, name: &str) -> Option<Arc<HeldLock>> {
-        let state = self.state.lock();
-        let lock = state.live(name)?;
-        lock.holds.fetch_add(1, Ordering::AcqRel);
-        Some(lock)
-    }
-
-    /// Counts an acquisition of `name` in flight until the returned value
-    /// is dropped.
-    pub(crate) fn attempting<'a>(&'a self, name: &Arc<str>) -> Attempting<'a> {
+    /// Claims an acquisition of `key` under this scope's owner, unless
+    /// another holder or acquisition of the scope has its primitive (see
+    /// `taken_by_another`; `ours` tells the holds on the caller's call
+    /// stack): then `None`, and the acquisition must be another owner. The
+    /// check and the claim are one step, so of two siblings that start at
+    /// the same moment exactly one gets the owner. The claim lasts until the
+    /// returned value is dropped.
+    pub(crate) fn claim(
+        self: &Arc<Self>,
+        key: &LockKey,
+        ours: impl Fn(&HeldLock) -> bool,
+    ) -> Option<Acquiring> {
         let mut state = self.state.lock();
-        state.locks.entry(name.clone()).or_default().attempts += 1;
+        if state.taken_by_another(key, ours) {
+            return None;
+        }
+        state.claims.push(Claimed {
+            id: key.id.clone(),
+            stem: key.stem().clone(),
+        });
+        Some(Acquiring {
+            scope: self.clone(),
+            id: key.id.clone(),
+        })
+    }
+
+    /// Counts a request for `key` in flight until the returned value is
+    /// dropped.
+    pub(crate) fn attempting<'a>(&'a self, key: &LockKey) -> Attempting<'a> {
+        let mut state = self.state.lock();
+        state.locks.entry(key.id.clone()).or_default().attempts += 1;
         Attempting {
             scope: self,
-            name: name.clone(),
+            name: key.id.clone(),
         }
     }
 
     /// Records a lock just acquired under this scope's owner. Returns the
     /// lock the scope now holds and whether this was its first hold (decided
-    /// under the scope's lock, so exactly one of two sibling acquisitions of
-    /// the same lock is first; the other gets a hold on the first's lock).
+    /// under the scope's lock). Only reads of one read lock can meet here
+    /// (other siblings are kept apart by [`claim`](Scope::claim)): the
+    /// second gets a hold on the first's lock.
     /// A first hold is recorded only when `admit` (called under the scope's
     /// lock) accepts it; otherwise nothing is, and the result is `None`.
     pub(crate) fn insert(
@@ -132,7 +170,7 @@ impl Scope {
         admit: impl FnOnce(&Arc<HeldLock>) -> bool,
     ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
-        if let Some(existing) = state.live(&lock.key.id) {
+        if let Some(existing) = state.locks.get(&lock.key.id).and_then(live) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return Some((existing, false));
         }
@@ -143,9 +181,9 @@ impl Scope {
         Some((lock, true))
     }
 
-    /// Whether this scope holds `name` or is acquiring it: a grant to this
-    /// scope's owner found in the backend may then be (or become) that
-    /// hold, and must not be rolled back.
+    /// Whether this scope holds `name` or has a request for it in flight: a
+    /// grant to this scope's owner found in the backend may then be (or
+    /// become) that hold, and must not be rolled back.
     #[cfg(test)]
     pub(crate) fn claims(&self, name: &str) -> bool {
         self.state.lock().claims(name)
@@ -185,7 +223,24 @@ impl Scope {
     }
 }
 
-/// An acquisition in flight (see [`Scope::attempting`]).
+/// An acquisition under way under a scope's owner (see [`Scope::claim`]).
+#[derive(Debug)]
+pub(crate) struct Acquiring {
+    scope: Arc<Scope>,
+    id: Arc<str>,
+}
+
+impl Drop for Acquiring {
+    fn drop(&mut self) {
+        let mut state = self.scope.state.lock();
+        // Claims of one name are alike (reads): any one of them goes.
+        if let Some(at) = state.claims.iter().position(|c| c.id == self.id) {
+            state.claims.swap_remove(at);
+        }
+    }
+}
+
+/// A request in flight (see [`Scope::attempting`]).
 pub(crate) struct Attempting<'a> {
     scope: &'a Scope,
     name: Arc<str>,
@@ -209,40 +264,83 @@ mod tests {
     use crate::held::Lease;
     use crate::name::LockKey;
 
+    fn key(name: &str, kind: Kind) -> LockKey {
+        LockKey::of_kind("lock:", name, kind).unwrap()
+    }
+
     fn lock(name: &str) -> Arc<HeldLock> {
-        let key = LockKey::new("lock:", name).unwrap();
+        held(key(name, Kind::Exclusive))
+    }
+
+    fn held(key: LockKey) -> Arc<HeldLock> {
         let lease = Lease::Watchdog(std::time::Duration::from_secs(1));
         Arc::new(HeldLock::new(key, "c:1".into(), 1, lease, Instant::now()))
     }
 
     #[tokio::test]
-    async fn of_two_sibling_grants_of_one_lock_exactly_one_is_first() {
+    async fn of_two_grants_of_one_read_lock_exactly_one_is_first() {
         let scope = Scope::new("c".into(), "c:1".into());
-        let (a, first_a) = scope.insert(lock("x"), |_| true).unwrap();
-        let (b, first_b) = scope.insert(lock("x"), |_| true).unwrap();
+        let (a, first_a) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
+        let (b, first_b) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
         assert!(first_a && !first_b);
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.holds.load(Ordering::Acquire), 2);
         assert!(!scope.drop_hold(&a));
         assert!(scope.drop_hold(&a));
-        assert!(!scope.claims("x"));
+        assert!(!scope.claims(&a.key.id));
     }
 
     #[tokio::test]
     async fn a_refused_first_hold_is_not_recorded() {
         let scope = Scope::new("c".into(), "c:1".into());
-        assert!(scope.insert(lock("x"), |_| false).is_none());
-        assert!(!scope.claims("x"));
-        assert!(scope.reenter("x").is_none());
+        let x = lock("x");
+        assert!(scope.insert(x.clone(), |_| false).is_none());
+        assert!(!scope.claims(&x.key.id));
+        assert!(scope.claim(&x.key, |_| false).is_some());
     }
 
     #[tokio::test]
-    async fn an_acquisition_in_flight_claims_its_lock() {
+    async fn a_request_in_flight_claims_its_lock() {
         let scope = Scope::new("c".into(), "c:1".into());
-        let name: Arc<str> = "x".into();
-        let attempt = scope.attempting(&name);
-        assert!(scope.claims("x"));
+        let x = key("x", Kind::Exclusive);
+        let attempt = scope.attempting(&x);
+        assert!(scope.claims(&x.id));
         drop(attempt);
-        assert!(!scope.claims("x"));
+        assert!(!scope.claims(&x.id));
+    }
+
+    /// Of two acquisitions of one primitive under one owner, the second is
+    /// refused the owner while the first is under way or holds the lock off
+    /// the caller's stack; a hold on the caller's stack (a write lock, when
+    /// its read lock is asked for) and reads of one read lock do not count.
+    #[tokio::test]
+    async fn an_owner_takes_one_acquisition_of_a_primitive_at_a_time() {
+        let scope = Scope::new("c".into(), "c:1".into());
+        let x = key("x", Kind::Exclusive);
+        let first = scope.claim(&x, |_| false).expect("the scope is free");
+        assert!(scope.claim(&x, |_| false).is_none(), "under way");
+        assert!(scope.claim(&key("y", Kind::Exclusive), |_| false).is_some());
+        let (x_held, _) = scope.insert(held(x.clone()), |_| true).unwrap();
+        drop(first);
+        assert!(scope.claim(&x, |_| false).is_none(), "held off the stack");
+        assert!(scope.claim(&x, |_| true).is_some(), "held on the stack");
+        assert!(scope.drop_hold(&x_held));
+        assert!(scope.claim(&x, |_| false).is_some(), "released");
+
+        let (write, read) = (key("rw", Kind::Write), key("rw", Kind::Read));
+        let (w, _) = scope.insert(held(write.clone()), |_| true).unwrap();
+        assert!(scope.claim(&read, |_| false).is_none(), "a sibling's write");
+        let one = scope
+            .claim(&read, |l| std::ptr::eq(l, &*w))
+            .expect("our write");
+        assert!(
+            scope.claim(&read, |l| std::ptr::eq(l, &*w)).is_some(),
+            "reads share"
+        );
+        assert!(
+            scope.claim(&write, |l| std::ptr::eq(l, &*w)).is_none(),
+            "a read under way"
+        );
+        drop(one);
     }
 }

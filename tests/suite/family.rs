@@ -247,8 +247,10 @@ pub async fn family_downgrade_is_allowed_and_upgrade_refused<F: Fixture>(fixture
     let other = b.read_write_lock("rw:grade");
     let write = rw.write().acquire().await.unwrap();
     let read = write.scope(rw.read().acquire()).await.unwrap();
-    // The writer that also reads re-enters its write hold (no upgrade).
-    let again = read.scope(rw.write().acquire()).await.unwrap();
+    // The writer that also reads re-enters its write hold (no upgrade):
+    // inside the write lock's scope (a re-entry needs the scope of the hold
+    // it re-enters on the call stack).
+    let again = write.scope(read.scope(rw.write().acquire())).await.unwrap();
     assert_eq!(again.fencing_token(), write.fencing_token());
     again.release().await.unwrap();
     write.release().await.unwrap();

@@ -23,6 +23,9 @@ pub use family::*;
 mod hot;
 #[allow(unused_imports)]
 pub use hot::*;
+mod siblings;
+#[allow(unused_imports)]
+pub use siblings::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {
@@ -121,7 +124,7 @@ macro_rules! behaviour_suite {
             edges_wait_duration_max_waits_until_release,
             edges_odd_lock_names_work_end_to_end,
             edges_bad_names_get_typed_errors_everywhere,
-            edges_siblings_first_acquiring_in_one_scope_are_renewed,
+            edges_siblings_racing_for_one_lock_in_one_scope_exclude_each_other,
             shutdown_releases_locks_for_other_clients,
             shutdown_wakes_waiters_at_once,
             shutdown_grace_lets_bodies_finish,
