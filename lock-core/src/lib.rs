@@ -79,8 +79,9 @@
 //!  name.rs slot.rs lease.rs wire.rs info.rs error.rs sync.rs metric_points.rs   leaves
 //! ```
 //!
-//! One acquisition: [`Lock::acquire`] -> `acquire::acquire` (re-entry in the
-//! current [`scope`](LockGuard::scope), else a new scope; its
+//! One acquisition: [`Lock::acquire`] -> `acquire::acquire` (re-entry through
+//! the [`scope`](LockGuard::scope)s on the call stack, else the innermost
+//! scope's owner, or a fresh owner when a sibling branch has the lock; its
 //! [`LockOptions`]) -> `Request::run` (an attempt; when busy, a waiter from
 //! the core's `Wakeups`, then attempts on each wake-up or after the holder's
 //! remaining lease) -> `Request::attempt` -> `Backend::acquire` (on Redis:
