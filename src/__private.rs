@@ -67,13 +67,15 @@ pub fn count(value: impl CountValue) -> u32 {
     value.count()
 }
 
-/// The value of a `client` expression: a [`LockClient`], or a reference or
-/// shared pointer to one. A trait rather than `Borrow<LockClient>`, for the
-/// message a value of another type gets.
+/// The value of a `client` expression: anything that borrows as a
+/// [`LockClient`] (the client, a reference to one, an `Arc`, `Rc` or `Box`
+/// of one, a generic `C: Borrow<LockClient>`). A trait of its own rather
+/// than a bare `Borrow<LockClient>` bound, for the message a value of
+/// another type gets.
 #[diagnostic::on_unimplemented(
     message = "`client` takes a `distlock::LockClient`, not `{Self}`",
     label = "expected a `LockClient` (or `&LockClient`, `Arc<LockClient>`)",
-    note = "accepted: `LockClient`, `&LockClient`, `&mut LockClient`, `Arc<LockClient>`, `Rc<LockClient>`, `Box<LockClient>`",
+    note = "accepted: `LockClient`, `&LockClient`, `&mut LockClient`, `Arc<LockClient>`, `Rc<LockClient>`, `Box<LockClient>`, or any `C: Borrow<LockClient>`",
     note = "connect one at start-up (`LockClient::connect(url).await?`) and pass it or the field that holds it, e.g. `client = self.locks`; leave `client` out to use the client installed with `distlock::set_global_client`"
 )]
 pub trait ClientValue {
@@ -81,39 +83,9 @@ pub trait ClientValue {
     fn lock_client(&self) -> &LockClient;
 }
 
-impl ClientValue for LockClient {
+impl<T: std::borrow::Borrow<LockClient> + ?Sized> ClientValue for T {
     fn lock_client(&self) -> &LockClient {
-        self
-    }
-}
-
-impl<T: ClientValue + ?Sized> ClientValue for &T {
-    fn lock_client(&self) -> &LockClient {
-        (**self).lock_client()
-    }
-}
-
-impl<T: ClientValue + ?Sized> ClientValue for &mut T {
-    fn lock_client(&self) -> &LockClient {
-        (**self).lock_client()
-    }
-}
-
-impl ClientValue for std::sync::Arc<LockClient> {
-    fn lock_client(&self) -> &LockClient {
-        self
-    }
-}
-
-impl ClientValue for std::rc::Rc<LockClient> {
-    fn lock_client(&self) -> &LockClient {
-        self
-    }
-}
-
-impl ClientValue for Box<LockClient> {
-    fn lock_client(&self) -> &LockClient {
-        self
+        self.borrow()
     }
 }
 
