@@ -67,6 +67,33 @@ pub fn count(value: impl CountValue) -> u32 {
     value.count()
 }
 
+/// The value of a `client` expression: anything that borrows as a
+/// [`LockClient`] (the client, a reference to one, an `Arc`, `Rc` or `Box`
+/// of one, a generic `C: Borrow<LockClient>`). A trait of its own rather
+/// than a bare `Borrow<LockClient>` bound, for the message a value of
+/// another type gets.
+#[diagnostic::on_unimplemented(
+    message = "`client` takes a `distlock::LockClient`, not `{Self}`",
+    label = "expected a `LockClient` (or `&LockClient`, `Arc<LockClient>`)",
+    note = "accepted: `LockClient`, `&LockClient`, `&mut LockClient`, `Arc<LockClient>`, `Rc<LockClient>`, `Box<LockClient>`, or any `C: Borrow<LockClient>`",
+    note = "connect one at start-up (`LockClient::connect(url).await?`) and pass it or the field that holds it, e.g. `client = self.locks`; leave `client` out to use the client installed with `distlock::set_global_client`"
+)]
+pub trait ClientValue {
+    /// The client.
+    fn lock_client(&self) -> &LockClient;
+}
+
+impl<T: std::borrow::Borrow<LockClient> + ?Sized> ClientValue for T {
+    fn lock_client(&self) -> &LockClient {
+        self.borrow()
+    }
+}
+
+/// The client of a `client` expression, evaluated at the call.
+pub fn lock_client<C: ClientValue + ?Sized>(value: &C) -> &LockClient {
+    value.lock_client()
+}
+
 /// Which member of the lock family a generated function takes.
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {

@@ -114,11 +114,14 @@ pub use distlock_core::*;
 /// | `permits = 5`, `take = 2` | `take` (default 1) permits of the [semaphore](LockClient::semaphore) named by `key` with `permits` in all; `u32` literals or expressions |
 /// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
 /// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distlock` otherwise |
-/// | `client = expr` | the `LockClient` (or `&LockClient`, `Arc<LockClient>`) to use; default: [`set_global_client`]'s |
-/// | `crate = "path"` | the path of this crate when renamed in `Cargo.toml` |
+/// | `client = expr` | the `LockClient` to use (or a `&LockClient`, `&mut LockClient`, `Arc`, `Rc` or `Box` of one); default: [`set_global_client`]'s |
+/// | `crate = "path"` | the path of this crate, when it is reached through another crate (`crate = "infra::distlock"`); a dependency renamed in `Cargo.toml` (`dl = { package = "distlock", .. }`) is found without it |
 /// | `abort_on_lost` | cancel the body and return `LockError::LeaseLost` when the lease is lost mid-body |
 ///
 /// At most one of `fair`, `read`, `write`, `permits`, each with one `key`.
+/// Next to `#[tokio::main]` or `#[tokio::test]`, put `#[distributed_lock]`
+/// first (above): attributes expand from the top, and those make the
+/// function synchronous.
 /// Option expressions (`wait = cfg.lock_wait`, `permits = self.limit`) are
 /// evaluated at each call before the lock is taken, in the fn's scope, as
 /// the key templates are; a value the lock refuses is its

@@ -369,6 +369,190 @@ async fn dropped_connection_releases_the_lock() {
     );
 }
 
+/// Sets its flag when dropped: tells whether a handler's future was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A payment handler that tells `entered` once it runs, then works for
+/// `works_for`; `dropped` is set when its future goes (finished or not),
+/// `finished` when it ran to its end.
+fn working_handler(
+    works_for: Duration,
+) -> (
+    impl Fn() -> futures::future::BoxFuture<'static, &'static str> + Clone + Send + Sync + 'static,
+    Arc<Notify>,
+    Arc<AtomicBool>,
+    Arc<AtomicBool>,
+) {
+    let entered = Arc::new(Notify::new());
+    let dropped = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let (entered, dropped, finished) = (entered.clone(), dropped.clone(), finished.clone());
+        move || -> futures::future::BoxFuture<'static, &'static str> {
+            let (entered, dropped, finished) = (entered.clone(), dropped.clone(), finished.clone());
+            Box::pin(async move {
+                let _flag = DropFlag(dropped);
+                entered.notify_one();
+                tokio::time::sleep(works_for).await;
+                finished.store(true, Ordering::SeqCst);
+                "paid"
+            })
+        }
+    };
+    (handler, entered, dropped, finished)
+}
+
+/// Deletes the lock of order 1 behind its holder's back, as an operator's
+/// force-release or a `FLUSHALL` would.
+fn delete_order_lock(server: &RedisServer) {
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("lock:{order:1}")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(deleted, 1, "the request held the lock");
+}
+
+/// `abort_on_lost(true)`: the lock is deleted while the handler runs; the
+/// watchdog's next renewal (every 300 ms with a 900 ms lease) finds it gone,
+/// the handler's future is dropped there, and the client gets the layer's
+/// 503 for `LeaseLost`, long before the handler would have answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lock_aborts_the_handler_with_503_when_asked() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(900))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (handler, entered, dropped, finished) = working_handler(Duration::from_secs(5));
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(handler))
+        .layer(pay_layer(&client).abort_on_lost(true));
+    let addr = serve(app).await;
+
+    let request = tokio::spawn(send(addr, "POST", "/orders/1/pay"));
+    timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .unwrap();
+    delete_order_lock(&server);
+    let deleted_at = Instant::now();
+    let reply = request.await.unwrap();
+    let took = deleted_at.elapsed();
+
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(
+        reply.body.contains("lock `order:1` could not be kept"),
+        "{reply:?}"
+    );
+    assert_eq!(reply.headers["retry-after"], "1", "{reply:?}");
+    assert!(
+        !reply.headers.contains_key(TOKEN_HEADER),
+        "no fencing token on a lost request: {reply:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "answered {took:?} after the deletion, not at the watchdog's next renewal"
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the handler's future was dropped"
+    );
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the handler did not run to its end"
+    );
+    // Nothing is left held: the next request runs (and, unhurried, answers 200).
+    let (quick, _, _, _) = working_handler(Duration::ZERO);
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(quick))
+        .layer(pay_layer(&client).abort_on_lost(true));
+    let next = send(serve(app).await, "POST", "/orders/1/pay").await;
+    assert_eq!(next.status, StatusCode::OK, "{next:?}");
+}
+
+/// The default (`abort_on_lost(false)`): the lock is deleted while the
+/// handler runs, the handler runs to its end and its own `200` goes out,
+/// and the layer logs a warning naming the lock. On a current-thread
+/// runtime, so that the test's log collector sees the server's events.
+#[tokio::test(flavor = "current_thread")]
+async fn lost_lock_passes_the_handler_response_through_by_default() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let events = Events::default();
+    let _log =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(900))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (handler, entered, dropped, finished) = working_handler(Duration::from_millis(1500));
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(handler))
+        .layer(pay_layer(&client));
+    let addr = serve(app).await;
+
+    let request = tokio::spawn(send(addr, "POST", "/orders/1/pay"));
+    timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .unwrap();
+    delete_order_lock(&server);
+    let reply = request.await.unwrap();
+
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "paid");
+    assert!(
+        finished.load(Ordering::SeqCst),
+        "the handler ran to its end"
+    );
+    assert!(dropped.load(Ordering::SeqCst));
+    let all = format!("{:#?}", events.0.lock().unwrap());
+    assert!(
+        events.find(
+            tracing::Level::WARN,
+            "distlock_tower::release",
+            &["a request finished after its lock was lost", "order:1"]
+        ),
+        "{all}"
+    );
+}
+
+/// Collects the log's events: level, target and fields.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<(tracing::Level, String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        let meta = event.metadata();
+        self.0
+            .lock()
+            .unwrap()
+            .push((*meta.level(), meta.target().to_owned(), fields.0));
+    }
+}
+
+impl Events {
+    fn find(&self, level: tracing::Level, target: &str, needles: &[&str]) -> bool {
+        self.0.lock().unwrap().iter().any(|(l, t, fields)| {
+            *l == level && t == target && needles.iter().all(|n| fields.contains(n))
+        })
+    }
+}
+
 /// Requests the extractor gives no key run without a lock: other routes,
 /// other methods, and several of them at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ async fn export(&self, tenant: u32) -> Result<(), AppError> {
     let __lock_permits = ::distlock::__private::count(self.limits.exports);
     let __lock_acquired = ::distlock::__private::acquire(
             ::core::option::Option::Some(
-                ::core::borrow::Borrow::<::distlock::LockClient>::borrow(&(self.locks)),
+                ::distlock::__private::lock_client(&(self.locks)),
             ),
             ::std::format!("export:{}", tenant),
             ::distlock::__private::Kind::Permits {

@@ -4,7 +4,7 @@
 pub async fn transfer(&self, from: &Account, to: u64) -> anyhow::Result<()> {
     let __lock_acquired = ::distlock::__private::acquire_all(
             ::core::option::Option::Some(
-                ::core::borrow::Borrow::<::distlock::LockClient>::borrow(&(self.locks)),
+                ::distlock::__private::lock_client(&(self.locks)),
             ),
             ::std::vec![
                 ::std::format!("account:{}", from.id), ::std::format!("account:{}", to)

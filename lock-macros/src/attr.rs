@@ -68,6 +68,158 @@ fn option_list() -> String {
         .join(", ")
 }
 
+/// Names users bring from other lock libraries (Redisson's `waitTime` and
+/// `leaseTime`, ShedLock's `lockAtMostFor`, lock4j's `acquireTimeout`, ...)
+/// or guess, and the option that does it here, with what that option is.
+/// Compared with underscores removed and in lower case.
+const ALIASES: [(&str, &str, &str); 20] = [
+    ("timeout", "wait", "how long a call waits for a busy lock"),
+    ("waittime", "wait", "how long a call waits for a busy lock"),
+    (
+        "waittimeout",
+        "wait",
+        "how long a call waits for a busy lock",
+    ),
+    (
+        "acquiretimeout",
+        "wait",
+        "how long a call waits for a busy lock",
+    ),
+    (
+        "locktimeout",
+        "wait",
+        "how long a call waits for a busy lock",
+    ),
+    (
+        "leasetime",
+        "lease",
+        "a fixed lease, not renewed by the watchdog",
+    ),
+    (
+        "leaseduration",
+        "lease",
+        "a fixed lease, not renewed by the watchdog",
+    ),
+    ("ttl", "lease", "a fixed lease, not renewed by the watchdog"),
+    (
+        "expire",
+        "lease",
+        "a fixed lease, not renewed by the watchdog",
+    ),
+    (
+        "expiry",
+        "lease",
+        "a fixed lease, not renewed by the watchdog",
+    ),
+    (
+        "lockatmostfor",
+        "lease",
+        "a fixed lease, not renewed by the watchdog",
+    ),
+    (
+        "lockatleastfor",
+        "at_least",
+        "the minimum hold of a scheduled job's lock",
+    ),
+    (
+        "minhold",
+        "at_least",
+        "the minimum hold of a scheduled job's lock",
+    ),
+    (
+        "holdatleast",
+        "at_least",
+        "the minimum hold of a scheduled job's lock",
+    ),
+    (
+        "name",
+        "key",
+        "the lock name, a template such as `\"order:{id}\"`",
+    ),
+    (
+        "lockname",
+        "key",
+        "the lock name, a template such as `\"order:{id}\"`",
+    ),
+    (
+        "fairness",
+        "fair",
+        "the fair lock, granted in arrival order",
+    ),
+    ("krate", "crate", "the path of the `distlock` crate"),
+    ("cratename", "crate", "the path of the `distlock` crate"),
+    (
+        "onlost",
+        "abort_on_lost",
+        "cancel the body when the lease is lost",
+    ),
+];
+
+/// The message for an unknown option `name`: the option it most likely
+/// means, when one stands out, and the valid ones.
+fn unknown_option(name: &str) -> String {
+    let normal = normalized(name);
+    let hint = ALIASES
+        .iter()
+        .find(|(alias, _, _)| *alias == normal)
+        .map(|(_, option, what)| format!(" did you mean `{option}` ({what})?"))
+        .or_else(|| {
+            // A typo: the nearest option within a third of the name's length.
+            let most = (normal.len() / 3).max(1);
+            OPTIONS
+                .iter()
+                .map(|(option, _)| (edit_distance(&normal, &normalized(option)), *option))
+                .filter(|(distance, _)| *distance <= most)
+                .min_by_key(|(distance, _)| *distance)
+                .map(|(_, option)| format!(" did you mean `{option}`?"))
+        })
+        .unwrap_or_default();
+    format!(
+        "unknown option `{name}`;{hint} expected one of {}",
+        option_list()
+    )
+}
+
+/// `name` in lower case without underscores: `lease_time`, `leaseTime` and
+/// `LEASETIME` are the same guess.
+fn normalized(name: &str) -> String {
+    name.chars()
+        .filter(|c| *c != '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The edit distance between `a` and `b` in characters, a swap of two
+/// neighbours counting as one edit (optimal string alignment), so that
+/// `wiat` is one edit from `wait`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // rows[i][j]: the distance between the first i of `a` and the first j of `b`.
+    let mut rows: Vec<Vec<usize>> = Vec::with_capacity(a.len() + 1);
+    rows.push((0..=b.len()).collect());
+    for (i, ca) in a.iter().enumerate() {
+        let mut row = Vec::with_capacity(b.len() + 1);
+        row.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let at = |row: &[usize], k: usize| row.get(k).copied().unwrap_or(usize::MAX);
+            let above = rows.last().map_or(&[][..], Vec::as_slice);
+            let mut best = at(above, j)
+                .saturating_add(usize::from(ca != cb))
+                .min(at(above, j + 1).saturating_add(1))
+                .min(at(&row, j).saturating_add(1));
+            let swapped = i > 0 && j > 0 && a.get(i - 1) == Some(cb) && b.get(j - 1) == Some(ca);
+            if swapped {
+                let two_above = rows.len().checked_sub(2).and_then(|k| rows.get(k));
+                let two_above = two_above.map_or(&[][..], Vec::as_slice);
+                best = best.min(at(two_above, j - 1).saturating_add(1));
+            }
+            row.push(best);
+        }
+        rows.push(row);
+    }
+    rows.last().and_then(|row| row.last()).copied().unwrap_or(0)
+}
+
 /// The lock's own range of fixed leases (`distlock_core::MIN_LEASE..=MAX_LEASE`),
 /// checked here so that a bad literal fails the build.
 const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -223,10 +375,7 @@ impl Args {
             }
             names.push(name.clone());
             let Some(opt) = Opt::named(&name) else {
-                push(syn::Error::new(
-                    item.name.span(),
-                    format!("unknown option `{name}`; expected one of {}", option_list()),
-                ));
+                push(syn::Error::new(item.name.span(), unknown_option(&name)));
                 continue;
             };
             if let Err(err) = args.apply(opt, item, &mut seen) {
@@ -612,6 +761,56 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n"),
         }
+    }
+
+    #[test]
+    fn unknown_options_suggest_the_one_meant() {
+        let cases = [
+            ("timeout", Some("`wait`")),
+            ("waitTime", Some("`wait`")),
+            ("wait_time", Some("`wait`")),
+            ("acquireTimeout", Some("`wait`")),
+            ("lease_time", Some("`lease`")),
+            ("leaseTime", Some("`lease`")),
+            ("ttl", Some("`lease`")),
+            ("lockAtMostFor", Some("`lease`")),
+            ("lockAtLeastFor", Some("`at_least`")),
+            ("name", Some("`key`")),
+            ("krate", Some("`crate`")),
+            // Typos: the nearest option.
+            ("leas", Some("`lease`")),
+            ("wiat", Some("`wait`")),
+            ("permit", Some("`permits`")),
+            ("abort_on_loss", Some("`abort_on_lost`")),
+            ("atLeast", Some("`at_least`")),
+            // Nothing close: no guess.
+            ("retries", None),
+            ("x", None),
+        ];
+        for (name, expected) in cases {
+            let message = unknown_option(name);
+            assert!(
+                message.starts_with(&format!("unknown option `{name}`;")),
+                "{message}"
+            );
+            assert!(message.ends_with(&option_list()), "{message}");
+            match expected {
+                Some(option) => assert!(
+                    message.contains(&format!("did you mean {option}")),
+                    "{name}: {message}"
+                ),
+                None => assert!(!message.contains("did you mean"), "{name}: {message}"),
+            }
+        }
+        // Every alias points at an option that exists.
+        for (alias, option, _) in ALIASES {
+            assert!(Opt::named(option).is_some(), "{alias} -> {option}");
+            assert_eq!(alias, normalized(alias), "aliases are stored normalized");
+        }
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "key"), 3);
+        assert_eq!(edit_distance("wiat", "wait"), 1);
+        assert_eq!(edit_distance("lease", "lease"), 0);
     }
 
     #[test]

@@ -16,6 +16,66 @@ use crate::template::{respan, Scope, Template};
 /// original function is emitted next to the errors, so the rest of the crate
 /// (and the IDE) still sees it.
 pub(crate) fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    distributed_lock_with(attr, item, find_facade)
+}
+
+/// What the package's Cargo.toml says of the facade crate `distlock`, whose
+/// `__private` module the generated code calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Facade {
+    /// A dependency under this name: `distlock`, or the name it was renamed
+    /// to (`dl = { package = "distlock", .. }`).
+    Named(String),
+    /// No dependency on it: the generated code could not name it.
+    Missing,
+    /// Not known (no Cargo.toml to read, as in a build without cargo): it is
+    /// taken to be `distlock`.
+    Unknown,
+}
+
+/// Reads the package's Cargo.toml (that of the crate being compiled) for
+/// its dependency on `distlock`.
+fn find_facade() -> Facade {
+    use proc_macro_crate::{crate_name, Error, FoundCrate};
+    match crate_name("distlock") {
+        Ok(FoundCrate::Name(name)) => Facade::Named(name),
+        // The facade package's own tests, examples and doctests: they name
+        // it `distlock` (its library itself does not use the attribute).
+        Ok(FoundCrate::Itself) => Facade::Named("distlock".to_owned()),
+        Err(Error::CrateNotFound { .. }) => Facade::Missing,
+        Err(_) => Facade::Unknown,
+    }
+}
+
+/// The path of the facade in the generated code: `crate = "..."` when given,
+/// else the name the package's Cargo.toml gives it (`find` is asked only
+/// then).
+fn facade_path(
+    krate: Option<&syn::Path>,
+    find: impl FnOnce() -> Facade,
+) -> syn::Result<TokenStream> {
+    if let Some(path) = krate {
+        return Ok(path.to_token_stream());
+    }
+    match find() {
+        Facade::Named(name) => match syn::parse_str::<Ident>(&name) {
+            Ok(name) => Ok(quote!(::#name)),
+            Err(_) => Ok(quote!(::distlock)),
+        },
+        Facade::Unknown => Ok(quote!(::distlock)),
+        Facade::Missing => Err(syn::Error::new(
+            Span::call_site(),
+            "#[distributed_lock] calls the `distlock` crate, and this package's Cargo.toml has no dependency on it: add `distlock` to [dependencies], or, when it is reached through another crate, say where with `crate = \"other_crate::distlock\"`",
+        )),
+    }
+}
+
+/// As [`distributed_lock`], with `find` telling where the facade is.
+pub(crate) fn distributed_lock_with(
+    attr: TokenStream,
+    item: TokenStream,
+    find: impl FnOnce() -> Facade,
+) -> TokenStream {
     let func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,
         Err(_) => {
@@ -27,7 +87,7 @@ pub(crate) fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStr
             return quote! { #err #item };
         }
     };
-    match expand(attr, &func) {
+    match expand(attr, &func, find) {
         Ok(tokens) => tokens,
         Err(err) => {
             let err = err.to_compile_error();
@@ -46,7 +106,11 @@ enum Shape<'a> {
     },
 }
 
-fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
+fn expand(
+    attr: TokenStream,
+    func: &ItemFn,
+    find: impl FnOnce() -> Facade,
+) -> syn::Result<TokenStream> {
     let parsed = syn::parse::Parser::parse2(Args::parse, attr);
     let shape = shape(func);
     // Report argument and shape errors together.
@@ -59,10 +123,7 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         (Err(e), _) | (_, Err(e)) => return Err(e),
     };
 
-    let krate = match &args.krate {
-        Some(path) => path.to_token_stream(),
-        None => quote!(::distlock),
-    };
+    let krate = facade_path(args.krate.as_ref(), find)?;
     let (output, output_span): (Type, Span) = match &shape {
         Shape::AsyncFn => match &func.sig.output {
             ReturnType::Default => (syn::parse_quote!(()), func.sig.ident.span()),
@@ -143,12 +204,16 @@ fn expand(attr: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let ret = local("__lock_return");
     let output_var = local("__lock_output");
 
+    // Through a trait of the facade, so that a value of another type is
+    // told which types `client` takes, at the expression.
     let client = match &args.client {
-        Some(expr) => quote_spanned! {expr.span()=>
-            ::core::option::Option::Some(
-                ::core::borrow::Borrow::<#krate::LockClient>::borrow(&(#expr))
-            )
-        },
+        Some(expr) => {
+            let span = expr.span();
+            let krate = respan(krate.clone(), span);
+            quote_spanned! {span=>
+                ::core::option::Option::Some(#krate::__private::lock_client(&(#expr)))
+            }
+        }
         None => quote!(::core::option::Option::None),
     };
     let (lets, Settings { kind, options }) = settings(&args, &krate);
@@ -359,10 +424,51 @@ fn shape(func: &ItemFn) -> syn::Result<Shape<'_>> {
             });
         }
     }
+    // `#[tokio::main]` / `#[tokio::test]` above this attribute expand first:
+    // they take `async` off the function and block on its body. The user's
+    // line still says `async fn`, so say what happened.
+    if blocks_on_its_body(func) {
+        // `#[tokio::test]` leaves `#[::core::prelude::v1::test]` spanned at
+        // itself: point there when it is present.
+        let span = func
+            .attrs
+            .iter()
+            .find(|attr| {
+                attr.path()
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.ident == "test")
+            })
+            .map_or_else(|| func.sig.fn_token.span(), |attr| attr.span());
+        return Err(syn::Error::new(
+            span,
+            "#[distributed_lock] must be above `#[tokio::main]` / `#[tokio::test]`, not below: that attribute expanded first and turned this `async fn` into a plain `fn` that blocks on its body, so there is no async body left to lock; swap the two attributes",
+        ));
+    }
     Err(syn::Error::new(
         func.sig.fn_token.span(),
-        "#[distributed_lock] needs an `async fn`: the lock is held across the awaits of its body",
+        "#[distributed_lock] needs an `async fn`: the lock is held across the awaits of its body (if `#[tokio::main]`, `#[tokio::test]` or another attribute that makes the function synchronous is above this one, put #[distributed_lock] above it)",
     ))
+}
+
+/// Whether `func` is what a runtime's attribute (`#[tokio::main]`,
+/// `#[tokio::test]`) makes of an `async fn`: a plain function whose body is
+/// bound as an `async` block and handed to a runtime's `block_on`.
+fn blocks_on_its_body(func: &ItemFn) -> bool {
+    let binds_async_body = func.block.stmts.iter().any(|stmt| {
+        matches!(stmt, Stmt::Local(local)
+            if local.init.as_ref().is_some_and(|init| matches!(&*init.expr, Expr::Async(_))))
+    });
+    binds_async_body && mentions(func.block.to_token_stream(), "block_on")
+}
+
+/// Whether `tokens` contain the identifier `name`, at any depth.
+fn mentions(tokens: TokenStream, name: &str) -> bool {
+    tokens.into_iter().any(|tree| match tree {
+        proc_macro2::TokenTree::Ident(ident) => ident == name,
+        proc_macro2::TokenTree::Group(group) => mentions(group.stream(), name),
+        _ => false,
+    })
 }
 
 /// The `async move { .. }` of a body ending in `Box::pin(async move { .. })`,
@@ -483,6 +589,144 @@ fn bindings(pat: &Pat, out: &mut Vec<String>) {
 }
 
 #[cfg(test)]
+mod facade {
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    use super::{distributed_lock_with, Facade};
+
+    fn expand(attr: TokenStream, facade: Facade) -> String {
+        let item = quote!(
+            async fn pay(id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        distributed_lock_with(attr, item, || facade).to_string()
+    }
+
+    #[test]
+    fn a_renamed_dependency_is_named_as_renamed() {
+        let code = expand(quote!(key = "order:{id}"), Facade::Named("dl".to_owned()));
+        assert!(code.contains(":: dl :: __private :: acquire"), "{code}");
+        assert!(!code.contains("distlock"), "{code}");
+    }
+
+    #[test]
+    fn crate_wins_and_cargo_toml_is_not_read() {
+        let item = quote!(
+            async fn pay(id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let code = distributed_lock_with(
+            quote!(key = "order:{id}", crate = "infra::locks"),
+            item,
+            || panic!("Cargo.toml read although `crate` was given"),
+        )
+        .to_string();
+        assert!(
+            code.contains("infra :: locks :: __private :: acquire"),
+            "{code}"
+        );
+    }
+
+    #[test]
+    fn unknown_is_distlock_and_missing_is_an_error_with_the_fix() {
+        let code = expand(quote!(key = "order:{id}"), Facade::Unknown);
+        assert!(
+            code.contains(":: distlock :: __private :: acquire"),
+            "{code}"
+        );
+        let code = expand(quote!(key = "order:{id}"), Facade::Missing);
+        assert!(code.contains("compile_error"), "{code}");
+        assert!(code.contains("has no dependency on it"), "{code}");
+        assert!(
+            code.contains(r#"crate = \"other_crate::distlock\""#),
+            "{code}"
+        );
+    }
+
+    /// The real look-up, on manifests written for it: a renamed dependency
+    /// is found under its new name, a missing one is `Missing`. (The one
+    /// test here that sets `CARGO_MANIFEST_DIR`; nothing else in this test
+    /// binary reads it at run time.)
+    #[test]
+    fn cargo_toml_is_read_for_the_dependency_name() {
+        let root =
+            std::env::temp_dir().join(format!("distlock-macros-facade-{}", std::process::id()));
+        let manifest = |dir: &str, deps: &str| {
+            let dir = root.join(dir);
+            std::fs::create_dir_all(dir.join("src")).unwrap();
+            std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+            std::fs::write(
+                dir.join("Cargo.toml"),
+                format!("[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n\n[dependencies]\n{deps}\n"),
+            )
+            .unwrap();
+            dir
+        };
+        let renamed = manifest(
+            "renamed",
+            r#"dl = { package = "distlock", version = "0.1" }"#,
+        );
+        let plain = manifest("plain", r#"distlock = "0.1""#);
+        let missing = manifest("missing", r#"tokio = "1""#);
+        let saved = std::env::var_os("CARGO_MANIFEST_DIR");
+        let mut found = Vec::new();
+        for dir in [&renamed, &plain, &missing] {
+            std::env::set_var("CARGO_MANIFEST_DIR", dir);
+            found.push(super::find_facade());
+        }
+        match saved {
+            Some(saved) => std::env::set_var("CARGO_MANIFEST_DIR", saved),
+            None => std::env::remove_var("CARGO_MANIFEST_DIR"),
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(
+            found,
+            [
+                Facade::Named("dl".to_owned()),
+                Facade::Named("distlock".to_owned()),
+                Facade::Missing
+            ]
+        );
+    }
+
+    #[test]
+    fn a_body_a_runtime_attribute_blocks_on_is_named() {
+        // What `#[tokio::test]` above the attribute leaves of an `async fn`.
+        let item = quote!(
+            #[::core::prelude::v1::test]
+            fn pays() -> Result<(), E> {
+                let body = async { Ok(()) };
+                {
+                    use tokio::runtime::Builder;
+                    return Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("rt")
+                        .block_on(body);
+                }
+            }
+        );
+        let code = distributed_lock_with(quote!(key = "x"), item, || Facade::Unknown).to_string();
+        assert!(
+            code.contains("must be above `#[tokio::main]` / `#[tokio::test]`"),
+            "{code}"
+        );
+        // A plain synchronous function gets the general message, with the hint.
+        let item = quote!(
+            fn pays() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let code = distributed_lock_with(quote!(key = "x"), item, || Facade::Unknown).to_string();
+        assert!(code.contains("needs an `async fn`"), "{code}");
+        assert!(code.contains("put #[distributed_lock] above it"), "{code}");
+    }
+}
+
+#[cfg(test)]
 mod snapshots {
     //! Expansion snapshots: what users get, for reviewers to read. Set
     //! `UPDATE_SNAPSHOTS=1` to rewrite them after an intended change.
@@ -493,7 +737,8 @@ mod snapshots {
     use quote::quote;
 
     fn check(name: &str, attr: TokenStream, item: TokenStream) {
-        let expanded = super::distributed_lock(attr.clone(), item.clone());
+        let facade = || super::Facade::Named("distlock".to_owned());
+        let expanded = super::distributed_lock_with(attr.clone(), item.clone(), facade);
         let file: syn::File = syn::parse2(expanded).expect("the expansion parses as Rust");
         let text = format!(
             "// #[distributed_lock({attr})]\n// {item}\n\n{}",

@@ -1,5 +1,6 @@
 //! [`Config`]: what a layer hands each of its services, the settings every
-//! flavour shares (client, key extractor, key check, lock options, mode),
+//! flavour shares (client, key extractor, key check, lock options, what a
+//! lost lock does to a running request, mode),
 //! written once, next to the flavour's own.
 
 use std::fmt;
@@ -22,6 +23,10 @@ pub(crate) struct Config<K, P, M> {
     pub(crate) check: Option<KeyCheck>,
     /// Wait, lease and minimum hold of every lock the layer takes.
     pub(crate) options: LockOptions,
+    /// Whether a lock lost while the handler runs drops the handler's future
+    /// and answers as for `LeaseLost` (see
+    /// [`LockLayer::abort_on_lost`](crate::LockLayer::abort_on_lost)).
+    pub(crate) abort_on_lost: bool,
     /// The flavour and its own options; each request's future holds it too.
     pub(crate) flavour: Arc<P>,
     pub(crate) mode: M,
@@ -59,6 +64,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
+            abort_on_lost,
             flavour: _,
             mode,
         } = self;
@@ -67,6 +73,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
+            abort_on_lost,
             flavour: Arc::new(flavour),
             mode,
         }
@@ -79,6 +86,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
+            abort_on_lost,
             flavour,
             mode: _,
         } = self;
@@ -87,6 +95,7 @@ impl<K, P, M> Config<K, P, M> {
             extractor,
             check,
             options,
+            abort_on_lost,
             flavour,
             mode,
         }
@@ -102,6 +111,7 @@ impl<K, P, M> Config<K, P, M> {
             .field("extractor", &std::any::type_name::<K>())
             .field("validate_key", &self.check.is_some())
             .field("options", &self.options)
+            .field("abort_on_lost", &self.abort_on_lost)
             .field("flavour", &self.flavour)
             .field("mode", &self.mode);
     }

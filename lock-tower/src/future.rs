@@ -21,6 +21,13 @@ use crate::status::Failure;
 /// A lock acquisition in progress.
 pub(crate) type Acquire = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
 
+/// A watch on a held lock that resolves when its lease is lost.
+type Lost = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The reason of the `LeaseLost` a request aborted by `abort_on_lost` is
+/// answered for.
+const ABORTED: &str = "lost while the request's handler ran; the handler was cancelled";
+
 pin_project! {
     /// The response future of [`LockService`](crate::LockService), in each
     /// flavour `P` ([`Http`], [`Grpc`](crate::Grpc), [`Plain`]).
@@ -36,7 +43,11 @@ pin_project! {
     /// that: the layer's own response in the HTTP and gRPC flavours (it then
     /// fails only when the inner service fails), the
     /// [`LockError`](distlock_core::LockError) converted into the service's
-    /// error in the plain one.
+    /// error in the plain one. With
+    /// [`abort_on_lost`](crate::LockLayer::abort_on_lost), a lock lost before
+    /// the inner service has answered drops the inner service's future and
+    /// resolves to the flavour's answer to
+    /// [`LeaseLost`](distlock_core::LockError::LeaseLost).
     ///
     /// Polled again after it completed, it stays pending.
     ///
@@ -56,6 +67,8 @@ pin_project! {
         // The layer's concurrency limit, in that mode: a busy permit means
         // the limit was reached.
         limit: Option<u32>,
+        // The layer's `abort_on_lost`.
+        abort_on_lost: bool,
     }
 }
 
@@ -90,11 +103,15 @@ pin_project! {
         // The inner service runs, inside the guard's scope when the request
         // is locked (`None`: it runs unlocked). The handler's future is
         // declared first, so it is dropped before the guard: its destructors
-        // still run under the lock.
+        // still run under the lock. The guard is shared with `lost`, the
+        // watch for its loss (only with `abort_on_lost`), which needs an
+        // owned handle on it; once the watch is dropped the guard is this
+        // state's alone again.
         Calling {
             #[pin]
             future: S::Future,
-            guard: Option<LockGuard>,
+            guard: Option<Arc<LockGuard>>,
+            lost: Option<Lost>,
         },
         // The inner service answered; its lock is released before the answer
         // goes out.
@@ -119,9 +136,11 @@ where
             state: State::Calling {
                 future,
                 guard: None,
+                lost: None,
             },
             flavour,
             limit: None,
+            abort_on_lost: false,
         }
     }
 
@@ -132,18 +151,21 @@ where
             state: State::Refused { error },
             flavour,
             limit: None,
+            abort_on_lost: false,
         }
     }
 
     /// A request that calls `service` once `acquire` gives it the lock; in
     /// a layer with a concurrency `limit`, a busy permit is answered as the
-    /// limit reached.
+    /// limit reached; with `abort_on_lost`, a lock lost while `service`
+    /// runs drops its future and answers as for `LeaseLost`.
     pub(crate) fn acquiring(
         acquire: Acquire,
         service: S,
         request: R,
         flavour: Arc<P>,
         limit: Option<u32>,
+        abort_on_lost: bool,
     ) -> Self {
         ResponseFuture {
             state: State::Acquiring {
@@ -153,6 +175,7 @@ where
             },
             flavour,
             limit,
+            abort_on_lost,
         }
     }
 }
@@ -168,14 +191,44 @@ where
         let mut this = self.project();
         loop {
             // The handler's future is pinned: it is polled where it lies.
-            if let StateProj::Calling { future, guard } = this.state.as_mut().project() {
-                let output = match guard.as_ref() {
+            if let StateProj::Calling {
+                future,
+                guard,
+                lost,
+            } = this.state.as_mut().project()
+            {
+                let polled = match guard.as_deref() {
                     // Inside the guard's scope, the handler re-enters this
                     // lock instead of waiting for itself.
-                    Some(guard) => ready!(guard.in_scope(|| future.poll(cx))),
-                    None => ready!(future.poll(cx)),
+                    Some(guard) => guard.in_scope(|| future.poll(cx)),
+                    None => future.poll(cx),
+                };
+                // A response that is ready goes on even if the loss is seen
+                // now: its work is done (see `LockLayer::abort_on_lost`).
+                let Poll::Ready(output) = polled else {
+                    let Some(watch) = lost.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    ready!(watch.as_mut().poll(cx));
+                    let guard = guard.take();
+                    lost.take();
+                    // The handler's future is dropped here, before the guard:
+                    // its destructors run while the guard still lives.
+                    this.state.set(State::Done);
+                    let key = guard.as_deref().map(|guard| guard.key().to_owned());
+                    // Dropping the lost lock's guard releases it in the
+                    // background (a no-op unless this owner still has it).
+                    drop(guard);
+                    let error = LockError::LeaseLost {
+                        key: key.unwrap_or_default(),
+                        reason: ABORTED,
+                    };
+                    return Poll::Ready(reject(this.flavour.as_ref(), error, *this.limit));
                 };
                 let guard = guard.take();
+                // The watch's handle on the guard goes first, so the guard can
+                // be taken back whole.
+                lost.take();
                 // The finished handler's future is dropped here, while the
                 // lock is still held.
                 this.state.set(State::Done);
@@ -185,6 +238,19 @@ where
                     );
                 };
                 let token = guard.fencing_token();
+                let guard = match Arc::try_unwrap(guard) {
+                    Ok(guard) => guard,
+                    // Not reached: the only other handle, the watch's, was
+                    // dropped above. Should one remain, the lock is released
+                    // when it goes, and the response goes out now.
+                    Err(shared) => {
+                        drop(shared);
+                        return Poll::Ready(
+                            output
+                                .map(|response| this.flavour.respond(response, Some(token), None)),
+                        );
+                    }
+                };
                 if output.is_ok() && this.flavour.hands_over() {
                     let answer = output
                         .map(|response| this.flavour.respond(response, Some(token), Some(guard)));
@@ -228,9 +294,12 @@ where
                     };
                     this.flavour.prepare(&mut request, &guard);
                     let future = guard.in_scope(|| service.call(request));
+                    let guard = Arc::new(guard);
+                    let lost = (*this.abort_on_lost).then(|| watch_loss(guard.clone()));
                     this.state.set(State::Calling {
                         future,
                         guard: Some(guard),
+                        lost,
                     });
                 }
                 StateOwned::Releasing {
@@ -262,6 +331,11 @@ where
     }
 }
 
+/// A watch that resolves when `guard`'s lease is lost.
+fn watch_loss(guard: Arc<LockGuard>) -> Lost {
+    Box::pin(async move { guard.lost().await })
+}
+
 /// The flavour's answer to a request whose lock was not taken: in a layer
 /// with a concurrency `limit`, a busy permit is the limit reached.
 fn reject<P, R, T, E>(flavour: &P, error: LockError, limit: Option<u32>) -> Result<P::Response, E>
@@ -280,7 +354,7 @@ where
         let (state, guard) = match &self.state {
             State::Refused { .. } => ("refused", None),
             State::Acquiring { .. } => ("acquiring", None),
-            State::Calling { guard, .. } => ("calling", guard.as_ref()),
+            State::Calling { guard, .. } => ("calling", guard.as_deref()),
             State::Releasing { .. } => ("releasing", None),
             State::Done => ("done", None),
         };
@@ -335,7 +409,8 @@ mod tests {
         let client = LockClient::memory();
         let held = client.lock("job:1").acquire().await.unwrap();
         let acquire = Box::pin(client.lock("job:1").acquire());
-        let future = PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None);
+        let future =
+            PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None, false);
         assert_eq!(
             format!("{future:?}"),
             r#"ResponseFuture { state: "acquiring", guard: None }"#
@@ -347,7 +422,8 @@ mod tests {
         // Free now: the service runs under the lock, which is released
         // before the answer.
         let acquire = Box::pin(client.lock("job:1").acquire());
-        let future = PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None);
+        let future =
+            PlainResponseFuture::acquiring(acquire, Double, 21, Arc::new(Plain), None, false);
         assert_eq!(future.await.unwrap(), 42);
         assert!(client.lock("job:1").try_acquire().await.unwrap().is_some());
     }

@@ -99,6 +99,7 @@ impl<K> LockLayer<K, Http> {
                 extractor,
                 check: None,
                 options: LockOptions::new(),
+                abort_on_lost: false,
                 flavour: Arc::new(Http::new()),
                 mode: Exclusive,
             },
@@ -422,6 +423,69 @@ impl<K, P, M> LockLayer<K, P, M> {
     /// request runs.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.options = self.config.options.lease(lease);
+        self
+    }
+
+    /// What a request does when its lock is lost while its handler runs
+    /// (the watchdog found the lock deleted or taken over, or the lease ran
+    /// out on the local clock before a renewal, or, with a fixed
+    /// [`lease`](LockLayer::lease), at all).
+    ///
+    /// - `false` (the default): the handler runs to the end and its own
+    ///   response is handed on; the layer logs a warning (`a request
+    ///   finished after its lock was lost`, target `distlock_tower`) when the
+    ///   release finds the lock gone. A handler that does not fence its
+    ///   writes then answers `200` to a request whose exclusion was broken.
+    /// - `true`: as soon as the loss is seen, before the handler's response
+    ///   is ready, the handler's future is dropped (its work is cancelled at
+    ///   the `.await` it is waiting on, its destructors run) and the request
+    ///   is answered as for
+    ///   [`LockError::LeaseLost`](distlock_core::LockError::LeaseLost):
+    ///   `503 Service Unavailable` with the
+    ///   [`unavailable_status`](LockLayer::unavailable_status) answer's
+    ///   options in the HTTP flavour, `UNAVAILABLE` in the gRPC one, the
+    ///   `LeaseLost` error (converted into the service's error) in the plain
+    ///   one. The `#[distributed_lock]` attribute's `abort_on_lost` does the
+    ///   same for an annotated function.
+    ///
+    /// # Trade-off
+    /// Dropping a handler mid-flight cancels it at whatever `.await` it has
+    /// reached: turn it on only for handlers that are cancel safe, e.g. whose
+    /// writes are one transaction that is rolled back when dropped before
+    /// its commit, or that are idempotent. A handler that has written half of
+    /// its changes outside a transaction leaves them half written. It does
+    /// not make a lock safe: the loss is seen when the watchdog's next
+    /// renewal (every third of the lease) finds the lock gone, or at the
+    /// lease's local deadline, so a handler may have run without exclusion
+    /// for up to that long, and a write already on its way still lands.
+    /// Fencing ([`FencingToken`](crate::FencingToken)) stays the protection
+    /// of the guarded resource; this option only keeps a request whose lock
+    /// is known lost from going on and from answering success.
+    ///
+    /// # What it covers
+    /// The time until the handler's response is ready (for HTTP, the
+    /// response head). A response that is ready is handed on, also when the
+    /// loss is seen in the same poll or when the release then finds the lock
+    /// gone (warning as above): its work is done, and a `503` would invite a
+    /// retry that does it again. With
+    /// [`hold_until_body_end`](LockLayer::hold_until_body_end), a loss while
+    /// the body streams is not covered: the body goes on to its end, and its
+    /// release logs the warning. A body streamed from work that must stop
+    /// with the lock checks for the loss itself, e.g.
+    /// [`distlock_core::current`]`()`'s `is_held()` before each chunk (the
+    /// body is polled in the lock's scope).
+    ///
+    /// ```
+    /// use distlock_core::LockClient;
+    /// use distlock_tower::{LockLayer, PathTemplate};
+    ///
+    /// // A payment handler that writes in one transaction: a lost lock rolls it back and answers 503.
+    /// let layer = LockLayer::new(LockClient::memory(), PathTemplate::new("/orders/{id}/pay", "order:{id}"))
+    ///     .abort_on_lost(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn abort_on_lost(mut self, enabled: bool) -> Self {
+        self.config.abort_on_lost = enabled;
         self
     }
 

@@ -35,6 +35,12 @@
 //!   `LockError` themselves.
 //! - [`validate_key`](LockLayer::validate_key) refuses lock names built
 //!   from client input before anything is locked (400).
+//! - A lock lost while the handler runs (deleted, taken over, or not
+//!   renewed in time) is logged, and the handler's own response goes out;
+//!   with [`abort_on_lost`](LockLayer::abort_on_lost) the handler's future
+//!   is dropped instead and the request answered as for `LeaseLost` (503),
+//!   for handlers that are cancel safe. Fencing stays the protection of the
+//!   guarded resource either way.
 //! - Handlers read the lock and its fencing token from the
 //!   [`FencingToken`] request extension; the token can also go out in a
 //!   response header. A request that runs unlocked has no such extension:

@@ -110,6 +110,7 @@ where
         let service = std::mem::replace(&mut self.inner, clone);
         let acquire = Box::pin(self.config.lock(key, &request).acquire());
         let limit = self.config.mode.limit();
-        ResponseFuture::acquiring(acquire, service, request, flavour, limit)
+        let abort_on_lost = self.config.abort_on_lost;
+        ResponseFuture::acquiring(acquire, service, request, flavour, limit, abort_on_lost)
     }
 }

@@ -105,6 +105,9 @@ pub(crate) fn log_failure(error: &LockError, failure: Failure) {
         Failure::Busy | Failure::Limited { .. } | Failure::BadKey => {
             tracing::debug!(key = error.key(), error = %error, "request not locked")
         }
+        Failure::Unavailable if matches!(error, LockError::LeaseLost { .. }) => {
+            tracing::warn!(key = error.key(), error = %error, "request not served: its lock was lost")
+        }
         Failure::Unavailable => {
             tracing::warn!(key = error.key(), error = %error, "lock backend unavailable")
         }

@@ -381,3 +381,81 @@ async fn read_write_in_the_plain_flavour() {
     release.add_permits(1);
     service.oneshot(Job { account: None }).await.unwrap();
 }
+
+/// Sets its flag when dropped: tells whether a job's future was dropped.
+struct DropFlag(Arc<AtomicUsize>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `abort_on_lost(true)`: a job that outlives its fixed lease is dropped when
+/// the lease runs out and fails with `LeaseLost`; without it the job runs to
+/// its end and its own result comes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lease_aborts_the_job_only_when_asked() {
+    let client = LockClient::memory();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let job = |runs_for: Duration| {
+        let (dropped, finished) = (dropped.clone(), finished.clone());
+        service_fn(move |_: Job| {
+            let (dropped, finished) = (dropped.clone(), finished.clone());
+            async move {
+                let _flag = DropFlag(dropped);
+                tokio::time::sleep(runs_for).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, LockError>("settled")
+            }
+        })
+    };
+    let layer = LockLayer::new(client.clone(), by_account)
+        .plain()
+        .lease(Duration::from_millis(200));
+
+    let started = Instant::now();
+    let aborted = layer
+        .clone()
+        .abort_on_lost(true)
+        .layer(job(Duration::from_secs(10)))
+        .oneshot(Job { account: Some(1) })
+        .await;
+    match aborted {
+        Err(LockError::LeaseLost { key, reason }) => {
+            assert_eq!(key, "account:1");
+            assert!(reason.contains("cancelled"), "{reason}");
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_secs(2),
+        "aborted after {took:?}, not when the 200 ms lease ran out"
+    );
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the job's future was dropped"
+    );
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "the job did not finish");
+    // Its lock is not left behind: free by the end of its lease at the latest
+    // (the local deadline fires a little before the store's expiry).
+    let free = client
+        .lock("account:1")
+        .options(LockOptions::new().wait(Duration::from_secs(1)))
+        .acquire()
+        .await
+        .expect("the lock is free after the abort");
+    free.release().await.unwrap();
+
+    // The default: the job outlives its lease, runs to its end, and its result comes through.
+    let passed = layer
+        .layer(job(Duration::from_millis(500)))
+        .oneshot(Job { account: Some(1) })
+        .await;
+    assert_eq!(passed.unwrap(), "settled");
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    assert_eq!(dropped.load(Ordering::SeqCst), 2);
+}
