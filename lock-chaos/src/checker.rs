@@ -77,7 +77,7 @@ struct Window {
 
 impl Window {
     fn kind(&self) -> Option<Fault> {
-        Fault::ALL.iter().copied().find(|f| f.name() == self.fault)
+        Fault::from_name(&self.fault)
     }
 
     /// Whether the fault could delay or drop `worker`'s commands to the lock servers while
@@ -120,6 +120,55 @@ impl Window {
             .and_then(|s| s.split(' ').next())
             .and_then(|s| s.parse().ok())
     }
+}
+
+/// A Cluster shard the harness found without a live master and repaired (a `repair_shard`
+/// harness event): not a fault of the schedule (no row, no window), but the holds of its
+/// locks during the outage are touched as by a failover: the takeover promotes a replica
+/// that may lack the last writes (`data_loss`, the fence counter too), and commands to the
+/// shard went unanswered (`net_fault`).
+#[derive(Debug, Clone)]
+struct Repair {
+    /// The last check that found the shard with a master: the outage began after it.
+    since: u64,
+    /// When the repair began.
+    start: u64,
+    /// When it was done.
+    end: u64,
+    /// The shard's slot ranges (empty: unknown, every lock).
+    slots: Vec<(u16, u16)>,
+}
+
+impl Repair {
+    /// Whether the lock `name` held as `kind` lives on the shard.
+    fn covers(&self, kind: LockKind, name: &str) -> bool {
+        if self.slots.is_empty() {
+            return true;
+        }
+        let slot = lock_test_support::key_slot(hold_key(kind, name).as_bytes());
+        self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+
+    /// The span in which the shard's data may have been lost (as a failover's: until
+    /// [`FAILOVER_SLACK`] after it was done).
+    fn loss_span(&self) -> (u64, u64) {
+        (self.since, self.end + FAILOVER_SLACK.as_nanos() as u64)
+    }
+}
+
+/// What the harness recorded beside the faults (repairs, skipped or failed steps).
+#[derive(Debug, Clone, Serialize)]
+pub struct HarnessNote {
+    /// `repair_shard`, `skip_step` or `step_failed`.
+    pub action: String,
+    /// Milliseconds since the start of the run.
+    pub at_ms: f64,
+    /// How long it took, ms.
+    pub took_ms: f64,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// What was done.
+    pub detail: String,
 }
 
 /// One hold of a lock.
@@ -434,6 +483,7 @@ fn redlock_empty_restart_of_a_reduced_lock(
                             | "bare_majority"
                             | "restart_persistent"
                             | "restart_empty"
+                            | "clock_jump"
                             | "clock_jump_forward"
                             | "clock_jump_forward_by_restart"
                     )
@@ -662,6 +712,8 @@ pub struct BackendReport {
     pub kinds: BTreeMap<String, KindFigures>,
     /// The two-layout check.
     pub layouts: LayoutCheck,
+    /// What the harness recorded beside the faults (shard repairs, skipped steps).
+    pub harness: Vec<HarnessNote>,
 }
 
 impl BackendReport {
@@ -806,6 +858,30 @@ impl BackendReport {
                 self.layouts.checks, self.layouts.both, self.layouts.failed
             ));
         }
+        if !self.harness.is_empty() {
+            let count = |action: &str| self.harness.iter().filter(|n| n.action == action).count();
+            out.push_str(&format!(
+                "Harness (not faults): {} shard repairs ({} failed), {} steps skipped (target not \
+                 found), {} steps failed.\n",
+                count("repair_shard"),
+                self.harness
+                    .iter()
+                    .filter(|n| n.action == "repair_shard" && !n.ok)
+                    .count(),
+                count("skip_step"),
+                count("step_failed"),
+            ));
+            for n in self.harness.iter().take(LISTED_VIOLATIONS) {
+                out.push_str(&format!(
+                    "- harness {} at {:.0} ms ({:.0} ms, {}): {}\n",
+                    n.action,
+                    n.at_ms,
+                    n.took_ms,
+                    if n.ok { "ok" } else { "not ok" },
+                    n.detail
+                ));
+            }
+        }
         for v in self
             .violations
             .iter()
@@ -852,6 +928,7 @@ impl BackendReport {
             "key_events": self.key_events,
             "kinds": self.kinds,
             "layouts": self.layouts,
+            "harness": self.harness,
         });
         value["duration_s"] = self.duration_s.into();
         writeln!(file, "{value}")?;
@@ -1105,6 +1182,39 @@ pub fn analyze(
     for i in 1..windows.len() {
         windows[i - 1].end = windows[i].start;
     }
+    let mut repairs: Vec<Repair> = Vec::new();
+    let mut harness: Vec<HarnessNote> = Vec::new();
+    for event in events {
+        let Event::Harness {
+            t_start,
+            t,
+            action,
+            since,
+            slots,
+            detail,
+            ok,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        harness.push(HarnessNote {
+            action: action.clone(),
+            at_ms: ms_between(run_start, *t_start),
+            took_ms: ms_between(*t_start, *t),
+            ok: *ok,
+            detail: detail.clone(),
+        });
+        if action == "repair_shard" {
+            repairs.push(Repair {
+                since: since.unwrap_or(*t_start).min(*t_start),
+                start: *t_start,
+                end: *t,
+                slots: slots.clone(),
+            });
+        }
+    }
+    harness.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
     // (start, heal, worker): the nemesis records the start before it sends `SIGKILL` and
     // the heal after it reaped the process.
     let kills: Vec<(u64, u64, u32)> = windows
@@ -1356,6 +1466,12 @@ pub fn analyze(
         if redlock_empty_restart_of_a_reduced_lock(backend, h, &windows, lease) {
             h.touched.insert("data_loss");
         }
+        if repairs.iter().any(|r| {
+            let (from, to) = r.loss_span();
+            r.covers(h.kind, &h.name) && intersects(granted_from(h), h.end, from, to)
+        }) {
+            h.touched.insert("data_loss");
+        }
         if stalls
             .iter()
             .any(|&(w, s0, s1)| w == Some(h.worker) && intersects(h.start, h.end, s0, s1))
@@ -1368,10 +1484,13 @@ pub fn analyze(
             .iter()
             .any(|&(w, s0, s1)| w.is_none() && intersects(from, to, s0, s1))
     };
-    let counter_lost_between = |from: u64, to: u64| {
+    let counter_lost_between = |kind: LockKind, name: &str, from: u64, to: u64| {
         windows
             .iter()
             .any(|w| loses_counter(backend, w) && w.start >= from && w.start <= to)
+            || repairs
+                .iter()
+                .any(|r| r.covers(kind, name) && intersects(from, to, r.start, r.end))
     };
 
     // Each worker's answers from the lock servers on its main client (the hot, Redisson
@@ -1442,13 +1561,16 @@ pub fn analyze(
     // flushed, a server restarted, failed over or stopped), until its connection answered
     // again: a fair waiter's start then no longer dates its place in the queue, and a
     // release's answer may come after the lease ran out.
-    let net_faulted = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
-        windows
+    let net_faulted = |h: &Hold, from: u64, to: u64| -> Option<&'static str> {
+        let worker = h.worker;
+        let repaired = repairs
             .iter()
-            .any(|w| {
+            .any(|r| r.covers(h.kind, &h.name) && intersects(from, to, r.since, r.end + stuck));
+        (repaired
+            || windows.iter().any(|w| {
                 w.delays_commands_of(worker) && intersects(from, to, w.start, effect_end(w, worker))
-            })
-            .then_some("net_fault")
+            }))
+        .then_some("net_fault")
     };
 
     let mut violations = Vec::new();
@@ -1504,8 +1626,8 @@ pub fn analyze(
                 if b.token <= a.token {
                     let row = row_at(b.start);
                     rows[row].token_regressions += 1;
-                    let excuse =
-                        counter_lost_between(granted_from(a), b.start).then_some("data_loss");
+                    let excuse = counter_lost_between(b.kind, name, granted_from(a), b.start)
+                        .then_some("data_loss");
                     push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                         kind: "token_regression".into(),
                         backend: backend.into(),
@@ -1631,7 +1753,7 @@ pub fn analyze(
                     // with the last holder): a release delayed by a fault of its worker may
                     // have arrived after the lease ran out.
                     let excuse = if matches!(h.kind, LockKind::Read | LockKind::Permit) {
-                        net_faulted(h.worker, t, h.release_end.unwrap_or(t))
+                        net_faulted(h, t, h.release_end.unwrap_or(t))
                     } else {
                         None
                     };
@@ -1798,7 +1920,7 @@ pub fn analyze(
                 rows[row].fifo_inversions += 1;
                 let excuse = touched_during(a.worker, a.asked, a.start)
                     .or_else(|| touched_during(b.worker, b.asked, b.start))
-                    .or_else(|| net_faulted(a.worker, a.asked, a.start));
+                    .or_else(|| net_faulted(a, a.asked, a.start));
                 push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                     kind: "fifo_inversion".into(),
                     backend: backend.into(),
@@ -2365,6 +2487,7 @@ pub fn analyze(
         all_latencies,
         kinds,
         layouts,
+        harness,
     }
 }
 
@@ -2666,6 +2789,10 @@ mod tests {
     fn a_forward_clock_jump_excuses_its_holds_a_backward_one_does_not() {
         for (name, excused) in [
             ("clock_jump_forward", true),
+            ("clock_jump_back", false),
+            // The names of older histories: the one emulated (forward) kind, and the
+            // clock library's backward jump.
+            ("clock_jump", true),
             ("clock_jump_backward", false),
             ("partition_both", false),
             ("bare_majority", true),
@@ -2685,6 +2812,53 @@ mod tests {
             } else {
                 assert_eq!(counted(&report), ["overlap"], "{name}");
             }
+        }
+    }
+
+    fn repair(since: u64, t_start: u64, t: u64, slots: Vec<(u16, u16)>) -> Event {
+        Event::Harness {
+            t_start: t_start * MS,
+            t: t * MS,
+            backend: "cluster".into(),
+            action: "repair_shard".into(),
+            since: Some(since * MS),
+            slots,
+            detail: "CLUSTER FAILOVER TAKEOVER on node 3".into(),
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn a_shard_repair_touches_the_holds_of_its_slots_as_a_failover_does() {
+        let slot = lock_test_support::key_slot(lock_key(NAME).as_bytes());
+        let other = (slot + 100) % 16384;
+        for (slots, excused) in [
+            (vec![(slot, slot)], true),
+            (vec![(0, 16383)], true),
+            (Vec::new(), true),
+            (vec![(other, other)], false),
+        ] {
+            // A hold granted during the outage (the shard had no master from after 900 on)
+            // and another owner's hold after the takeover promoted a replica without it.
+            let events = [
+                acq(1000, 1, "w1-t0-0", 1),
+                repair(900, 1200, 1300, slots.clone()),
+                acq(1400, 2, "w2-t0-0", 2),
+                rel(1500, 2, "w2-t0-0", 2, "ok"),
+                rel(1600, 1, "w1-t0-0", 1, "ok"),
+            ];
+            let report = check(&events, None);
+            if excused {
+                assert_eq!(report.unexcused(), 0, "{slots:?}: {:#?}", report.violations);
+                assert_eq!(report.excused_by().get("data_loss"), Some(&1), "{slots:?}");
+            } else {
+                assert_eq!(counted(&report), ["overlap"], "{slots:?}");
+            }
+            // A harness event, not a fault: no row, no injection; listed in the table.
+            assert_eq!(report.faults(), 0);
+            assert_eq!(report.rows.len(), 1);
+            assert_eq!(report.harness.len(), 1);
+            assert!(report.table().contains("1 shard repairs (0 failed)"));
         }
     }
 
