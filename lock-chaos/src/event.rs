@@ -345,6 +345,30 @@ pub enum Event {
         /// The acquisition's unique id.
         hold: String,
     },
+    /// Something the harness did that is not a fault of the schedule: a repair of the
+    /// servers (`repair_shard`: a Cluster shard left without a live master was given one),
+    /// or a step it skipped because its target could not be resolved (`skip_step`).
+    Harness {
+        /// When it began (a repair: when the check found the shard without a master).
+        t_start: u64,
+        /// When it ended.
+        t: u64,
+        /// Backend under test.
+        backend: String,
+        /// `repair_shard` or `skip_step`.
+        action: String,
+        /// A repair: the last check before it that found every shard with a master (the
+        /// outage began after it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<u64>,
+        /// A repair: the shard's inclusive slot ranges (empty: unknown, every lock).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        slots: Vec<(u16, u16)>,
+        /// What was done (the repair's steps, or the skipped step and why).
+        detail: String,
+        /// Whether it succeeded (a repair: the shard has a master and the cluster is ok).
+        ok: bool,
+    },
     /// A fault began or was healed.
     Fault {
         /// When.

@@ -31,16 +31,19 @@ pub enum Fault {
     StopMinority,
     /// Pause 3 of 5 Redlock masters, then resume them.
     StopMajority,
-    /// Jump every data server's clock forward by two leases, as far as the keys can tell:
-    /// every TTL is cut by that much at once (emulated: libfaketime cannot be loaded into
-    /// this redis-server, see RELIABILITY.md). Held locks expire early; counters stay.
-    ClockJump,
+    /// Jump the wall clock of the aimed lock's master forward by the step's duration (with
+    /// the clock library; emulated without it: every TTL of every data server cut by two
+    /// leases at once). Held locks expire early; counters stay.
+    ClockJumpForward,
+    /// Jump that clock back by the step's duration (emulated: every TTL lengthened by two
+    /// leases). TTLs only last longer; nothing is lost.
+    ClockJumpBack,
 }
 
 impl Fault {
     /// Every fault (the checker looks faults up by name here: a fault missing from this
     /// list would touch no hold, so everything under it would count as a violation).
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::PauseHolder,
         Fault::KillHolder,
         Fault::RestartPersistent,
@@ -53,7 +56,8 @@ impl Fault {
         Fault::Failover,
         Fault::StopMinority,
         Fault::StopMajority,
-        Fault::ClockJump,
+        Fault::ClockJumpForward,
+        Fault::ClockJumpBack,
     ];
 
     /// The name used in tables and JSON.
@@ -71,7 +75,19 @@ impl Fault {
             Fault::Failover => "failover",
             Fault::StopMinority => "stop_minority",
             Fault::StopMajority => "stop_majority",
-            Fault::ClockJump => "clock_jump",
+            Fault::ClockJumpForward => "clock_jump_forward",
+            Fault::ClockJumpBack => "clock_jump_back",
+        }
+    }
+
+    /// The fault an older history's name stands for: the current names, and the names of
+    /// earlier rounds (`clock_jump`: the one clock jump kind, emulated forward;
+    /// `clock_jump_backward`: a backward jump with the clock library).
+    pub fn from_name(name: &str) -> Option<Fault> {
+        match name {
+            "clock_jump" => Some(Fault::ClockJumpForward),
+            "clock_jump_backward" => Some(Fault::ClockJumpBack),
+            _ => Fault::ALL.iter().copied().find(|f| f.name() == name),
         }
     }
 
@@ -86,7 +102,7 @@ impl Fault {
     pub fn destroys_lock(self) -> bool {
         matches!(
             self,
-            Fault::RestartEmpty | Fault::Failover | Fault::ClockJump
+            Fault::RestartEmpty | Fault::Failover | Fault::ClockJumpForward
         )
     }
 }
@@ -130,7 +146,8 @@ impl Schedule {
                 Latency,
                 ProxyReset,
                 RestartPersistent,
-                ClockJump,
+                ClockJumpForward,
+                ClockJumpBack,
             ],
             (Backend::Sentinel | Backend::Cluster, false) => {
                 vec![
@@ -138,7 +155,8 @@ impl Schedule {
                     KillHolder,
                     ClientKill,
                     ScriptFlush,
-                    ClockJump,
+                    ClockJumpForward,
+                    ClockJumpBack,
                     Failover,
                 ]
             }

@@ -73,7 +73,7 @@ impl FenceStore {
 }
 
 /// One applied write, as the register's log recorded it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoggedWrite {
     /// The writer's hold id.
     pub hold: String,
@@ -111,8 +111,9 @@ impl LoggedWrite {
 }
 
 /// The end state of one register: its final value and its log (`None` for an entry that
-/// did not parse, which the checker reports).
-#[derive(Debug, Clone)]
+/// did not parse, which the checker reports). Saved with a run's history (see
+/// `replay.rs`), so that a replay checks the register store as the run did.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RegisterTruth {
     /// Lock name.
     pub name: String,

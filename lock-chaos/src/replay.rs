@@ -4,6 +4,9 @@
 //! and, from runs that recorded it, `run.json` (the run's start and end and its lease).
 //! Without it the run is taken to span its events, from the earliest to the latest time
 //! recorded (the run's own start and end bracket every event, a few ms outside them).
+//! From runs that recorded it, `registers.json` holds what the register store showed at the
+//! end of the run (every register's final value and its log of applied writes), and the
+//! replay checks it as the run did; without it that check is left out.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checker::{self, BackendReport};
 use crate::event::Event;
+use crate::register::RegisterTruth;
 use crate::topology::Backend;
 
 /// What `run` records of a backend's run beside its events.
@@ -29,6 +33,26 @@ pub struct RunBounds {
 
 /// The file of [`RunBounds`] in a backend's history directory.
 pub const RUN_FILE: &str = "run.json";
+
+/// The file of the register store's end state ([`RegisterTruth`]s) in a history directory.
+pub const REGISTERS_FILE: &str = "registers.json";
+
+/// Writes the register store's end state into the history directory `dir`.
+pub fn save_registers(dir: &Path, truth: &[RegisterTruth]) -> anyhow::Result<()> {
+    std::fs::write(dir.join(REGISTERS_FILE), serde_json::to_vec(truth)?)?;
+    Ok(())
+}
+
+/// The register store's end state saved in `dir`, if the run saved it.
+pub fn load_registers(dir: &Path) -> anyhow::Result<Option<Vec<RegisterTruth>>> {
+    match std::fs::read(dir.join(REGISTERS_FILE)) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).context(REGISTERS_FILE)?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// Writes `bounds` into the history directory `dir`.
 pub fn save_bounds(dir: &Path, bounds: &RunBounds) -> anyhow::Result<()> {
@@ -94,7 +118,8 @@ fn span(event: &Event) -> (u64, u64) {
         | Event::AcquireFailed { t_start, t, .. }
         | Event::Released { t_start, t, .. }
         | Event::Stall { t_start, t, .. }
-        | Event::ShutdownDone { t_start, t, .. } => ((*t_start).min(*t), (*t_start).max(*t)),
+        | Event::ShutdownDone { t_start, t, .. }
+        | Event::Harness { t_start, t, .. } => ((*t_start).min(*t), (*t_start).max(*t)),
         Event::Hello { t, .. }
         | Event::Write { t, .. }
         | Event::Lost { t, .. }
@@ -111,8 +136,9 @@ fn span(event: &Event) -> (u64, u64) {
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(1500);
 
 /// Checks the history in `dir` as `run` checks it at the end of a backend's run, with the
-/// lease `lease`, else the one the run recorded, else [`DEFAULT_LEASE`] (no register-store
-/// truth: the end-of-run check of the store's log is left out).
+/// lease `lease`, else the one the run recorded, else [`DEFAULT_LEASE`], with the register
+/// store's end state the run saved (without it, the end-of-run check of the store's log is
+/// left out).
 pub fn check_dir(
     backend: Backend,
     dir: &Path,
@@ -142,10 +168,11 @@ pub fn check_dir(
             (first, last, lease.unwrap_or(DEFAULT_LEASE))
         }
     };
+    let truth = load_registers(dir)?;
     Ok(checker::analyze(
         backend.name(),
         &events,
-        None,
+        truth.as_deref(),
         lease,
         run_start,
         run_end,
@@ -215,5 +242,112 @@ mod tests {
             1200.0
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_register_store_saved_with_the_history_gives_the_runs_verdicts() {
+        use crate::event::Register;
+        use crate::register::LoggedWrite;
+        let dir = std::env::temp_dir().join(format!("replay-reg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ms = 1_000_000;
+        let acquired = |t: u64, worker: u32, hold: &str, token: u64| Event::Acquired {
+            t_start: t * ms,
+            t: t * ms,
+            worker,
+            task: 0,
+            hold: hold.into(),
+            mode: crate::event::TaskMode::GuardNaive,
+            name: "chaos-0".into(),
+            owner: format!("o{worker}"),
+            token,
+            kind: Default::default(),
+            permits: 0,
+            total: 0,
+            min_hold_ms: 0,
+        };
+        let intent = |t: u64, worker: u32, hold: &str, token: u64| Event::WriteIntent {
+            t: t * ms,
+            worker,
+            task: 0,
+            hold: hold.into(),
+            name: "chaos-0".into(),
+            token,
+            register: Register::Fenced,
+            read: 0,
+        };
+        let released = |t: u64, worker: u32, hold: &str, token: u64| Event::Released {
+            t_start: t * ms,
+            t: t * ms,
+            worker,
+            task: 0,
+            hold: hold.into(),
+            name: "chaos-0".into(),
+            owner: format!("o{worker}"),
+            token,
+            result: "ok".into(),
+        };
+        // Two writes applied from the same read: the second (token 6) overwrote the first
+        // without having read it. Its worker never heard the answer: only the store's log
+        // shows it.
+        let events = [
+            acquired(100, 0, "w0-t0-0", 5),
+            intent(150, 0, "w0-t0-0", 5),
+            released(170, 0, "w0-t0-0", 5),
+            acquired(200, 1, "w1-t0-0", 6),
+            intent(250, 1, "w1-t0-0", 6),
+            released(260, 1, "w1-t0-0", 6),
+        ];
+        let lines: Vec<String> = events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        std::fs::write(dir.join("worker-0.jsonl"), lines.join("\n") + "\n").unwrap();
+        let bounds = RunBounds {
+            run_start: 0,
+            run_end: 1_000 * ms,
+            lease_ms: 1500,
+        };
+        save_bounds(&dir, &bounds).unwrap();
+        let truth = vec![RegisterTruth {
+            name: "chaos-0".into(),
+            register: Register::Fenced,
+            value: 1,
+            log: ["w0-t0-0|5|0|0|1", "w1-t0-0|6|0|1|1", "torn"]
+                .iter()
+                .map(|e| LoggedWrite::parse(e))
+                .collect(),
+        }];
+        let run = checker::analyze(
+            "standalone",
+            &events,
+            Some(&truth),
+            Duration::from_millis(1500),
+            bounds.run_start,
+            bounds.run_end,
+        );
+        let kinds = |r: &BackendReport| {
+            let mut k: Vec<String> = r
+                .violations
+                .iter()
+                .filter(|v| v.counts())
+                .map(|v| v.kind.clone())
+                .collect();
+            k.sort();
+            k
+        };
+        assert!(kinds(&run).contains(&"stale_write_accepted".to_owned()));
+        // Without the saved store, the replay cannot see it.
+        let blind = check_dir(Backend::Standalone, &dir, None).unwrap();
+        assert!(!kinds(&blind).contains(&"stale_write_accepted".to_owned()));
+        assert!(!blind.register.read);
+        save_registers(&dir, &truth).unwrap();
+        let replayed = check_dir(Backend::Standalone, &dir, None).unwrap();
+        assert_eq!(kinds(&replayed), kinds(&run));
+        assert!(replayed.register.read);
+        assert_eq!(replayed.register.applied, run.register.applied);
+        assert_eq!(replayed.register.inconsistent, run.register.inconsistent);
+        assert_eq!(replayed.rows[0].stale_writes_accepted, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -66,6 +66,8 @@ pub struct RunConfig {
     pub random: bool,
     /// How many injections per fault kind the randomized schedule aims for.
     pub per_kind: usize,
+    /// Only these fault kinds (`--faults`), in either schedule; `None`: every kind.
+    pub faults: Option<Vec<FaultKind>>,
     /// Use network namespaces when the machine allows it (else the userspace proxy).
     pub netns: bool,
     /// Sentinel: `min-replicas-to-write` on the data servers (with a max lag of
@@ -190,7 +192,10 @@ fn kinds_for(backend: Backend, lab: bool, netem: bool) -> Vec<FaultKind> {
     });
     // A jump of one master's clock: on Redlock, a minority of the lock's masters.
     if backend == Backend::Redlock {
-        config.kinds.push(FaultKind::Classic(Fault::ClockJump));
+        config
+            .kinds
+            .push(FaultKind::Classic(Fault::ClockJumpForward));
+        config.kinds.push(FaultKind::Classic(Fault::ClockJumpBack));
     }
     config.kinds
 }
@@ -321,6 +326,9 @@ async fn run_backend(
         config.lease,
         lab.is_some(),
     );
+    if let Some(only) = &config.faults {
+        steps.retain(|s| only.contains(&s.kind));
+    }
     let mut run_for = Duration::ZERO;
     if config.random && backend != Backend::Memory {
         let mut schedule_config =
@@ -339,6 +347,19 @@ async fn run_backend(
             );
         }
         schedule_config.kinds = kinds_for(backend, lab.is_some(), netem);
+        if let Some(only) = &config.faults {
+            schedule_config.kinds.retain(|k| only.contains(k));
+            println!(
+                "{}: fault kinds restricted to: {}",
+                backend.name(),
+                schedule_config
+                    .kinds
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         schedule_config.run = schedule_config.run_for(config.per_kind);
         run_for = schedule_config.run;
         steps = crate::schedule::generate(&schedule_config);
@@ -461,6 +482,9 @@ async fn run_backend(
         lab_data,
         shim,
         next_fault: AtomicU64::new(0),
+        exclusive: tokio::sync::Mutex::new(()),
+        last_healthy: AtomicU64::new(run_start),
+        started: Mutex::new(std::collections::HashSet::new()),
     };
 
     if backend == Backend::Memory {
@@ -480,17 +504,11 @@ async fn run_backend(
         let shared = Arc::new(world);
         if config.random {
             let t0 = tokio::time::Instant::now();
-            let exclusive = Arc::new(tokio::sync::Mutex::new(()));
             let mut tasks = tokio::task::JoinSet::new();
             for step in steps {
-                let (world, exclusive) = (shared.clone(), exclusive.clone());
+                let world = shared.clone();
                 tasks.spawn(async move {
                     tokio::time::sleep_until(t0 + step.at).await;
-                    let _one = if step.kind.exclusive() {
-                        Some(exclusive.lock().await)
-                    } else {
-                        None
-                    };
                     if let Err(e) = world.run_step(&step).await {
                         eprintln!(
                             "lock-chaos: {}: {}: {e:#}",
@@ -560,7 +578,16 @@ async fn run_backend(
         Err(e) => Err(e),
     };
     let truth = match truth {
-        Ok(truth) => Some(truth),
+        Ok(truth) => {
+            // What a replay of the history (`check`) needs to check the store as the run did.
+            if let Err(e) = crate::replay::save_registers(dir, &truth) {
+                eprintln!(
+                    "lock-chaos: {}: cannot save the register store's logs: {e:#}",
+                    backend.name()
+                );
+            }
+            Some(truth)
+        }
         Err(e) => {
             eprintln!(
                 "lock-chaos: {}: cannot read the register logs: {e:#}",
@@ -656,6 +683,13 @@ struct World {
     lab_data: Vec<usize>,
     shim: Option<ClockShim>,
     next_fault: AtomicU64,
+    /// Held by a step that changes the servers' topology ([`FaultKind::exclusive`]) for its
+    /// whole run, and by the shard check and repair ([`World::ensure_masters`]).
+    exclusive: tokio::sync::Mutex<()>,
+    /// When a check last found every Cluster shard with a live master.
+    last_healthy: AtomicU64,
+    /// The injections whose `start` was recorded (a failed step without one was skipped).
+    started: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl World {
@@ -864,6 +898,12 @@ impl World {
 
     fn record(&self, fault: &str, phase: &str, target: &str, aim: &Aim) {
         let start = phase == "start";
+        if start {
+            self.started
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(aim.id);
+        }
         let t = aim.target.as_ref().filter(|_| start);
         self.nemesis.emit(&Event::Fault {
             t: now_ns(),
@@ -882,6 +922,12 @@ impl World {
     /// Runs one step: waits for its trigger (state-triggered kinds, up to the bound), then
     /// injects it and heals it after its duration.
     async fn run_step(&self, step: &Step) -> anyhow::Result<()> {
+        let topology = step.kind.exclusive();
+        let _one = if topology {
+            Some(self.exclusive.lock().await)
+        } else {
+            None
+        };
         let mut aim = Aim {
             id: self.next_fault.fetch_add(1, Ordering::Relaxed),
             ..Aim::default()
@@ -908,12 +954,44 @@ impl World {
         }
         // A restarted server is a new process, whose clock starts without the offset of
         // earlier jumps: for one that had been moved back, that is a forward jump.
+        // A step aimed at a shard's master needs one: repaired first if the shard has none
+        // (unless a topology step runs now: it checks when it is done).
+        let name = step.kind.name();
+        if self.backend == Backend::Cluster && needs_master(step) {
+            if topology {
+                self.ensure_masters(&format!("before {name}")).await;
+            } else if let Ok(_check) = self.exclusive.try_lock() {
+                self.ensure_masters(&format!("before {name}")).await;
+            }
+        }
         let clocks_before = self.clock_offsets().await;
         let started = now_ns();
         let result = match step.kind {
             FaultKind::Classic(fault) => self.inject(fault, step, &aim).await,
             FaultKind::Net(fault) => self.inject_net(fault, step, &aim).await,
         };
+        if let Err(e) = &result {
+            // Recorded, not only printed: a step without a `start` was skipped (its target
+            // could not be resolved); one with a `start` failed along the way.
+            let skipped = !self
+                .started
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&aim.id);
+            self.nemesis.emit(&Event::Harness {
+                t_start: started,
+                t: now_ns(),
+                backend: self.backend.name().to_owned(),
+                action: if skipped { "skip_step" } else { "step_failed" }.to_owned(),
+                since: None,
+                slots: Vec::new(),
+                detail: format!("{name} (injection {}): {e:#}", aim.id),
+                ok: false,
+            });
+        }
+        if self.backend == Backend::Cluster && topology {
+            self.ensure_masters(&format!("after {name}")).await;
+        }
         self.record_clock_resets(&clocks_before, started).await;
         // A restarted data server forgot the setting.
         if let (Some(n), Backend::Sentinel) = (self.config.min_replicas, self.backend) {
@@ -922,6 +1000,52 @@ impl World {
                 .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
         }
         result
+    }
+
+    /// Cluster: checks that every shard has a live master and repairs each that has none
+    /// ([`Servers::repair_masterless`]), recording each repair as a `repair_shard` harness
+    /// event (the checker treats the shard's holds in the outage as failed over). Call it
+    /// holding [`World::exclusive`].
+    async fn ensure_masters(&self, why: &str) {
+        let found = now_ns();
+        let shards = self.with_servers(|servers| servers.masterless()).await;
+        match shards {
+            Ok(shards) if shards.is_empty() => {
+                self.last_healthy.store(now_ns(), Ordering::Relaxed);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("lock-chaos: cluster: cannot check the shards ({why}): {e:#}");
+                return;
+            }
+        }
+        let since = self.last_healthy.load(Ordering::Relaxed);
+        let repairs = self
+            .with_servers(|servers| Ok(servers.repair_masterless()))
+            .await
+            .unwrap_or_default();
+        let all_ok = repairs.iter().all(|r| r.ok);
+        for repair in repairs {
+            let detail = format!("{why}: slots {:?}: {}", repair.slots, repair.action);
+            eprintln!(
+                "lock-chaos: cluster: shard without a master repaired ({}): {detail}",
+                if repair.ok { "ok" } else { "FAILED" }
+            );
+            self.nemesis.emit(&Event::Harness {
+                t_start: found,
+                t: now_ns(),
+                backend: self.backend.name().to_owned(),
+                action: "repair_shard".to_owned(),
+                since: Some(since),
+                slots: repair.slots,
+                detail,
+                ok: repair.ok,
+            });
+        }
+        if all_ok {
+            self.last_healthy.store(now_ns(), Ordering::Relaxed);
+        }
     }
 
     /// The wall-clock offset of every data server process moved by the clock library:
@@ -1050,7 +1174,8 @@ impl World {
                     .await?;
                 self.record(name, "heal", &target, aim);
             }
-            Fault::ClockJump => self.clock_jump(step, aim).await?,
+            Fault::ClockJumpForward => self.clock_jump(step, aim, true).await?,
+            Fault::ClockJumpBack => self.clock_jump(step, aim, false).await?,
             Fault::Partition if self.lab.is_some() => {
                 self.lab_partition(name, Direction::Both, None, step, aim)
                     .await?;
@@ -1177,16 +1302,20 @@ impl World {
         cut.and(healed)
     }
 
-    /// A jump of one server's wall clock (the aimed lock's master), forward or backward by
+    /// A jump of one server's wall clock (the aimed lock's master), `forward` or back by
     /// the step's duration, with the clock library; without it, the emulation: every TTL of
-    /// every data server cut by two leases.
-    async fn clock_jump(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+    /// every data server cut (forward) or lengthened (back) by two leases.
+    async fn clock_jump(&self, step: &Step, aim: &Aim, forward: bool) -> anyhow::Result<()> {
+        let name = if forward {
+            Fault::ClockJumpForward.name()
+        } else {
+            Fault::ClockJumpBack.name()
+        };
         let Some(shim) = &self.shim else {
-            let name = Fault::ClockJump.name();
             self.record(name, "start", "every data server (emulated)", aim);
             let jump = self.config.lease.saturating_mul(2);
             let target = self
-                .with_servers(move |servers| Ok(servers.clock_jump(jump)))
+                .with_servers(move |servers| Ok(servers.clock_jump(jump, forward)))
                 .await?;
             self.record(name, "heal", &target, aim);
             return Ok(());
@@ -1199,13 +1328,8 @@ impl World {
                 .context("no master for the key")?;
             (server.pid(), server.port())
         };
-        let forward = step.pick % 2 == 0;
         let ms = step.duration.as_millis() as i64;
-        let (name, delta) = if forward {
-            ("clock_jump_forward", ms)
-        } else {
-            ("clock_jump_backward", -ms)
-        };
+        let delta = if forward { ms } else { -ms };
         let target = format!("server port {port} pid {pid} {delta:+} ms");
         self.record(name, "start", &target, aim);
         let jumped = shim.jump_ms(pid, delta);
@@ -1494,6 +1618,18 @@ fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
     }
 }
 
+/// Whether `step` acts on the master (or replica) of its lock's shard.
+fn needs_master(step: &Step) -> bool {
+    matches!(
+        step.target,
+        crate::schedule::TargetSelector::LockMaster | crate::schedule::TargetSelector::LockReplica
+    ) || matches!(
+        step.kind,
+        FaultKind::Classic(Fault::ClockJumpForward | Fault::ClockJumpBack)
+            | FaultKind::Net(NetFault::PartitionOneMaster)
+    )
+}
+
 /// Sends `signal` to a worker process we started (and have not reaped).
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: plain syscall on the pid of our own unreaped child.
@@ -1531,7 +1667,8 @@ mod tests {
             .contains(&FaultKind::Net(NetFault::SplitBrain)));
         let redlock = kinds_for(Backend::Redlock, false, false);
         assert!(redlock.contains(&FaultKind::Net(NetFault::BareMajority)));
-        assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJump)));
+        assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpForward)));
+        assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpBack)));
         assert!(kinds_for(Backend::Memory, true, true).is_empty());
     }
 

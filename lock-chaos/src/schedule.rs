@@ -48,6 +48,19 @@ pub enum NetFault {
 }
 
 impl NetFault {
+    /// Every kind.
+    pub const ALL: [NetFault; 9] = [
+        NetFault::PartitionBoth,
+        NetFault::PartitionToServer,
+        NetFault::PartitionFromServer,
+        NetFault::PartitionOneMaster,
+        NetFault::BareMajority,
+        NetFault::PauseMasterPastDownAfter,
+        NetFault::ManualFailover,
+        NetFault::ReplicationLag,
+        NetFault::SplitBrain,
+    ];
+
     /// The name used in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -109,6 +122,42 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind of either list.
+    pub fn all() -> Vec<FaultKind> {
+        Fault::ALL
+            .iter()
+            .map(|&f| FaultKind::Classic(f))
+            .chain(NetFault::ALL.iter().map(|&f| FaultKind::Net(f)))
+            .collect()
+    }
+
+    /// The kinds named in `list` (names as in the tables, comma-separated); an error naming
+    /// an unknown one and listing the valid names.
+    pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
+        let all = FaultKind::all();
+        let mut kinds = Vec::new();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let kind = all
+                .iter()
+                .copied()
+                .find(|k| k.name() == name)
+                .ok_or_else(|| {
+                    let valid: Vec<&str> = all.iter().map(|k| k.name()).collect();
+                    format!(
+                        "unknown fault kind `{name}`; valid kinds: {}",
+                        valid.join(", ")
+                    )
+                })?;
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        if kinds.is_empty() {
+            return Err("no fault kind named".to_owned());
+        }
+        Ok(kinds)
+    }
+
     /// The name used in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -128,7 +177,8 @@ impl FaultKind {
                     | Fault::Failover
                     | Fault::StopMinority
                     | Fault::StopMajority
-                    | Fault::ClockJump
+                    | Fault::ClockJumpForward
+                    | Fault::ClockJumpBack
             ),
             FaultKind::Net(f) => matches!(
                 f,
@@ -161,9 +211,11 @@ impl FaultKind {
                 Fault::Failover => TargetSelector::LockMaster,
                 Fault::StopMinority => TargetSelector::Masters(2),
                 Fault::StopMajority => TargetSelector::Masters(3),
-                Fault::ClientKill | Fault::ScriptFlush | Fault::ClockJump | Fault::ProxyReset => {
-                    TargetSelector::AllServers
-                }
+                Fault::ClientKill
+                | Fault::ScriptFlush
+                | Fault::ClockJumpForward
+                | Fault::ClockJumpBack
+                | Fault::ProxyReset => TargetSelector::AllServers,
             },
             FaultKind::Net(f) => match f {
                 NetFault::PartitionBoth
@@ -463,6 +515,53 @@ mod tests {
             steps.len()
         );
         assert!(describe(&cfg, &steps).starts_with("schedule seed 5"));
+    }
+
+    #[test]
+    fn each_clock_jump_direction_is_a_kind_drawn_per_kind_times() {
+        for backend in [Backend::Standalone, Backend::Sentinel, Backend::Cluster] {
+            let mut cfg = config(backend, 11, Duration::ZERO);
+            cfg.run = cfg.run_for(80);
+            let steps = generate(&cfg);
+            for kind in [Fault::ClockJumpForward, Fault::ClockJumpBack] {
+                let n = steps
+                    .iter()
+                    .filter(|s| s.kind == FaultKind::Classic(kind))
+                    .count();
+                assert!(
+                    n >= 60,
+                    "{}: {} drawn {n} times",
+                    backend.name(),
+                    kind.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_fault_list_names_kinds_as_the_tables_do() {
+        let kinds = FaultKind::parse_list("clock_jump_forward, clock_jump_back").unwrap();
+        assert_eq!(
+            kinds,
+            vec![
+                FaultKind::Classic(Fault::ClockJumpForward),
+                FaultKind::Classic(Fault::ClockJumpBack)
+            ]
+        );
+        assert_eq!(
+            FaultKind::parse_list("manual_failover").unwrap(),
+            vec![FaultKind::Net(NetFault::ManualFailover)]
+        );
+        let err = FaultKind::parse_list("clock_jump_forward,clock_jmp").unwrap_err();
+        assert!(err.contains("`clock_jmp`"), "{err}");
+        assert!(
+            err.contains("split_brain") && err.contains("pause_holder"),
+            "{err}"
+        );
+        assert!(FaultKind::parse_list(" , ").is_err());
+        for kind in FaultKind::all() {
+            assert_eq!(FaultKind::parse_list(kind.name()).unwrap(), vec![kind]);
+        }
     }
 
     #[test]

@@ -184,8 +184,9 @@ impl Servers {
     }
 
     /// Cuts the TTL of every key with one by `jump` on every data server (what a forward
-    /// jump of the server's clock does to expiry); returns how many servers did it.
-    pub fn clock_jump(&self, jump: Duration) -> String {
+    /// jump of the server's clock does to expiry), or lengthens it (not `forward`: a jump
+    /// back); returns how many servers did it.
+    pub fn clock_jump(&self, jump: Duration, forward: bool) -> String {
         const CUT: &str = "local n = 0 \
             for _, k in ipairs(redis.call('keys', '*')) do \
               local ttl = redis.call('pttl', k) \
@@ -196,10 +197,12 @@ impl Servers {
               end \
             end \
             return n";
-        let jump = jump.as_millis().to_string();
+        let ms = jump.as_millis() as i64;
+        let signed = if forward { ms } else { -ms };
         format!(
-            "{} servers, TTLs cut by {jump} ms",
-            self.on_every_data_server(&["EVAL", CUT, "0", &jump])
+            "{} servers, TTLs {} by {ms} ms",
+            self.on_every_data_server(&["EVAL", CUT, "0", &signed.to_string()]),
+            if forward { "cut" } else { "lengthened" }
         )
     }
 
@@ -291,11 +294,17 @@ impl Servers {
                 Ok(format!("master {old} -> {}", set.master().port()))
             }
             Servers::Cluster(cluster) => {
-                let index = cluster.master_of_slot(cluster.slot_of(key));
+                let index = cluster
+                    .try_master_of_slot(cluster.slot_of(key))
+                    .map_err(anyhow::Error::msg)?;
                 let old = cluster.node(index).port();
-                let promoted = cluster.kill_master_and_wait_for_failover(index, FAILOVER_TIMEOUT);
+                // Without a promotion the killed master stays down: the harness's repair
+                // (`repair_masterless`) takes the shard over, then restarts it.
+                let promoted = cluster
+                    .try_kill_master_and_wait_for_failover(index, FAILOVER_TIMEOUT)
+                    .map_err(anyhow::Error::msg)?;
                 let new = cluster.node(promoted).port();
-                cluster.node_mut(index).restart();
+                restart_node(cluster, index)?;
                 Ok(format!("master {old} -> {new}"))
             }
             _ => anyhow::bail!("failover needs Sentinel or Cluster"),
@@ -359,14 +368,10 @@ impl Servers {
             Servers::Memory => None,
             Servers::Standalone(server) => Some(server),
             Servers::Sentinel(set) => Some(set.master()),
-            Servers::Cluster(cluster) => {
-                let slot = cluster.slot_of(key);
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    cluster.master_of_slot(slot)
-                }))
+            Servers::Cluster(cluster) => cluster
+                .try_master_of_slot(cluster.slot_of(key))
                 .ok()
-                .map(|i| cluster.node(i))
-            }
+                .map(|i| cluster.node(i)),
             Servers::Redlock(masters) => {
                 Some(masters.server((pick % masters.count() as u64) as usize))
             }
@@ -377,16 +382,12 @@ impl Servers {
     pub fn lock_replica(&self, key: &str) -> Option<&RedisServer> {
         match self {
             Servers::Sentinel(set) => Some(set.replica()),
-            Servers::Cluster(cluster) => {
-                let slot = cluster.slot_of(key);
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let master = cluster.master_of_slot(slot);
-                    cluster.replicas_of(master).first().copied()
-                }))
+            Servers::Cluster(cluster) => cluster
+                .try_master_of_slot(cluster.slot_of(key))
+                .and_then(|master| cluster.try_replicas_of(master))
                 .ok()
-                .flatten()
-                .map(|i| cluster.node(i))
-            }
+                .and_then(|replicas| replicas.first().copied())
+                .map(|i| cluster.node(i)),
             _ => None,
         }
     }
@@ -405,11 +406,7 @@ impl Servers {
         let Servers::Cluster(cluster) = self else {
             return None;
         };
-        let slot = cluster.slot_of(key);
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            cluster.master_of_slot(slot)
-        }))
-        .ok()
+        cluster.try_master_of_slot(cluster.slot_of(key)).ok()
     }
 
     /// `SIGSTOP` of the master serving `key` (Sentinel, Cluster) for at least `hold`, and
@@ -572,5 +569,140 @@ impl Servers {
     pub fn restart_server(&mut self, index: usize) -> anyhow::Result<()> {
         self.proxied_mut(index)?.restart();
         Ok(())
+    }
+}
+
+/// How long a shard found without a master is given to get one by itself (a replica's
+/// election takes about a node timeout of 1 s after the master is flagged failed) before
+/// the harness repairs it.
+const SELF_REPAIR_GRACE: Duration = Duration::from_secs(5);
+/// How long a repair may take to give the shard a master and the cluster `cluster_state:ok`.
+const REPAIR_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A shard of the cluster that had no live master, and what the harness did about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRepair {
+    /// The inclusive slot ranges of the shard.
+    pub slots: Vec<(u16, u16)>,
+    /// What was done, in order (`;`-separated).
+    pub action: String,
+    /// Whether a live master serves the shard again and the cluster is `cluster_state:ok`.
+    pub ok: bool,
+}
+
+/// Restarts the cluster node at `index` (it keeps its `nodes.conf` and rejoins, empty):
+/// an error instead of the test support's panic when it does not start.
+fn restart_node(cluster: &mut RedisCluster, index: usize) -> anyhow::Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cluster.node_mut(index).restart()
+    }))
+    .map_err(|_| anyhow::anyhow!("cluster node {index} did not start again"))
+}
+
+/// The cluster shards left without a master.
+impl Servers {
+    /// Cluster: the slot ranges of every shard the cluster sees without a live master (a
+    /// master flagged `fail` whose replica was not promoted), after giving such a shard
+    /// [`SELF_REPAIR_GRACE`] to get one by itself; empty for other backends. An error when
+    /// no node answers.
+    pub fn masterless(&self) -> anyhow::Result<Vec<Vec<(u16, u16)>>> {
+        let Servers::Cluster(cluster) = self else {
+            return Ok(Vec::new());
+        };
+        let mut shards = cluster.masterless_shards().map_err(anyhow::Error::msg)?;
+        if !shards.is_empty() {
+            poll(SELF_REPAIR_GRACE, || {
+                cluster
+                    .masterless_shards()
+                    .map(|now| {
+                        shards = now;
+                        shards.is_empty()
+                    })
+                    .unwrap_or(false)
+            });
+        }
+        Ok(shards.into_iter().map(|s| s.slots).collect())
+    }
+
+    /// Cluster: gives every shard without a live master one again, and waits until the
+    /// cluster is `cluster_state:ok` (at most [`REPAIR_TIMEOUT`] per shard): `CLUSTER
+    /// FAILOVER TAKEOVER` on a replica of the failed master that runs (the replica takes the
+    /// slots without a vote), then the failed master restarted if it was dead (it rejoins as
+    /// the new master's replica, so the shard has a replica again; without a replica that
+    /// took over, it comes back as the shard's master, empty). Returns one entry per shard
+    /// found; never panics.
+    pub fn repair_masterless(&mut self) -> Vec<ShardRepair> {
+        let Servers::Cluster(cluster) = self else {
+            return Vec::new();
+        };
+        let shards = match cluster.masterless_shards() {
+            Ok(shards) => shards,
+            Err(e) => {
+                return vec![ShardRepair {
+                    slots: Vec::new(),
+                    action: format!("no node answered: {e}"),
+                    ok: false,
+                }]
+            }
+        };
+        let mut repairs = Vec::new();
+        for shard in shards {
+            let Some(&(first, _)) = shard.slots.first() else {
+                continue;
+            };
+            let mut actions = Vec::new();
+            let served = |cluster: &RedisCluster| cluster.try_master_of_slot(first).is_ok();
+            for &replica in &shard.replicas {
+                if !cluster.is_node_started(replica) {
+                    continue;
+                }
+                let port = cluster.node(replica).port();
+                match cluster.failover_takeover(replica) {
+                    Ok(()) => {
+                        let took = poll(REPAIR_TIMEOUT, || {
+                            cluster.try_master_of_slot(first) == Ok(replica)
+                        });
+                        actions.push(format!(
+                            "CLUSTER FAILOVER TAKEOVER on node {replica} (port {port}){}",
+                            if took { "" } else { ": it did not take over" }
+                        ));
+                        if took {
+                            break;
+                        }
+                    }
+                    Err(e) => actions.push(e),
+                }
+            }
+            if let Some(failed) = shard.failed_master {
+                if !cluster.is_node_started(failed) {
+                    let port = cluster.node(failed).port();
+                    match restart_node(cluster, failed) {
+                        Ok(()) => actions.push(format!(
+                            "failed master node {failed} (port {port}) restarted (empty)"
+                        )),
+                        Err(e) => actions.push(format!("{e:#}")),
+                    }
+                }
+            }
+            let mastered = poll(REPAIR_TIMEOUT, || served(cluster));
+            let settled = mastered && cluster.try_wait_ok(REPAIR_TIMEOUT).is_ok();
+            if actions.is_empty() {
+                actions.push("nothing to do: no running replica, the failed master runs".into());
+            }
+            let master = cluster
+                .try_master_of_slot(first)
+                .map(|m| format!("master node {m} (port {})", cluster.node(m).port()))
+                .unwrap_or_else(|_| "still no master".to_owned());
+            actions.push(format!(
+                "{master}, cluster {}",
+                if settled { "ok" } else { "not ok" }
+            ));
+            repairs.push(ShardRepair {
+                slots: shard.slots,
+                action: actions.join("; "),
+                ok: settled,
+            });
+        }
+        repairs
     }
 }

@@ -49,6 +49,17 @@ pub struct RedisCluster {
     dir: TempDir,
 }
 
+/// A shard left without a live master (see [`RedisCluster::masterless_shards`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterlessShard {
+    /// The inclusive slot ranges its failed master still holds.
+    pub slots: Vec<(u16, u16)>,
+    /// The index of that master (`None`: not one of this cluster's nodes).
+    pub failed_master: Option<usize>,
+    /// Its replicas that the cluster does not flag `fail`, ascending.
+    pub replicas: Vec<usize>,
+}
+
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NodeEntry {
@@ -247,22 +258,99 @@ impl RedisCluster {
     /// # Panics
     ///
     /// Panics if `slot >= 16384`, if no running node answers, or if no live master serves the
-    /// slot (the cluster is down).
+    /// slot (the cluster is down). [`RedisCluster::try_master_of_slot`] returns these as errors.
     pub fn master_of_slot(&self, slot: u16) -> usize {
-        assert!(
-            slot < CLUSTER_SLOTS,
-            "RedisCluster: slot {slot} out of range"
-        );
-        let view = self.view();
-        let owner = view
-            .iter()
+        self.try_master_of_slot(slot)
+            .unwrap_or_else(|reason| self.fail(&reason))
+    }
+
+    /// Like [`RedisCluster::master_of_slot`], but an error instead of a panic when `slot` is
+    /// out of range, no running node answers, or no live master serves the slot (a shard left
+    /// without a master: see [`RedisCluster::masterless_shards`]).
+    pub fn try_master_of_slot(&self, slot: u16) -> Result<usize, String> {
+        if slot >= CLUSTER_SLOTS {
+            return Err(format!("slot {slot} out of range"));
+        }
+        let view = self.node_view_any()?;
+        view.iter()
             .find(|e| e.is_live_master() && e.serves(slot))
-            .and_then(|e| self.index_of_port(e.port));
-        owner.unwrap_or_else(|| {
-            self.fail(&format!(
-                "no live master serves slot {slot}; CLUSTER NODES view: {view:?}"
-            ))
-        })
+            .and_then(|e| self.index_of_port(e.port))
+            .ok_or_else(|| {
+                format!("no live master serves slot {slot}; CLUSTER NODES view: {view:?}")
+            })
+    }
+
+    /// Like [`RedisCluster::replicas_of`], but an error instead of a panic when no running
+    /// node answers.
+    pub fn try_replicas_of(&self, master: usize) -> Result<Vec<usize>, String> {
+        let view = self.node_view_any()?;
+        let port = self
+            .nodes
+            .get(master)
+            .ok_or_else(|| format!("no node {master} (there are {})", self.nodes.len()))?
+            .port();
+        let Some(id) = view.iter().find(|e| e.port == port).map(|e| e.id.clone()) else {
+            return Ok(Vec::new());
+        };
+        Ok(self.indices(
+            view.iter()
+                .filter(|e| e.is_live_replica() && e.master_id.as_deref() == Some(&id)),
+        ))
+    }
+
+    /// The shards the cluster sees without a live master: each master flagged `fail` that
+    /// still holds slots no live master serves (its replicas were not promoted, or not yet),
+    /// as seen by the first running node that answers `CLUSTER NODES` (preferring one that
+    /// reports `cluster_state:ok`). Empty when every assigned slot has a live master.
+    ///
+    /// Right after a master dies, and until the cluster flags it `fail` (the node timeout),
+    /// it is still taken as live; a replica's election follows within about a node timeout.
+    /// Returns an error when no running node answers.
+    pub fn masterless_shards(&self) -> Result<Vec<MasterlessShard>, String> {
+        let view = self.node_view_any()?;
+        let mut shards = Vec::new();
+        for failed in view
+            .iter()
+            .filter(|e| e.has_flag("master") && e.has_flag("fail") && !e.slots.is_empty())
+        {
+            let orphaned = failed
+                .slots
+                .iter()
+                .any(|&(first, _)| !view.iter().any(|e| e.is_live_master() && e.serves(first)));
+            if !orphaned {
+                continue;
+            }
+            shards.push(MasterlessShard {
+                slots: failed.slots.clone(),
+                failed_master: self.index_of_port(failed.port),
+                replicas: self.indices(view.iter().filter(|e| {
+                    e.is_live_replica() && e.master_id.as_deref() == Some(failed.id.as_str())
+                })),
+            });
+        }
+        Ok(shards)
+    }
+
+    /// `CLUSTER FAILOVER TAKEOVER` on the replica at `replica`: it takes its master's slots
+    /// at once, without the master's agreement nor the other masters' vote (the way to repair
+    /// a shard whose replica was not promoted). Returns when the node accepted the command;
+    /// [`RedisCluster::try_wait_ok`] waits for the cluster to agree.
+    pub fn failover_takeover(&self, replica: usize) -> Result<(), String> {
+        let node = self
+            .nodes
+            .get(replica)
+            .ok_or_else(|| format!("no node {replica} (there are {})", self.nodes.len()))?;
+        let mut conn = probe_conn(node).map_err(|e| format!("node {replica}: {e}"))?;
+        redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .arg("TAKEOVER")
+            .query::<()>(&mut conn)
+            .map_err(|e| format!("CLUSTER FAILOVER TAKEOVER on node {replica}: {e}"))
+    }
+
+    /// Whether the node at `index` was started and not killed since (a paused node counts).
+    pub fn is_node_started(&self, index: usize) -> bool {
+        self.nodes.get(index).is_some_and(RedisServer::is_started)
     }
 
     /// Waits until every running node that answers reports `cluster_state:ok` with all 16384
@@ -272,11 +360,16 @@ impl RedisCluster {
     ///
     /// Panics on timeout, with the last unmet condition and the log tails of all nodes.
     pub fn wait_ok(&self, timeout: Duration) {
-        if let Err(reason) = wait_until(timeout, || self.check_ok()) {
-            self.fail(&format!(
-                "the cluster was not ok within {timeout:?}: {reason}"
-            ));
+        if let Err(reason) = self.try_wait_ok(timeout) {
+            self.fail(&reason);
         }
+    }
+
+    /// Like [`RedisCluster::wait_ok`], but an error (the last unmet condition) instead of a
+    /// panic on timeout.
+    pub fn try_wait_ok(&self, timeout: Duration) -> Result<(), String> {
+        wait_until(timeout, || self.check_ok())
+            .map_err(|reason| format!("the cluster was not ok within {timeout:?}: {reason}"))
     }
 
     /// Kills (`SIGKILL`) the master at `index` and waits until one of its replicas has taken
@@ -292,41 +385,56 @@ impl RedisCluster {
     /// Panics if the node at `index` is not a live master serving slots or has no replica, or
     /// on timeout (with the last unmet condition and the log tails of all nodes).
     pub fn kill_master_and_wait_for_failover(&mut self, index: usize, timeout: Duration) -> usize {
-        let view = self.view();
-        let port = self.node(index).port();
+        self.try_kill_master_and_wait_for_failover(index, timeout)
+            .unwrap_or_else(|reason| self.fail(&reason))
+    }
+
+    /// Like [`RedisCluster::kill_master_and_wait_for_failover`], but an error instead of a
+    /// panic when the node is not a live master with a replica (it is not killed then), or
+    /// when no replica took over in time (the master stays killed: see
+    /// [`RedisCluster::masterless_shards`]).
+    pub fn try_kill_master_and_wait_for_failover(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Result<usize, String> {
+        let view = self.node_view_any()?;
+        let port = self
+            .nodes
+            .get(index)
+            .ok_or_else(|| format!("no node {index} (there are {})", self.nodes.len()))?
+            .port();
         let old = view
             .iter()
             .find(|e| e.port == port)
             .filter(|e| e.is_live_master() && !e.slots.is_empty())
             .cloned()
-            .unwrap_or_else(|| {
-                self.fail(&format!(
+            .ok_or_else(|| {
+                format!(
                     "node {index} (port {port}) is not a live master serving slots; \
                      CLUSTER NODES view: {view:?}"
-                ))
-            });
+                )
+            })?;
         let replica_ids: Vec<String> = view
             .iter()
             .filter(|e| e.master_id.as_deref() == Some(&old.id))
             .map(|e| e.id.clone())
             .collect();
         if replica_ids.is_empty() {
-            self.fail(&format!(
+            return Err(format!(
                 "master {index} (port {port}) has no replica to fail over to"
             ));
         }
 
         self.nodes[index].kill();
         let started = Instant::now();
-        let result = wait_until(timeout, || self.check_failover(index, &old, &replica_ids));
-        match result {
-            Ok(promoted) => promoted,
-            Err(reason) => self.fail(&format!(
+        wait_until(timeout, || self.check_failover(index, &old, &replica_ids)).map_err(|reason| {
+            format!(
                 "no replica of master {index} (port {port}) took over within {timeout:?} \
                  (waited {:?}): {reason}",
                 started.elapsed()
-            )),
-        }
+            )
+        })
     }
 
     // ----- internals -----

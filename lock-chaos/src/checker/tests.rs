@@ -1,0 +1,1631 @@
+use super::*;
+use crate::event::TaskMode;
+
+const MS: u64 = 1_000_000;
+const LEASE: Duration = Duration::from_millis(1500);
+const NAME: &str = "chaos-0";
+
+fn task_of(hold: &str) -> u32 {
+    hold.split('-')
+        .nth(1)
+        .and_then(|t| t[1..].parse().ok())
+        .unwrap_or(0)
+}
+
+/// A hold `id` (`w{worker}-t{task}-{seq}`) of `NAME` acquired at `t` ms.
+fn acq(t: u64, worker: u32, id: &str, token: u64) -> Event {
+    Event::Acquired {
+        t_start: t * MS,
+        t: t * MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        mode: TaskMode::GuardAbort,
+        name: NAME.into(),
+        owner: format!("owner-{worker}-{}", task_of(id)),
+        token,
+        kind: LockKind::Plain,
+        permits: 0,
+        total: 0,
+        min_hold_ms: 0,
+    }
+}
+
+fn rel(t: u64, worker: u32, id: &str, token: u64, result: &str) -> Event {
+    Event::Released {
+        t_start: t * MS,
+        t: t * MS + MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        name: NAME.into(),
+        owner: format!("owner-{worker}-{}", task_of(id)),
+        token,
+        result: result.into(),
+    }
+}
+
+fn lost(t: u64, worker: u32, id: &str, token: u64) -> Event {
+    Event::Lost {
+        t: t * MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        name: NAME.into(),
+        owner: format!("owner-{worker}-{}", task_of(id)),
+        token,
+    }
+}
+
+fn fault(t: u64, fault: &str, phase: &str, target: &str) -> Event {
+    Event::Fault {
+        t: t * MS,
+        backend: "test".into(),
+        fault: fault.into(),
+        phase: phase.into(),
+        target: target.into(),
+        id: None,
+        effective: None,
+        lock: None,
+        owner: None,
+        token: None,
+    }
+}
+
+/// A fault event with an id and a trigger outcome.
+fn fault_id(
+    t: u64,
+    name: &str,
+    phase: &str,
+    target: &str,
+    id: u64,
+    effective: Option<bool>,
+) -> Event {
+    Event::Fault {
+        t: t * MS,
+        backend: "test".into(),
+        fault: name.into(),
+        phase: phase.into(),
+        target: target.into(),
+        id: Some(id),
+        effective,
+        lock: effective.map(|_| NAME.to_owned()),
+        owner: None,
+        token: None,
+    }
+}
+
+fn failed(t_start: u64, t: u64, worker: u32, task: u32) -> Event {
+    Event::AcquireFailed {
+        t_start: t_start * MS,
+        t: t * MS,
+        worker,
+        task,
+        name: NAME.into(),
+        kind: "timed_out".into(),
+        error: "busy".into(),
+    }
+}
+
+#[test]
+fn upper_bounds_are_clopper_pearson_one_sided_95() {
+    assert_eq!(upper_bound_95(0, 0), None);
+    assert_eq!(upper_bound_95(3, 3), Some(1.0));
+    // k = 0: 1 - 0.05^(1/n), about 3/n ("rule of three").
+    let p = upper_bound_95(0, 50).unwrap();
+    assert!((p - (1.0 - 0.05f64.powf(1.0 / 50.0))).abs() < 1e-12);
+    assert!((p - 3.0 / 50.0).abs() < 0.003, "{p}");
+    // Known values: 1 in 10 -> 0.3942; 5 in 100 -> 0.1023.
+    assert!((upper_bound_95(1, 10).unwrap() - 0.3942).abs() < 5e-4);
+    assert!((upper_bound_95(5, 100).unwrap() - 0.1023).abs() < 5e-4);
+    // At the bound, k or fewer has probability 0.05.
+    let p = upper_bound_95(7, 40).unwrap();
+    assert!((binomial_cdf(7, 40, p) - 0.05).abs() < 1e-9);
+    // More anomalies, higher bound; more trials, lower bound.
+    assert!(upper_bound_95(2, 50).unwrap() > upper_bound_95(1, 50).unwrap());
+    assert!(upper_bound_95(1, 100).unwrap() < upper_bound_95(1, 50).unwrap());
+}
+
+#[test]
+fn effective_injections_are_decided_from_the_history_and_bounded() {
+    // Lease 1500 ms: a hold counts after 500 ms.
+    let events = [
+        // 1: worker 1 holds since 1000, worker 2 waits 1200..1900: a pause of worker 1 at
+        // 1600 is effective (and the trigger said so).
+        acq(1000, 1, "w1-t0-0", 1),
+        failed(1200, 1900, 2, 0),
+        fault_id(
+            1600,
+            "pause_holder",
+            "start",
+            "worker 1 pid 5",
+            1,
+            Some(true),
+        ),
+        fault_id(1700, "pause_holder", "heal", "worker 1 pid 5", 1, None),
+        rel(2000, 1, "w1-t0-0", 1, "ok"),
+        // 2: worker 1 holds since 3000 but nobody waits: not effective.
+        acq(3000, 1, "w1-t0-1", 2),
+        fault_id(
+            3800,
+            "pause_holder",
+            "start",
+            "worker 1 pid 5",
+            2,
+            Some(false),
+        ),
+        fault_id(3900, "pause_holder", "heal", "worker 1 pid 5", 2, None),
+        rel(4000, 1, "w1-t0-1", 2, "ok"),
+        // 3: held long with a waiter, but by worker 0, not the targeted worker 1.
+        acq(5000, 0, "w0-t1-0", 3),
+        failed(5100, 6500, 2, 1),
+        fault_id(
+            5800,
+            "pause_holder",
+            "start",
+            "worker 1 pid 5",
+            3,
+            Some(false),
+        ),
+        fault_id(5900, "pause_holder", "heal", "worker 1 pid 5", 3, None),
+        rel(6000, 0, "w0-t1-0", 3, "ok"),
+        // 4: a server-wide fault (no target worker) on a long hold with a waiter, and
+        // overlapping another fault: the heals pair by id, not by order.
+        acq(7000, 0, "w0-t1-1", 4),
+        failed(7100, 8500, 2, 2),
+        fault_id(7600, "client_kill", "start", "every data server", 4, None),
+        fault_id(7650, "script_flush", "start", "every data server", 5, None),
+        fault_id(7700, "client_kill", "heal", "every data server", 4, None),
+        fault_id(7900, "script_flush", "heal", "every data server", 5, None),
+        rel(8000, 0, "w0-t1-1", 4, "ok"),
+    ];
+    let report = check(&events, None);
+    let row = |name: &str| report.rows.iter().find(|r| r.fault == name).unwrap();
+    let pause = row("pause_holder");
+    assert_eq!(pause.injections, 3);
+    assert_eq!(pause.triggered, 1);
+    assert_eq!(pause.effective, 1);
+    let p = pause.upper95["violations"];
+    assert!((p - 0.95).abs() < 1e-9, "one effective, none bad: {p}");
+    assert_eq!(row("client_kill").effective, 1);
+    assert_eq!(row("script_flush").effective, 1);
+    assert_eq!(row("script_flush").triggered, 0);
+    assert!(row("none").upper95.is_empty());
+    assert_eq!(report.unexcused(), 0, "{:#?}", report.violations);
+}
+
+#[test]
+fn on_redlock_an_empty_restart_is_excused_only_for_a_lock_that_missed_a_master() {
+    let run = |with_partition: bool| {
+        let mut events = vec![acq(1000, 1, "w1-t0-0", 1)];
+        if with_partition {
+            events.push(fault_id(
+                900,
+                "partition_one_master",
+                "start",
+                "worker 1 pid 5 servers [3] Both",
+                9,
+                None,
+            ));
+            events.push(fault_id(
+                2500,
+                "partition_one_master",
+                "heal",
+                "worker 1 pid 5 servers [3] Both",
+                9,
+                None,
+            ));
+        }
+        events.extend([
+            fault_id(
+                1500,
+                "stop_minority",
+                "start",
+                "masters 0, 1 (killed)",
+                1,
+                None,
+            ),
+            fault_id(
+                2000,
+                "stop_minority",
+                "heal",
+                "masters 0, 1 (restarted empty)",
+                1,
+                None,
+            ),
+            acq(2100, 2, "w2-t0-0", 1),
+            rel(2200, 2, "w2-t0-0", 1, "ok"),
+            lost(2300, 1, "w1-t0-0", 1),
+        ]);
+        analyze("redlock", &events, None, LEASE, 0, 100_000 * MS)
+    };
+    let alone = run(false);
+    assert!(
+        counted(&alone).contains(&"overlap"),
+        "{:#?}",
+        alone.violations
+    );
+    let reduced = run(true);
+    assert_eq!(reduced.unexcused(), 0, "{:#?}", reduced.violations);
+    assert!(reduced.excused_by().contains_key("data_loss"));
+}
+
+#[test]
+fn an_old_masters_key_events_after_a_failover_are_not_the_locks_truth() {
+    let events = |target: &str| {
+        vec![
+            fault_id(500, "manual_failover", "start", target, 1, None),
+            fault_id(900, "manual_failover", "heal", "master 1 -> 2", 1, None),
+            acq(3000, 1, "w1-t0-0", 1),
+            // The old master (port 1 in `gone`) expires its stale copy.
+            gone(3400),
+            rel(5000, 1, "w1-t0-0", 1, "ok"),
+        ]
+    };
+    let stale = check(&events("lock:{chaos-0} old master port 1"), None);
+    assert_eq!(stale.unexcused(), 0, "{:#?}", stale.violations);
+    // Another server's report (or one without the old master named) still counts.
+    let real = check(&events("lock:{chaos-0} old master port 2"), None);
+    assert_eq!(counted(&real), ["late_lost"], "{:#?}", real.violations);
+}
+
+#[test]
+fn a_hold_ends_where_its_release_started_even_if_the_release_never_returned() {
+    let started = Event::ReleaseStarted {
+        t: 1300 * MS,
+        worker: 1,
+        task: 0,
+        hold: "w1-t0-0".into(),
+    };
+    let events = [
+        acq(1000, 1, "w1-t0-0", 1),
+        started,
+        // The release hangs (a partition); the worker is killed later.
+        fault(4000, "kill_holder", "start", "worker 1 pid 5"),
+        fault(4001, "kill_holder", "heal", "worker 1 pid 5"),
+        acq(2600, 2, "w2-t0-0", 2),
+        rel(2800, 2, "w2-t0-0", 2, "ok"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(report.unexcused(), 0, "{:#?}", report.violations);
+    assert_eq!(report.rows.iter().map(|r| r.overlaps).sum::<usize>(), 0);
+}
+
+#[test]
+fn a_forward_clock_jump_excuses_its_holds_a_backward_one_does_not() {
+    for (name, excused) in [
+        ("clock_jump_forward", true),
+        ("clock_jump_back", false),
+        // The names of older histories: the one emulated (forward) kind, and the
+        // clock library's backward jump.
+        ("clock_jump", true),
+        ("clock_jump_backward", false),
+        ("partition_both", false),
+        ("bare_majority", true),
+    ] {
+        let events = [
+            acq(1000, 1, "w1-t0-0", 1),
+            fault_id(1200, name, "start", "server 0", 1, None),
+            fault_id(1210, name, "heal", "server 0", 1, None),
+            acq(1300, 2, "w2-t0-0", 2),
+            rel(1500, 2, "w2-t0-0", 2, "ok"),
+            rel(1600, 1, "w1-t0-0", 1, "ok"),
+        ];
+        let report = check(&events, None);
+        if excused {
+            assert_eq!(report.unexcused(), 0, "{name}: {:#?}", report.violations);
+            assert_eq!(report.excused_by().get("data_loss"), Some(&1), "{name}");
+        } else {
+            assert_eq!(counted(&report), ["overlap"], "{name}");
+        }
+    }
+}
+
+fn repair(since: u64, t_start: u64, t: u64, slots: Vec<(u16, u16)>) -> Event {
+    Event::Harness {
+        t_start: t_start * MS,
+        t: t * MS,
+        backend: "cluster".into(),
+        action: "repair_shard".into(),
+        since: Some(since * MS),
+        slots,
+        detail: "CLUSTER FAILOVER TAKEOVER on node 3".into(),
+        ok: true,
+    }
+}
+
+#[test]
+fn a_shard_repair_touches_the_holds_of_its_slots_as_a_failover_does() {
+    let slot = lock_test_support::key_slot(lock_key(NAME).as_bytes());
+    let other = (slot + 100) % 16384;
+    for (slots, excused) in [
+        (vec![(slot, slot)], true),
+        (vec![(0, 16383)], true),
+        (Vec::new(), true),
+        (vec![(other, other)], false),
+    ] {
+        // A hold granted during the outage (the shard had no master from after 900 on)
+        // and another owner's hold after the takeover promoted a replica without it.
+        let events = [
+            acq(1000, 1, "w1-t0-0", 1),
+            repair(900, 1200, 1300, slots.clone()),
+            acq(1400, 2, "w2-t0-0", 2),
+            rel(1500, 2, "w2-t0-0", 2, "ok"),
+            rel(1600, 1, "w1-t0-0", 1, "ok"),
+        ];
+        let report = check(&events, None);
+        if excused {
+            assert_eq!(report.unexcused(), 0, "{slots:?}: {:#?}", report.violations);
+            assert_eq!(report.excused_by().get("data_loss"), Some(&1), "{slots:?}");
+        } else {
+            assert_eq!(counted(&report), ["overlap"], "{slots:?}");
+        }
+        // A harness event, not a fault: no row, no injection; listed in the table.
+        assert_eq!(report.faults(), 0);
+        assert_eq!(report.rows.len(), 1);
+        assert_eq!(report.harness.len(), 1);
+        assert!(report.table().contains("1 shard repairs (0 failed)"));
+    }
+}
+
+fn intent(t: u64, worker: u32, id: &str, token: u64, register: Register, read: i64) -> Event {
+    Event::WriteIntent {
+        t: t * MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        name: NAME.into(),
+        token,
+        register,
+        read,
+    }
+}
+
+fn written(t: u64, worker: u32, id: &str, token: u64, read: i64, prev: i64) -> Event {
+    Event::Write {
+        t: t * MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        name: NAME.into(),
+        token,
+        register: Register::Fenced,
+        outcome: WriteOutcome::Accepted,
+        read: Some(read),
+        prev: Some(prev),
+        seen: None,
+    }
+}
+
+fn claim(t: u64, worker: u32, id: &str, token: u64, read: i64) -> Event {
+    Event::Claim {
+        t: t * MS,
+        worker,
+        task: task_of(id),
+        hold: id.into(),
+        name: NAME.into(),
+        token,
+        read,
+    }
+}
+
+fn gone(t: u64) -> Event {
+    Event::KeyGone {
+        t: t * MS,
+        server: "127.0.0.1:1".into(),
+        key: lock_key(NAME),
+        how: "expired".into(),
+    }
+}
+
+fn logged(entries: &[&str], value: i64) -> Vec<RegisterTruth> {
+    vec![RegisterTruth {
+        name: NAME.into(),
+        register: Register::Fenced,
+        value,
+        log: entries.iter().map(|e| LoggedWrite::parse(e)).collect(),
+    }]
+}
+
+fn check(events: &[Event], truth: Option<&[RegisterTruth]>) -> BackendReport {
+    analyze("test", events, truth, LEASE, 0, 100_000 * MS)
+}
+
+/// The unexcused anomalies, by kind.
+fn counted(report: &BackendReport) -> Vec<&str> {
+    report
+        .violations
+        .iter()
+        .filter(|v| v.counts())
+        .map(|v| v.kind.as_str())
+        .collect()
+}
+
+#[test]
+fn holds_with_the_same_worker_task_and_token_are_all_checked() {
+    // One token issued twice to the same task: both holds overlap another owner.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        acq(200, 1, "w1-t0-0", 4),
+        rel(250, 1, "w1-t0-0", 4, "ok"),
+        rel(300, 0, "w0-t0-0", 5, "ok"),
+        acq(1000, 0, "w0-t0-1", 5),
+        acq(1100, 1, "w1-t0-1", 6),
+        rel(1150, 1, "w1-t0-1", 6, "ok"),
+        rel(1200, 0, "w0-t0-1", 5, "ok"),
+    ];
+    let report = check(&events, None);
+    let overlaps: Vec<&Violation> = report
+        .violations
+        .iter()
+        .filter(|v| v.kind == "overlap")
+        .collect();
+    assert_eq!(overlaps.len(), 2, "{:#?}", report.violations);
+    assert!(overlaps[0].holds.contains(&"w0-t0-0".to_owned()));
+    assert!(overlaps[1].holds.contains(&"w0-t0-1".to_owned()));
+    assert_eq!(report.unexcused(), 2);
+}
+
+#[test]
+fn a_pause_or_data_loss_while_the_succeeding_attempt_was_on_its_way_touches_the_hold() {
+    // Worker 2's acquire call ran 1000..1700 ms; it was paused 1200..1650 ms, after its
+    // attempt was sent, and worker 0 took the lock meanwhile. Worker 3's call ran
+    // 3000..3300 ms across an empty restart healed at 3250 ms. Worker 4's call began
+    // 5000 ms, and its pause (5100..5300 ms) ended more than two response timeouts
+    // before its acquisition returned at 6500 ms: not excused.
+    let mut events = vec![
+        acq(1000, 2, "w2-t0-0", 1),
+        fault(1200, "pause_holder", "start", "worker 2 pid 9"),
+        acq(1300, 0, "w0-t0-0", 2),
+        fault(1650, "pause_holder", "heal", "worker 2 pid 9"),
+        rel(1750, 2, "w2-t0-0", 1, "ok"),
+        rel(1800, 0, "w0-t0-0", 2, "ok"),
+        acq(3000, 3, "w3-t0-0", 3),
+        fault(3200, "restart_empty", "start", "lock master"),
+        fault(3250, "restart_empty", "heal", "lock master"),
+        acq(3350, 1, "w1-t0-0", 1),
+        rel(3400, 3, "w3-t0-0", 3, "not_held"),
+        rel(3500, 1, "w1-t0-0", 1, "ok"),
+        acq(5000, 4, "w4-t0-0", 5),
+        fault(5100, "pause_holder", "start", "worker 4 pid 9"),
+        fault(5300, "pause_holder", "heal", "worker 4 pid 9"),
+        acq(6400, 0, "w0-t0-1", 6),
+        rel(6700, 4, "w4-t0-0", 5, "ok"),
+        rel(6800, 0, "w0-t0-1", 6, "ok"),
+    ];
+    // The calls started before they returned.
+    for (event, asked) in [(0, 1000), (6, 3000), (12, 5000)] {
+        if let Event::Acquired { t, t_start, .. } = &mut events[event] {
+            *t_start = asked * MS;
+            *t = match asked {
+                1000 => 1700 * MS,
+                3000 => 3300 * MS,
+                _ => 6500 * MS,
+            };
+        }
+    }
+    let report = check(&events, None);
+    let overlaps: Vec<&Violation> = report
+        .violations
+        .iter()
+        .filter(|v| v.kind == "overlap")
+        .collect();
+    assert_eq!(overlaps.len(), 3, "{:#?}", report.violations);
+    let counted: Vec<&Violation> = overlaps.iter().copied().filter(|v| v.counts()).collect();
+    assert_eq!(counted.len(), 1, "{:#?}", report.violations);
+    assert!(counted[0].holds.contains(&"w4-t0-0".to_owned()));
+}
+
+#[test]
+fn a_pause_excuses_only_the_paused_workers_holds() {
+    let events = [
+        fault(1000, "pause_holder", "start", "worker 2 pid 9"),
+        acq(900, 2, "w2-t0-0", 1),
+        acq(1100, 0, "w0-t0-0", 2),
+        // Untouched: worker 0 and worker 1 overlap inside the pause window.
+        acq(1500, 1, "w1-t0-0", 3),
+        rel(1700, 1, "w1-t0-0", 3, "ok"),
+        rel(2000, 0, "w0-t0-0", 2, "ok"),
+        fault(3500, "pause_holder", "heal", "worker 2 pid 9"),
+        lost(3600, 2, "w2-t0-0", 1),
+        rel(3600, 2, "w2-t0-0", 1, "lease_lost"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(counted(&report), ["overlap"], "{:#?}", report.violations);
+    let violation = report.violations.iter().find(|v| v.counts()).unwrap();
+    assert_eq!(violation.holds, ["w0-t0-0", "w1-t0-0"]);
+    // The paused holder overlapped both, and its lost() came late: excused by the pause.
+    assert_eq!(report.excused_by().get("pause"), Some(&3));
+    assert_eq!(report.rows[1].fault, "pause_holder");
+    assert_eq!(report.rows[1].violations, 1);
+}
+
+#[test]
+fn a_logged_stale_write_with_no_write_event_is_found() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        intent(150, 0, "w0-t0-0", 5, Register::Fenced, 0),
+        written(160, 0, "w0-t0-0", 5, 0, 0),
+        rel(170, 0, "w0-t0-0", 5, "ok"),
+        acq(200, 1, "w1-t0-0", 6),
+        // Sent, then the worker was killed before the answer: no Write event.
+        intent(250, 1, "w1-t0-0", 6, Register::Fenced, 0),
+        rel(260, 1, "w1-t0-0", 6, "ok"),
+    ];
+    let truth = logged(&["w0-t0-0|5|0|0|1", "w1-t0-0|6|0|1|1"], 1);
+    let report = check(&events, Some(&truth));
+    assert_eq!(
+        counted(&report),
+        ["stale_write_accepted"],
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(report.register.applied, 2);
+    assert_eq!(report.register.applied_unrecorded, 1);
+    assert_eq!(report.register.inconsistent, 0);
+    assert_eq!(report.rows[0].stale_writes_accepted, 1);
+}
+
+/// The fenced register's log in both stores' formats: Redis's (`hold|token|read|new`,
+/// `prev` implied by the order) and PostgreSQL's (rows with `prev`).
+fn both_formats(entries: &[(&str, u64, i64, i64, i64)]) -> [Vec<RegisterTruth>; 2] {
+    let value = entries.last().map_or(0, |e| e.4);
+    let redis: Vec<String> = entries
+        .iter()
+        .map(|(hold, token, read, _, new)| format!("{hold}|{token}|{read}|{new}"))
+        .collect();
+    let postgres: Vec<String> = entries
+        .iter()
+        .map(|(hold, token, read, prev, new)| format!("{hold}|{token}|{read}|{prev}|{new}"))
+        .collect();
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    [
+        logged(&refs(&redis), value),
+        logged(&refs(&postgres), value),
+    ]
+}
+
+/// The unexcused anomalies the register check found (the holds of these histories
+/// overlap, which other checks report).
+fn register_kinds(report: &BackendReport) -> Vec<&str> {
+    counted(report)
+        .into_iter()
+        .filter(|kind| kind.contains("write") || kind.starts_with("register"))
+        .collect()
+}
+
+#[test]
+fn a_stale_write_after_a_higher_read_is_found_though_nothing_was_overwritten() {
+    // A (token 5) reads 0; B (token 6) reads 0 and dies before writing; A, stale, writes
+    // 1 and the store accepts it. The write overwrote the value A read, so only B's
+    // claim shows that it had to be refused.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        claim(110, 0, "w0-t0-0", 5, 0),
+        acq(200, 1, "w1-t0-0", 6),
+        claim(210, 1, "w1-t0-0", 6, 0),
+        intent(250, 0, "w0-t0-0", 5, Register::Fenced, 0),
+        written(260, 0, "w0-t0-0", 5, 0, 0),
+        rel(270, 0, "w0-t0-0", 5, "ok"),
+    ];
+    for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1)]) {
+        let report = check(&events, Some(&truth));
+        assert_eq!(
+            register_kinds(&report),
+            ["stale_write_accepted"],
+            "{:#?}",
+            report.violations
+        );
+        assert_eq!(report.rows[0].stale_writes_accepted, 1);
+        assert!(report
+            .violations
+            .iter()
+            .any(|v| v.detail.contains("w1-t0-0 (token 6) had read")));
+        // Had B read after A's write was sent, nothing was stale.
+        let mut later = events.to_vec();
+        later[3] = claim(255, 1, "w1-t0-0", 6, 0);
+        let report = check(&later, Some(&truth));
+        assert!(
+            register_kinds(&report).is_empty(),
+            "{:#?}",
+            report.violations
+        );
+        assert_eq!(report.rows[0].stale_writes_accepted, 0);
+    }
+}
+
+#[test]
+fn a_stale_write_is_found_in_both_log_formats() {
+    // A lost update: B (token 6) overwrote A's write although it read before it.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        intent(150, 0, "w0-t0-0", 5, Register::Fenced, 0),
+        acq(200, 1, "w1-t0-0", 6),
+        intent(250, 1, "w1-t0-0", 6, Register::Fenced, 0),
+    ];
+    for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1), ("w1-t0-0", 6, 0, 1, 1)]) {
+        let report = check(&events, Some(&truth));
+        assert_eq!(
+            register_kinds(&report),
+            ["stale_write_accepted"],
+            "{truth:?}"
+        );
+        assert_eq!(report.register.inconsistent, 0);
+    }
+    // A write applied after a higher token's, with no claim recorded: the store's order
+    // alone shows it.
+    for truth in both_formats(&[("w1-t0-0", 6, 0, 0, 1), ("w0-t0-0", 5, 1, 1, 2)]) {
+        let report = check(&events, Some(&truth));
+        assert_eq!(
+            register_kinds(&report),
+            ["stale_write_accepted"],
+            "{truth:?}"
+        );
+        assert!(report
+            .violations
+            .iter()
+            .any(|v| v.detail.contains("token 6) had written")));
+    }
+    // In order, with nothing stale: no violation in either format.
+    for truth in both_formats(&[("w0-t0-0", 5, 0, 0, 1), ("w1-t0-0", 6, 1, 1, 2)]) {
+        let report = check(&events, Some(&truth));
+        assert!(
+            register_kinds(&report).is_empty(),
+            "{:#?}",
+            report.violations
+        );
+        assert_eq!(report.register.applied, 2);
+    }
+}
+
+#[test]
+fn the_register_log_must_match_the_final_value_and_every_intent() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        intent(150, 0, "w0-t0-0", 5, Register::Fenced, 0),
+        written(160, 0, "w0-t0-0", 5, 0, 0),
+        rel(170, 0, "w0-t0-0", 5, "ok"),
+    ];
+    // A final value the log does not explain, and a write nobody meant to send.
+    let truth = logged(&["w0-t0-0|5|0|0|1", "w9-t0-0|7|1|1|2"], 3);
+    let report = check(&events, Some(&truth));
+    let mut kinds = counted(&report);
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["register_final", "write_without_intent"]);
+    // A write the worker saw accepted must be in the log.
+    let report = check(&events, Some(&logged(&[], 0)));
+    assert_eq!(counted(&report), ["write_not_logged"]);
+}
+
+#[test]
+fn the_table_says_how_many_violations_it_does_not_list() {
+    let mut events = Vec::new();
+    for i in 0..(LISTED_VIOLATIONS as u64 + 2) {
+        let id = format!("w0-t0-{i}");
+        events.push(acq(1000 * i, 0, &id, i));
+        events.push(rel(1000 * i + 100, 0, &id, i, "lease_lost"));
+    }
+    let report = check(&events, None);
+    assert_eq!(report.unexcused(), LISTED_VIOLATIONS + 2);
+    let table = report.table();
+    assert_eq!(
+        table.matches("- violation ").count(),
+        LISTED_VIOLATIONS,
+        "{table}"
+    );
+    assert!(table.contains("- ... and 2 more"), "{table}");
+}
+
+/// A release of `id` started at `t_start` ms that answered `result` at `t` ms.
+fn rel_until(t_start: u64, t: u64, worker: u32, id: &str, token: u64, result: &str) -> Event {
+    match rel(t_start, worker, id, token, result) {
+        Event::Released {
+            worker,
+            task,
+            hold,
+            name,
+            owner,
+            token,
+            result,
+            ..
+        } => Event::Released {
+            t_start: t_start * MS,
+            t: t * MS,
+            worker,
+            task,
+            hold,
+            name,
+            owner,
+            token,
+            result,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn a_loss_while_the_release_was_on_its_way_is_not_seen_first_at_release() {
+    // The release starts at 1000 ms while the lease is valid; a partition holds it
+    // until 1700 ms; the key expired at 1600 ms and worker 2 took the lock at 1650 ms.
+    let base = [
+        acq(100, 1, "w1-t0-0", 5),
+        rel_until(1000, 1700, 1, "w1-t0-0", 5, "not_held"),
+    ];
+    let mut taken = base.to_vec();
+    taken.push(acq(1650, 2, "w2-t0-0", 6));
+    taken.push(rel(1800, 2, "w2-t0-0", 6, "ok"));
+    let report = check(&taken, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert!(report.violations.is_empty());
+    let mut expired = base.to_vec();
+    expired.push(gone(1600));
+    assert!(check(&expired, None).violations.is_empty());
+    // No sign of a loss before the release answered: still a violation.
+    assert_eq!(counted(&check(&base, None)), ["loss_first_seen_at_release"]);
+    // Gone before the release started, past the bound, no lost() before: a violation,
+    // however long the release then took.
+    let mut before = vec![
+        acq(100, 1, "w1-t0-0", 5),
+        gone(300),
+        rel_until(2000, 2700, 1, "w1-t0-0", 5, "not_held"),
+    ];
+    assert_eq!(
+        counted(&check(&before, None)),
+        ["loss_first_seen_at_release"]
+    );
+    before.push(acq(2600, 2, "w2-t0-0", 6));
+    assert_eq!(
+        counted(&check(&before, None)),
+        ["loss_first_seen_at_release"]
+    );
+}
+
+#[test]
+fn a_readers_release_delayed_by_its_workers_partition_is_excused() {
+    use LockKind::Read;
+    let [acquired, _] = hold_of(Read, "rw-0", "w1-t7-0", "a", 1, 1, (100, 100, 1000));
+    let reader = |partition: Option<&str>| {
+        let mut events = vec![acquired.clone()];
+        let released = Event::Released {
+            t_start: 1000 * MS,
+            t: 1400 * MS,
+            worker: 1,
+            task: 0,
+            hold: "w1-t7-0".into(),
+            name: "rw-0".into(),
+            owner: "a".into(),
+            token: 1,
+            result: "not_held".into(),
+        };
+        events.push(released);
+        if let Some(target) = partition {
+            events.push(fault_id(800, "partition_both", "start", target, 1, None));
+            events.push(fault_id(1100, "partition_both", "heal", target, 1, None));
+        }
+        check(&events, None)
+    };
+    let report = reader(Some("worker 1 pid 9 servers [0] Both"));
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+    assert_eq!(
+        report
+            .rows
+            .iter()
+            .map(|r| r.release_first_losses)
+            .sum::<usize>(),
+        1
+    );
+    // Another worker's partition, or none: a violation.
+    let report = reader(Some("worker 2 pid 9 servers [0] Both"));
+    assert_eq!(counted(&report), ["loss_first_seen_at_release"]);
+    assert_eq!(counted(&reader(None)), ["loss_first_seen_at_release"]);
+}
+
+#[test]
+fn a_permit_taken_while_the_release_was_on_its_way_shows_the_loss() {
+    use LockKind::Permit;
+    // Two permits in all: p1 holds one, ours the other; its release (1000 to 1500 ms)
+    // answers not_held, and p3 got a permit at 1200 ms while p1 still held its own.
+    let mut events = history(&[
+        hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 2000)),
+        hold_of(Permit, "sem-0", "p3", "c", 2, 3, (1100, 1200, 1300)),
+    ]);
+    let [ours, _] = hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 1000));
+    events.push(ours);
+    events.push(Event::Released {
+        t_start: 1000 * MS,
+        t: 1500 * MS,
+        worker: 1,
+        task: 0,
+        hold: "p2".into(),
+        name: "sem-0".into(),
+        owner: "b".into(),
+        token: 2,
+        result: "not_held".into(),
+    });
+    let report = check(&events, None);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    // Without p1 there was room for p3 beside ours: no proof, a violation.
+    events.drain(..2);
+    assert_eq!(
+        counted(&check(&events, None)),
+        ["loss_first_seen_at_release"]
+    );
+}
+
+#[test]
+fn a_loss_first_seen_at_release_is_a_violation() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        rel(400, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(counted(&report), ["loss_first_seen_at_release"]);
+    assert_eq!(report.rows[0].release_first_losses, 1);
+
+    // Within the documented bound after the key went, the release may be first.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        gone(300),
+        rel(400, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    assert!(counted(&check(&events, None)).is_empty());
+}
+
+#[test]
+fn a_late_lost_is_a_violation_unless_the_worker_stalled() {
+    // The key expired at 2000 ms; lost() at 4000 ms is past 1500/3 + 500 + 100 ms.
+    let mut events = vec![
+        acq(100, 0, "w0-t0-0", 5),
+        gone(2000),
+        lost(4000, 0, "w0-t0-0", 5),
+        rel(4000, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(counted(&report), ["late_lost"], "{:#?}", report.violations);
+    assert_eq!(report.rows[0].late_lost, 1);
+
+    // In time: no violation.
+    let in_time = [
+        acq(100, 0, "w0-t0-0", 5),
+        gone(2000),
+        lost(2900, 0, "w0-t0-0", 5),
+        rel(2900, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    assert!(counted(&check(&in_time, None)).is_empty());
+
+    // The worker's probe saw it stalled during the hold: excused.
+    events.push(Event::Stall {
+        t_start: 2500 * MS,
+        t: 3500 * MS,
+        worker: Some(0),
+    });
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.excused_by().get("stall"), Some(&1));
+    assert_eq!(report.stalls.workers, 1);
+
+    // A successor's acquisition dates the loss when the server said nothing.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        acq(2000, 1, "w1-t0-0", 6),
+        rel(2100, 1, "w1-t0-0", 6, "ok"),
+        lost(4000, 0, "w0-t0-0", 5),
+        rel(4000, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    let report = check(&events, None);
+    let mut kinds = counted(&report);
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["late_lost", "overlap"]);
+}
+
+#[test]
+fn a_successor_whose_grant_a_pause_may_have_undone_proves_no_loss() {
+    // Worker 1's acquire call ran 1000..3100 ms and was paused 1200..3000 ms: its grant
+    // may have expired before the call returned (seen on `lock_all`, which takes its
+    // names one after another). Worker 0 took the lock at 2800 ms and held it, released
+    // `ok`, until 5500 ms. Worker 1's hold overlapping it is excused (paused), and it is
+    // no sign that worker 0's lock was gone: no late lost().
+    let mut events = vec![
+        acq(1000, 1, "w1-t0-0", 1),
+        fault(1200, "pause_holder", "start", "worker 1 pid 9"),
+        acq(2800, 0, "w0-t0-0", 2),
+        fault(3000, "pause_holder", "heal", "worker 1 pid 9"),
+        lost(3200, 1, "w1-t0-0", 1),
+        rel(3300, 1, "w1-t0-0", 1, "lease_lost"),
+        rel(5500, 0, "w0-t0-0", 2, "ok"),
+    ];
+    if let Event::Acquired { t, t_start, .. } = &mut events[0] {
+        *t_start = 1000 * MS;
+        *t = 3100 * MS;
+    }
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    // The same successor without the pause dates the loss.
+    events.remove(1);
+    events.remove(2);
+    let report = check(&events, None);
+    let kinds = counted(&report);
+    assert!(kinds.contains(&"late_lost"), "{:#?}", report.violations);
+}
+
+#[test]
+fn on_redlock_a_lock_is_gone_when_a_majority_of_masters_lost_it() {
+    let on = |t: u64, port: u16| Event::KeyGone {
+        t: t * MS,
+        server: format!("127.0.0.1:{port}"),
+        key: lock_key(NAME),
+        how: "expired".into(),
+    };
+    let mut events = vec![
+        acq(100, 0, "w0-t0-0", 5),
+        on(1000, 1),
+        on(1100, 2),
+        lost(2500, 0, "w0-t0-0", 5),
+        rel(2500, 0, "w0-t0-0", 5, "lease_lost"),
+    ];
+    let redlock = |events: &[Event]| analyze("redlock", events, None, LEASE, 0, 100_000 * MS);
+    // Two of five masters lost their copy: the lock was still held.
+    assert!(counted(&redlock(&events)).is_empty());
+    // A third at 1200 ms: lost() at 2500 ms is late.
+    events.push(on(1200, 3));
+    assert_eq!(counted(&redlock(&events)), ["late_lost"]);
+    // On a single server the first removal is the loss.
+    assert_eq!(counted(&check(&events, None)), ["late_lost"]);
+}
+
+#[test]
+fn a_token_regression_counts_unless_the_counter_was_lost() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 10),
+        rel(200, 0, "w0-t0-0", 10, "ok"),
+        acq(300, 1, "w1-t0-0", 9),
+        rel(400, 1, "w1-t0-0", 9, "ok"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(counted(&report), ["token_regression"]);
+    assert_eq!(report.rows[0].token_regressions, 1);
+
+    let events = [
+        acq(100, 0, "w0-t0-0", 10),
+        rel(200, 0, "w0-t0-0", 10, "ok"),
+        fault(250, "restart_empty", "start", "server 0"),
+        fault(260, "restart_empty", "heal", "port 1"),
+        acq(300, 1, "w1-t0-0", 1),
+        rel(400, 1, "w1-t0-0", 1, "ok"),
+    ];
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+}
+
+#[test]
+fn recovery_after_a_kill_runs_to_the_next_acquisition_of_the_lock() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 1),
+        fault(500, "kill_holder", "start", "worker 0 pid 9"),
+        fault(600, "kill_holder", "heal", "worker 0 pid 9"),
+        acq(1600, 1, "w1-t0-0", 2),
+        rel(1700, 1, "w1-t0-0", 2, "ok"),
+    ];
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.rows[1].kill_recovery_max_ms, Some(1100.0));
+
+    // Acquired just after the kill was recorded, before the signal landed: the hold
+    // ends there, it does not last to the end of the run.
+    let events = [
+        fault(500, "kill_holder", "start", "worker 0 pid 9"),
+        acq(501, 0, "w0-t0-0", 1),
+        fault(600, "kill_holder", "heal", "worker 0 pid 9"),
+        acq(2100, 1, "w1-t0-0", 2),
+        rel(2200, 1, "w1-t0-0", 2, "ok"),
+    ];
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+}
+
+/// A hold of `kind` on `name`: asked at `asked` ms, acquired at `t` ms, released at
+/// `end` ms (result `ok`), by `owner`.
+#[allow(clippy::too_many_arguments)]
+fn hold_of(
+    kind: LockKind,
+    name: &str,
+    id: &str,
+    owner: &str,
+    worker: u32,
+    token: u64,
+    (asked, t, end): (u64, u64, u64),
+) -> [Event; 2] {
+    [
+        Event::Acquired {
+            t_start: asked * MS,
+            t: t * MS,
+            worker,
+            task: 0,
+            hold: id.into(),
+            mode: TaskMode::GuardAbort,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            kind,
+            permits: u32::from(kind == LockKind::Permit),
+            total: if kind == LockKind::Permit { 2 } else { 0 },
+            min_hold_ms: if kind == LockKind::AtLeast { 400 } else { 0 },
+        },
+        Event::Released {
+            t_start: end * MS,
+            t: end * MS + MS,
+            worker,
+            task: 0,
+            hold: id.into(),
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            result: "ok".into(),
+        },
+    ]
+}
+
+fn history(holds: &[[Event; 2]]) -> Vec<Event> {
+    holds.iter().flat_map(|h| h.iter().cloned()).collect()
+}
+
+#[test]
+fn a_writer_excludes_readers_and_writers_but_readers_share() {
+    use LockKind::{Read, Write};
+    let readers = history(&[
+        hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+        hold_of(Read, "rw-0", "r2", "b", 1, 2, (200, 200, 600)),
+    ]);
+    assert!(counted(&check(&readers, None)).is_empty());
+    let writer_over_reader = history(&[
+        hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 500)),
+        hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 200, 600)),
+    ]);
+    assert_eq!(counted(&check(&writer_over_reader, None)), ["overlap"]);
+    let reader_over_writer = history(&[
+        hold_of(Write, "rw-0", "w1", "a", 0, 1, (100, 100, 500)),
+        hold_of(Read, "rw-0", "r1", "b", 1, 2, (200, 200, 600)),
+    ]);
+    assert_eq!(counted(&check(&reader_over_writer, None)), ["overlap"]);
+    // A reader acquiring does not end another reader's hold (no loss from it).
+    let report = check(&readers, None);
+    assert_eq!(report.rows[0].late_lost, 0);
+}
+
+#[test]
+fn a_semaphore_holds_at_most_its_total() {
+    use LockKind::Permit;
+    let two = history(&[
+        hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+        hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+        // Starts when p1 ends: still two.
+        hold_of(Permit, "sem-0", "p3", "c", 2, 3, (500, 500, 700)),
+    ]);
+    assert!(counted(&check(&two, None)).is_empty());
+    let three = history(&[
+        hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 500)),
+        hold_of(Permit, "sem-0", "p2", "b", 1, 2, (200, 200, 600)),
+        hold_of(Permit, "sem-0", "p3", "c", 2, 3, (300, 300, 700)),
+    ]);
+    let report = check(&three, None);
+    assert_eq!(counted(&report), ["permits_exceeded"]);
+    assert_eq!(report.violations[0].holds, ["p1", "p2", "p3"]);
+    // Permits never count as plain overlaps.
+    assert_eq!(report.rows[0].overlaps, 0);
+}
+
+#[test]
+fn a_fair_lock_grants_waiters_in_the_order_they_asked() {
+    use LockKind::Fair;
+    let holder = hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000));
+    // a asked at 100 ms, b at 300 ms: a first, then b.
+    let in_order = history(&[
+        holder.clone(),
+        hold_of(Fair, "fair-0", "a", "a", 1, 2, (100, 1000, 1200)),
+        hold_of(Fair, "fair-0", "b", "b", 2, 3, (300, 1200, 1400)),
+    ]);
+    assert!(counted(&check(&in_order, None)).is_empty());
+    let inverted = history(&[
+        holder.clone(),
+        hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+        hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+    ]);
+    let report = check(&inverted, None);
+    assert_eq!(counted(&report), ["fifo_inversion"]);
+    assert_eq!(report.rows[0].fifo_inversions, 1);
+    // Asked within the margin of each other: the order is not known.
+    let close = history(&[
+        holder.clone(),
+        hold_of(Fair, "fair-0", "b", "b", 2, 2, (130, 1000, 1200)),
+        hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+    ]);
+    assert!(counted(&check(&close, None)).is_empty());
+    // The earlier waiter's worker was cut off while it waited: its start does not date
+    // its place in the queue.
+    let mut cut_off = inverted.clone();
+    cut_off.push(fault(50, "partition", "start", "worker 1 pid 9"));
+    cut_off.push(fault(900, "partition", "heal", "worker 1 pid 9"));
+    let report = check(&cut_off, None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+    // Another worker's partition does not excuse it.
+    let mut elsewhere = inverted.clone();
+    elsewhere.push(fault(50, "partition", "start", "worker 2 pid 9"));
+    elsewhere.push(fault(900, "partition", "heal", "worker 2 pid 9"));
+    assert_eq!(counted(&check(&elsewhere, None)), ["fifo_inversion"]);
+    // The earlier waiter's worker stalled while it waited: excused.
+    let mut stalled = inverted.clone();
+    stalled.push(Event::Stall {
+        t_start: 500 * MS,
+        t: 700 * MS,
+        worker: Some(1),
+    });
+    let report = check(&stalled, None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.excused_by().get("stall"), Some(&1));
+}
+
+#[test]
+fn the_random_schedules_faults_excuse_a_fifo_inversion_by_what_they_do() {
+    use LockKind::Fair;
+    let inverted = history(&[
+        hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+        hold_of(Fair, "fair-0", "b", "b", 2, 2, (300, 1000, 1200)),
+        hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 1200, 1400)),
+    ]);
+    let with = |name: &str, target: &str| {
+        let mut events = inverted.clone();
+        events.push(fault_id(50, name, "start", target, 1, None));
+        events.push(fault_id(150, name, "heal", target, 1, None));
+        check(&events, None)
+    };
+    // The earlier waiter asked inside its own worker's partition (the lab's names).
+    for name in [
+        "partition_both",
+        "partition_to_server",
+        "partition_from_server",
+    ] {
+        let report = with(name, "worker 1 pid 9 servers [0] Both");
+        assert!(
+            counted(&report).is_empty(),
+            "{name}: {:#?}",
+            report.violations
+        );
+        assert_eq!(report.excused_by().get("net_fault"), Some(&1), "{name}");
+        // Another worker's partition does not excuse it.
+        let report = with(name, "worker 2 pid 9 servers [0] Both");
+        assert_eq!(counted(&report), ["fifo_inversion"], "{name}");
+    }
+    // A forward jump of the server's clock while it waited may have expired its place
+    // in the queue: data loss; a backward one only lengthens TTLs.
+    let report = with("clock_jump_forward", "server port 1 pid 2 +2000 ms");
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+    let report = with("clock_jump_backward", "server port 1 pid 2 -2000 ms");
+    assert_eq!(counted(&report), ["fifo_inversion"]);
+}
+
+#[test]
+fn a_fault_delays_a_worker_until_its_first_answer_after_the_heal() {
+    use LockKind::Fair;
+    // Worker 1's partition heals at 150 ms; it asks at 300 ms, but its connection is
+    // stuck until its first answer from the server (an acquisition at 600 ms).
+    let inverted = |answer_at: Option<u64>, heal: u64| {
+        let mut events = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+        ]);
+        let target = "worker 1 pid 9 servers [0] Both";
+        events.push(fault_id(50, "partition_both", "start", target, 1, None));
+        events.push(fault_id(heal, "partition_both", "heal", target, 1, None));
+        if let Some(t) = answer_at {
+            events.extend(hold_of(
+                LockKind::Plain,
+                "chaos-0",
+                "w1-t0-0",
+                "p",
+                1,
+                9,
+                (t - 100, t, t + 10),
+            ));
+        }
+        check(&events, None)
+    };
+    let report = inverted(Some(600), 150);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+    // It answered before it asked: the fault no longer delayed it.
+    assert_eq!(counted(&inverted(Some(250), 150)), ["fifo_inversion"]);
+    // An answer of another client of the worker (hot, Redisson, shutdown) does not count.
+    let mut events = history(&[
+        hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 1000)),
+        hold_of(Fair, "fair-0", "b", "b", 2, 2, (500, 1000, 1200)),
+        hold_of(Fair, "fair-0", "a", "a", 1, 3, (300, 1200, 1400)),
+        hold_of(
+            LockKind::Hot,
+            "hot-0",
+            "w1-t12-0",
+            "k",
+            1,
+            9,
+            (240, 250, 260),
+        ),
+    ]);
+    let target = "worker 1 pid 9 servers [0] Both";
+    events.push(fault_id(50, "partition_both", "start", target, 1, None));
+    events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+    assert!(counted(&check(&events, None)).is_empty());
+    // With no answer at all, at most 2 s after the heal.
+    assert!(counted(&inverted(None, 150)).is_empty());
+    let report = {
+        let mut events = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 3000)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (2500, 3000, 3200)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (2300, 3200, 3400)),
+        ]);
+        let target = "worker 1 pid 9 servers [0] Both";
+        events.push(fault_id(50, "partition_both", "start", target, 1, None));
+        events.push(fault_id(150, "partition_both", "heal", target, 1, None));
+        check(&events, None)
+    };
+    assert_eq!(counted(&report), ["fifo_inversion"]);
+}
+
+#[test]
+fn each_name_of_a_multilock_is_checked_as_a_plain_hold() {
+    use LockKind::{Multi, Plain};
+    let fine = history(&[
+        hold_of(Multi, "multi-0", "m/multi-0", "a", 0, 1, (100, 100, 500)),
+        hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+        hold_of(Multi, "multi-1", "n/multi-1", "b", 1, 3, (500, 500, 700)),
+    ]);
+    assert!(counted(&check(&fine, None)).is_empty());
+    let overlapping = history(&[
+        hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 2, (100, 100, 500)),
+        hold_of(Plain, "multi-1", "x", "b", 1, 3, (300, 300, 700)),
+    ]);
+    assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+    // A lock_all whose call spanned an empty restart: its first name, granted before the
+    // restart, went with the data (and the fence counter), so later tokens go back.
+    let mut spanning = history(&[
+        hold_of(Multi, "multi-1", "m/multi-1", "a", 0, 46, (100, 300, 400)),
+        hold_of(Multi, "multi-1", "n/multi-1", "b", 1, 2, (500, 500, 600)),
+    ]);
+    spanning.push(fault(200, "restart_empty", "start", "server 0"));
+    spanning.push(fault(250, "restart_empty", "heal", "port 1"));
+    let report = check(&spanning, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+}
+
+#[test]
+fn a_hold_at_least_lock_is_not_free_before_its_minimum() {
+    use LockKind::{AtLeast, Plain};
+    // Asked at 100 ms with 400 ms minimum: free from 500 ms.
+    let early = history(&[
+        hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+        hold_of(AtLeast, "atleast-0", "n", "b", 1, 2, (150, 300, 350)),
+    ]);
+    let report = check(&early, None);
+    assert_eq!(counted(&report), ["freed_before_min_hold"]);
+    assert_eq!(report.rows[0].freed_early, 1);
+    let on_time = history(&[
+        hold_of(AtLeast, "atleast-0", "h", "a", 0, 1, (100, 110, 200)),
+        hold_of(Plain, "atleast-0", "n", "b", 1, 2, (150, 490, 550)),
+    ]);
+    assert!(counted(&check(&on_time, None)).is_empty());
+    // Data lost in the lock's tail after the release (here a restart that undid a
+    // backward clock jump) frees it early: excused; a loss after the minimum hold is not.
+    let with_jump = |at: u64| {
+        let mut events = early.clone();
+        let target = "server port 1 restarted: its clock lost a -1400 ms offset";
+        events.push(fault_id(
+            at,
+            "clock_jump_forward_by_restart",
+            "start",
+            target,
+            1,
+            None,
+        ));
+        events.push(fault_id(
+            at + 30,
+            "clock_jump_forward_by_restart",
+            "heal",
+            target,
+            1,
+            None,
+        ));
+        check(&events, None)
+    };
+    let report = with_jump(240);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+    assert_eq!(counted(&with_jump(600)), ["freed_before_min_hold"]);
+    // A holder that lost its lock promises nothing.
+    let mut lost_it = early.clone();
+    lost_it.insert(1, lost(190, 0, "h", 1));
+    let report = check(&lost_it, None);
+    assert_eq!(report.rows[0].freed_early, 0);
+}
+
+#[test]
+fn every_use_of_a_hot_lock_is_a_hold() {
+    use LockKind::Hot;
+    // Two uses of one kept lock (one owner field, one token), one after the other.
+    let serial = history(&[
+        hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+        hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (210, 210, 300)),
+    ]);
+    assert!(counted(&check(&serial, None)).is_empty());
+    // Two uses at once under the same owner field: an overlap.
+    let at_once = history(&[
+        hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 300)),
+        hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (200, 200, 400)),
+    ]);
+    assert_eq!(counted(&check(&at_once, None)), ["overlap"]);
+    // The kept lock's key expired at 1000 ms; a use from 3000 ms is past the bound.
+    let key_gone = Event::KeyGone {
+        t: 1000 * MS,
+        server: "127.0.0.1:1".into(),
+        key: lock_key("hot-0"),
+        how: "expired".into(),
+    };
+    let mut after_loss = history(&[
+        hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+        hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (3000, 3000, 3100)),
+    ]);
+    after_loss.push(key_gone.clone());
+    assert_eq!(counted(&check(&after_loss, None)), ["hot_use_after_loss"]);
+    // A use that began right after the loss, and whose lost() came in time, is fine.
+    let mut in_time = history(&[
+        hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+        hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (1100, 1100, 1500)),
+    ]);
+    in_time.push(key_gone);
+    in_time.insert(2, lost(1400, 0, "u2", 5));
+    assert!(counted(&check(&in_time, None)).is_empty());
+}
+
+#[test]
+fn a_hot_use_begun_before_the_watchdog_could_see_a_data_loss_is_excused() {
+    use LockKind::{Hot, Plain};
+    // Worker 0 keeps hot-0 from its first use at 100 ms; the server restarts empty at
+    // 1000-1040 ms; worker 1 takes the lock from the empty server at 1050 ms.
+    let run = |use_at: u64| {
+        let mut events = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(
+                Hot,
+                "hot-0",
+                "u2",
+                "c:h1~k",
+                0,
+                5,
+                (use_at, use_at, use_at + 400),
+            ),
+            hold_of(
+                Plain,
+                "hot-0",
+                "w1-t0-0",
+                "b",
+                1,
+                1,
+                (1050, 1050, use_at + 300),
+            ),
+        ]);
+        events.push(fault(1000, "restart_empty", "start", "server 0"));
+        events.push(fault(1040, "restart_empty", "heal", "port 1"));
+        check(&events, None)
+    };
+    // The use began 160 ms after the heal, within lease/3 + 500 ms + 100 ms: the
+    // watchdog had not had to notice yet.
+    let report = run(1200);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert!(report.excused_by().contains_key("data_loss"));
+    // Begun 1.4 s after the heal, past that bound: the client used a lock it had lost.
+    let report = run(2440);
+    let mut kinds = counted(&report);
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        ["hot_use_after_loss", "overlap"],
+        "{:#?}",
+        report.violations
+    );
+}
+
+#[test]
+fn layer_holds_are_checked_as_plain_ones() {
+    use LockKind::Layer;
+    let overlapping = history(&[
+        hold_of(Layer, "layer-0", "w0-t1000-0", "a", 0, 1, (100, 100, 300)),
+        hold_of(Layer, "layer-0", "w1-t1000-0", "b", 1, 2, (200, 200, 400)),
+    ]);
+    assert_eq!(counted(&check(&overlapping, None)), ["overlap"]);
+}
+
+#[test]
+fn a_shutdown_releases_its_locks_for_the_waiters() {
+    use LockKind::Shutdown;
+    let done = |t: u64| Event::ShutdownDone {
+        t_start: (t - 60) * MS,
+        t: t * MS,
+        worker: 0,
+        hold: Some("s".into()),
+        name: "shut-0".into(),
+        released_by_holders: 0,
+        released_at_deadline: 1,
+        not_held: 0,
+        failed: 0,
+        error: None,
+    };
+    let mut prompt = history(&[
+        hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+        hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 260, 400)),
+    ]);
+    prompt.push(done(255));
+    let report = check(&prompt, None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.rows[0].shutdown_recovery_max_ms, Some(5.0));
+    let mut slow = history(&[
+        hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 250)),
+        hold_of(Shutdown, "shut-0", "n", "b", 1, 2, (150, 1800, 1900)),
+    ]);
+    slow.push(done(255));
+    assert_eq!(counted(&check(&slow, None)), ["shutdown_release_slow"]);
+}
+
+#[test]
+fn a_shutdown_ends_its_hold_at_the_deadline() {
+    use LockKind::{Plain, Shutdown};
+    // The shutdown starts at 200 ms with a 50 ms grace: the lock is taken at 250 ms.
+    // The holder's work ended at 249 ms (its zero-wait lost() check saw nothing), its
+    // release started at 252 ms and returned LeaseLost; a waiter got the lock at 251 ms.
+    let run = |at_deadline: usize, waiter: bool| {
+        let [acquired, _] = hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 252));
+        let mut events = vec![acquired];
+        events.push(Event::Released {
+            t_start: 252 * MS,
+            t: 253 * MS,
+            worker: 0,
+            task: 0,
+            hold: "s".into(),
+            name: "shut-0".into(),
+            owner: "a".into(),
+            token: 1,
+            result: "lease_lost".into(),
+        });
+        events.push(Event::ShutdownDone {
+            t_start: 200 * MS,
+            t: 254 * MS,
+            worker: 0,
+            hold: Some("s".into()),
+            name: "shut-0".into(),
+            released_by_holders: 0,
+            released_at_deadline: at_deadline,
+            not_held: 0,
+            failed: 0,
+            error: None,
+        });
+        if waiter {
+            events.extend(hold_of(Plain, "shut-0", "n", "b", 1, 2, (150, 251, 400)));
+        }
+        check(&events, None)
+    };
+    for waiter in [false, true] {
+        let report = run(1, waiter);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+    // A shutdown that took nothing at its deadline does not end the hold there.
+    assert_eq!(counted(&run(0, false)), ["loss_first_seen_at_release"]);
+    assert_eq!(counted(&run(0, true)), ["overlap"]);
+}
+
+#[test]
+fn both_layouts_must_be_listed() {
+    let layouts = |listed: &[&str]| Event::Layouts {
+        t: 10 * MS,
+        worker: 0,
+        layouts: listed.iter().map(|s| (*s).to_owned()).collect(),
+        error: None,
+    };
+    let report = check(&[layouts(&["Native", "Redisson"])], None);
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.layouts.both, 1);
+    let report = check(&[layouts(&["Native"])], None);
+    assert_eq!(counted(&report), ["layouts_missing"]);
+}
+
+#[test]
+fn redisson_holds_are_ended_by_their_own_key() {
+    assert_eq!(hold_key(LockKind::Redisson, "rdsn-0"), "rdsn-0");
+    assert_eq!(hold_key(LockKind::Write, "rw-0"), "lock:{rw-0}:rw:write");
+    assert_eq!(hold_key(LockKind::Hot, "hot-0"), "lock:{hot-0}");
+}
+
+#[test]
+fn removals_replayed_by_a_restart_are_not_losses() {
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        fault(1000, "restart_persistent", "start", "server 0"),
+        gone(1100),
+        fault(1150, "restart_persistent", "heal", "port 1"),
+        rel(3000, 0, "w0-t0-0", 5, "ok"),
+    ];
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.key_events, 0);
+    // After the heal a removal counts again.
+    let events = [
+        acq(100, 0, "w0-t0-0", 5),
+        fault(1000, "restart_persistent", "start", "server 0"),
+        fault(1150, "restart_persistent", "heal", "port 1"),
+        gone(1200),
+        rel(3000, 0, "w0-t0-0", 5, "ok"),
+    ];
+    assert_eq!(counted(&check(&events, None)), ["late_lost"]);
+}
+
+#[test]
+fn a_failed_over_masters_removals_are_not_losses() {
+    let on = |t: u64, port: u16| Event::KeyGone {
+        t: t * MS,
+        server: format!("127.0.0.1:{port}"),
+        key: lock_key(NAME),
+        how: "expired".into(),
+    };
+    // A hold that begins after the failover and its slack; the old master (port 1),
+    // restarted with a stale copy, expires the key while the new one (2) keeps it.
+    let events = [
+        fault(100, "failover", "start", "lock:{chaos-0}"),
+        fault(500, "failover", "heal", "master 1 -> 2"),
+        acq(2000, 0, "w0-t0-0", 5),
+        on(2600, 1),
+        rel(4000, 0, "w0-t0-0", 5, "ok"),
+    ];
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.key_events, 0);
+    // The same removal on the new master is the lock's loss.
+    let events = [
+        fault(100, "failover", "start", "lock:{chaos-0}"),
+        fault(500, "failover", "heal", "master 1 -> 2"),
+        acq(2000, 0, "w0-t0-0", 5),
+        on(2600, 2),
+        rel(4000, 0, "w0-t0-0", 5, "ok"),
+    ];
+    assert_eq!(counted(&check(&events, None)), ["late_lost"]);
+}
+
+#[test]
+fn log_entries_parse() {
+    assert_eq!(
+        LoggedWrite::parse("w1-t2-3|7|4|4|5"),
+        Some(LoggedWrite {
+            hold: "w1-t2-3".into(),
+            token: 7,
+            read: 4,
+            prev: Some(4),
+            new: 5
+        })
+    );
+    // The fenced register's log in Redis has no `prev`.
+    assert_eq!(
+        LoggedWrite::parse("w1|7|4|5"),
+        Some(LoggedWrite {
+            hold: "w1".into(),
+            token: 7,
+            read: 4,
+            prev: None,
+            new: 5
+        })
+    );
+    assert_eq!(LoggedWrite::parse("w1|7|4"), None);
+    assert_eq!(LoggedWrite::parse("w1|7|4|4|5|6"), None);
+    assert_eq!(LoggedWrite::parse("w1|7|x|5"), None);
+}

@@ -1,0 +1,249 @@
+//! Fault windows and what they excuse: when an injection of the nemesis may have destroyed
+//! a lock's data or lost its fence counter, which workers' commands it could delay, and the
+//! harness's repairs of Cluster shards left without a master.
+
+use std::time::Duration;
+
+use super::holds::{hold_key, Hold};
+use super::FAILOVER_SLACK;
+use crate::event::LockKind;
+use crate::nemesis::Fault;
+
+/// One fault injection as the nemesis recorded it.
+#[derive(Debug, Clone)]
+pub(super) struct Window {
+    pub(super) fault: String,
+    pub(super) target: String,
+    pub(super) start: u64,
+    pub(super) heal: u64,
+    pub(super) end: u64,
+    /// The injection's number (pairs its heal), if recorded.
+    pub(super) id: Option<u64>,
+    /// What the trigger said at the start (`None`: not triggered).
+    pub(super) triggered: Option<bool>,
+    /// The lock the trigger aimed at, if any.
+    pub(super) lock: Option<String>,
+}
+
+impl Window {
+    pub(super) fn kind(&self) -> Option<Fault> {
+        Fault::from_name(&self.fault)
+    }
+
+    /// Whether the fault could delay or drop `worker`'s commands to the lock servers while
+    /// it was active, by what it does, whichever schedule named it: a cut or slowed network
+    /// of that worker (every partition, latency), or a server-side fault every client sees
+    /// (connections killed or reset, scripts flushed, a server restarted, stopped, paused
+    /// or failed over). Not a pause or kill of a worker process (those are `pause`, or end
+    /// the holds), nor a clock jump (it moves TTLs, not commands: a forward one is
+    /// `data_loss`).
+    pub(super) fn delays_commands_of(&self, worker: u32) -> bool {
+        match self.fault.as_str() {
+            "partition"
+            | "partition_both"
+            | "partition_to_server"
+            | "partition_from_server"
+            | "partition_one_master"
+            | "latency" => self.worker() == Some(worker),
+            "client_kill"
+            | "script_flush"
+            | "proxy_reset"
+            | "restart_persistent"
+            | "restart_empty"
+            | "failover"
+            | "stop_minority"
+            | "stop_majority"
+            | "bare_majority"
+            | "pause_master_past_down_after"
+            | "manual_failover"
+            | "replication_lag"
+            | "split_brain"
+            | "split_brain_min_replicas" => true,
+            _ => false,
+        }
+    }
+
+    /// The worker a fault targeted (`worker N pid P`).
+    pub(super) fn worker(&self) -> Option<u32> {
+        self.target
+            .strip_prefix("worker ")
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+    }
+}
+
+/// A Cluster shard the harness found without a live master and repaired (a `repair_shard`
+/// harness event): not a fault of the schedule (no row, no window), but the holds of its
+/// locks during the outage are touched as by a failover: the takeover promotes a replica
+/// that may lack the last writes (`data_loss`, the fence counter too), and commands to the
+/// shard went unanswered (`net_fault`).
+#[derive(Debug, Clone)]
+pub(super) struct Repair {
+    /// The last check that found the shard with a master: the outage began after it.
+    pub(super) since: u64,
+    /// When the repair began.
+    pub(super) start: u64,
+    /// When it was done.
+    pub(super) end: u64,
+    /// The shard's slot ranges (empty: unknown, every lock).
+    pub(super) slots: Vec<(u16, u16)>,
+}
+
+impl Repair {
+    /// Whether the lock `name` held as `kind` lives on the shard.
+    pub(super) fn covers(&self, kind: LockKind, name: &str) -> bool {
+        if self.slots.is_empty() {
+            return true;
+        }
+        let slot = lock_test_support::key_slot(hold_key(kind, name).as_bytes());
+        self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+
+    /// The span in which the shard's data may have been lost (as a failover's: until
+    /// [`FAILOVER_SLACK`] after it was done).
+    pub(super) fn loss_span(&self) -> (u64, u64) {
+        (self.since, self.end + FAILOVER_SLACK.as_nanos() as u64)
+    }
+}
+/// The window a `heal` closes: the one started with the same id, or (older histories, no
+/// id) the latest one.
+pub(super) fn heal_target(windows: &mut [Window], id: Option<u64>) -> Option<&mut Window> {
+    match id {
+        Some(id) => windows.iter_mut().rev().find(|w| w.id == Some(id)),
+        None => windows.last_mut(),
+    }
+}
+
+/// When a fault may have destroyed a lock's data (holds active then are excused as
+/// `data_loss`), by what the README does not promise to survive: an empty restart, a
+/// failover (any that promotes a replica which may lack the last writes: a crash, a master
+/// paused past the failure detector, Sentinel's forced `SENTINEL FAILOVER`, a replica cut off
+/// then promoted; until the old master answers no more, about [`FAILOVER_SLACK`] after the
+/// heal), a forward jump of a server's clock (its TTLs: the README's "clocks" row), and a
+/// Redlock master restarted empty under a lock held on a bare majority (the README's
+/// Redlock column: two holders possible). Not excused: partitions of workers (their leases
+/// run out and `lost()` says so), a backward clock jump (it only lengthens TTLs), a
+/// coordinated `CLUSTER FAILOVER` (the replica catches up before it takes over).
+pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
+    let slack = FAILOVER_SLACK.as_nanos() as u64;
+    if let Some(f) = w.kind() {
+        return f.destroys_lock().then(|| {
+            (
+                w.start,
+                w.heal + if f == Fault::Failover { slack } else { 0 },
+            )
+        });
+    }
+    match w.fault.as_str() {
+        "pause_master_past_down_after" | "replication_lag" | "split_brain" => {
+            Some((w.start, w.heal + slack))
+        }
+        "manual_failover" if backend == "sentinel" => Some((w.start, w.heal + slack)),
+        "bare_majority" | "clock_jump_forward" | "clock_jump_forward_by_restart" => {
+            Some((w.start, w.heal))
+        }
+        // With `min-replicas-to-write`, the README's remedy, the old master refuses writes
+        // once its replica's acknowledgements are older than the max lag: only what it took
+        // before that (never replicated) may be lost; later holds there are not excused.
+        "split_brain_min_replicas" => Some((
+            w.start,
+            w.start
+                + (crate::settings::MIN_REPLICAS_MAX_LAG + FAILOVER_SLACK * 2).as_nanos() as u64,
+        )),
+        _ => None,
+    }
+}
+
+/// Redlock: whether masters restarted empty during hold `h` (`stop_minority`,
+/// `restart_empty`) while the lock may have lived on fewer than all masters, because a fault
+/// kept a master from the lock's acquisition or renewals in the lease before the hold or
+/// during it (a partition, latency, paused or killed masters, a restart, a forward clock
+/// jump). The README's Redlock column: a master that comes back empty within a lease can
+/// admit a second holder of a lock held on a bare majority. Alone, two of five restarting
+/// empty leave a lock taken on all five on a majority: not excused then.
+pub(super) fn redlock_empty_restart_of_a_reduced_lock(
+    backend: &str,
+    h: &Hold,
+    windows: &[Window],
+    lease: Duration,
+) -> bool {
+    if backend != crate::topology::Backend::Redlock.name() {
+        return false;
+    }
+    let lease = lease.as_nanos() as u64;
+    windows
+        .iter()
+        .filter(|w| matches!(w.fault.as_str(), "stop_minority" | "restart_empty"))
+        .filter(|w| intersects(h.start, h.end, w.start, w.heal))
+        .any(|empty| {
+            windows.iter().any(|w| {
+                !std::ptr::eq(w, empty)
+                    && matches!(
+                        w.fault.as_str(),
+                        "partition"
+                            | "partition_both"
+                            | "partition_to_server"
+                            | "partition_from_server"
+                            | "partition_one_master"
+                            | "latency"
+                            | "stop_majority"
+                            | "stop_minority"
+                            | "bare_majority"
+                            | "restart_persistent"
+                            | "restart_empty"
+                            | "clock_jump"
+                            | "clock_jump_forward"
+                            | "clock_jump_forward_by_restart"
+                    )
+                    && intersects(h.start.saturating_sub(lease), empty.heal, w.start, w.heal)
+            })
+        })
+}
+
+/// How long after a failover's heal the old master's key events are ignored: it may run on
+/// with its stale data (expiring keys the new master has renewed) until the sentinels or the
+/// cluster demote it and it resyncs.
+pub(super) const STALE_MASTER_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether a key event of `server` at `t` comes from an old master a failover-type fault
+/// left behind (`old master port N` in its target), within the fault and
+/// [`STALE_MASTER_GRACE`] after its heal: not the lock's truth then.
+pub(super) fn stale_master(windows: &[Window], server: &str, t: u64) -> bool {
+    let grace = STALE_MASTER_GRACE.as_nanos() as u64;
+    windows.iter().any(|w| {
+        let port = w
+            .target
+            .split("old master port ")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next());
+        port.is_some_and(|port| {
+            server.rsplit(':').next() == Some(port) && t >= w.start && t <= w.heal + grace
+        })
+    })
+}
+
+/// Whether a fault can lose a lock's fence counter (tokens may then repeat or go back).
+pub(super) fn loses_counter(backend: &str, w: &Window) -> bool {
+    if let Some(f) = w.kind() {
+        return f.loses_counter();
+    }
+    match w.fault.as_str() {
+        "pause_master_past_down_after"
+        | "replication_lag"
+        | "split_brain"
+        | "split_brain_min_replicas"
+        | "bare_majority" => true,
+        "manual_failover" => backend == "sentinel",
+        _ => false,
+    }
+}
+
+/// Which window a time falls in (`None`: before the first fault).
+pub(super) fn window_of(windows: &[Window], t: u64) -> Option<usize> {
+    windows.iter().rposition(|w| w.start <= t && t < w.end)
+}
+
+/// Whether `[a0, a1]` and `[b0, b1]` intersect.
+pub(super) fn intersects(a0: u64, a1: u64, b0: u64, b1: u64) -> bool {
+    a0 <= b1 && b0 <= a1
+}
