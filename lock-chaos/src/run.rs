@@ -965,6 +965,11 @@ impl World {
             }
         }
         let clocks_before = self.clock_offsets().await;
+        let master_before = if topology {
+            self.master_clock(&aim, step.pick).await
+        } else {
+            None
+        };
         let started = now_ns();
         let result = match step.kind {
             FaultKind::Classic(fault) => self.inject(fault, step, &aim).await,
@@ -993,6 +998,10 @@ impl World {
             self.ensure_masters(&format!("after {name}")).await;
         }
         self.record_clock_resets(&clocks_before, started).await;
+        if let Some(before) = master_before {
+            self.record_promotion_skew(&aim, step.pick, before, started)
+                .await;
+        }
         // A restarted data server forgot the setting.
         if let (Some(n), Backend::Sentinel) = (self.config.min_replicas, self.backend) {
             self.lock_servers()
@@ -1059,6 +1068,52 @@ impl World {
             .map(|(port, pid)| (port, pid, shim.offset_ms(pid)))
             .filter(|&(_, _, ms)| ms != 0)
             .collect()
+    }
+
+    /// The master serving the aimed lock's key (port, clock offset ms) when the clock
+    /// library moves clocks and the backend has replicas (Sentinel, Cluster).
+    async fn master_clock(&self, aim: &Aim, pick: u64) -> Option<(u16, i64)> {
+        let shim = self.shim.as_ref()?;
+        if !matches!(self.backend, Backend::Sentinel | Backend::Cluster) {
+            return None;
+        }
+        let key = self.aimed_key(aim);
+        let servers = self.lock_servers().await;
+        let master = servers.lock_master(&key, pick)?;
+        Some((master.port(), shim.offset_ms(master.pid())))
+    }
+
+    /// Records, as `clock_jump_forward_by_failover` from `started` to now, a step that
+    /// moved the aimed lock's key to a master whose clock is ahead of the old master's (an
+    /// offset left by an earlier clock jump of either server): the keys carry absolute
+    /// expiry times, which the new master's clock reaches early, as after a forward jump.
+    async fn record_promotion_skew(&self, aim: &Aim, pick: u64, before: (u16, i64), started: u64) {
+        let Some((port, ms)) = self.master_clock(aim, pick).await else {
+            return;
+        };
+        let (old_port, old_ms) = before;
+        if port == old_port || ms <= old_ms {
+            return;
+        }
+        let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
+        let target = format!(
+            "master moved from port {old_port} (clock {old_ms:+} ms) to port {port} (clock {ms:+} ms): keys expire {} ms early",
+            ms.saturating_sub(old_ms)
+        );
+        for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
+            self.nemesis.emit(&Event::Fault {
+                t,
+                backend: self.backend.name().to_owned(),
+                fault: "clock_jump_forward_by_failover".to_owned(),
+                phase: phase.to_owned(),
+                target: target.clone(),
+                id: Some(id),
+                effective: None,
+                lock: None,
+                owner: None,
+                token: None,
+            });
+        }
     }
 
     /// Records, as `clock_jump_forward_by_restart` from `started` to now, each server of

@@ -139,9 +139,10 @@ pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
             Some((w.start, w.heal + slack))
         }
         "manual_failover" if backend == "sentinel" => Some((w.start, w.heal + slack)),
-        "bare_majority" | "clock_jump_forward" | "clock_jump_forward_by_restart" => {
-            Some((w.start, w.heal))
-        }
+        "bare_majority"
+        | "clock_jump_forward"
+        | "clock_jump_forward_by_restart"
+        | "clock_jump_forward_by_failover" => Some((w.start, w.heal)),
         // With `min-replicas-to-write`, the README's remedy, the old master refuses writes
         // once its replica's acknowledgements are older than the max lag: only what it took
         // before that (never replicated) may be lost; later holds there are not excused.
@@ -194,6 +195,7 @@ pub(super) fn redlock_empty_restart_of_a_reduced_lock(
                             | "clock_jump"
                             | "clock_jump_forward"
                             | "clock_jump_forward_by_restart"
+                            | "clock_jump_forward_by_failover"
                     )
                     && intersects(h.start.saturating_sub(lease), empty.heal, w.start, w.heal)
             })
