@@ -642,6 +642,7 @@ pub fn analyze(
                     .filter(|w| {
                         loss_span(backend, w).is_some() && w.start >= from && w.start <= until
                     })
+                    .filter(|w| !partial_clock_jump(w, lease))
                     .map(|w| w.start)
                     .min();
                 (server, successor, destroyed)

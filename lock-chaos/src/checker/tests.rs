@@ -1679,3 +1679,50 @@ fn a_failover_to_a_master_whose_clock_is_ahead_is_a_forward_clock_jump() {
     assert!(counted(&report).is_empty(), "{:#?}", report.violations);
     assert!(report.excused_by().contains_key("data_loss"));
 }
+
+#[test]
+fn a_forward_clock_jump_shorter_than_the_lease_destroys_only_what_the_server_says() {
+    use LockKind::Hot;
+    // The kept lock hot-0 is used before and long after a +700 ms jump of its server's
+    // clock (lease 1500 ms): keys with more than 700 ms left survived it. Without a sign
+    // from the server the later use is fine; with the key reported gone, it is a use
+    // after a loss. A jump of two leases destroys every key: the later use is one too.
+    let jump = |ms: i64, gone: bool| {
+        let target = format!("server port 1 pid 9 {ms:+} ms");
+        let mut events = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (3000, 3000, 3100)),
+        ]);
+        events.push(fault_id(
+            1000,
+            "clock_jump_forward",
+            "start",
+            &target,
+            1,
+            None,
+        ));
+        events.push(fault_id(
+            1000,
+            "clock_jump_forward",
+            "heal",
+            &target,
+            1,
+            None,
+        ));
+        if gone {
+            events.push(Event::KeyGone {
+                t: 1000 * MS,
+                server: "127.0.0.1:1".into(),
+                key: lock_key("hot-0"),
+                how: "expired".into(),
+            });
+        }
+        counted(&check(&events, None))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    assert!(jump(700, false).is_empty());
+    assert_eq!(jump(700, true), ["hot_use_after_loss"]);
+    assert_eq!(jump(3000, false), ["hot_use_after_loss"]);
+}

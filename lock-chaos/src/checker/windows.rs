@@ -155,6 +155,35 @@ pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
     }
 }
 
+/// Whether `w` is a forward clock jump (of one server, by a restart or through a failover)
+/// shorter than the lease: it expired only the keys whose time left was shorter than the
+/// jump, so it does not prove that a given lock was destroyed (the server's own key events
+/// say which were). Its holds are still excused as touched by it. The jump's size is the
+/// last `<n> ms` of its target; a jump of unknown size (the emulation cuts every TTL by two
+/// leases) destroys.
+pub(super) fn partial_clock_jump(w: &Window, lease: Duration) -> bool {
+    if !matches!(
+        w.fault.as_str(),
+        "clock_jump_forward" | "clock_jump_forward_by_restart" | "clock_jump_forward_by_failover"
+    ) {
+        return false;
+    }
+    let Some(at) = w.target.rfind(" ms") else {
+        return false;
+    };
+    let digits: String = w.target[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits
+        .parse::<u64>()
+        .is_ok_and(|ms| u128::from(ms) < lease.as_millis())
+}
+
 /// Redlock: whether masters restarted empty during hold `h` (`stop_minority`,
 /// `restart_empty`) while the lock may have lived on fewer than all masters, because a fault
 /// kept a master from the lock's acquisition or renewals in the lease before the hold or
