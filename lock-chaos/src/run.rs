@@ -1095,18 +1095,24 @@ impl World {
         if port == old_port || ms <= old_ms {
             return;
         }
-        let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
         let target = format!(
             "master moved from port {old_port} (clock {old_ms:+} ms) to port {port} (clock {ms:+} ms): keys expire {} ms early",
             ms.saturating_sub(old_ms)
         );
+        self.record_derived("clock_jump_forward_by_failover", &target, started);
+    }
+
+    /// Records a fault that a step caused without being scheduled (a clock moved by a
+    /// restart or a failover) as a window from `started` to now, with an id of its own.
+    fn record_derived(&self, fault: &str, target: &str, started: u64) {
+        let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
         for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
             self.nemesis.emit(&Event::Fault {
                 t,
                 backend: self.backend.name().to_owned(),
-                fault: "clock_jump_forward_by_failover".to_owned(),
+                fault: fault.to_owned(),
                 phase: phase.to_owned(),
-                target: target.clone(),
+                target: target.to_owned(),
                 id: Some(id),
                 effective: None,
                 lock: None,
@@ -1126,23 +1132,9 @@ impl World {
         for &(port, pid, ms) in before {
             let restarted = now.iter().any(|&(p, new)| p == port && new != pid);
             if restarted && ms < 0 {
-                let id = self.next_fault.fetch_add(1, Ordering::Relaxed);
                 let target =
                     format!("server port {port} restarted: its clock lost a {ms} ms offset");
-                for (t, phase) in [(started, "start"), (now_ns(), "heal")] {
-                    self.nemesis.emit(&Event::Fault {
-                        t,
-                        backend: self.backend.name().to_owned(),
-                        fault: "clock_jump_forward_by_restart".to_owned(),
-                        phase: phase.to_owned(),
-                        target: target.clone(),
-                        id: Some(id),
-                        effective: None,
-                        lock: None,
-                        owner: None,
-                        token: None,
-                    });
-                }
+                self.record_derived("clock_jump_forward_by_restart", &target, started);
             }
         }
     }
