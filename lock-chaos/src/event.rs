@@ -347,7 +347,8 @@ pub enum Event {
     },
     /// Something the harness did that is not a fault of the schedule: a repair of the
     /// servers (`repair_shard`: a Cluster shard left without a live master was given one),
-    /// or a step it skipped because its target could not be resolved (`skip_step`).
+    /// a step it skipped because its target could not be resolved (`skip_step`), or, at the
+    /// start of a Cluster run, one shard of its layout (`shard`).
     Harness {
         /// When it began (a repair: when the check found the shard without a master).
         t_start: u64,
@@ -361,9 +362,15 @@ pub enum Event {
         /// outage began after it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         since: Option<u64>,
-        /// A repair: the shard's inclusive slot ranges (empty: unknown, every lock).
+        /// A repair or a `shard`: the shard's inclusive slot ranges (empty: unknown, every
+        /// lock).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         slots: Vec<(u16, u16)>,
+        /// A `shard` (the cluster's layout, recorded once at the start of a run): the
+        /// ports of the shard's nodes, by which the checker tells which locks a fault of one
+        /// server could touch.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ports: Vec<u16>,
         /// What was done (the repair's steps, or the skipped step and why).
         detail: String,
         /// Whether it succeeded (a repair: the shard has a master and the cluster is ok).

@@ -498,6 +498,7 @@ async fn run_backend(
         }
     } else {
         world.inspector = Some(world.connect_direct().await?);
+        world.record_shards().await;
         for slot in 0..config.workers as usize {
             world.spawn_worker(slot).await?;
         }
@@ -990,6 +991,7 @@ impl World {
                 action: if skipped { "skip_step" } else { "step_failed" }.to_owned(),
                 since: None,
                 slots: Vec::new(),
+                ports: Vec::new(),
                 detail: format!("{name} (injection {}): {e:#}", aim.id),
                 ok: false,
             });
@@ -1009,6 +1011,34 @@ impl World {
                 .set_min_replicas(n, MIN_REPLICAS_MAX_LAG);
         }
         result
+    }
+
+    /// Cluster: records the layout of the shards (a `shard` harness event each), so that
+    /// the checker touches only the locks of the shard a one-server fault hit. Nothing is
+    /// recorded when no node answers (the checker then takes every fault to touch every
+    /// lock).
+    async fn record_shards(&self) {
+        let shards = match self.with_servers(|servers| servers.shards()).await {
+            Ok(shards) => shards,
+            Err(e) => {
+                eprintln!("lock-chaos: cluster: cannot read the shards' layout: {e:#}");
+                return;
+            }
+        };
+        for shard in shards {
+            let t = now_ns();
+            self.nemesis.emit(&Event::Harness {
+                t_start: t,
+                t,
+                backend: self.backend.name().to_owned(),
+                action: "shard".to_owned(),
+                since: None,
+                detail: format!("slots {:?}, ports {:?}", shard.slots, shard.ports),
+                slots: shard.slots,
+                ports: shard.ports,
+                ok: true,
+            });
+        }
     }
 
     /// Cluster: checks that every shard has a live master and repairs each that has none
@@ -1048,6 +1078,7 @@ impl World {
                 action: "repair_shard".to_owned(),
                 since: Some(since),
                 slots: repair.slots,
+                ports: Vec::new(),
                 detail,
                 ok: repair.ok,
             });

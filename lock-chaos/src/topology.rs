@@ -601,6 +601,14 @@ fn restart_node(cluster: &mut RedisCluster, index: usize) -> anyhow::Result<()> 
 
 /// The cluster shards left without a master.
 impl Servers {
+    /// Cluster: every shard's slots and the ports of its nodes (empty for other backends).
+    pub fn shards(&self) -> anyhow::Result<Vec<lock_test_support::ShardLayout>> {
+        let Servers::Cluster(cluster) = self else {
+            return Ok(Vec::new());
+        };
+        cluster.shards().map_err(anyhow::Error::msg)
+    }
+
     /// Cluster: the slot ranges of every shard the cluster sees without a live master (a
     /// master flagged `fail` whose replica was not promoted), after giving such a shard
     /// [`SELF_REPAIR_GRACE`] to get one by itself; empty for other backends. An error when

@@ -60,6 +60,16 @@ pub struct MasterlessShard {
     pub replicas: Vec<usize>,
 }
 
+/// One shard of the cluster as [`RedisCluster::shards`] reports it: its slots and the
+/// ports of its master and replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// The inclusive slot ranges its master serves.
+    pub slots: Vec<(u16, u16)>,
+    /// The ports of its master (first) and of its replicas.
+    pub ports: Vec<u16>,
+}
+
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NodeEntry {
@@ -329,6 +339,30 @@ impl RedisCluster {
             });
         }
         Ok(shards)
+    }
+
+    /// The shards as the first running node that answers `CLUSTER NODES` sees them: each
+    /// live master that serves slots, with the ports of its replicas. Failovers move a
+    /// shard's master among its nodes, not its slots, so a layout read at the start holds
+    /// for a whole run without resharding.
+    pub fn shards(&self) -> Result<Vec<ShardLayout>, String> {
+        let view = self.node_view_any()?;
+        Ok(view
+            .iter()
+            .filter(|e| e.is_live_master() && !e.slots.is_empty())
+            .map(|master| {
+                let mut ports = vec![master.port];
+                ports.extend(
+                    view.iter()
+                        .filter(|e| e.master_id.as_deref() == Some(master.id.as_str()))
+                        .map(|e| e.port),
+                );
+                ShardLayout {
+                    slots: master.slots.clone(),
+                    ports,
+                }
+            })
+            .collect())
     }
 
     /// `CLUSTER FAILOVER TAKEOVER` on the replica at `replica`: it takes its master's slots

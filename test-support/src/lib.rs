@@ -73,7 +73,7 @@ mod tls;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 
-pub use cluster::RedisCluster;
+pub use cluster::{RedisCluster, ShardLayout};
 pub use masters::RedisMasters;
 pub use options::ServerOptions;
 pub use postgres::{postgres_bin_dir, PostgresServer};

@@ -128,6 +128,7 @@ pub fn analyze(
                 id: *id,
                 triggered: *triggered,
                 lock: lock.clone(),
+                slots: None,
             });
         } else if let Some(w) = heal_target(&mut windows, *id) {
             w.heal = *t;
@@ -138,6 +139,7 @@ pub fn analyze(
     }
     let mut repairs: Vec<Repair> = Vec::new();
     let mut harness: Vec<HarnessNote> = Vec::new();
+    let mut shards: Vec<Shard> = Vec::new();
     for event in events {
         let Event::Harness {
             t_start,
@@ -145,6 +147,7 @@ pub fn analyze(
             action,
             since,
             slots,
+            ports,
             detail,
             ok,
             ..
@@ -152,6 +155,13 @@ pub fn analyze(
         else {
             continue;
         };
+        if action == "shard" {
+            shards.push(Shard {
+                slots: slots.clone(),
+                ports: ports.clone(),
+            });
+            continue;
+        }
         harness.push(HarnessNote {
             action: action.clone(),
             at_ms: ms_between(run_start, *t_start),
@@ -169,6 +179,9 @@ pub fn analyze(
         }
     }
     harness.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    for w in &mut windows {
+        w.confine(&shards);
+    }
     // (start, heal, worker): the nemesis records the start before it sends `SIGKILL` and
     // the heal after it reaped the process.
     let kills: Vec<(u64, u64, u32)> = windows
@@ -399,7 +412,9 @@ pub fn analyze(
                     h.touched.insert("pause");
                 }
                 _ => {
-                    if let Some((from, to)) = loss_span(backend, w) {
+                    if let Some((from, to)) = loss_span(backend, w)
+                        .filter(|_| w.reaches(h.kind, &h.name))
+                    {
                         // A use of a kept lock uses what the client took from the store at
                         // its first use: data lost since then is lost under this use too,
                         // when the use began before the watchdog had to notice (the README:
@@ -441,7 +456,12 @@ pub fn analyze(
     let counter_lost_between = |kind: LockKind, name: &str, from: u64, to: u64| {
         windows
             .iter()
-            .any(|w| loses_counter(backend, w) && w.start >= from && w.start <= to)
+            .any(|w| {
+                loses_counter(backend, w)
+                    && w.reaches(kind, name)
+                    && w.start >= from
+                    && w.start <= to
+            })
             || repairs
                 .iter()
                 .any(|r| r.covers(kind, name) && intersects(from, to, r.start, r.end))
@@ -570,11 +590,14 @@ pub fn analyze(
                 }
             }
         }
-        // Token order: above every hold of another owner that had ended before.
+        // Token order: above every conflicting hold of another owner that had ended
+        // before (readers, and permits, are granted side by side: a reader whose
+        // acquisition was on its way while another came and went may return the lower
+        // token, which fences nothing).
         for b in list.iter() {
             let prior = list
                 .iter()
-                .filter(|a| a.owner != b.owner && a.end <= b.start)
+                .filter(|a| displaces(a, b) && a.end <= b.start)
                 .max_by_key(|a| a.token);
             if let Some(a) = prior {
                 if b.token <= a.token {
@@ -640,7 +663,10 @@ pub fn analyze(
                 let destroyed = windows
                     .iter()
                     .filter(|w| {
-                        loss_span(backend, w).is_some() && w.start >= from && w.start <= until
+                        loss_span(backend, w).is_some()
+                            && w.reaches(h.kind, name)
+                            && w.start >= from
+                            && w.start <= until
                     })
                     .filter(|w| !partial_clock_jump(w, lease))
                     .map(|w| w.start)
@@ -792,7 +818,8 @@ pub fn analyze(
 
     // What a fault did to a worker between two times (for rules about the time before a
     // hold: a fair waiter's wait, a waiter after a shutdown).
-    let touched_during = |worker: u32, from: u64, to: u64| -> Option<&'static str> {
+    let touched_during = |h: &Hold, from: u64, to: u64| -> Option<&'static str> {
+        let worker = h.worker;
         for w in &windows {
             if w.kind() == Some(Fault::PauseHolder)
                 && w.worker() == Some(worker)
@@ -802,7 +829,7 @@ pub fn analyze(
             }
             // The same data-loss spans as for holds, whichever schedule named the fault.
             if let Some((lost_from, lost_to)) = loss_span(backend, w) {
-                if intersects(from, to, lost_from, lost_to) {
+                if w.reaches(h.kind, &h.name) && intersects(from, to, lost_from, lost_to) {
                     return Some("data_loss");
                 }
             }
@@ -878,8 +905,8 @@ pub fn analyze(
                 let t = b.start;
                 let row = row_at(t);
                 rows[row].fifo_inversions += 1;
-                let excuse = touched_during(a.worker, a.asked, a.start)
-                    .or_else(|| touched_during(b.worker, b.asked, b.start))
+                let excuse = touched_during(a, a.asked, a.start)
+                    .or_else(|| touched_during(b, b.asked, b.start))
                     .or_else(|| net_faulted(a, a.asked, a.start));
                 push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                     kind: "fifo_inversion".into(),
@@ -928,8 +955,10 @@ pub fn analyze(
             // After the release the lock stays in the store until the minimum hold ends:
             // data lost in that tail (an empty restart, a forward clock jump) frees it.
             let tail_lost = windows.iter().any(|w| {
-                loss_span(backend, w)
-                    .is_some_and(|(from, to)| intersects(h.start, h.asked + h.min_hold, from, to))
+                w.reaches(h.kind, &h.name)
+                    && loss_span(backend, w).is_some_and(|(from, to)| {
+                        intersects(h.start, h.asked + h.min_hold, from, to)
+                    })
             });
             let excuse = tail_lost.then_some("data_loss");
             push_anomaly(&mut rows, &mut violations, row, &[h, next], excuse, Violation {
@@ -997,8 +1026,8 @@ pub fn analyze(
             .iter()
             .any(|w| intersects(*sd_start, next.start, w.start, w.heal));
         if next.start > sd_end + shutdown_bound && !faulted {
-            let excuse = touched_during(next.worker, next.asked, next.start)
-                .or_else(|| touched_during(h.worker, h.start, *sd_end));
+            let excuse = touched_during(next, next.asked, next.start)
+                .or_else(|| touched_during(h, h.start, *sd_end));
             push_anomaly(&mut rows, &mut violations, row, &[h, next], excuse, Violation {
                 kind: "shutdown_release_slow".into(),
                 backend: backend.into(),

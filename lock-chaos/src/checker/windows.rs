@@ -23,6 +23,9 @@ pub(super) struct Window {
     pub(super) triggered: Option<bool>,
     /// The lock the trigger aimed at, if any.
     pub(super) lock: Option<String>,
+    /// Cluster: the slot ranges of the one shard the fault hit (`None`: every lock, as on
+    /// other backends, for a fault of every server, or a history without the layout).
+    pub(super) slots: Option<Vec<(u16, u16)>>,
 }
 
 impl Window {
@@ -63,6 +66,45 @@ impl Window {
         }
     }
 
+    /// Whether the fault could reach the lock `name` held as `kind`: on a Cluster, only the
+    /// locks whose slot is on the shard it hit.
+    pub(super) fn reaches(&self, kind: LockKind, name: &str) -> bool {
+        self.slots
+            .as_ref()
+            .is_none_or(|slots| in_slots(slots, kind, name))
+    }
+
+    /// Confines the fault to the shard it hit, when the target names one of its servers
+    /// (`old master port N`, `server port N`, a master moved `to port N`) or only a lock key
+    /// (`lock:{name} ...`). Faults of workers or of every server stay unconfined.
+    pub(super) fn confine(&mut self, shards: &[Shard]) {
+        if shards.is_empty() || self.worker().is_some() {
+            return;
+        }
+        let port = ["old master port ", " to port ", "server port "]
+            .iter()
+            .find_map(|marker| {
+                let rest = self.target.split(marker).nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u16>()
+                    .ok()
+            });
+        let shard = match port {
+            Some(port) => shards.iter().find(|s| s.ports.contains(&port)),
+            None => self
+                .target
+                .strip_prefix("lock:{")
+                .and_then(|rest| rest.split('}').next())
+                .and_then(|name| {
+                    shards
+                        .iter()
+                        .find(|s| in_slots(&s.slots, LockKind::Plain, name))
+                }),
+        };
+        self.slots = shard.map(|s| s.slots.clone());
+    }
+
     /// The worker a fault targeted (`worker N pid P`).
     pub(super) fn worker(&self) -> Option<u32> {
         self.target
@@ -70,6 +112,20 @@ impl Window {
             .and_then(|s| s.split(' ').next())
             .and_then(|s| s.parse().ok())
     }
+}
+
+/// Whether the key of lock `name` held as `kind` hashes into `slots`.
+fn in_slots(slots: &[(u16, u16)], kind: LockKind, name: &str) -> bool {
+    let slot = lock_test_support::key_slot(hold_key(kind, name).as_bytes());
+    slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+}
+
+/// One shard of a Cluster run's layout (a `shard` harness event): its slots and the ports of
+/// its nodes. Failovers move the master among these nodes, never the slots.
+#[derive(Debug, Clone)]
+pub(super) struct Shard {
+    pub(super) slots: Vec<(u16, u16)>,
+    pub(super) ports: Vec<u16>,
 }
 
 /// A Cluster shard the harness found without a live master and repaired (a `repair_shard`
@@ -92,11 +148,7 @@ pub(super) struct Repair {
 impl Repair {
     /// Whether the lock `name` held as `kind` lives on the shard.
     pub(super) fn covers(&self, kind: LockKind, name: &str) -> bool {
-        if self.slots.is_empty() {
-            return true;
-        }
-        let slot = lock_test_support::key_slot(hold_key(kind, name).as_bytes());
-        self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+        self.slots.is_empty() || in_slots(&self.slots, kind, name)
     }
 
     /// The span in which the shard's data may have been lost (as a failover's: until
