@@ -371,14 +371,19 @@ pub fn analyze(
             t_start,
             hold: Some(hold),
             released_at_deadline,
+            not_held,
+            failed,
             ..
         } = event
         else {
             continue;
         };
         let deadline = t_start + grace;
+        // Every lock still held at the deadline is surrendered before its give-back, which
+        // the report then counts as released, not held, or failed (a worker cut off).
+        let taken = released_at_deadline + not_held + failed;
         if let Some(h) = index.get(hold).map(|&i| &mut holds[i]) {
-            if *released_at_deadline > 0 && h.lost.is_none() && h.end > deadline {
+            if taken > 0 && h.lost.is_none() && h.end > deadline {
                 h.end = deadline;
                 h.surrendered = Some(deadline);
             }
@@ -412,8 +417,8 @@ pub fn analyze(
                     h.touched.insert("pause");
                 }
                 _ => {
-                    if let Some((from, to)) = loss_span(backend, w)
-                        .filter(|_| w.reaches(h.kind, &h.name))
+                    if let Some((from, to)) =
+                        loss_span(backend, w).filter(|_| w.reaches(h.kind, &h.name))
                     {
                         // A use of a kept lock uses what the client took from the store at
                         // its first use: data lost since then is lost under this use too,
@@ -454,17 +459,11 @@ pub fn analyze(
             .any(|&(w, s0, s1)| w.is_none() && intersects(from, to, s0, s1))
     };
     let counter_lost_between = |kind: LockKind, name: &str, from: u64, to: u64| {
-        windows
+        windows.iter().any(|w| {
+            loses_counter(backend, w) && w.reaches(kind, name) && w.start >= from && w.start <= to
+        }) || repairs
             .iter()
-            .any(|w| {
-                loses_counter(backend, w)
-                    && w.reaches(kind, name)
-                    && w.start >= from
-                    && w.start <= to
-            })
-            || repairs
-                .iter()
-                .any(|r| r.covers(kind, name) && intersects(from, to, r.start, r.end))
+            .any(|r| r.covers(kind, name) && intersects(from, to, r.start, r.end))
     };
 
     // Each worker's answers from the lock servers on its main client (the hot, Redisson

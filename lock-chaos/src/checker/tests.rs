@@ -375,15 +375,21 @@ fn a_fault_of_one_cluster_shard_touches_only_the_locks_of_that_shard() {
             events.extend(layout.clone());
         }
         let report = analyze("cluster", &events, None, LEASE, 0, 100_000 * MS);
-        counted(&report).into_iter().map(str::to_owned).collect::<Vec<_>>()
+        counted(&report)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
     };
     // The failed-over master served NAME: the overlap is excused (data loss).
     assert!(run("lock:{x} old master port 11", true).is_empty());
     assert!(run("server port 1 pid 9 +2000 ms", true).is_empty());
     // Another shard's master: nothing excuses the overlap.
     assert!(run("lock:{x} old master port 2", true).contains(&"overlap".to_owned()));
-    assert!(run("master moved from port 2 (clock +0 ms) to port 12 (clock +900 ms)", true)
-        .contains(&"overlap".to_owned()));
+    assert!(run(
+        "master moved from port 2 (clock +0 ms) to port 12 (clock +900 ms)",
+        true
+    )
+    .contains(&"overlap".to_owned()));
     // Without the layout (an older history), every lock is taken as touched.
     assert!(run("lock:{x} old master port 2", false).is_empty());
 }
@@ -1557,7 +1563,7 @@ fn a_shutdown_ends_its_hold_at_the_deadline() {
     // The shutdown starts at 200 ms with a 50 ms grace: the lock is taken at 250 ms.
     // The holder's work ended at 249 ms (its zero-wait lost() check saw nothing), its
     // release started at 252 ms and returned LeaseLost; a waiter got the lock at 251 ms.
-    let run = |at_deadline: usize, waiter: bool| {
+    let run = |(at_deadline, not_held, failed): (usize, usize, usize), waiter: bool| {
         let [acquired, _] = hold_of(Shutdown, "shut-0", "s", "a", 0, 1, (100, 100, 252));
         let mut events = vec![acquired];
         events.push(Event::Released {
@@ -1579,8 +1585,8 @@ fn a_shutdown_ends_its_hold_at_the_deadline() {
             name: "shut-0".into(),
             released_by_holders: 0,
             released_at_deadline: at_deadline,
-            not_held: 0,
-            failed: 0,
+            not_held,
+            failed,
             error: None,
         });
         if waiter {
@@ -1588,13 +1594,24 @@ fn a_shutdown_ends_its_hold_at_the_deadline() {
         }
         check(&events, None)
     };
-    for waiter in [false, true] {
-        let report = run(1, waiter);
-        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    // Taken at the deadline: whether its give-back was answered `ok`, `not_held`, or
+    // failed (the worker cut off from the servers), the shutdown surrendered the hold.
+    for taken in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+        for waiter in [false, true] {
+            let report = run(taken, waiter);
+            assert!(
+                report.violations.is_empty(),
+                "{taken:?}: {:#?}",
+                report.violations
+            );
+        }
     }
     // A shutdown that took nothing at its deadline does not end the hold there.
-    assert_eq!(counted(&run(0, false)), ["loss_first_seen_at_release"]);
-    assert_eq!(counted(&run(0, true)), ["overlap"]);
+    assert_eq!(
+        counted(&run((0, 0, 0), false)),
+        ["loss_first_seen_at_release"]
+    );
+    assert_eq!(counted(&run((0, 0, 0), true)), ["overlap"]);
 }
 
 #[test]
