@@ -58,6 +58,10 @@ pub enum LockKind {
     Shutdown,
     /// A plain lock of a client in Redisson's layout.
     Redisson,
+    /// A plain lock taken by one of two branches polled together (`join!`) inside the
+    /// scope of another lock: each branch is its own owner, so two holds with different
+    /// ids exclude each other even if they report one owner.
+    Sibling,
 }
 
 impl LockKind {
@@ -75,6 +79,7 @@ impl LockKind {
             LockKind::Layer => "layer",
             LockKind::Shutdown => "shutdown",
             LockKind::Redisson => "redisson",
+            LockKind::Sibling => "sibling",
         }
     }
 }

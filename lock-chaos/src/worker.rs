@@ -244,6 +244,7 @@ async fn workload_round(ctx: &TaskCtx, workload: Workload, hold: Duration) {
             lock_round(ctx, lock, Spec::new(LockKind::Redisson), &name, hold).await;
         }
         Workload::Multi => multi_round(ctx, names, hold).await,
+        Workload::Siblings => siblings_round(ctx, &name, hold).await,
         Workload::Layer => crate::http::request(ctx, &name).await,
         Workload::Shutdown => shutdown_round(ctx, &name, hold).await,
     }
@@ -499,6 +500,34 @@ async fn lock_round(ctx: &TaskCtx, lock: distlock::Lock, spec: Spec, name: &str,
     };
     let hold_id = ctx.next_hold();
     held_round(ctx, guard, spec, name, &hold_id, t_start, hold, None).await;
+}
+
+/// The siblings workload: inside the scope of a lock of this worker's own
+/// (`sib-scope-<worker>`, not recorded: nobody else takes it), two branches polled together
+/// each take `name` as a guard round of their own. Each branch is its own owner (re-entry
+/// follows the call stack, not the enclosing scope), so they exclude each other as two
+/// workers do; a client that let the second re-enter the first's lock would show as an
+/// overlap of two holds (the checker tells sibling holds apart by their ids).
+async fn siblings_round(ctx: &TaskCtx, name: &str, hold: Duration) {
+    let scope_name = format!("sib-scope-{}", ctx.worker);
+    let t_start = now_ns();
+    let outer = match ctx.client.lock(&scope_name).wait(WAIT).acquire().await {
+        Ok(guard) => guard,
+        Err(err) => return acquire_failed(ctx, &scope_name, t_start, &err).await,
+    };
+    let branch = || {
+        lock_round(
+            ctx,
+            ctx.client.lock(name),
+            Spec::new(LockKind::Sibling),
+            name,
+            hold,
+        )
+    };
+    outer
+        .scope(async { tokio::join!(branch(), branch()) })
+        .await;
+    let _ = outer.release().await;
 }
 
 /// The shutdown workload's shutdown, run beside a hold's work.

@@ -25,6 +25,9 @@ pub enum Workload {
     Shutdown,
     /// A client in Redisson's layout beside the native one, on `rdsn-0`.
     Redisson,
+    /// Two branches polled together (`join!`) inside the scope of a lock of their task,
+    /// each taking `sib-0`: sibling futures are different owners.
+    Siblings,
 }
 
 /// Permits of the semaphore workload.
@@ -38,10 +41,10 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_millis(50);
 
 impl Workload {
     /// The `--quick` subset.
-    pub const QUICK: [Workload; 9] = Workload::ALL;
+    pub const QUICK: [Workload; 10] = Workload::ALL;
 
     /// Every workload.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Fair,
         Workload::Rw,
         Workload::Sem,
@@ -51,6 +54,7 @@ impl Workload {
         Workload::Layer,
         Workload::Shutdown,
         Workload::Redisson,
+        Workload::Siblings,
     ];
 
     /// The name on the command line.
@@ -65,6 +69,7 @@ impl Workload {
             Workload::Layer => "layer",
             Workload::Shutdown => "shutdown",
             Workload::Redisson => "redisson",
+            Workload::Siblings => "siblings",
         }
     }
 
@@ -88,6 +93,7 @@ impl Workload {
             Workload::Layer => &["layer-0"],
             Workload::Shutdown => &["shut-0"],
             Workload::Redisson => &["rdsn-0"],
+            Workload::Siblings => &["sib-0"],
         };
         names.iter().map(|n| (*n).to_owned()).collect()
     }
@@ -98,7 +104,11 @@ impl Workload {
         !backend_is_redlock
             || matches!(
                 self,
-                Workload::Multi | Workload::AtLeast | Workload::Layer | Workload::Shutdown
+                Workload::Multi
+                    | Workload::AtLeast
+                    | Workload::Layer
+                    | Workload::Shutdown
+                    | Workload::Siblings
             )
     }
 }

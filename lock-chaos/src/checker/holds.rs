@@ -88,7 +88,10 @@ pub(super) fn excludes(a: &Hold, b: &Hold) -> bool {
     if a.kind == LockKind::Read && b.kind == LockKind::Read {
         return false;
     }
-    if a.kind == LockKind::Hot || b.kind == LockKind::Hot {
+    if [a.kind, b.kind]
+        .iter()
+        .any(|k| matches!(k, LockKind::Hot | LockKind::Sibling))
+    {
         return a.id != b.id;
     }
     a.owner != b.owner

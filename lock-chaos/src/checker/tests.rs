@@ -1037,6 +1037,21 @@ fn on_redlock_a_lock_is_gone_when_a_majority_of_masters_lost_it() {
 }
 
 #[test]
+fn sibling_holds_of_one_owner_exclude_each_other() {
+    use LockKind::{Plain, Sibling};
+    // Two branches of one scope got `sib-0` at once under one owner and one token: the
+    // client let the second re-enter the first's lock.
+    let run = |kind: LockKind| {
+        let [a_acq, a_rel] = hold_of(kind, "sib-0", "w1-t9-0", "c:7", 1, 4, (100, 100, 300));
+        let [b_acq, b_rel] = hold_of(kind, "sib-0", "w1-t9-1", "c:7", 1, 4, (100, 110, 290));
+        check(&[a_acq, b_acq, b_rel, a_rel], None)
+    };
+    assert_eq!(counted(&run(Sibling)), ["overlap"]);
+    // Plain holds of one owner are one owner's re-entry, not an overlap.
+    assert!(counted(&run(Plain)).is_empty());
+}
+
+#[test]
 fn token_order_is_checked_between_conflicting_holds_only() {
     use LockKind::{Permit, Read, Write};
     // A reader's acquisition was on its way (token 5) while another reader came and
