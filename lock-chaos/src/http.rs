@@ -3,7 +3,15 @@
 //! worker's server, so that each request crosses processes. The handler records the hold
 //! (the token from the request's `FencingToken`, the owner from `distlock::current()`) and
 //! does the read-modify-write of the lock's registers, as a guard task does.
+//!
+//! Two routes: `/locked/{name}`, whose handler watches its lock and stops its work at the
+//! loss (as a careful handler does), and `/aborting/{name}`, under a layer with
+//! `abort_on_lost(true)`, whose handler does not watch: the layer must drop it at the loss
+//! (recorded as its `lost()` and its end) and answer 503, so that no request whose lock
+//! was lost runs on past the documented bound or answers 200 (a completed handler past
+//! the bound is a `late_lost`, a successor while it runs an `overlap`).
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +26,7 @@ use rand::Rng as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::clock::now_ns;
-use crate::event::{Event, LockKind};
+use crate::event::{Event, LockKind, TaskMode};
 use crate::task::TaskCtx;
 
 /// How long the layer waits for a busy lock.
@@ -31,27 +39,63 @@ struct Served {
     hold_max_ms: u64,
 }
 
-/// Starts the worker's server on a free loopback port and publishes the port in
+/// The route whose layer drops the handler at the loss.
+const ABORTING: &str = "aborting";
+
+/// The address this process reaches the lock servers from (the first of `urls`): in a
+/// worker's network namespace its own address there, which the other workers' namespaces
+/// reach over the lab's bridge; loopback without a namespace or a usable URL.
+pub fn own_address(urls: &[String]) -> IpAddr {
+    let server = urls.first().and_then(|url| {
+        let rest = url.split("://").nth(1)?;
+        let authority = rest.split('/').next()?;
+        let host_port = authority.rsplit('@').next()?;
+        host_port.to_socket_addrs().ok()?.next()
+    });
+    server
+        .and_then(|server| {
+            let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+            socket.connect(server).ok()?;
+            Some(socket.local_addr().ok()?.ip())
+        })
+        .unwrap_or(Ipv4Addr::LOCALHOST.into())
+}
+
+/// Starts the worker's server on a free port of `host` and publishes `host:port` in
 /// `dir/http-{worker}.port`.
 pub async fn start(
     ctx: Arc<TaskCtx>,
     dir: &Path,
+    host: IpAddr,
     hold_max_ms: u64,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
+    let listener = tokio::net::TcpListener::bind((host, 0)).await?;
+    let address = listener.local_addr()?;
     let layer = LockLayer::new(
         ctx.client.clone(),
         PathTemplate::new("/locked/{name}", "{name}"),
     )
     .wait(WAIT);
+    let aborting = LockLayer::new(
+        ctx.client.clone(),
+        PathTemplate::new("/aborting/{name}", "{name}"),
+    )
+    .wait(WAIT)
+    .abort_on_lost(true);
     let worker = ctx.worker;
+    let served = Arc::new(Served { ctx, hold_max_ms });
     let app = Router::new()
         .route("/locked/{name}", post(handle))
         .route_layer(layer)
-        .with_state(Arc::new(Served { ctx, hold_max_ms }));
+        .with_state(served.clone())
+        .merge(
+            Router::new()
+                .route("/aborting/{name}", post(handle_aborting))
+                .route_layer(aborting)
+                .with_state(served),
+        );
     let tmp = dir.join(format!("http-{worker}.port.tmp"));
-    std::fs::write(&tmp, port.to_string())?;
+    std::fs::write(&tmp, address.to_string())?;
     std::fs::rename(&tmp, dir.join(format!("http-{worker}.port")))
         .context("publishing the HTTP port")?;
     Ok(tokio::spawn(async move {
@@ -65,7 +109,31 @@ async fn handle(
     UrlPath(name): UrlPath<String>,
     Extension(lock): Extension<FencingToken>,
 ) -> StatusCode {
+    handle_request(&served, name, lock, false).await
+}
+
+/// The handler of the route whose layer aborts at the loss: it does not watch its lock.
+async fn handle_aborting(
+    State(served): State<Arc<Served>>,
+    UrlPath(name): UrlPath<String>,
+    Extension(lock): Extension<FencingToken>,
+) -> StatusCode {
+    handle_request(&served, name, lock, true).await
+}
+
+/// Records the hold and does the work; with `aborting`, leaves the loss to the layer.
+async fn handle_request(
+    served: &Served,
+    name: String,
+    lock: FencingToken,
+    aborting: bool,
+) -> StatusCode {
     let ctx = &served.ctx;
+    let mode = if aborting {
+        TaskMode::MacroAbort
+    } else {
+        ctx.mode
+    };
     let t = now_ns();
     let current = distlock::current();
     let hold_id = ctx.next_hold();
@@ -79,7 +147,7 @@ async fn handle(
         worker: ctx.worker,
         task: ctx.task,
         hold: hold_id.clone(),
-        mode: ctx.mode,
+        mode,
         name: name.clone(),
         owner: owner.clone(),
         token,
@@ -89,13 +157,15 @@ async fn handle(
         min_hold_ms: 0,
     });
     // The server drops this future when the requester's connection closes (the requester
-    // was killed): the layer then releases the lock, and the hold ends here.
+    // was killed): the layer then releases the lock, and the hold ends here. The aborting
+    // layer drops it at the loss.
     let mut unfinished = Unfinished {
         ctx,
         hold: hold_id.clone(),
         name: name.clone(),
         owner: owner.clone(),
         token,
+        current: current.clone(),
         done: false,
     };
     let hold = Duration::from_millis(rand::rng().random_range(10..=served.hold_max_ms));
@@ -110,10 +180,14 @@ async fn handle(
         }
     };
     let mut end = None;
-    tokio::select! {
-        biased;
-        () = work => {}
-        t = watch => end = Some(t),
+    if aborting {
+        work.await;
+    } else {
+        tokio::select! {
+            biased;
+            () = work => {}
+            t = watch => end = Some(t),
+        }
     }
     if let Some(t) = end {
         ctx.sink.emit(&Event::Lost {
@@ -149,6 +223,8 @@ struct Unfinished<'a> {
     name: String,
     owner: String,
     token: u64,
+    /// The handler's lock: not held when it is dropped means the layer aborted it.
+    current: Option<distlock::CurrentLock>,
     done: bool,
 }
 
@@ -158,6 +234,18 @@ impl Drop for Unfinished<'_> {
             return;
         }
         let t = now_ns();
+        let lost = self.current.as_ref().is_some_and(|c| !c.is_held());
+        if lost {
+            self.ctx.sink.emit(&Event::Lost {
+                t,
+                worker: self.ctx.worker,
+                task: self.ctx.task,
+                hold: self.hold.clone(),
+                name: self.name.clone(),
+                owner: self.owner.clone(),
+                token: self.token,
+            });
+        }
         self.ctx.sink.emit(&Event::Released {
             t_start: t,
             t,
@@ -167,13 +255,14 @@ impl Drop for Unfinished<'_> {
             name: std::mem::take(&mut self.name),
             owner: std::mem::take(&mut self.owner),
             token: self.token,
-            result: "dropped".to_owned(),
+            result: if lost { "aborted" } else { "dropped" }.to_owned(),
         });
     }
 }
 
-/// The published ports of every worker's server but `own`'s (own's when it is the only one).
-fn peers(dir: &Path, own: u32) -> Vec<(u32, u16)> {
+/// The published addresses of every worker's server but `own`'s (own's when it is the only
+/// one).
+fn peers(dir: &Path, own: u32) -> Vec<(u32, SocketAddr)> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
@@ -188,11 +277,11 @@ fn peers(dir: &Path, own: u32) -> Vec<(u32, u16)> {
         else {
             continue;
         };
-        if let Some(port) = std::fs::read_to_string(entry.path())
+        if let Some(address) = std::fs::read_to_string(entry.path())
             .ok()
             .and_then(|p| p.trim().parse().ok())
         {
-            out.push((id, port));
+            out.push((id, address));
         }
     }
     if out.iter().any(|(id, _)| *id != own) {
@@ -212,9 +301,14 @@ pub async fn request(ctx: &TaskCtx, name: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         return;
     }
-    let (peer, port) = peers[rand::rng().random_range(0..peers.len())];
+    let (peer, address) = peers[rand::rng().random_range(0..peers.len())];
+    let route = if rand::rng().random_bool(0.5) {
+        ABORTING
+    } else {
+        "locked"
+    };
     let t_start = now_ns();
-    let answer = tokio::time::timeout(REQUEST_TIMEOUT, post_request(port, name)).await;
+    let answer = tokio::time::timeout(REQUEST_TIMEOUT, post_request(address, route, name)).await;
     let (kind, error) = match answer {
         Ok(Ok(200)) => return,
         Ok(Ok(409)) => ("timed_out", "409 Conflict".to_owned()),
@@ -243,10 +337,10 @@ pub async fn request(ctx: &TaskCtx, name: &str) {
 }
 
 /// A minimal HTTP/1.1 client: one request per connection; returns the status code.
-async fn post_request(port: u16, name: &str) -> std::io::Result<u16> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+async fn post_request(address: SocketAddr, route: &str, name: &str) -> std::io::Result<u16> {
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
     let request = format!(
-        "POST /locked/{name} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /{route}/{name} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();

@@ -395,6 +395,7 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         workloads: args.workloads,
         connect: Some(connect),
         http_dir: args.events.parent().map(std::path::Path::to_path_buf),
+        http_host: http::own_address(&args.urls),
     })
     .await;
     Ok(())

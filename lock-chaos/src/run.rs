@@ -768,6 +768,7 @@ impl World {
                 workloads: self.config.workloads_on(self.backend),
                 connect: Some(connect.clone()),
                 http_dir: Some(self.dir.clone()),
+                http_host: std::net::Ipv4Addr::LOCALHOST.into(),
             };
             memory.push((deadline, tokio::spawn(worker::run(setup))));
         }

@@ -46,8 +46,11 @@ pub struct WorkerSetup {
     /// Builds a client of the backend with the workers' settings and changes of its own
     /// (the hot, Redisson-layout and shutdown workloads' clients).
     pub connect: Option<ClientFactory>,
-    /// Where the workers' HTTP servers publish their ports (`http-{worker}.port`).
+    /// Where the workers' HTTP servers publish their addresses (`http-{worker}.port`).
     pub http_dir: Option<PathBuf>,
+    /// The address other workers reach this one's HTTP server at (its own address in its
+    /// network namespace; loopback without one).
+    pub http_host: std::net::IpAddr,
 }
 
 /// Why a macro-locked round ended without finishing.
@@ -130,7 +133,7 @@ pub async fn run(setup: WorkerSetup) {
             held: Mutex::new(None),
             body_end: Mutex::new(0),
         });
-        match crate::http::start(ctx, &dir, setup.hold_max_ms.max(10)).await {
+        match crate::http::start(ctx, &dir, setup.http_host, setup.hold_max_ms.max(10)).await {
             Ok(handle) => server = Some(handle),
             Err(e) => eprintln!("lock-chaos worker {}: HTTP server: {e:#}", setup.worker),
         }
