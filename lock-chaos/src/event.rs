@@ -376,6 +376,10 @@ pub enum Event {
         /// server could touch.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         ports: Vec<u16>,
+        /// A `step_failed`: the injection's number (its window is closed by a heal
+        /// recorded at the failure, and it is not counted as an injection).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
         /// What was done (the repair's steps, or the skipped step and why).
         detail: String,
         /// Whether it succeeded (a repair: the shard has a master and the cluster is ok).

@@ -993,9 +993,14 @@ impl World {
                 since: None,
                 slots: Vec::new(),
                 ports: Vec::new(),
+                id: (!skipped).then_some(aim.id),
                 detail: format!("{name} (injection {}): {e:#}", aim.id),
                 ok: false,
             });
+            if !skipped {
+                // Close its window where it failed (what it did before may still count).
+                self.record(name, "heal", &format!("step failed: {e:#}"), &aim);
+            }
         }
         if self.backend == Backend::Cluster && topology {
             self.ensure_masters(&format!("after {name}")).await;
@@ -1037,6 +1042,7 @@ impl World {
                 detail: format!("slots {:?}, ports {:?}", shard.slots, shard.ports),
                 slots: shard.slots,
                 ports: shard.ports,
+                id: None,
                 ok: true,
             });
         }
@@ -1080,6 +1086,7 @@ impl World {
                 since: Some(since),
                 slots: repair.slots,
                 ports: Vec::new(),
+                id: None,
                 detail,
                 ok: repair.ok,
             });

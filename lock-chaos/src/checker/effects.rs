@@ -56,7 +56,7 @@ pub(super) fn decide_effects(
             end: Some(t),
         });
     }
-    for w in windows {
+    for w in windows.iter().filter(|w| !w.failed) {
         let row = &mut rows[row_of_fault[&w.fault]];
         if w.triggered == Some(true) {
             row.triggered += 1;

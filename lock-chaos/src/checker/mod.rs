@@ -129,6 +129,7 @@ pub fn analyze(
                 triggered: *triggered,
                 lock: lock.clone(),
                 slots: None,
+                failed: false,
             });
         } else if let Some(w) = heal_target(&mut windows, *id) {
             w.heal = *t;
@@ -150,11 +151,17 @@ pub fn analyze(
             ports,
             detail,
             ok,
+            id,
             ..
         } = event
         else {
             continue;
         };
+        if action == "step_failed" {
+            if let Some(w) = windows.iter_mut().find(|w| w.id.is_some() && w.id == *id) {
+                w.failed = true;
+            }
+        }
         if action == "shard" {
             shards.push(Shard {
                 slots: slots.clone(),
@@ -203,7 +210,7 @@ pub fn analyze(
             });
         }
     }
-    for w in &windows {
+    for w in windows.iter().filter(|w| !w.failed) {
         rows[row_of_fault[&w.fault]].injections += 1;
     }
     let row_at =

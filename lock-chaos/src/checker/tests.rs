@@ -127,6 +127,56 @@ fn upper_bounds_are_clopper_pearson_one_sided_95() {
 }
 
 #[test]
+fn a_step_that_failed_after_its_start_is_not_an_injection() {
+    let step_failed = |id: u64| Event::Harness {
+        t_start: 500 * MS,
+        t: 510 * MS,
+        backend: "cluster".into(),
+        action: "step_failed".into(),
+        since: None,
+        slots: Vec::new(),
+        ports: Vec::new(),
+        id: Some(id),
+        detail: "failover (injection 7): master 0 has no replica to fail over to".into(),
+        ok: false,
+    };
+    let events = [
+        acq(100, 0, "w0-t0-0", 1),
+        fault_id(
+            400,
+            "failover",
+            "start",
+            "lock:{chaos-0} old master port 1",
+            7,
+            Some(true),
+        ),
+        step_failed(7),
+        fault_id(510, "failover", "heal", "step failed: no replica", 7, None),
+        fault_id(
+            600,
+            "failover",
+            "start",
+            "lock:{chaos-0} old master port 1",
+            8,
+            Some(true),
+        ),
+        fault_id(700, "failover", "heal", "master 1 -> 2", 8, None),
+        rel(1000, 0, "w0-t0-0", 1, "ok"),
+    ];
+    let report = check(&events, None);
+    let row = report.rows.iter().find(|r| r.fault == "failover").unwrap();
+    assert_eq!(row.injections, 1);
+    assert_eq!(
+        report
+            .harness
+            .iter()
+            .filter(|h| h.action == "step_failed")
+            .count(),
+        1
+    );
+}
+
+#[test]
 fn effective_injections_are_decided_from_the_history_and_bounded() {
     // Lease 1500 ms: a hold counts after 500 ms.
     let events = [
@@ -330,6 +380,7 @@ fn repair(since: u64, t_start: u64, t: u64, slots: Vec<(u16, u16)>) -> Event {
         since: Some(since * MS),
         slots,
         ports: Vec::new(),
+        id: None,
         detail: "CLUSTER FAILOVER TAKEOVER on node 3".into(),
         ok: true,
     }
@@ -344,6 +395,7 @@ fn shard(slots: Vec<(u16, u16)>, ports: Vec<u16>) -> Event {
         since: None,
         slots,
         ports,
+        id: None,
         detail: String::new(),
         ok: true,
     }

@@ -26,6 +26,10 @@ pub(super) struct Window {
     /// Cluster: the slot ranges of the one shard the fault hit (`None`: every lock, as on
     /// other backends, for a fault of every server, or a history without the layout).
     pub(super) slots: Option<Vec<(u16, u16)>>,
+    /// The step failed after its start (a `step_failed` harness event): its window stays
+    /// (what it did before the failure may have touched holds), but it is not counted as
+    /// an injection.
+    pub(super) failed: bool,
 }
 
 impl Window {
