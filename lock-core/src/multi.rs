@@ -108,6 +108,12 @@ impl MultiLock {
     /// that could not be had; an empty list of names is
     /// [`LockError::InvalidKey`].
     ///
+    /// A lock taken early whose lease is lost while a later one is awaited (a
+    /// partition or a stall longer than the lease, or the lock deleted) is
+    /// never handed out as held: every lock is given back and the whole set
+    /// taken again while the wait lasts; after it,
+    /// [`LockError::LeaseLost`] for that lock.
+    ///
     /// # Cancel safety
     /// Cancel safe: dropping the future releases the locks already taken (in
     /// the background) and leaves none held.
@@ -127,9 +133,39 @@ impl MultiLock {
         let started = Instant::now();
         let wait = self.options.wait_for().normalized();
         let deadline = wait.deadline(started);
+        loop {
+            let guards = self.acquire_each(wait, deadline).await?;
+            // A lock whose lease was lost while a later one was awaited: the
+            // set is not held (another owner may have that lock now).
+            let Some(lost) = guards.iter().find(|g| !g.is_held()) else {
+                return Ok(MultiLockGuard { guards });
+            };
+            let error = lost.lost_reason();
+            tracing::debug!(key = %lost.key(), "a lock of the multi-lock was lost while the others were taken; taking them again");
+            for guard in guards.into_iter().rev() {
+                let _ = guard.release().await;
+            }
+            let out_of_time = match (wait, deadline) {
+                (Wait::Once, _) => true,
+                (_, Some(deadline)) => Instant::now() >= deadline,
+                (_, None) => false,
+            };
+            if out_of_time {
+                return Err(error);
+            }
+        }
+    }
+
+    /// One pass: every lock in order, each with what is left of the wait;
+    /// all or nothing.
+    async fn acquire_each(
+        &self,
+        wait: Wait,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<LockGuard>, LockError> {
         let mut guards: Vec<LockGuard> = Vec::with_capacity(self.names.len());
-        for name in self.names {
-            let mut lock = Lock::new(self.core.clone(), name).options(self.options);
+        for name in &self.names {
+            let mut lock = Lock::new(self.core.clone(), name.clone()).options(self.options);
             lock = match (wait, deadline) {
                 (Wait::Once, _) => lock.wait(Wait::Once),
                 // Whatever is left of the budget (zero: one last try).
@@ -154,7 +190,7 @@ impl MultiLock {
                 }
             }
         }
-        Ok(MultiLockGuard { guards })
+        Ok(guards)
     }
 }
 

@@ -116,6 +116,7 @@ macro_rules! behaviour_suite {
             admin_counts_the_clients_waiting_for_a_lock,
             multi_lock_is_sorted_and_all_or_nothing,
             multi_lock_in_swapped_order_does_not_deadlock,
+            multi_lock_never_hands_out_a_lock_lost_while_awaiting_the_others,
             current_reports_the_locks_of_the_scope,
             scope_or_lost_cancels_work_when_the_lease_is_lost,
             reentry_through_another_client_fails_at_once,
@@ -804,6 +805,51 @@ pub async fn multi_lock_is_sorted_and_all_or_nothing<F: Fixture>(fixture: &F) {
         a.lock_all(Vec::<String>::new()).acquire().await,
         Err(LockError::InvalidKey { .. })
     ));
+}
+
+/// A multi-lock holds its first lock while it waits for the second; the first
+/// is deleted behind its back meanwhile (as a partition or a stall past the
+/// lease loses it). When the second comes free, the multi-lock must not hand
+/// out the first as held: it takes the set again.
+///
+/// Old code: it returned `Ok` with the first lock already lost (`is_held()`
+/// false, `lost()` resolved): the caller believed it held a lock another
+/// owner could take.
+pub async fn multi_lock_never_hands_out_a_lock_lost_while_awaiting_the_others<F: Fixture>(
+    fixture: &F,
+) {
+    let a = client_with_lease(fixture, Duration::from_millis(600)).await;
+    let b = fixture.client().await;
+    let (first, second) = ("suite:multi-lost:a", "suite:multi-lost:b");
+    let held = b.lock(second).acquire().await.unwrap();
+    let taking = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.lock_all([first, second])
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let until = Instant::now() + Duration::from_secs(10);
+    while b.admin().inspect(first).await.unwrap().holder.is_none() {
+        assert!(Instant::now() < until, "the multi-lock never took {first}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    fixture.delete_lock(first).await;
+    // The watchdog (every 200 ms) finds the first lock gone.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    held.release().await.unwrap();
+    let guard = taking.await.unwrap().unwrap();
+    assert!(
+        guard.is_held(),
+        "the multi-lock handed out {first} although its lease was lost"
+    );
+    assert!(
+        b.lock(first).try_acquire().await.unwrap().is_none(),
+        "{first} is free in the store while the multi-lock says it holds it"
+    );
+    guard.release().await.unwrap();
 }
 
 pub async fn multi_lock_in_swapped_order_does_not_deadlock<F: Fixture>(fixture: &F) {
