@@ -220,10 +220,14 @@ pub fn analyze(
     };
     let at_ms = |t: u64| ms_between(run_start, t);
 
-    // A failed-over master's removals from the failover's start on are of a stale copy
-    // (its restart, before it resyncs as a replica, expires keys the new master still
-    // has) or repeat the new master's: the heal names it (`master OLD -> NEW`).
-    let mut demoted: Vec<(String, u64)> = Vec::new();
+    // A failed-over master's removals from the failover's start until it has resynced
+    // as a replica ([`STALE_MASTER_GRACE`] after the heal) are of a stale copy (its
+    // restart, before it resyncs, expires keys the new master still has): the heal names
+    // it (`master OLD -> NEW`). After that it is a replica, or a master again after a later
+    // failover, and its removals are the lock's truth again (a node demoted for the rest
+    // of the run hid every removal it reported after a later promotion).
+    let stale_for = STALE_MASTER_GRACE.as_nanos() as u64;
+    let mut demoted: Vec<(String, u64, u64)> = Vec::new();
     let mut failover_start = None;
     for (t, fault, phase, target, _) in &faults {
         if *fault != Fault::Failover.name() {
@@ -235,7 +239,11 @@ pub fn analyze(
             .strip_prefix("master ")
             .and_then(|r| r.split(' ').next())
         {
-            demoted.push((format!("127.0.0.1:{old}"), failover_start.unwrap_or(*t)));
+            demoted.push((
+                format!("127.0.0.1:{old}"),
+                failover_start.unwrap_or(*t),
+                t + stale_for,
+            ));
         }
     }
     // A server restarted from its append-only file replays it: the replay's removals
@@ -317,7 +325,9 @@ pub fn analyze(
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
             Event::KeyGone { t, server, .. }
-                if demoted.iter().any(|(s, from)| s == server && t >= from)
+                if demoted
+                    .iter()
+                    .any(|(s, from, until)| s == server && t >= from && t <= until)
                     || replayed(server, *t) => {}
             Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
@@ -333,6 +343,9 @@ pub fn analyze(
     }
     for times in gone.values_mut() {
         times.sort_unstable();
+        if matches!(backend, "sentinel" | "cluster") {
+            *times = without_replicated_repeats(times);
+        }
     }
     for event in events {
         if let Event::ReleaseStarted { t, hold, .. } = event {

@@ -1881,3 +1881,30 @@ fn a_forward_clock_jump_shorter_than_the_lease_destroys_only_what_the_server_say
     assert_eq!(jump(700, true), ["hot_use_after_loss"]);
     assert_eq!(jump(3000, false), ["hot_use_after_loss"]);
 }
+
+#[test]
+fn a_replicas_late_repeat_of_a_removal_is_not_a_second_removal() {
+    const M: u64 = 1_000_000;
+    let times = [
+        (100 * M, "master"),
+        (100 * M + 1, "replica"),
+        // The master's removal at 200 ms, repeated by the lagging replica at 271 ms.
+        (200 * M, "master"),
+        (271 * M, "replica"),
+        // A new removal, reported by both.
+        (2_000 * M, "replica"),
+        (2_000 * M + 5, "master"),
+    ];
+    let kept = without_replicated_repeats(&times);
+    assert_eq!(
+        kept,
+        [
+            (100 * M, "master"),
+            (200 * M, "master"),
+            (2_000 * M, "replica")
+        ]
+    );
+    // Two removals by one server are two.
+    let own = [(100 * M, "master"), (150 * M, "master")];
+    assert_eq!(without_replicated_repeats(&own), own);
+}

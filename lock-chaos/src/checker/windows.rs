@@ -334,3 +334,29 @@ pub(super) fn window_of(windows: &[Window], t: u64) -> Option<usize> {
 pub(super) fn intersects(a0: u64, a1: u64, b0: u64, b1: u64) -> bool {
     a0 <= b1 && b0 <= a1
 }
+
+/// How late a replica may report the removal its master reported first (replication lag
+/// without a fault; under `replication_lag` and failovers the holds are excused anyway).
+pub(super) const REPLICA_REPEAT: Duration = Duration::from_secs(1);
+
+/// One key's removals, in time order, without the replicas' repeats (Sentinel, Cluster):
+/// every node reports a removal its master replicated, and a replica that lags reports it
+/// after the next holder took the key (seen: 71 ms after the master's, 55 ms after the next
+/// acquisition), which would date a loss of that holder. A removal counts as a repeat when
+/// another server reported one within [`REPLICA_REPEAT`] before it that this server has
+/// not already repeated.
+pub(super) fn without_replicated_repeats<'a>(times: &[(u64, &'a str)]) -> Vec<(u64, &'a str)> {
+    let window = REPLICA_REPEAT.as_nanos() as u64;
+    // Originals: (time, server, servers that repeated it).
+    let mut originals: Vec<(u64, &str, Vec<&str>)> = Vec::new();
+    for &(t, server) in times {
+        let repeat = originals.iter_mut().find(|(at, by, repeated)| {
+            *by != server && t.saturating_sub(*at) <= window && !repeated.contains(&server)
+        });
+        match repeat {
+            Some((_, _, repeated)) => repeated.push(server),
+            None => originals.push((t, server, Vec::new())),
+        }
+    }
+    originals.into_iter().map(|(t, s, _)| (t, s)).collect()
+}
