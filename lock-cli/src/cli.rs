@@ -500,6 +500,10 @@ pub(crate) struct TopArgs {
     #[arg(long, value_enum, default_value_t = SortBy::Name)]
     pub(crate) sort: SortBy,
 
+    /// Show only locks of this kind (the key f in the view cycles through them).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub(crate) kind: Option<LockKind>,
+
     /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
     pub(crate) json: bool,
@@ -529,12 +533,51 @@ pub(crate) enum OnBusy {
     Skip,
 }
 
+/// The kind of a lock in `lockctl top`: its KIND column, `--kind`, and the
+/// `kind` field of its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LockKind {
+    /// A plain lock.
+    Lock,
+    /// A plain lock kept by a hot lock's keeper between its uses.
+    Hot,
+    /// A fair lock.
+    Fair,
+    /// A read-write lock.
+    Rw,
+    /// A semaphore.
+    Sem,
+}
+
+impl LockKind {
+    /// The kind's name, as `--kind` takes it and the KIND column shows it.
+    pub(crate) fn label(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The filter after `filter` (the view's `f`): every kind, then each
+    /// kind in turn, then every kind again.
+    pub(crate) fn next_filter(filter: Option<Self>) -> Option<Self> {
+        let all = Self::value_variants();
+        match filter {
+            None => all.first().copied(),
+            Some(kind) => {
+                let at = all.iter().position(|k| *k == kind).unwrap_or(0);
+                all.get(at + 1).copied()
+            }
+        }
+    }
+}
+
 /// A column of `lockctl top` to sort by: `--sort`, and the view's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SortBy {
     /// The lock name.
     Name,
-    /// The holder.
+    /// The holder (HOLDER).
     Owner,
     /// The fencing token.
     Token,
