@@ -64,7 +64,7 @@ pub(crate) struct Row {
     ttl: Option<Duration>,
     #[serde(skip)]
     hold: Option<Hold>,
-    /// Clients waiting (see [`waiters`]); `None` when they could not be
+    /// Clients waiting (see [`Row::count_waiters`]); `None` when they could not be
     /// counted.
     waiters: Option<u64>,
     #[serde(flatten)]
