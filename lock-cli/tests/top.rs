@@ -571,6 +571,30 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
 
     tmux.keys(&["q"]);
     tmux.wait_for("lockctl to exit", |pane| !pane.contains("WAITERS"));
+
+    // The snapshot: --kind, and each kind's details in the JSON.
+    let json = |kind: &str| {
+        let out =
+            complete(lockctl(&server).args(["top", "--json", "--prefix", "fam:", "--kind", kind]));
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = rows.as_array().unwrap().clone();
+        assert_eq!(rows.len(), 1, "{kind}: {rows:?}");
+        assert_eq!(rows[0]["kind"], kind);
+        rows[0].clone()
+    };
+    assert_eq!(json("fair")["queue"].as_array().map(Vec::len), Some(1));
+    assert_eq!(json("fair")["waiters"], 1);
+    assert_eq!(json("rw")["readers"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json("rw")["owner"], serde_json::Value::Null);
+    let semaphore = json("sem");
+    assert_eq!(semaphore["in_use"], 2);
+    assert_eq!(semaphore["holders"][0]["permits"], 2);
+    let hot = json("hot");
+    assert_eq!(hot["keeper"], keeper.as_str());
+    assert!(
+        hot["owner"].as_str().is_some_and(|o| o.ends_with("~k")),
+        "{hot}"
+    );
     stop_keeper.send(()).unwrap();
     keeper_thread.join().unwrap();
     for child in [fair, queued, reader_1, reader_2, permits] {
