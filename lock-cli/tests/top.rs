@@ -641,3 +641,57 @@ fn the_readme_acl_rule_is_enough_for_top() {
         stop(holder);
     }
 }
+
+/// The guide's rule for `top` over the lock family: the family's rule plus
+/// `+scan` and `+pubsub|numsub` lists every kind and counts its waiters.
+#[test]
+fn the_family_acl_rule_with_scan_and_numsub_is_enough_for_top() {
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
+                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +hvals +pexpireat +type +hgetall +get +scan +pubsub|numsub";
+    let mut options = ServerOptions::new().arg("--user").arg("ops");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let backend = ["--url".to_owned(), server.url_with_auth("ops", "pw")];
+    let run = |args: &[&str]| {
+        bare_lockctl()
+            .args(&backend)
+            .arg("run")
+            .args(args)
+            .args(["--", "sleep", "120"])
+            .spawn()
+            .unwrap()
+    };
+    let holders = [
+        run(&["--key", "acl:plain"]),
+        run(&["--fair", "--key", "acl:fair"]),
+        run(&["--read", "--key", "acl:rw"]),
+        run(&["--permits", "3", "--key", "acl:sem"]),
+    ];
+    wait_until("every kind listed", || top_json(&backend).len() == 4);
+    let out = complete(bare_lockctl().args(&backend).args(["top", "--json"]));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<(&str, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["kind"].as_str().unwrap(),
+                row["waiters"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [("fair", 0), ("lock", 0), ("rw", 0), ("sem", 0)]);
+    for holder in holders {
+        stop(holder);
+    }
+}
