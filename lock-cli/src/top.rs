@@ -21,7 +21,9 @@ use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, Ke
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Table, TableState};
+use ratatui::widgets::{
+    Block, Borders, Cell, Paragraph, Row as TableRow, Table, TableState, Widget,
+};
 use ratatui::{DefaultTerminal, Frame};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -341,10 +343,11 @@ fn widths(rows: &[&Row]) -> [u16; 7] {
     [4, name, holder, 8, (BAR + 7) as u16, 8, 7]
 }
 
-/// The table of `rows` (a header, a line per row, in their order).
-fn table<'a>(rows: &[&Row], lease: Duration) -> Table<'a> {
+/// The table of `rows` (a header, a line per row, in their order), its
+/// columns `widths` wide.
+fn table<'a>(rows: &[&Row], widths: [u16; 7], lease: Duration) -> Table<'a> {
     let right = |text: String| Cell::from(Line::from(text).right_aligned());
-    let [_, name_w, holder_w, ..] = widths(rows);
+    let [_, name_w, holder_w, ..] = widths;
     let lines = rows.iter().map(|row| {
         TableRow::new(vec![
             Cell::from(row.kind.label()),
@@ -369,7 +372,7 @@ fn table<'a>(rows: &[&Row], lease: Duration) -> Table<'a> {
         right("WAITERS".into()),
     ])
     .style(Style::new().add_modifier(Modifier::BOLD));
-    Table::new(lines, widths(rows).map(Constraint::Length))
+    Table::new(lines, widths.map(Constraint::Length))
         .header(header)
         .column_spacing(2)
         .highlight_symbol("> ")
@@ -595,6 +598,27 @@ fn buffer_lines(buffer: &Buffer) -> Vec<String> {
         .collect()
 }
 
+/// The table of `rows` as text: the header, then a line per row.
+fn table_lines(rows: &[&Row], lease: Duration) -> Vec<String> {
+    let columns = widths(rows);
+    let width: u16 = columns.iter().map(|w| w + 2).sum();
+    // A buffer's height is a u16: the rows go through it a thousand at a
+    // time, the header kept once.
+    let mut lines = Vec::with_capacity(rows.len() + 1);
+    for (at, chunk) in rows.chunks(1000).enumerate() {
+        let height = u16::try_from(chunk.len() + 1).unwrap_or(u16::MAX);
+        let mut buffer = Buffer::empty(Rect::new(0, 0, width, height));
+        Widget::render(table(chunk, columns, lease), buffer.area, &mut buffer);
+        lines.extend(buffer_lines(&buffer).into_iter().skip(usize::from(at > 0)));
+    }
+    if rows.is_empty() {
+        let mut buffer = Buffer::empty(Rect::new(0, 0, width, 1));
+        Widget::render(table(&[], columns, lease), buffer.area, &mut buffer);
+        lines.extend(buffer_lines(&buffer));
+    }
+    lines
+}
+
 /// One snapshot, for a pipe or a file.
 async fn snapshot(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure> {
     let Snapshot {
@@ -613,17 +637,13 @@ async fn snapshot(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure
     let longest = rows.iter().filter_map(|r| r.ttl).max().unwrap_or_default();
     let lease = lease_of(args.lease, longest);
     let shown: Vec<&Row> = rows.iter().collect();
-    let width: u16 = widths(&shown).iter().map(|w| w + 2).sum();
-    let height = u16::try_from(rows.len() + 1).unwrap_or(u16::MAX);
-    let mut buffer = Buffer::empty(Rect::new(0, 0, width, height));
-    ratatui::widgets::Widget::render(table(&shown, lease), buffer.area, &mut buffer);
     let mut out = format!(
         "lockctl top: {} lock(s) in use at {}, prefix `{}`\n",
         rows.len(),
         source.server(),
         args.prefix
     );
-    for line in buffer_lines(&buffer) {
+    for line in table_lines(&shown, lease) {
         out.push_str(&line);
         out.push('\n');
     }
@@ -820,7 +840,7 @@ impl View {
         frame.render_widget(Paragraph::new(status_text), status);
 
         let mut state = self.table.clone().with_selected(index);
-        frame.render_stateful_widget(table(&shown, lease), body, &mut state);
+        frame.render_stateful_widget(table(&shown, widths(&shown), lease), body, &mut state);
         if shown.is_empty() {
             let below = Rect {
                 y: body.y.saturating_add(1),
@@ -1165,14 +1185,8 @@ mod tests {
         plain.hold = None;
         rows.push(plain);
         let shown: Vec<&Row> = rows.iter().collect();
-        let width = widths(&shown).iter().map(|w| w + 2).sum();
-        let mut buffer = Buffer::empty(Rect::new(0, 0, width, 7));
-        ratatui::widgets::Widget::render(
-            table(&shown, Duration::from_secs(30)),
-            buffer.area,
-            &mut buffer,
-        );
-        let lines = buffer_lines(&buffer);
+        let lines = table_lines(&shown, Duration::from_secs(30));
+
         assert_eq!(
             lines,
             [
@@ -1185,6 +1199,21 @@ mod tests {
                 "lock  job:bb    owner-of-job:bb           7  [no expiry ]      -         -        0",
             ]
         );
+    }
+
+    #[test]
+    fn a_snapshot_of_many_locks_has_one_header_and_every_row() {
+        let rows: Vec<Row> = (0..2500)
+            .map(|n| row(&format!("job:{n:04}"), n, Some(1_000), 0, 0))
+            .collect();
+        let shown: Vec<&Row> = rows.iter().collect();
+        let lines = table_lines(&shown, DEFAULT_LEASE);
+        assert_eq!(lines.len(), 2501);
+        assert_eq!(lines.iter().filter(|l| l.starts_with("KIND")).count(), 1);
+        assert!(lines[2500].starts_with("lock  job:2499"), "{}", lines[2500]);
+        let none = table_lines(&[], DEFAULT_LEASE);
+        assert_eq!(none.len(), 1);
+        assert!(none[0].starts_with("KIND  NAME"), "{none:?}");
     }
 
     #[test]
