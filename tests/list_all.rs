@@ -161,6 +161,9 @@ async fn check_every_kind_is_listed(a: LockClient, b: LockClient, hot: LockClien
     let count = |name: &str| counts[listed.iter().position(|l| l.name() == name).unwrap()];
     assert_eq!(count("fam:plain"), 1);
     assert_eq!(count("fam:sem"), 0);
+    // A waiting writer, a queued waiter: their clients follow the channel.
+    assert_eq!(count("fam:rw"), 1);
+    assert_eq!(count("fam:fair"), 1);
 
     // Everything, `list` unchanged (plain locks only).
     let all = admin.list_all("").await.unwrap();

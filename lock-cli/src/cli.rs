@@ -140,7 +140,8 @@ shows the time since the view started (marked with >=); a single snapshot shows 
 WAITERS: of a plain or hot lock and a semaphore, the clients subscribed to its wake-up channel \
 (PUBSUB NUMSUB; SHARDNUMSUB on a cluster): a client process waiting with many tasks counts \
 once, and a hot lock's keeper counts itself; of a fair lock, the length of its queue; of a \
-read-write lock, its waiting writers plus the clients subscribed. The detail pane shows the \
+read-write lock, the clients subscribed (waiting readers and writers), at least its waiting \
+writers. The detail pane shows the \
 fair queue in order with each waiter's time left, the writer, the readers and the waiting \
 writers, the permit holders with their permits, a hot lock's keeper. A hot lock's uses are \
 counted inside the keeper's process only and are not shown.

@@ -225,8 +225,11 @@ impl Row {
     }
 
     /// Sets the waiters from `subscribers`, the clients subscribed to the
-    /// lock's channel: a fair lock's queue length; a read-write lock's
-    /// waiting writers plus its subscribers; else the subscribers.
+    /// lock's channel: a fair lock's queue length; of a read-write lock the
+    /// subscribers (waiting readers and writers: a waiting writer's client
+    /// follows the channel too, so adding the two would count it twice), at
+    /// least its waiting writers (a writer keeps its place a while after its
+    /// process is gone); else the subscribers.
     fn count_waiters(&mut self, subscribers: Option<u64>) {
         self.waiters = match &mut self.detail {
             Detail::Fair { queue } => Some(queue.len() as u64),
@@ -236,7 +239,7 @@ impl Row {
                 ..
             } => {
                 *counted = subscribers;
-                subscribers.map(|s| s.saturating_add(waiting_writers.len() as u64))
+                subscribers.map(|s| s.max(waiting_writers.len() as u64))
             }
             _ => subscribers,
         };
@@ -1194,7 +1197,7 @@ mod tests {
                 "lock  job:a     owner-of-job:a           42  [#####.....]  15.0s   >=1m15s        1",
                 "hot   job:hot   c-hot (kept)              7  [#######...]  20.0s     1m30s        1",
                 "fair  job:fair  owner-of-job:fair         9  [#########.]  25.0s        4s        1",
-                "rw    job:rw    2 readers                 -  [##########]  29.0s        2s        3",
+                "rw    job:rw    2 readers                 -  [##########]  29.0s        2s        2",
                 "sem   job:sem   3 permits                 -  [####......]  10.0s        1s        0",
                 "lock  job:bb    owner-of-job:bb           7  [no expiry ]      -         -        0",
             ]

@@ -301,13 +301,13 @@ impl LockAdmin {
     /// How many clients wait for each of `locks` (in their order), as
     /// [`waiters`](LockAdmin::waiters) counts them for plain locks: the
     /// subscriptions to each lock's own wake-up channel (a fair lock's, a
-    /// read-write lock's, a semaphore's), one round trip as `waiters`. A
-    /// fair lock's waiters are also in its
-    /// [`queue`](crate::FairLockInfo::queue), and a read-write lock's
-    /// waiting writers in its
-    /// [`waiting_writers`](crate::ReadWriteLockInfo::waiting_writers)
-    /// (waiting readers only here); a semaphore's waiters are only here. A
-    /// hot lock's keeper follows its lock's channel and counts too.
+    /// read-write lock's, a semaphore's), one round trip as `waiters`. The
+    /// clients of a fair lock's queued waiters count here and are in its
+    /// [`queue`](crate::FairLockInfo::queue); a read-write lock's count is of
+    /// its waiting readers and writers alike (the writers are also in its
+    /// [`waiting_writers`](crate::ReadWriteLockInfo::waiting_writers)); a
+    /// semaphore's waiters are only here. A hot lock's keeper follows its
+    /// lock's channel and counts too.
     ///
     /// Errors: [`LockError::Backend`].
     ///
