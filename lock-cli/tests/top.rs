@@ -463,7 +463,8 @@ fn keep_hot(
 }
 
 /// The live view shows every kind, each with its figures: a fair lock held
-/// with one waiter queued, a read-write lock read by two, a semaphore with 2
+/// with one waiter queued, a read-write lock read by two with a writer
+/// waiting, a semaphore with 2
 /// of its 5 permits taken, a hot lock kept by a client; moving the
 /// selection shows each one's details (the queue, the readers, the permit
 /// holders, the keeper).
@@ -483,6 +484,14 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
     let queued = run(&["--fair", "--key", "fam:fair", "--wait", "2m", "--", "true"]);
     let reader_1 = run(&["--read", "--key", "fam:rw", "--", "sleep", "120"]);
     let reader_2 = run(&["--read", "--key", "fam:rw", "--", "sleep", "120"]);
+    wait_until("two readers", || {
+        redis::cmd("ZCARD")
+            .arg("lock:{fam:rw}:rw:read")
+            .query::<u64>(&mut server.conn())
+            .unwrap()
+            == 2
+    });
+    let writer = run(&["--write", "--key", "fam:rw", "--wait", "2m", "--", "true"]);
     let permits = run(&[
         "--permits",
         "5",
@@ -526,6 +535,7 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
         let row = |name| columns(pane, name).unwrap_or_default();
         row("fam:fair").last() == Some(&"1")
             && row("fam:rw").get(2..4) == Some(&["2", "readers"][..])
+            && row("fam:rw").last() == Some(&"1")
             && row("fam:sem").get(2..4) == Some(&["2", "permits"][..])
             && row("fam:hot").get(2..4) == Some(&[keeper.as_str(), "(kept)"][..])
     });
@@ -555,6 +565,10 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
     tmux.keys(&["Down"]);
     let pane = tmux.wait_for("the readers", |pane| pane.contains("readers  2"));
     assert!(pane.contains("writer   none"), "{pane}");
+    assert!(
+        pane.contains("waiting  1 writer (new readers wait behind them)"),
+        "{pane}"
+    );
     tmux.keys(&["Down"]);
     let pane = tmux.wait_for("the permit holders", |pane| {
         pane.contains("permits  2 in use by 1 holder")
@@ -586,6 +600,11 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
     assert_eq!(json("fair")["waiters"], 1);
     assert_eq!(json("rw")["readers"].as_array().map(Vec::len), Some(2));
     assert_eq!(json("rw")["owner"], serde_json::Value::Null);
+    assert_eq!(
+        json("rw")["waiting_writers"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(json("rw")["waiters"], 1, "the waiting writer counted once");
     let semaphore = json("sem");
     assert_eq!(semaphore["in_use"], 2);
     assert_eq!(semaphore["holders"][0]["permits"], 2);
@@ -597,7 +616,7 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
     );
     stop_keeper.send(()).unwrap();
     keeper_thread.join().unwrap();
-    for child in [fair, queued, reader_1, reader_2, permits] {
+    for child in [fair, queued, writer, reader_1, reader_2, permits] {
         stop(child);
     }
     eprintln!("the family view test took {:?}", started.elapsed());
