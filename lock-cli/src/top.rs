@@ -876,9 +876,9 @@ struct Screen {
 
 impl Screen {
     fn enter() -> std::io::Result<Self> {
-        Ok(Screen {
-            terminal: ratatui::try_init()?,
-        })
+        // A failure after raw mode was entered leaves it too.
+        let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
+        Ok(Screen { terminal })
     }
 
     fn draw(&mut self, view: &mut View) -> std::io::Result<()> {
