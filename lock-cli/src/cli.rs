@@ -123,28 +123,45 @@ the writer and the waiting writers' places are deleted; with --semaphore every h
 permits.";
 
 const TOP_HELP: &str = "\
-A live view for operators, refreshed every --interval: the locks held (found with SCAN, read \
-with pipelines, never a blocking command), each with its holder, fencing token, lease left as \
-a bar and in seconds, how long the view has seen the current holder hold it, and its waiters.
+A live view for operators, refreshed every --interval: every lock in use of every kind (found \
+with SCAN, read with pipelines and the read-only inspection scripts, never a blocking command), \
+one row each, and a detail pane for the selected one.
 
-WAITERS counts the clients subscribed to the lock's wake-up channel (PUBSUB NUMSUB; SHARDNUMSUB \
-on a cluster): a client process waiting with many tasks counts once. It counts waiting clients, \
-not tasks. HOLD is measured by the view from when it first saw the current fencing token, so a \
-lock held before the view started shows the time since the view started (marked with >=); a \
-single snapshot shows no hold time.
+KIND is lock (a plain lock), hot (a plain lock a hot lock's keeper keeps between its uses), \
+fair, rw (a read-write lock) or sem (a semaphore). HOLDER is the owner of a lock, of a fair lock \
+and a read-write lock's writer; a hot lock's keeper (its client id, then `(kept)`); `N readers` \
+of a read-write lock without a writer; `N permits` in use of a semaphore (its total is not \
+stored: each acquirer passes its own). TOKEN is the holder's fencing token (a hot lock's stays \
+the same across its uses). TTL is the lease left as a bar and in seconds (of readers and \
+permit holders, the longest). HOLD is measured by the view from when it first saw the current \
+fencing token (a hot lock: how long it has been kept), so a lock held before the view started \
+shows the time since the view started (marked with >=); a single snapshot shows no hold time.
 
-Keys: q (or Esc, Ctrl-C) quits; n, o, k, t, h, w sort by name, owner, token, ttl, hold, waiters \
-(again: reverse); s cycles the sort column; / edits the name-prefix filter (Enter applies, Esc \
-cancels). A Redis outage shows an error line and the view keeps retrying.
+WAITERS: of a plain or hot lock and a semaphore, the clients subscribed to its wake-up channel \
+(PUBSUB NUMSUB; SHARDNUMSUB on a cluster): a client process waiting with many tasks counts \
+once, and a hot lock's keeper counts itself; of a fair lock, the length of its queue; of a \
+read-write lock, the clients subscribed (waiting readers and writers), at least its waiting \
+writers. The detail pane shows the \
+fair queue in order with each waiter's time left, the writer, the readers and the waiting \
+writers, the permit holders with their permits, a hot lock's keeper. A hot lock's uses are \
+counted inside the keeper's process only and are not shown.
+
+Keys: q (or Esc, Ctrl-C) quits; Up, Down, PageUp, PageDown, Home, End select a lock; n, o, k, \
+t, h, w sort by name, holder, token, ttl, hold, waiters (again: reverse); s cycles the sort \
+column; f cycles the kind shown (all, lock, hot, fair, rw, sem); / edits the name-prefix filter \
+(Enter applies, Esc cancels). A Redis outage shows an error line and the view keeps retrying.
 
 When stdout is not a terminal, lockctl top prints one snapshot as a table (or JSON with \
---json) and exits 0.";
+--json: each lock's name, key, owner, fencing_token, ttl_ms and waiters as before, plus kind \
+and the details of its kind) and exits 0.";
 
 const TOP_VIEW_EXAMPLES: &str = "\
 Examples:
   lockctl top
   lockctl top --prefix report: --sort ttl --interval 2s
+  lockctl top --kind fair                  # fair locks and their queues only
   lockctl top --json | jq '.[] | select(.waiters > 0)'
+  lockctl top --json | jq '.[] | select(.kind == \"rw\") | .readers'
   lockctl top > snapshot.txt               # one snapshot, no terminal";
 
 /// Run a command under a distributed lock on Redis (a distributed flock), and
@@ -283,8 +300,10 @@ pub(crate) enum Command {
     /// other.
     #[command(after_help = LAYOUTS_EXAMPLES)]
     Layouts(LayoutsArgs),
-    /// A live view of the locks held: holder, token, lease left, hold time, waiters
-    /// (one snapshot when stdout is not a terminal).
+    /// A live view of the locks in use, of every kind (locks, hot locks, fair locks,
+    /// read-write locks, semaphores): holder, token, lease left, hold time, waiters, and the
+    /// selected lock's queue, readers or permit holders (one snapshot when stdout is not a
+    /// terminal).
     #[command(visible_alias = "watch", long_about = TOP_HELP, after_help = TOP_VIEW_EXAMPLES)]
     Top(TopArgs),
 }
@@ -500,6 +519,10 @@ pub(crate) struct TopArgs {
     #[arg(long, value_enum, default_value_t = SortBy::Name)]
     pub(crate) sort: SortBy,
 
+    /// Show only locks of this kind (the key f in the view cycles through them).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub(crate) kind: Option<LockKind>,
+
     /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
     pub(crate) json: bool,
@@ -529,12 +552,51 @@ pub(crate) enum OnBusy {
     Skip,
 }
 
+/// The kind of a lock in `lockctl top`: its KIND column, `--kind`, and the
+/// `kind` field of its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LockKind {
+    /// A plain lock.
+    Lock,
+    /// A plain lock kept by a hot lock's keeper between its uses.
+    Hot,
+    /// A fair lock.
+    Fair,
+    /// A read-write lock.
+    Rw,
+    /// A semaphore.
+    Sem,
+}
+
+impl LockKind {
+    /// The kind's name, as `--kind` takes it and the KIND column shows it.
+    pub(crate) fn label(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The filter after `filter` (the view's `f`): every kind, then each
+    /// kind in turn, then every kind again.
+    pub(crate) fn next_filter(filter: Option<Self>) -> Option<Self> {
+        let all = Self::value_variants();
+        match filter {
+            None => all.first().copied(),
+            Some(kind) => {
+                let at = all.iter().position(|k| *k == kind).unwrap_or(0);
+                all.get(at + 1).copied()
+            }
+        }
+    }
+}
+
 /// A column of `lockctl top` to sort by: `--sort`, and the view's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SortBy {
     /// The lock name.
     Name,
-    /// The holder.
+    /// The holder (HOLDER).
     Owner,
     /// The fencing token.
     Token,

@@ -1,7 +1,7 @@
 //! What inspection reports about a lock: [`LockInfo`] and [`LockHolder`];
 //! about the lock family: [`FairLockInfo`] (with its [`QueuedWaiter`]s),
 //! [`ReadWriteLockInfo`] (with its [`Reader`]s) and [`SemaphoreInfo`] (with
-//! its [`PermitHolder`]s).
+//! its [`PermitHolder`]s); every lock of every kind: [`ListedLock`].
 
 use std::time::Duration;
 
@@ -69,6 +69,38 @@ impl LockHolder {
     /// The id of the client holding the lock (the owner id up to its last `:`).
     pub fn client_id(&self) -> &str {
         client_of(&self.owner)
+    }
+
+    /// Whether this holder is a hot lock's keeper
+    /// ([`keep_hot`](crate::LockClientBuilder::keep_hot)): the client
+    /// [`client_id`](LockHolder::client_id) keeps the plain lock taken
+    /// between its uses. Its owner id is a field of the keeper's own
+    /// (`<client-id>:h<n>~k`), not a scope's, and its fencing token stays
+    /// the same across the uses until the keeper gives the lock up; the
+    /// uses are counted inside the keeper's process only, so the store
+    /// cannot tell a lock kept idle from one in use.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryStore};
+    /// let hot = LockClient::builder()
+    ///     .keep_hot(Duration::from_secs(30))
+    ///     .memory(MemoryStore::new())?;
+    /// hot.lock("cache:refresh").acquire().await?.release().await?; // kept
+    /// // A fixed lease is never kept.
+    /// let plain = hot.lock("report").lease(Duration::from_secs(5)).acquire().await?;
+    /// let kept = hot.admin().inspect("cache:refresh").await?.holder.expect("kept");
+    /// assert!(kept.kept());
+    /// assert_eq!(kept.client_id(), hot.id());
+    /// let held = hot.admin().inspect("report").await?.holder.expect("held");
+    /// assert!(!held.kept());
+    /// # plain.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kept(&self) -> bool {
+        self.owner.ends_with(crate::wire::KEEP_SUFFIX)
     }
 }
 
@@ -256,6 +288,92 @@ impl PermitHolder {
     pub fn client_id(&self) -> &str {
         client_of(&self.owner)
     }
+}
+
+/// One lock of any kind, as [`LockAdmin::list_all`](crate::LockAdmin::list_all)
+/// lists it: a plain lock held (a hot lock's keeper among them, see
+/// [`LockHolder::kept`]), or a primitive of the lock family in use.
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize` as its
+/// info with a `kind` field added: `"lock"`, `"fair"`, `"read_write"` or
+/// `"semaphore"` (`{"kind": "fair", "name": "deploy", ...}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "kind", rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum ListedLock {
+    /// A plain lock ([`lock`](crate::LockClient::lock)) with its holder.
+    #[cfg_attr(feature = "serde", serde(rename = "lock"))]
+    Plain(LockInfo),
+    /// A fair lock ([`fair_lock`](crate::LockClient::fair_lock)) held or
+    /// with a queue.
+    Fair(FairLockInfo),
+    /// A read-write lock ([`read_write_lock`](crate::LockClient::read_write_lock))
+    /// with readers, a writer or waiting writers.
+    ReadWrite(ReadWriteLockInfo),
+    /// A semaphore ([`semaphore`](crate::LockClient::semaphore)) with
+    /// permits in use.
+    Semaphore(SemaphoreInfo),
+}
+
+impl ListedLock {
+    /// The lock's name, without the key prefix.
+    pub fn name(&self) -> &str {
+        match self {
+            ListedLock::Plain(info) => &info.name,
+            ListedLock::Fair(info) => &info.name,
+            ListedLock::ReadWrite(info) => &info.name,
+            ListedLock::Semaphore(info) => &info.name,
+        }
+    }
+
+    /// The backend's key of the lock (of a read-write lock: the stem of its
+    /// keys), as the info's `key`.
+    pub fn key(&self) -> &str {
+        match self {
+            ListedLock::Plain(info) => &info.key,
+            ListedLock::Fair(info) => &info.key,
+            ListedLock::ReadWrite(info) => &info.key,
+            ListedLock::Semaphore(info) => &info.key,
+        }
+    }
+
+    /// The value of the counter its fencing tokens come from, as
+    /// [`LockInfo::last_fencing_token`].
+    pub fn last_fencing_token(&self) -> Option<u64> {
+        match self {
+            ListedLock::Plain(info) => info.last_fencing_token,
+            ListedLock::Fair(info) => info.last_fencing_token,
+            ListedLock::ReadWrite(info) => info.last_fencing_token,
+            ListedLock::Semaphore(info) => info.last_fencing_token,
+        }
+    }
+
+    /// The order of the kinds among locks of one name: plain, fair,
+    /// read-write, semaphore.
+    pub(crate) fn rank(&self) -> u8 {
+        match self {
+            ListedLock::Plain(_) => 0,
+            ListedLock::Fair(_) => 1,
+            ListedLock::ReadWrite(_) => 2,
+            ListedLock::Semaphore(_) => 3,
+        }
+    }
+}
+
+/// What a backend found of one lock while listing every kind: a plain lock
+/// held, or what it records of the primitive of a key of the family (turned
+/// into a [`ListedLock`] by `client/admin.rs`).
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// A plain lock, as `list` returns it.
+    Plain(LockInfo),
+    /// The primitive of the key (its `kind`: `Fair`, `Write` or `Permits`)
+    /// and what the backend records of it.
+    Family(crate::name::LockKey, FamilyState),
 }
 
 /// What a backend records of one primitive of the lock family, live entries

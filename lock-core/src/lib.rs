@@ -170,8 +170,8 @@ pub use family::{ReadWriteLock, Semaphore};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use info::{
-    FairLockInfo, LockHolder, LockInfo, PermitHolder, QueuedWaiter, ReadWriteLockInfo, Reader,
-    SemaphoreInfo,
+    FairLockInfo, ListedLock, LockHolder, LockInfo, PermitHolder, QueuedWaiter, ReadWriteLockInfo,
+    Reader, SemaphoreInfo,
 };
 pub use lease::{
     DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use crate::info::FamilyState;
-use crate::name::LockKey;
+use crate::info::{FamilyState, Found};
+use crate::name::{self, Kind, LockKey};
 use crate::{BackendError, LockError, LockInfo};
 
 pub use memory::MemoryStore;
@@ -207,6 +207,42 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         prefix: &'a str,
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>>;
+
+    /// Every plain lock held of `prefix` whose name starts with
+    /// `name_prefix`, and every primitive of the lock family of those names
+    /// the store has keys of (live entries only, possibly none), in no
+    /// order. By default, for a backend without the family (Redlock), the
+    /// plain locks of `list`.
+    fn list_all<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Found>, LockError>> {
+        Box::pin(async move {
+            let locks = self.list(prefix, name_prefix).await?;
+            Ok(locks.into_iter().map(Found::Plain).collect())
+        })
+    }
+}
+
+/// The name and kind of the lock whose key (any key of a primitive:
+/// `<prefix>{name}`, `<prefix>{name}:fair:queue`, `<prefix>{name}:rw:read`,
+/// ...) is `key`; `Exclusive` for a plain lock, `Write` for a read-write
+/// lock, `Permits` for a semaphore; `None` for any other key.
+pub(crate) fn listed_key(prefix: &str, key: &str) -> Option<(String, Kind)> {
+    let rest = key.strip_prefix(prefix)?;
+    // The escaped name holds no `}`: the first one closes the hash tag.
+    let close = rest.find('}')?;
+    let (tagged, tail) = rest.split_at(close + 1);
+    let kind = match tail {
+        "" => Kind::Exclusive,
+        ":fair" | ":fair:queue" | ":fair:timeout" | ":fair:lease" => Kind::Fair,
+        ":rw" | ":rw:read" | ":rw:write" | ":rw:wait" => Kind::Write,
+        ":sem" | ":sem:permits" => Kind::Permits { take: 1, total: 1 },
+        _ => return None,
+    };
+    let name = name::name_of(prefix, key.get(..prefix.len() + tagged.len())?)?;
+    Some((name, kind))
 }
 
 /// The names of `keys`, for an error about all of them.
@@ -215,4 +251,28 @@ pub(crate) fn names(keys: &[LockKey]) -> String {
         .map(|key| &*key.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_keys_give_the_name_and_the_kind() {
+        let of = |key| listed_key("lock:", key);
+        assert_eq!(of("lock:{a:b}"), Some(("a:b".into(), Kind::Exclusive)));
+        assert_eq!(of("lock:{a}:fair:queue"), Some(("a".into(), Kind::Fair)));
+        assert_eq!(of("lock:{a}:rw:wait"), Some(("a".into(), Kind::Write)));
+        let semaphore = Kind::Permits { take: 1, total: 1 };
+        assert_eq!(of("lock:{a%7Db}:sem"), Some(("a}b".into(), semaphore)));
+        for other in [
+            "lock:fence:{a}",
+            "lock:{a}:released",
+            "lock:{}",
+            "x:{a}",
+            "lock:{a",
+        ] {
+            assert_eq!(of(other), None, "{other}");
+        }
+    }
 }

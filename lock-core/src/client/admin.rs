@@ -1,6 +1,6 @@
 //! [`LockAdmin`]: the operator's handle on a client's backend: what it
 //! records of a lock (holder, queue, readers, permits, waiting clients),
-//! every lock held, and the overrides that delete a lock whoever holds it.
+//! every lock held (of every kind), and the overrides that delete a lock whoever holds it.
 //! Kept apart from [`LockClient`](crate::LockClient), whose methods take
 //! locks, so that an override is never one autocomplete away from `lock()`.
 
@@ -10,7 +10,10 @@ use std::sync::Arc;
 use crate::backend::Unsupported;
 use crate::client_core::ClientCore;
 use crate::error::LockError;
-use crate::info::{FairLockInfo, FamilyState, LockInfo, ReadWriteLockInfo, Reader, SemaphoreInfo};
+use crate::info::{
+    FairLockInfo, FamilyState, Found, ListedLock, LockInfo, ReadWriteLockInfo, Reader,
+    SemaphoreInfo,
+};
 use crate::name::{Kind, Layout, LockKey};
 
 /// The operator's handle on a client's backend (see
@@ -205,6 +208,146 @@ impl LockAdmin {
         Ok(locks)
     }
 
+    /// Every lock of every kind in use whose name starts with `name_prefix`
+    /// (`""` for all), sorted by name (a name's plain lock, fair lock,
+    /// read-write lock and semaphore in that order): the plain locks held,
+    /// as [`list`](LockAdmin::list) lists them (hot locks' keepers among
+    /// them, see [`LockHolder::kept`](crate::LockHolder::kept)), the fair
+    /// locks held or with a queue, the read-write locks with readers, a
+    /// writer or waiting writers, and the semaphores with permits in use,
+    /// each as its `inspect_*` method reports it (live entries only).
+    ///
+    /// On Redis one `SCAN` walk of this client's key prefix (never `KEYS`),
+    /// then one pipelined round trip per few hundred locks (`HGETALL`,
+    /// `PTTL`, `GET` of a plain lock, the read-only inspection script of a
+    /// primitive of the family); on a cluster, every master. A lock taken or
+    /// released during the walk may or may not be listed, as `SCAN`
+    /// guarantees; each primitive is read at one instant. On Redlock, which
+    /// has no lock family, the plain locks of [`list`](LockAdmin::list).
+    ///
+    /// Errors: [`LockError::Backend`], and [`LockError::Unsupported`] in
+    /// Redisson's layout (as [`list`](LockAdmin::list)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::{ListedLock, LockClient};
+    /// let client = LockClient::memory();
+    /// let _job = client.lock("job:a").acquire().await?;
+    /// let _turn = client.fair_lock("job:deploy").acquire().await?;
+    /// let _read = client.read_write_lock("job:prices").read().acquire().await?;
+    /// let _two = client.semaphore("job:exports", 5).permits(2).acquire().await?;
+    /// let _other = client.lock("order:1").acquire().await?;
+    ///
+    /// let listed = client.admin().list_all("job:").await?;
+    /// let names: Vec<&str> = listed.iter().map(|l| l.name()).collect();
+    /// assert_eq!(names, ["job:a", "job:deploy", "job:exports", "job:prices"]);
+    /// for lock in &listed {
+    ///     match lock {
+    ///         ListedLock::Plain(info) => assert!(info.holder.is_some()),
+    ///         ListedLock::Fair(info) => assert!(info.queue.is_empty()),
+    ///         ListedLock::ReadWrite(info) => assert_eq!(info.readers.len(), 1),
+    ///         ListedLock::Semaphore(info) => assert_eq!(info.in_use, 2),
+    ///         _ => unreachable!("a kind added later"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_all(&self, name_prefix: &str) -> Result<Vec<ListedLock>, LockError> {
+        if self.core.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                key: "*".into(),
+                primitive: "list of locks",
+                backend: "a client in Redisson's layout",
+                reason: "in Redisson's layout a lock's key is its bare name, which tells it \
+                         from no other hash in the database; inspect a lock by its name",
+            });
+        }
+        let found = self
+            .core
+            .backend
+            .list_all(&self.core.prefix, name_prefix)
+            .await?;
+        let mut locks: Vec<ListedLock> = found
+            .into_iter()
+            .filter_map(|found| match found {
+                Found::Plain(info) => info.holder.is_some().then_some(ListedLock::Plain(info)),
+                Found::Family(key, state) => {
+                    let in_use = state.holder.is_some()
+                        || !state.shares.is_empty()
+                        || !state.waiters.is_empty();
+                    in_use.then(|| match key.kind {
+                        Kind::Fair => ListedLock::Fair(fair_info(&key, state)),
+                        Kind::Read | Kind::Write => {
+                            ListedLock::ReadWrite(read_write_info(&key, state))
+                        }
+                        Kind::Permits { .. } => ListedLock::Semaphore(semaphore_info(&key, state)),
+                        // Backends report plain locks as `Found::Plain`.
+                        Kind::Exclusive => ListedLock::Plain(LockInfo {
+                            name: key.name.to_string(),
+                            key: key.lock.to_string(),
+                            fence_key: key.fence(),
+                            holder: state.holder,
+                            last_fencing_token: state.last_fencing_token,
+                        }),
+                    })
+                }
+            })
+            .collect();
+        locks.sort_by(|a, b| (a.name(), a.rank()).cmp(&(b.name(), b.rank())));
+        Ok(locks)
+    }
+
+    /// How many clients wait for each of `locks` (in their order), as
+    /// [`waiters`](LockAdmin::waiters) counts them for plain locks: the
+    /// subscriptions to each lock's own wake-up channel (a fair lock's, a
+    /// read-write lock's, a semaphore's), one round trip as `waiters`. The
+    /// clients of a fair lock's queued waiters count here and are in its
+    /// [`queue`](crate::FairLockInfo::queue); a read-write lock's count is of
+    /// its waiting readers and writers alike (the writers are also in its
+    /// [`waiting_writers`](crate::ReadWriteLockInfo::waiting_writers)); a
+    /// semaphore's waiters are only here. A hot lock's keeper follows its
+    /// lock's channel and counts too.
+    ///
+    /// Errors: [`LockError::Backend`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::LockError> {
+    /// use std::time::Duration;
+    /// let client = distlock_core::LockClient::memory();
+    /// let all = client.semaphore("exports", 1).permit().acquire().await?;
+    /// let waiter = tokio::spawn({
+    ///     let client = client.clone();
+    ///     async move { client.semaphore("exports", 1).permit().wait(Duration::from_secs(5)).acquire().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(50)).await;
+    /// let admin = client.admin();
+    /// let listed = admin.list_all("").await?;
+    /// assert_eq!(admin.waiters_of(&listed).await?, [1]);
+    /// all.release().await?;
+    /// waiter.await.unwrap()?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn waiters_of(&self, locks: &[ListedLock]) -> Result<Vec<u64>, LockError> {
+        let keys = locks
+            .iter()
+            .map(|lock| {
+                let kind = match lock {
+                    ListedLock::Plain(_) => Kind::Exclusive,
+                    ListedLock::Fair(_) => Kind::Fair,
+                    ListedLock::ReadWrite(_) => Kind::Write,
+                    ListedLock::Semaphore(_) => Kind::Permits { take: 1, total: 1 },
+                };
+                self.core.key_of(lock.name(), kind)
+            })
+            .collect::<Result<Vec<LockKey>, _>>()?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.core.backend.subscribers(&keys).await
+    }
+
     /// What the backend records of fair lock `name`
     /// ([`fair_lock`](crate::LockClient::fair_lock)): its holder, and the waiters
     /// queued for it in the order they will get it, each with how long it
@@ -238,14 +381,7 @@ impl LockAdmin {
     /// ```
     pub async fn inspect_fair(&self, name: &str) -> Result<FairLockInfo, LockError> {
         let (key, state) = self.inspect_family(name, Kind::Fair, "fair lock").await?;
-        Ok(FairLockInfo {
-            name: key.name.to_string(),
-            key: key.lock.to_string(),
-            fence_key: key.fence(),
-            holder: state.holder,
-            queue: state.waiters,
-            last_fencing_token: state.last_fencing_token,
-        })
+        Ok(fair_info(&key, state))
     }
 
     /// What the backend records of read-write lock `name`
@@ -281,22 +417,7 @@ impl LockAdmin {
         let (key, state) = self
             .inspect_family(name, Kind::Write, "read-write lock")
             .await?;
-        Ok(ReadWriteLockInfo {
-            name: key.name.to_string(),
-            key: key.stem().to_string(),
-            fence_key: key.fence(),
-            readers: state
-                .shares
-                .into_iter()
-                .map(|share| Reader {
-                    owner: share.owner,
-                    ttl: share.ttl,
-                })
-                .collect(),
-            writer: state.holder,
-            waiting_writers: state.waiters,
-            last_fencing_token: state.last_fencing_token,
-        })
+        Ok(read_write_info(&key, state))
     }
 
     /// What the backend records of semaphore `name`
@@ -327,17 +448,7 @@ impl LockAdmin {
     pub async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         let kind = Kind::Permits { take: 1, total: 1 }; // neither matters here
         let (key, state) = self.inspect_family(name, kind, "semaphore").await?;
-        Ok(SemaphoreInfo {
-            name: key.name.to_string(),
-            key: key.lock.to_string(),
-            fence_key: key.fence(),
-            in_use: state
-                .shares
-                .iter()
-                .fold(0u32, |sum, share| sum.saturating_add(share.permits)),
-            holders: state.shares,
-            last_fencing_token: state.last_fencing_token,
-        })
+        Ok(semaphore_info(&key, state))
     }
 
     /// Deletes the holder of fair lock `name` whoever it is, as an
@@ -414,5 +525,52 @@ impl LockAdmin {
         }
         let state = self.core.backend.inspect_family(&key).await?;
         Ok((key, state))
+    }
+}
+
+/// A fair lock's info from what the backend records of `key`.
+fn fair_info(key: &LockKey, state: FamilyState) -> FairLockInfo {
+    FairLockInfo {
+        name: key.name.to_string(),
+        key: key.lock.to_string(),
+        fence_key: key.fence(),
+        holder: state.holder,
+        queue: state.waiters,
+        last_fencing_token: state.last_fencing_token,
+    }
+}
+
+/// A read-write lock's info from what the backend records of `key`.
+fn read_write_info(key: &LockKey, state: FamilyState) -> ReadWriteLockInfo {
+    ReadWriteLockInfo {
+        name: key.name.to_string(),
+        key: key.stem().to_string(),
+        fence_key: key.fence(),
+        readers: state
+            .shares
+            .into_iter()
+            .map(|share| Reader {
+                owner: share.owner,
+                ttl: share.ttl,
+            })
+            .collect(),
+        writer: state.holder,
+        waiting_writers: state.waiters,
+        last_fencing_token: state.last_fencing_token,
+    }
+}
+
+/// A semaphore's info from what the backend records of `key`.
+fn semaphore_info(key: &LockKey, state: FamilyState) -> SemaphoreInfo {
+    SemaphoreInfo {
+        name: key.name.to_string(),
+        key: key.lock.to_string(),
+        fence_key: key.fence(),
+        in_use: state
+            .shares
+            .iter()
+            .fold(0u32, |sum, share| sum.saturating_add(share.permits)),
+        holders: state.shares,
+        last_fencing_token: state.last_fencing_token,
     }
 }

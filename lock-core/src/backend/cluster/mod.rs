@@ -30,7 +30,7 @@ use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, layouts, listeners, version, RedisSettings};
 use super::standalone::node::connect_error;
 use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
-use crate::info::FamilyState;
+use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::sync::Mutex;
 use crate::wakeups::Wakeups;
@@ -548,6 +548,44 @@ impl ClusterBackend {
         })
         .await
     }
+
+    /// As `list`, every kind: `SCAN` and the reads on every master (a
+    /// primitive's keys share a slot, so a master).
+    async fn list_all(&self, prefix: &str, name_prefix: &str) -> Result<Vec<Found>, LockError> {
+        let key = || format!("{}*", crate::name::display_name(name_prefix));
+        let timeout = self.settings.response_timeout;
+        self.read(key, |conn| async move {
+            let masters =
+                self.masters(conn.clone())
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: key(),
+                        server: self.label.clone(),
+                        source,
+                    })?;
+            let mut found = Vec::new();
+            for (host, port) in masters {
+                let server = format!("{host}:{port}");
+                let mut target = Routed {
+                    conn: conn.clone(),
+                    node: Some(SingleNodeRoutingInfo::ByAddress { host, port }),
+                };
+                found.extend(
+                    inspect::list_all(
+                        &mut target,
+                        prefix,
+                        name_prefix,
+                        &self.scripts,
+                        timeout,
+                        &server,
+                    )
+                    .await?,
+                );
+            }
+            Ok(found)
+        })
+        .await
+    }
 }
 
 /// Whether `err` means that the connection a command went out on was gone,
@@ -754,5 +792,13 @@ impl Backend for ClusterBackend {
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
         ClusterBackend::list(self, prefix, name_prefix).boxed()
+    }
+
+    fn list_all<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Found>, LockError>> {
+        ClusterBackend::list_all(self, prefix, name_prefix).boxed()
     }
 }

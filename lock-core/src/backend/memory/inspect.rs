@@ -1,6 +1,7 @@
 //! What the store shows of its locks without changing them: the holds
 //! counted, one lock's holder (`inspect`), one primitive's live entries in
-//! their order (`inspect_family`), and the plain locks held (`list`).
+//! their order (`inspect_family`), the plain locks held (`list`), and every
+//! lock of every kind in use (`list_all`).
 
 use std::collections::HashMap;
 
@@ -8,7 +9,8 @@ use tokio::time::Instant;
 
 use super::read_write::rw_stem;
 use super::{Entry, MemoryStore, State};
-use crate::info::FamilyState;
+use crate::backend::listed_key;
+use crate::info::{FamilyState, Found};
 use crate::name::{self, Kind, LockKey};
 use crate::{LockHolder, LockInfo, PermitHolder, QueuedWaiter};
 
@@ -77,6 +79,38 @@ impl MemoryStore {
                     .then(|| info(&key, Some(e), state.fence, now))
             })
             .collect()
+    }
+
+    /// The plain locks of `prefix` held now and the live entries of the
+    /// primitives of the lock family the store has, whose name starts with
+    /// `name_prefix` (`Backend::list_all`).
+    pub(super) fn list_all_now(&self, prefix: &str, name_prefix: &str) -> Vec<Found> {
+        let mut found: Vec<Found> = self
+            .list_now(prefix, name_prefix)
+            .into_iter()
+            .map(Found::Plain)
+            .collect();
+        let now = Instant::now();
+        let state = self.inner.state.lock();
+        let family = state
+            .fair
+            .keys()
+            .chain(state.rw.keys())
+            .chain(state.permits.keys());
+        for stored in family {
+            let Some((name, kind)) = listed_key(prefix, stored) else {
+                continue;
+            };
+            if kind == Kind::Exclusive || !name.starts_with(name_prefix) {
+                continue;
+            }
+            let Ok(key) = LockKey::of_kind(prefix, &name, kind) else {
+                continue;
+            };
+            let live = state.family(&key, now);
+            found.push(Found::Family(key, live));
+        }
+        found
     }
 }
 

@@ -381,6 +381,14 @@ impl Backend for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
         async move { Ok(self.list_now(prefix, name_prefix)) }.boxed()
     }
+
+    fn list_all<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<crate::info::Found>, LockError>> {
+        async move { Ok(self.list_all_now(prefix, name_prefix)) }.boxed()
+    }
 }
 
 #[cfg(test)]

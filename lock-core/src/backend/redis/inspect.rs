@@ -1,11 +1,13 @@
 //! Read-only inspection of locks on one Redis node: one lock (`TYPE`,
 //! `HGETALL`, `PTTL`, `GET` of its counter, pipelined), every lock of a
 //! prefix (`SCAN`, never `KEYS`, in batches of a few hundred keys, each
-//! batch read in one pipelined round trip), or one primitive of the lock
+//! batch read in one pipelined round trip), one primitive of the lock
 //! family (one read-only script, which compares the deadlines inside its
-//! keys with the server's `TIME`).
+//! keys with the server's `TIME`), or every lock of every kind of a prefix
+//! (`SCAN`, then the plain locks' reads and the family's inspection scripts
+//! pipelined, a few hundred locks per round trip).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use redis::{RedisResult, Value};
@@ -13,8 +15,9 @@ use redis::{RedisResult, Value};
 use super::command::{self, Target};
 use super::reply::{self, is_wrong_type};
 use super::scripts::{self, Scripts};
-use crate::info::FamilyState;
-use crate::name::{self, Layout, LockKey};
+use crate::backend::listed_key;
+use crate::info::{FamilyState, Found};
+use crate::name::{self, Kind, Layout, LockKey};
 use crate::{BackendError, LockError, LockHolder, LockInfo, PermitHolder, QueuedWaiter};
 
 /// How many keys one `SCAN` step asks for (a hint to Redis, not a limit).
@@ -189,6 +192,147 @@ pub(crate) async fn list<T: Target>(
             return Ok(locks);
         }
         cursor = next;
+    }
+}
+
+/// Every lock of `prefix` on `target` (the node `server`) whose name starts
+/// with `name_prefix`: the plain locks held, and what the store records of
+/// every primitive of the lock family it has keys of. One `SCAN` walk of
+/// the prefix's keys (any type), then one pipelined round trip per
+/// [`SCAN_COUNT`] locks: `HGETALL`, `PTTL`, `GET` for a plain lock, the
+/// inspection script for a primitive (its keys share its slot, so its node).
+pub(crate) async fn list_all<T: Target>(
+    target: &mut T,
+    prefix: &str,
+    name_prefix: &str,
+    scripts: &Scripts,
+    timeout: Duration,
+    server: &str,
+) -> Result<Vec<Found>, LockError> {
+    let backend_error = |source: BackendError| LockError::Backend {
+        key: format!("{}*", name::display_name(name_prefix)),
+        server: server.to_owned(),
+        source,
+    };
+    let pattern = format!(
+        "{}{{{}*}}*",
+        glob_escape(prefix),
+        glob_escape(&name::escape(name_prefix))
+    );
+    // The locks by kind then name: a primitive has several keys, and SCAN
+    // may return a key twice.
+    let mut seen: BTreeSet<(u8, String)> = BTreeSet::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let replies = command::run(target, &scripts::one(scan), 1, &[], timeout)
+            .await
+            .map_err(backend_error)?;
+        let (next, keys): (u64, Vec<Vec<u8>>) = replies
+            .into_iter()
+            .next()
+            .map(from_reply)
+            .unwrap_or_else(|| Err(BackendError::Protocol("no reply to SCAN".into())))
+            .map_err(backend_error)?;
+        for key in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
+            if let Some((name, kind)) = listed_key(prefix, &key) {
+                if name.starts_with(name_prefix) {
+                    seen.insert((rank(kind), name));
+                }
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let keys: Vec<LockKey> = seen
+        .into_iter()
+        .filter_map(|(rank, name)| LockKey::of_kind(prefix, &name, kind_of(rank)).ok())
+        .collect();
+    let mut found = Vec::with_capacity(keys.len());
+    for batch in keys.chunks(SCAN_COUNT) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut count = 0;
+        for key in batch {
+            if key.kind == Kind::Exclusive {
+                pipe.cmd("HGETALL").arg(&*key.lock);
+                pipe.cmd("PTTL").arg(&*key.lock);
+                pipe.cmd("GET").arg(key.fence());
+                count += 3;
+            } else {
+                for cmd in scripts.inspect(key).cmd_iter() {
+                    pipe.add_command(cmd.clone());
+                    count += 1;
+                }
+            }
+        }
+        let replies = command::run(target, &pipe, count, &scripts.all(), timeout)
+            .await
+            .map_err(backend_error)?;
+        let mut replies = replies.into_iter();
+        let too_few = || {
+            backend_error(BackendError::Protocol(
+                "too few replies to a pipeline".into(),
+            ))
+        };
+        for key in batch {
+            if key.kind != Kind::Exclusive {
+                let reply = replies.next().ok_or_else(too_few)?;
+                let reply = reply.map_err(|e| backend_error(e.into()))?;
+                // A key of the name that holds another type is not ours.
+                if let Ok(state) = family_from(reply, key).map_err(backend_error)? {
+                    found.push(Found::Family(key.clone(), state));
+                }
+                continue;
+            }
+            let (Some(fields), Some(ttl), Some(fence)) =
+                (replies.next(), replies.next(), replies.next())
+            else {
+                return Err(too_few());
+            };
+            // Another type (not a lock), or gone since SCAN saw it.
+            let (Ok(fields), Ok(ttl)) = (fields, ttl) else {
+                continue;
+            };
+            let Some(holder) = holder_from(fields, ttl).map_err(backend_error)? else {
+                continue;
+            };
+            found.push(Found::Plain(LockInfo {
+                name: key.name.to_string(),
+                key: key.lock.to_string(),
+                fence_key: key.fence(),
+                holder: Some(holder),
+                last_fencing_token: fence.ok().and_then(fence_from).flatten(),
+            }));
+        }
+    }
+    Ok(found)
+}
+
+/// The order of `kind` in a listing (the inverse of [`kind_of`]).
+fn rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::Exclusive => 0,
+        Kind::Fair => 1,
+        Kind::Read | Kind::Write => 2,
+        Kind::Permits { .. } => 3,
+    }
+}
+
+/// The kind of rank `rank` (see [`rank`]).
+fn kind_of(rank: u8) -> Kind {
+    match rank {
+        0 => Kind::Exclusive,
+        1 => Kind::Fair,
+        2 => Kind::Write,
+        _ => Kind::Permits { take: 1, total: 1 },
     }
 }
 

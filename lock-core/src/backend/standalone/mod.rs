@@ -23,7 +23,7 @@ use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, layouts, listeners, RedisSettings};
 use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
-use crate::info::FamilyState;
+use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::supervised::Supervised;
 use crate::sync::Mutex;
@@ -509,6 +509,27 @@ impl RedisBackend {
         })
         .await
     }
+
+    pub(crate) async fn list_all(
+        &self,
+        prefix: &str,
+        name_prefix: &str,
+    ) -> Result<Vec<Found>, LockError> {
+        let (scripts, timeout) = (&*self.scripts, self.settings.response_timeout);
+        let pattern = format!("{}*", crate::name::display_name(name_prefix));
+        self.read(&pattern, |mut conn, node| async move {
+            inspect::list_all(
+                &mut conn,
+                prefix,
+                name_prefix,
+                scripts,
+                timeout,
+                &node.server,
+            )
+            .await
+        })
+        .await
+    }
 }
 
 impl Backend for RedisBackend {
@@ -588,5 +609,13 @@ impl Backend for RedisBackend {
         name_prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
         RedisBackend::list(self, prefix, name_prefix).boxed()
+    }
+
+    fn list_all<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Found>, LockError>> {
+        RedisBackend::list_all(self, prefix, name_prefix).boxed()
     }
 }
