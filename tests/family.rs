@@ -229,7 +229,7 @@ async fn counting_worker() {
                 permit.release().await.unwrap();
 
                 let rw = client.read_write_lock("count:rw");
-                if (index + task + round) % 3 == 0 {
+                if (index + task + round).is_multiple_of(3) {
                     let guard = rw.write().wait(wait).acquire().await.unwrap();
                     let writers = enter(&mut conn, "count:writers").await;
                     let readers: i64 = redis::cmd("GET").arg("count:readers").query_async::<Option<i64>>(&mut conn).await.unwrap().unwrap_or(0);
