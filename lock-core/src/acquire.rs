@@ -58,7 +58,7 @@ pub(crate) async fn acquire(
     // branch's lock scope).
     let stack = crate::current::stack();
     if let Some(stack) = &stack {
-        if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, &key.id) {
+        if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, &key.id()) {
             if !lock.is_held() {
                 scope.drop_hold(&lock); // not the last: the outer guard holds one
                 return Err(LockError::LeaseLost {
@@ -248,7 +248,7 @@ impl Request<'_> {
         // A lock that another scope of this client holds is busy: a waiter
         // need not ask the server until that holder releases it (its release
         // wakes us) or its lease runs out on the local clock.
-        let held_here = waits && core.held_elsewhere(&key.id, &self.scope.owner).is_some();
+        let held_here = waits && core.held_elsewhere(&key.id(), &self.scope.owner).is_some();
         let first = if waiter.is_none() && !held_here {
             match self.attempt().await {
                 Ok(Ok(lock)) => return Ok(lock),
@@ -308,7 +308,7 @@ impl Request<'_> {
             // hold the lock was not sent by that holder (it forgets itself
             // before its release goes out): the lock was deleted behind its
             // back (force-released, expired): ask the server once.
-            let local = match core.held_elsewhere(&key.id, &self.scope.owner) {
+            let local = match core.held_elsewhere(&key.id(), &self.scope.owner) {
                 Some(_) if std::mem::take(&mut woken) => None,
                 holder => holder,
             };
@@ -789,7 +789,7 @@ async fn rollback(
             if own_field {
                 return Poll::Ready(Some(sent.as_mut().poll(cx)));
             }
-            Poll::Ready(scope.if_unclaimed(&key.id, || sent.as_mut().poll(cx)))
+            Poll::Ready(scope.if_unclaimed(&key.id(), || sent.as_mut().poll(cx)))
         })
         .await;
         let outcome = match first {

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::held::HeldLock;
-use crate::name::{Kind, LockKey};
+use crate::name::{Kind, KeyStr, LockKey};
 use crate::sync::Mutex;
 
 #[derive(Debug)]
@@ -48,7 +48,7 @@ struct State {
 /// that holds many locks pays a linear search, as `taken_by_another` already
 /// did over every entry.
 #[derive(Debug, Default)]
-struct Locks(Vec<(Arc<str>, Entry)>);
+struct Locks(Vec<(KeyStr, Entry)>);
 
 impl Locks {
     fn position(&self, name: &str) -> Option<usize> {
@@ -68,7 +68,7 @@ impl Locks {
 
     /// `name`'s entry, made empty when there is none (moved to the end of
     /// the list: the one the next lookups find first). Always `Some`.
-    fn entry(&mut self, name: &Arc<str>) -> Option<&mut Entry> {
+    fn entry(&mut self, name: &KeyStr) -> Option<&mut Entry> {
         match self.position(name) {
             Some(at) => {
                 let last = self.0.len().saturating_sub(1);
@@ -93,7 +93,7 @@ impl Locks {
         }
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Entry)> {
+    fn iter(&self) -> impl Iterator<Item = (&KeyStr, &Entry)> {
         self.0.iter().map(|(id, entry)| (id, entry))
     }
 }
@@ -110,8 +110,8 @@ struct Entry {
 /// (`LockKey::stem`: a read and the write of one read-write lock share it).
 #[derive(Debug)]
 struct Claimed {
-    id: Arc<str>,
-    stem: Arc<str>,
+    id: KeyStr,
+    stem: KeyStr,
 }
 
 fn live(entry: &Entry) -> Option<Arc<HeldLock>> {
@@ -133,7 +133,7 @@ impl State {
     /// (they exclude nobody but writers).
     fn taken_by_another(&self, key: &LockKey, ours: impl Fn(&HeldLock) -> bool) -> bool {
         let other = |id: &str, stem: &str| {
-            stem == &**key.stem() && !(key.kind == Kind::Read && id == &*key.id)
+            stem == &**key.stem() && !(key.kind == Kind::Read && id == &**key.id())
         };
         self.claims.iter().any(|c| other(&c.id, &c.stem))
             || self.locks.iter().any(|(id, entry)| {
@@ -143,7 +143,7 @@ impl State {
 
     /// Forgets `name`'s entry once nothing holds it or has a request in
     /// flight for it.
-    fn tidy(&mut self, name: &Arc<str>) {
+    fn tidy(&mut self, name: &KeyStr) {
         let idle = self
             .locks
             .get(name)
@@ -193,12 +193,12 @@ impl Scope {
             return None;
         }
         state.claims.push(Claimed {
-            id: key.id.clone(),
+            id: key.id().clone(),
             stem: key.stem().clone(),
         });
         Some(Acquiring {
             scope: self.clone(),
-            id: key.id.clone(),
+            id: key.id().clone(),
         })
     }
 
@@ -206,12 +206,12 @@ impl Scope {
     /// dropped.
     pub(crate) fn attempting<'a>(&'a self, key: &LockKey) -> Attempting<'a> {
         let mut state = self.state.lock();
-        if let Some(entry) = state.locks.entry(&key.id) {
+        if let Some(entry) = state.locks.entry(key.id()) {
             entry.attempts += 1;
         }
         Attempting {
             scope: self,
-            name: key.id.clone(),
+            name: key.id().clone(),
         }
     }
 
@@ -228,14 +228,14 @@ impl Scope {
         admit: impl FnOnce(&Arc<HeldLock>) -> bool,
     ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
-        if let Some(existing) = state.locks.get(&lock.key.id).and_then(live) {
+        if let Some(existing) = state.locks.get(&lock.key.id()).and_then(live) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return Some((existing, false));
         }
         if !admit(&lock) {
             return None;
         }
-        if let Some(entry) = state.locks.entry(&lock.key.id) {
+        if let Some(entry) = state.locks.entry(lock.key.id()) {
             entry.held = Arc::downgrade(&lock);
         }
         Some((lock, true))
@@ -273,12 +273,12 @@ impl Scope {
         if before != 1 {
             return false;
         }
-        if let Some(entry) = state.locks.get_mut(&lock.key.id) {
+        if let Some(entry) = state.locks.get_mut(&lock.key.id()) {
             if std::ptr::eq(entry.held.as_ptr(), lock) {
                 entry.held = Weak::new();
             }
         }
-        state.tidy(&lock.key.id);
+        state.tidy(lock.key.id());
         true
     }
 }
@@ -287,7 +287,7 @@ impl Scope {
 #[derive(Debug)]
 pub(crate) struct Acquiring {
     scope: Arc<Scope>,
-    id: Arc<str>,
+    id: KeyStr,
 }
 
 impl Drop for Acquiring {
@@ -303,7 +303,7 @@ impl Drop for Acquiring {
 /// A request in flight (see [`Scope::attempting`]).
 pub(crate) struct Attempting<'a> {
     scope: &'a Scope,
-    name: Arc<str>,
+    name: KeyStr,
 }
 
 impl Drop for Attempting<'_> {
@@ -347,7 +347,7 @@ mod tests {
         assert_eq!(a.holds.load(Ordering::Acquire), 2);
         assert!(!scope.drop_hold(&a));
         assert!(scope.drop_hold(&a));
-        assert!(!scope.claims(&a.key.id));
+        assert!(!scope.claims(&a.key.id()));
     }
 
     #[tokio::test]
@@ -355,7 +355,7 @@ mod tests {
         let scope = Scope::new("c".into(), "c:1".into());
         let x = lock("x");
         assert!(scope.insert(x.clone(), |_| false).is_none());
-        assert!(!scope.claims(&x.key.id));
+        assert!(!scope.claims(&x.key.id()));
         assert!(scope.claim(&x.key, |_| false).is_some());
     }
 
@@ -364,9 +364,9 @@ mod tests {
         let scope = Scope::new("c".into(), "c:1".into());
         let x = key("x", Kind::Exclusive);
         let attempt = scope.attempting(&x);
-        assert!(scope.claims(&x.id));
+        assert!(scope.claims(&x.id()));
         drop(attempt);
-        assert!(!scope.claims(&x.id));
+        assert!(!scope.claims(&x.id()));
     }
 
     /// Of two acquisitions of one primitive under one owner, the second is
