@@ -156,24 +156,29 @@ pub(crate) async fn acquire(
     let started = Instant::now();
     // The client's shutdown ends every wait at once (an attempt cut short
     // is taken back like any dropped one).
-    let lock = async {
-        tokio::select! {
-            biased;
-            () = core.closing.started() => Err(core.shutting_down(&key.name)),
-            lock = async {
-                if kind == Kind::Exclusive {
-                    request.run(wait).await
-                } else {
-                    request.run_family(wait).await
-                }
-            } => lock,
+    // The span is moved into the future (not cloned): a waiter's future
+    // carries one, and records the token through it at the end.
+    let lock = {
+        let mut acquiring = std::pin::pin!(async {
+            tokio::select! {
+                biased;
+                () = core.closing.started() => Err(core.shutting_down(&key.name)),
+                lock = async {
+                    if kind == Kind::Exclusive {
+                        request.run(wait).await
+                    } else {
+                        request.run_family(wait).await
+                    }
+                } => lock,
+            }
         }
-    }
-    .instrument(span.clone())
-    .await;
-    labels.acquisition(&lock, started.elapsed());
-    let lock = lock?;
-    span.record("token", lock.token);
+        .instrument(span));
+        let lock = acquiring.as_mut().await;
+        labels.acquisition(&lock, started.elapsed());
+        let lock = lock?;
+        acquiring.span().record("token", lock.token);
+        lock
+    };
     Ok(Acquired { lock, scope })
 }
 

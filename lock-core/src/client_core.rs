@@ -156,7 +156,7 @@ impl ClientCore {
         owner.push_str(&self.id);
         owner.push(':');
         let _ = write!(owner, "{n}");
-        Scope::new(self.id.clone(), Arc::from(owner.as_str()))
+        Scope::new(Arc::from(owner.as_str()))
     }
 
     /// Restarts background work whose runtime has gone (called on every

@@ -37,7 +37,7 @@ impl Frame {
 
     /// Whether `scope` is a scope of the client `client_id`.
     fn of_client(&self, client_id: &str) -> bool {
-        &*self.scope.client_id == client_id
+        self.scope.client_id() == client_id
     }
 }
 

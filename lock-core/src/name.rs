@@ -357,9 +357,8 @@ impl LockKey {
         // One buffer for the channel, which holds the lock key and (unless
         // escaped) the name (this runs on every acquisition).
         let family = kind.family();
-        let mut buf = String::with_capacity(
-            prefix.len() + tag.len() + 2 + family.len() + ":released".len(),
-        );
+        let mut buf =
+            String::with_capacity(prefix.len() + tag.len() + 2 + family.len() + ":released".len());
         buf.push_str(prefix);
         buf.push('{');
         buf.push_str(&tag);
@@ -553,11 +552,17 @@ impl LockKey {
     /// The fencing counter of the lock's slot (shared with the other locks
     /// of that slot). Built when needed, not kept with every held lock.
     pub(crate) fn fence(&self) -> String {
-        if let Some(own) = self.extra.as_ref().and_then(|extra| extra.own_fence.as_ref()) {
+        if let Some(own) = self
+            .extra
+            .as_ref()
+            .and_then(|extra| extra.own_fence.as_ref())
+        {
             return own.to_string();
         }
         fence_key(
-            self.lock.get(..self.prefix_len as usize).unwrap_or_default(),
+            self.lock
+                .get(..self.prefix_len as usize)
+                .unwrap_or_default(),
             self.slot,
         )
     }
@@ -764,7 +769,10 @@ mod tests {
 
     /// Whether `part` is stored inside `whole`'s allocation.
     fn inside(part: &str, whole: &str) -> bool {
-        let (start, end) = (whole.as_ptr() as usize, whole.as_ptr() as usize + whole.len());
+        let (start, end) = (
+            whole.as_ptr() as usize,
+            whole.as_ptr() as usize + whole.len(),
+        );
         let at = part.as_ptr() as usize;
         at >= start && at + part.len() <= end
     }

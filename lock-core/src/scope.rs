@@ -19,13 +19,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::held::HeldLock;
-use crate::name::{Kind, KeyStr, LockKey};
+use crate::name::{KeyStr, Kind, LockKey};
 use crate::sync::Mutex;
 
 #[derive(Debug)]
 pub(crate) struct Scope {
-    /// The id of the client whose locks this scope holds.
-    pub(crate) client_id: Arc<str>,
+    /// `<client-id>:<n>`: the owner id the scope's locks are held under,
+    /// which also names the client (see [`client_id`](Scope::client_id)).
     pub(crate) owner: Arc<str>,
     state: Mutex<State>,
 }
@@ -155,13 +155,21 @@ impl State {
 }
 
 impl Scope {
-    /// A scope of client `client_id` with owner id `owner`.
-    pub(crate) fn new(client_id: Arc<str>, owner: Arc<str>) -> Arc<Self> {
+    /// A scope with owner id `owner` (`<client-id>:<n>`).
+    pub(crate) fn new(owner: Arc<str>) -> Arc<Self> {
         Arc::new(Scope {
-            client_id,
             owner,
             state: Mutex::default(),
         })
+    }
+
+    /// The id of the client whose locks this scope holds: its owner id
+    /// without the `:<n>` that numbers the client's scopes (not stored
+    /// apart: a scope is allocated per outermost acquisition).
+    pub(crate) fn client_id(&self) -> &str {
+        self.owner
+            .rsplit_once(':')
+            .map_or(&*self.owner, |(client, _)| client)
     }
 
     /// Adds a hold to `lock`, a lock of this scope, while it has one (a
@@ -339,7 +347,7 @@ mod tests {
 
     #[tokio::test]
     async fn of_two_grants_of_one_read_lock_exactly_one_is_first() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let (a, first_a) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
         let (b, first_b) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
         assert!(first_a && !first_b);
@@ -352,7 +360,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_first_hold_is_not_recorded() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = lock("x");
         assert!(scope.insert(x.clone(), |_| false).is_none());
         assert!(!scope.claims(&x.key.id()));
@@ -361,7 +369,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_in_flight_claims_its_lock() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = key("x", Kind::Exclusive);
         let attempt = scope.attempting(&x);
         assert!(scope.claims(&x.id()));
@@ -375,7 +383,7 @@ mod tests {
     /// its read lock is asked for) and reads of one read lock do not count.
     #[tokio::test]
     async fn an_owner_takes_one_acquisition_of_a_primitive_at_a_time() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = key("x", Kind::Exclusive);
         let first = scope.claim(&x, |_| false).expect("the scope is free");
         assert!(scope.claim(&x, |_| false).is_none(), "under way");
