@@ -174,7 +174,9 @@ pub(crate) fn acquire<'a>(
                         if kind == Kind::Exclusive {
                             request.run(wait).await
                         } else {
-                            request.run_family(wait).await
+                            // Boxed: the family's wait is the larger future, and
+                    // unboxed it would size every plain waiter's too.
+                    Box::pin(request.run_family(wait)).await
                         }
                     } => lock,
                 }
