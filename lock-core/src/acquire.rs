@@ -40,7 +40,7 @@ pub(crate) fn acquire<'a>(
     core: &'a Arc<ClientCore>,
     name: &'a str,
     kind: Kind,
-    options: LockOptions,
+    options: &'a LockOptions,
 ) -> impl Future<Output = Result<Acquired, LockError>> + Send + 'a {
     async move {
         let wait = options.wait_for().normalized();
@@ -1001,7 +1001,7 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let cancelled = tokio::time::timeout(
             Duration::from_millis(50),
-            acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
+            acquire(&core, "x", Kind::Exclusive, &LockOptions::new()),
         )
         .await;
         assert!(cancelled.is_err(), "the answer is still on its way");
@@ -1020,7 +1020,7 @@ mod tests {
         let store = MemoryStore::new();
         let stalled = Arc::new(AtomicBool::new(false));
         let core = stallable_core(&store, Duration::ZERO, stalled.clone());
-        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+        let held = acquire(&core, "x", Kind::Exclusive, &LockOptions::new())
             .await
             .unwrap();
         let waiters: Vec<_> = (0..2)
@@ -1031,7 +1031,7 @@ mod tests {
                         &core,
                         "x",
                         Kind::Exclusive,
-                        LockOptions::new().wait(Duration::from_millis(300)),
+                        &LockOptions::new().wait(Duration::from_millis(300)),
                     )
                     .await
                     .map(|_| ())
@@ -1057,7 +1057,7 @@ mod tests {
         let acquiring = tokio::spawn({
             let core = core.clone();
             async move {
-                acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+                acquire(&core, "x", Kind::Exclusive, &LockOptions::new())
                     .await
                     .map(|_| ())
             }
@@ -1080,7 +1080,7 @@ mod tests {
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
-        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new())
+        let outer = acquire(&core, "outer", Kind::Exclusive, &LockOptions::new())
             .await
             .unwrap();
         let outer = crate::LockGuard::new(core.clone(), outer.lock, outer.scope);
@@ -1091,10 +1091,10 @@ mod tests {
             .scope(async {
                 let abandoned = tokio::time::timeout(
                     Duration::from_millis(20),
-                    acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
+                    acquire(&core, "x", Kind::Exclusive, &LockOptions::new()),
                 )
                 .await;
-                let taken = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await;
+                let taken = acquire(&core, "x", Kind::Exclusive, &LockOptions::new()).await;
                 (abandoned, taken)
             })
             .await;
@@ -1155,7 +1155,7 @@ mod tests {
             &core,
             "f",
             Kind::Fair,
-            LockOptions::new().wait(Duration::from_millis(300)),
+            &LockOptions::new().wait(Duration::from_millis(300)),
         )
         .await;
         assert!(

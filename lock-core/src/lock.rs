@@ -147,7 +147,7 @@ impl Lock {
         // `self` twice in the future every waiter carries.
         async move {
             let Acquired { lock, scope } =
-                acquire::acquire(&self.core, &self.name, self.kind, self.options).await?;
+                acquire::acquire(&self.core, &self.name, self.kind, &self.options).await?;
             Ok(LockGuard::new(self.core, lock, scope))
         }
     }
