@@ -36,34 +36,55 @@ struct State {
     /// name.
     locks: Locks,
     /// The acquisitions under way under this owner inside a scope (see
-    /// [`Scope::claim`]; empty, and allocating nothing, for an outermost
-    /// acquisition, which opens a scope of its own).
-    claims: Vec<Claimed>,
+    /// [`Scope::claim`]; none, and 8 bytes, for an outermost acquisition,
+    /// which opens a scope of its own).
+    claims: Option<Box<Vec<Claimed>>>,
 }
 
 /// The locks of one scope: a list searched from the end, not a hash map.
 /// Almost every scope holds one lock (an outermost acquisition opens a scope
-/// of its own), and a list of one costs a 32-byte allocation and no hashing,
-/// where a map cost 148 bytes per held lock and a SipHash per lookup. A scope
-/// that holds many locks pays a linear search, as `taken_by_another` already
-/// did over every entry.
+/// of its own): that one is kept inline, allocating nothing (a list of one
+/// cost a 40-byte allocation per held lock and per waiter; a map, 148
+/// bytes and a SipHash per lookup). A scope that holds more keeps a list and
+/// pays a linear search, as `taken_by_another` already did over every entry.
 #[derive(Debug, Default)]
-struct Locks(Vec<(KeyStr, Entry)>);
+enum Locks {
+    #[default]
+    Empty,
+    One((KeyStr, Entry)),
+    Many(Vec<(KeyStr, Entry)>),
+}
 
 impl Locks {
+    fn as_slice(&self) -> &[(KeyStr, Entry)] {
+        match self {
+            Locks::Empty => &[],
+            Locks::One(one) => std::slice::from_ref(one),
+            Locks::Many(many) => many,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(KeyStr, Entry)] {
+        match self {
+            Locks::Empty => &mut [],
+            Locks::One(one) => std::slice::from_mut(one),
+            Locks::Many(many) => many,
+        }
+    }
+
     fn position(&self, name: &str) -> Option<usize> {
-        self.0.iter().rposition(|(id, _)| &**id == name)
+        self.as_slice().iter().rposition(|(id, _)| &**id == name)
     }
 
     fn get(&self, name: &str) -> Option<&Entry> {
         self.position(name)
-            .and_then(|at| self.0.get(at))
+            .and_then(|at| self.as_slice().get(at))
             .map(|(_, entry)| entry)
     }
 
     fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
         let at = self.position(name)?;
-        self.0.get_mut(at).map(|(_, entry)| entry)
+        self.as_mut_slice().get_mut(at).map(|(_, entry)| entry)
     }
 
     /// `name`'s entry, made empty when there is none (moved to the end of
@@ -71,30 +92,38 @@ impl Locks {
     fn entry(&mut self, name: &KeyStr) -> Option<&mut Entry> {
         match self.position(name) {
             Some(at) => {
-                let last = self.0.len().saturating_sub(1);
-                self.0.swap(at, last);
+                let slice = self.as_mut_slice();
+                let last = slice.len().saturating_sub(1);
+                slice.swap(at, last);
             }
-            None => {
-                // Room for exactly one first (a Vec's first push makes room
-                // for four: 96 bytes more per held lock); then it grows as
-                // usual.
-                if self.0.capacity() == 0 {
-                    self.0.reserve_exact(1);
+            None => match std::mem::take(self) {
+                Locks::Empty => *self = Locks::One((name.clone(), Entry::default())),
+                Locks::One(one) => {
+                    *self = Locks::Many(vec![one, (name.clone(), Entry::default())]);
                 }
-                self.0.push((name.clone(), Entry::default()));
-            }
+                Locks::Many(mut many) => {
+                    many.push((name.clone(), Entry::default()));
+                    *self = Locks::Many(many);
+                }
+            },
         }
-        self.0.last_mut().map(|(_, entry)| entry)
+        self.as_mut_slice().last_mut().map(|(_, entry)| entry)
     }
 
     fn remove(&mut self, name: &str) {
-        if let Some(at) = self.position(name) {
-            self.0.swap_remove(at);
+        let Some(at) = self.position(name) else {
+            return;
+        };
+        match self {
+            Locks::Many(many) => {
+                many.swap_remove(at);
+            }
+            _ => *self = Locks::Empty,
         }
     }
 
     fn iter(&self) -> impl Iterator<Item = (&KeyStr, &Entry)> {
-        self.0.iter().map(|(id, entry)| (id, entry))
+        self.as_slice().iter().map(|(id, entry)| (id, entry))
     }
 }
 
@@ -135,7 +164,10 @@ impl State {
         let other = |id: &str, stem: &str| {
             stem == &**key.stem() && !(key.kind == Kind::Read && id == &**key.id())
         };
-        self.claims.iter().any(|c| other(&c.id, &c.stem))
+        self.claims
+            .iter()
+            .flat_map(|claims| claims.iter())
+            .any(|c| other(&c.id, &c.stem))
             || self.locks.iter().any(|(id, entry)| {
                 live(entry).is_some_and(|lock| other(id, lock.key.stem()) && !ours(&lock))
             })
@@ -200,7 +232,7 @@ impl Scope {
         if state.taken_by_another(key, ours) {
             return None;
         }
-        state.claims.push(Claimed {
+        state.claims.get_or_insert_with(Box::default).push(Claimed {
             id: key.id().clone(),
             stem: key.stem().clone(),
         });
@@ -302,8 +334,10 @@ impl Drop for Acquiring {
     fn drop(&mut self) {
         let mut state = self.scope.state.lock();
         // Claims of one name are alike (reads): any one of them goes.
-        if let Some(at) = state.claims.iter().position(|c| c.id == self.id) {
-            state.claims.swap_remove(at);
+        if let Some(claims) = state.claims.as_mut() {
+            if let Some(at) = claims.iter().position(|c| c.id == self.id) {
+                claims.swap_remove(at);
+            }
         }
     }
 }
@@ -331,6 +365,35 @@ mod tests {
     use super::*;
     use crate::held::Lease;
     use crate::name::LockKey;
+
+    /// One lock is kept inline; a second makes a list; entries are found,
+    /// moved to the end and removed alike in both forms.
+    #[test]
+    fn the_lock_list_grows_from_one_inline_entry_and_shrinks_back() {
+        let (a, b, c): (KeyStr, KeyStr, KeyStr) = ("a".into(), "b".into(), "c".into());
+        let mut locks = Locks::default();
+        assert!(locks.get("a").is_none());
+        locks.entry(&a).unwrap().attempts = 1;
+        assert!(matches!(locks, Locks::One(_)));
+        assert_eq!(locks.get("a").map(|e| e.attempts), Some(1));
+        locks.entry(&b).unwrap().attempts = 2;
+        locks.entry(&c).unwrap().attempts = 3;
+        assert!(matches!(&locks, Locks::Many(many) if many.len() == 3));
+        // Entering an existing one moves it to the end.
+        locks.entry(&a).unwrap().attempts += 10;
+        let order: Vec<&str> = locks.iter().map(|(id, _)| &**id).collect();
+        assert_eq!(order.last(), Some(&"a"));
+        assert_eq!(locks.get("a").map(|e| e.attempts), Some(11));
+        locks.remove("b");
+        assert!(locks.get("b").is_none());
+        assert_eq!(locks.get_mut("c").map(|e| e.attempts), Some(3));
+        let mut one = Locks::default();
+        one.entry(&a);
+        one.remove("x");
+        assert!(one.get("a").is_some());
+        one.remove("a");
+        assert!(matches!(one, Locks::Empty));
+    }
 
     fn key(name: &str, kind: Kind) -> LockKey {
         LockKey::of_kind("lock:", name, kind).unwrap()
