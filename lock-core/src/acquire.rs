@@ -356,27 +356,37 @@ impl Request<'_> {
                 } else if let Some(until) = waiter.hand_off_elsewhere().filter(|_| !last_look) {
                     Some(until.saturating_duration_since(Instant::now()))
                 } else {
-                    let attempt = self.attempt().await;
-                    waiter.attempted(matches!(attempt, Ok(Ok(_))));
-                    match attempt {
-                        Ok(Ok(lock)) => return Ok(lock),
-                        Ok(Err(busy)) => busy.ttl,
-                        // Redlock without a majority of masters answering: retry
-                        // after a random delay (so that competing clients do not
-                        // collide again), until the deadline.
-                        Err(err @ LockError::QuorumNotReached { .. }) => {
-                            let now = Instant::now();
-                            let left = deadline
-                                .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-                            if left.is_zero() {
-                                return Err(err);
+                    // The attempt's answer is not kept across the retry's
+                    // sleep (a larger future for every waiter): only the pause.
+                    let retry = {
+                        let attempt = self.attempt().await;
+                        waiter.attempted(matches!(attempt, Ok(Ok(_))));
+                        match attempt {
+                            Ok(Ok(lock)) => return Ok(lock),
+                            Ok(Err(busy)) => Ok(busy.ttl),
+                            // Redlock without a majority of masters answering: retry
+                            // after a random delay (so that competing clients do not
+                            // collide again), until the deadline.
+                            Err(err @ LockError::QuorumNotReached { .. }) => {
+                                let now = Instant::now();
+                                let left = deadline
+                                    .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+                                if left.is_zero() {
+                                    return Err(err);
+                                }
+                                tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                                let jitter = Duration::from_millis(rand::random_range(20..200));
+                                Err(jitter.min(left))
                             }
-                            tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
-                            let jitter = Duration::from_millis(rand::random_range(20..200));
-                            tokio::time::sleep(jitter.min(left)).await;
+                            Err(err) => return Err(err),
+                        }
+                    };
+                    match retry {
+                        Ok(ttl) => ttl,
+                        Err(pause) => {
+                            tokio::time::sleep(pause).await;
                             continue;
                         }
-                        Err(err) => return Err(err),
                     }
                 };
                 let now = Instant::now();
