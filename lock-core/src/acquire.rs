@@ -36,6 +36,7 @@ pub(crate) struct Acquired {
 /// A plain function around an `async move` block, not an `async fn`: an
 /// `async fn` keeps its arguments twice in its future (as passed, and moved
 /// into its body), which every waiter of the process carries.
+#[allow(clippy::manual_async_fn)] // on purpose, see above
 pub(crate) fn acquire<'a>(
     core: &'a Arc<ClientCore>,
     name: &'a str,
@@ -63,7 +64,7 @@ pub(crate) fn acquire<'a>(
         // branch's lock scope).
         let stack = crate::current::stack();
         if let Some(stack) = &stack {
-            if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, &key.id()) {
+            if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, key.id()) {
                 if !lock.is_held() {
                     scope.drop_hold(&lock); // not the last: the outer guard holds one
                     return Err(LockError::LeaseLost {
@@ -269,7 +270,7 @@ impl Request<'_> {
             // A lock that another scope of this client holds is busy: a waiter
             // need not ask the server until that holder releases it (its release
             // wakes us) or its lease runs out on the local clock.
-            let held_here = waits && core.held_elsewhere(&key.id(), &self.scope.owner).is_some();
+            let held_here = waits && core.held_elsewhere(key.id(), &self.scope.owner).is_some();
             let first = if waiter.is_none() && !held_here {
                 match self.attempt().await {
                     Ok(Ok(lock)) => return Ok(lock),
@@ -334,7 +335,7 @@ impl Request<'_> {
                 // hold the lock was not sent by that holder (it forgets itself
                 // before its release goes out): the lock was deleted behind its
                 // back (force-released, expired): ask the server once.
-                let local = match core.held_elsewhere(&key.id(), &self.scope.owner) {
+                let local = match core.held_elsewhere(key.id(), &self.scope.owner) {
                     Some(_) if std::mem::take(&mut woken) => None,
                     holder => holder,
                 };
@@ -833,7 +834,7 @@ async fn rollback(
             if own_field {
                 return Poll::Ready(Some(sent.as_mut().poll(cx)));
             }
-            Poll::Ready(scope.if_unclaimed(&key.id(), || sent.as_mut().poll(cx)))
+            Poll::Ready(scope.if_unclaimed(key.id(), || sent.as_mut().poll(cx)))
         })
         .await;
         let outcome = match first {

@@ -142,6 +142,7 @@ impl Lock {
     /// by this caller. A grant that the server made for a request whose
     /// answer was never read is taken back in the background, and so is a
     /// place in a fair lock's queue or a waiting writer's intent.
+    #[allow(clippy::manual_async_fn)] // on purpose: see the comment inside
     pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
         // An `async move` block rather than an `async fn`, which would keep
         // `self` twice in the future every waiter carries.

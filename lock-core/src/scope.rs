@@ -38,6 +38,8 @@ struct State {
     /// The acquisitions under way under this owner inside a scope (see
     /// [`Scope::claim`]; none, and 8 bytes, for an outermost acquisition,
     /// which opens a scope of its own).
+    // Boxed on purpose: 8 bytes in every scope instead of a Vec's 24.
+    #[allow(clippy::box_collection)]
     claims: Option<Box<Vec<Claimed>>>,
 }
 
@@ -268,7 +270,7 @@ impl Scope {
         admit: impl FnOnce(&Arc<HeldLock>) -> bool,
     ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
-        if let Some(existing) = state.locks.get(&lock.key.id()).and_then(live) {
+        if let Some(existing) = state.locks.get(lock.key.id()).and_then(live) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return Some((existing, false));
         }
@@ -313,7 +315,7 @@ impl Scope {
         if before != 1 {
             return false;
         }
-        if let Some(entry) = state.locks.get_mut(&lock.key.id()) {
+        if let Some(entry) = state.locks.get_mut(lock.key.id()) {
             if std::ptr::eq(entry.held.as_ptr(), lock) {
                 entry.held = Weak::new();
             }
@@ -418,7 +420,7 @@ mod tests {
         assert_eq!(a.holds.load(Ordering::Acquire), 2);
         assert!(!scope.drop_hold(&a));
         assert!(scope.drop_hold(&a));
-        assert!(!scope.claims(&a.key.id()));
+        assert!(!scope.claims(a.key.id()));
     }
 
     #[tokio::test]
@@ -426,7 +428,7 @@ mod tests {
         let scope = Scope::new("c:1".into());
         let x = lock("x");
         assert!(scope.insert(x.clone(), |_| false).is_none());
-        assert!(!scope.claims(&x.key.id()));
+        assert!(!scope.claims(x.key.id()));
         assert!(scope.claim(&x.key, |_| false).is_some());
     }
 
@@ -435,9 +437,9 @@ mod tests {
         let scope = Scope::new("c:1".into());
         let x = key("x", Kind::Exclusive);
         let attempt = scope.attempting(&x);
-        assert!(scope.claims(&x.id()));
+        assert!(scope.claims(x.id()));
         drop(attempt);
-        assert!(!scope.claims(&x.id()));
+        assert!(!scope.claims(x.id()));
     }
 
     /// Of two acquisitions of one primitive under one owner, the second is
