@@ -32,149 +32,165 @@ pub(crate) struct Acquired {
 /// Acquires `kind` of the primitive named `name` of `core` as `options`
 /// say: waiting as long as their [`Wait`], with their fixed lease or (when
 /// none) in watchdog mode, held at least their minimum hold.
-pub(crate) async fn acquire(
-    core: &Arc<ClientCore>,
-    name: &str,
+///
+/// A plain function around an `async move` block, not an `async fn`: an
+/// `async fn` keeps its arguments twice in its future (as passed, and moved
+/// into its body), which every waiter of the process carries.
+#[allow(clippy::manual_async_fn)] // on purpose, see above
+pub(crate) fn acquire<'a>(
+    core: &'a Arc<ClientCore>,
+    name: &'a str,
     kind: Kind,
-    options: LockOptions,
-) -> Result<Acquired, LockError> {
-    let wait = options.wait_for().normalized();
-    let (lease, at_least) = (options.fixed_lease(), options.min_hold());
-    let mut key = core.key_of(name, kind)?;
-    check_kind(core, &key)?;
-    let at_least = lease::check_at_least(&key.name, at_least, lease)?;
-    // A waiting fair or write acquisition keeps a place while it waits.
-    // (Redisson's read-write lock records no intent: its writers wait unqueued.)
-    key.queue = wait != Wait::Once
-        && matches!(kind, Kind::Fair | Kind::Write)
-        && key.layout == crate::name::Layout::Native;
-    let lease = match lease {
-        None => Lease::Watchdog(core.lease),
-        Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),
-    };
-    core.ensure_background();
-    // The locks whose scope the code being polled runs in: only these are
-    // re-entered (a sibling branch of a `join!` is not inside another
-    // branch's lock scope).
-    let stack = crate::current::stack();
-    if let Some(stack) = &stack {
-        if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, &key.id) {
-            if !lock.is_held() {
-                scope.drop_hold(&lock); // not the last: the outer guard holds one
-                return Err(LockError::LeaseLost {
-                    key: key.name.to_string(),
-                    reason: "the lock re-entered was lost",
-                });
-            }
-            tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
-            return Ok(Acquired { lock, scope });
-        }
-        // (A writer that also reads re-entered its write hold above.)
-        if kind == Kind::Write && crate::current::holds(stack, &core.id, &key.aux(":read")) {
-            return Err(LockError::UpgradeRefused {
-                key: key.name.to_string(),
-            });
-        }
-    }
-    let outer = stack
-        .as_deref()
-        .and_then(|stack| crate::current::scope_for(stack, &core.id, key.stem()));
-    // The claim is held until the acquisition ends: while it is under way
-    // (and then while its lock is held), no other acquisition of the
-    // primitive takes the same owner.
-    let (scope, _claim) = match outer {
-        Some(outer) => {
-            let ours = |lock: &HeldLock| crate::current::on_stack(stack.as_deref(), lock);
-            match outer.claim(&key, ours) {
-                Some(claim) => (outer, Some(claim)),
-                // Something else of the scope (a sibling branch, a task
-                // running a guard of the scope) holds or takes the
-                // primitive: this acquisition is another owner.
-                None => (core.new_scope(), None),
-            }
-        }
-        None => {
-            // Only a waiting acquisition would wait on itself; a single try
-            // finds the lock busy, as it is. Any kind of the primitive counts
-            // (its stem): a chain holding a read through one client and
-            // asking for the write through another waits for itself, and so
-            // does a read behind a writer waiting for the chain's read, or a
-            // permit the chain's own permits keep from it.
-            let held = match wait {
-                Wait::Once => None,
-                _ => crate::current::held_by_other_client(
-                    stack.as_deref(),
-                    &core.store,
-                    key.stem(),
-                    &core.id,
-                ),
-            };
-            if let Some(held) = held {
-                let holder = held.owner.to_string();
-                return Err(LockError::HeldByOtherClient {
-                    key: key.name.to_string(),
-                    holder_client: holder
-                        .split_once(':')
-                        .map_or(holder.as_str(), |(client, _)| client)
-                        .to_owned(),
-                    holder,
-                    client: core.id.to_string(),
-                });
-            }
-            (core.new_scope(), None)
-        }
-    };
-    // A shutting-down client takes no new locks (re-entering one its caller
-    // holds, above, still works: a body finishing in the grace period may).
-    if core.is_closing() {
-        return Err(core.shutting_down(&key.name));
-    }
-    let labels = Labels::new(&core.meter_names, &key);
-    let hot = match &core.keeper {
-        Some(keeper) if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() => {
-            keeper.ensure_running();
-            true
-        }
-        _ => false,
-    };
-    let request = Request {
-        core,
-        key: &key,
-        scope: &scope,
-        lease,
-        at_least,
-        labels: &labels,
-        hot,
-    };
-    let span = tracing::debug_span!(
-        "lock_acquire",
-        key = %key.name,
-        kind = kind.describe(),
-        owner = %scope.owner,
-        token = tracing::field::Empty,
-    );
-    let started = Instant::now();
-    // The client's shutdown ends every wait at once (an attempt cut short
-    // is taken back like any dropped one).
-    let lock = async {
-        tokio::select! {
-            biased;
-            () = core.closing.started() => Err(core.shutting_down(&key.name)),
-            lock = async {
-                if kind == Kind::Exclusive {
-                    request.run(wait).await
-                } else {
-                    request.run_family(wait).await
+    options: &'a LockOptions,
+) -> impl Future<Output = Result<Acquired, LockError>> + Send + 'a {
+    async move {
+        let wait = options.wait_for().normalized();
+        let (lease, at_least) = (options.fixed_lease(), options.min_hold());
+        let mut key = core.key_of(name, kind)?;
+        check_kind(core, &key)?;
+        let at_least = lease::check_at_least(&key.name, at_least, lease)?;
+        // A waiting fair or write acquisition keeps a place while it waits.
+        // (Redisson's read-write lock records no intent: its writers wait unqueued.)
+        key.queue = wait != Wait::Once
+            && matches!(kind, Kind::Fair | Kind::Write)
+            && key.layout == crate::name::Layout::Native;
+        let lease = match lease {
+            None => Lease::Watchdog(core.lease),
+            Some(lease) => Lease::Fixed(lease::check_fixed(&key.name, lease)?),
+        };
+        core.ensure_background();
+        // The locks whose scope the code being polled runs in: only these are
+        // re-entered (a sibling branch of a `join!` is not inside another
+        // branch's lock scope).
+        let stack = crate::current::stack();
+        if let Some(stack) = &stack {
+            if let Some((lock, scope)) = crate::current::reenter(stack, &core.id, key.id()) {
+                if !lock.is_held() {
+                    scope.drop_hold(&lock); // not the last: the outer guard holds one
+                    return Err(LockError::LeaseLost {
+                        key: key.name.to_string(),
+                        reason: "the lock re-entered was lost",
+                    });
                 }
-            } => lock,
+                tracing::trace!(key = %key.name, holds = lock.holds.load(std::sync::atomic::Ordering::Acquire), "lock re-entered");
+                return Ok(Acquired { lock, scope });
+            }
+            // (A writer that also reads re-entered its write hold above.)
+            if kind == Kind::Write && crate::current::holds(stack, &core.id, &key.aux(":read")) {
+                return Err(LockError::UpgradeRefused {
+                    key: key.name.to_string(),
+                });
+            }
         }
+        let outer = stack
+            .as_deref()
+            .and_then(|stack| crate::current::scope_for(stack, &core.id, key.stem()));
+        // The claim is held until the acquisition ends: while it is under way
+        // (and then while its lock is held), no other acquisition of the
+        // primitive takes the same owner.
+        let (scope, _claim) = match outer {
+            Some(outer) => {
+                let ours = |lock: &HeldLock| crate::current::on_stack(stack.as_deref(), lock);
+                match outer.claim(&key, ours) {
+                    Some(claim) => (outer, Some(claim)),
+                    // Something else of the scope (a sibling branch, a task
+                    // running a guard of the scope) holds or takes the
+                    // primitive: this acquisition is another owner.
+                    None => (core.new_scope(), None),
+                }
+            }
+            None => {
+                // Only a waiting acquisition would wait on itself; a single try
+                // finds the lock busy, as it is. Any kind of the primitive counts
+                // (its stem): a chain holding a read through one client and
+                // asking for the write through another waits for itself, and so
+                // does a read behind a writer waiting for the chain's read, or a
+                // permit the chain's own permits keep from it.
+                let held = match wait {
+                    Wait::Once => None,
+                    _ => crate::current::held_by_other_client(
+                        stack.as_deref(),
+                        &core.store,
+                        key.stem(),
+                        &core.id,
+                    ),
+                };
+                if let Some(held) = held {
+                    let holder = held.owner.to_string();
+                    return Err(LockError::HeldByOtherClient {
+                        key: key.name.to_string(),
+                        holder_client: holder
+                            .split_once(':')
+                            .map_or(holder.as_str(), |(client, _)| client)
+                            .to_owned(),
+                        holder,
+                        client: core.id.to_string(),
+                    });
+                }
+                (core.new_scope(), None)
+            }
+        };
+        // A shutting-down client takes no new locks (re-entering one its caller
+        // holds, above, still works: a body finishing in the grace period may).
+        if core.is_closing() {
+            return Err(core.shutting_down(&key.name));
+        }
+        let labels = Labels::new(&core.meter_names, &key);
+        let hot = match &core.keeper {
+            Some(keeper)
+                if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() =>
+            {
+                keeper.ensure_running();
+                true
+            }
+            _ => false,
+        };
+        let request = Request {
+            core,
+            key: &key,
+            scope: &scope,
+            lease,
+            at_least,
+            labels: &labels,
+            hot,
+        };
+        let span = tracing::debug_span!(
+            "lock_acquire",
+            key = %key.name,
+            kind = kind.describe(),
+            owner = %scope.owner,
+            token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        // The client's shutdown ends every wait at once (an attempt cut short
+        // is taken back like any dropped one).
+        // The span is moved into the future (not cloned): a waiter's future
+        // carries one, and records the token through it at the end.
+        let lock = {
+            let mut acquiring = std::pin::pin!(async {
+                tokio::select! {
+                    biased;
+                    () = core.closing.started() => Err(core.shutting_down(&key.name)),
+                    lock = async {
+                        if kind == Kind::Exclusive {
+                            request.run(wait).await
+                        } else {
+                            // Boxed: the family's wait is the larger future, and
+                    // unboxed it would size every plain waiter's too.
+                    Box::pin(request.run_family(wait)).await
+                        }
+                    } => lock,
+                }
+            }
+            .instrument(span));
+            let lock = acquiring.as_mut().await;
+            labels.acquisition(&lock, started.elapsed());
+            let lock = lock?;
+            acquiring.span().record("token", lock.token);
+            lock
+        };
+        Ok(Acquired { lock, scope })
     }
-    .instrument(span.clone())
-    .await;
-    labels.acquisition(&lock, started.elapsed());
-    let lock = lock?;
-    span.record("token", lock.token);
-    Ok(Acquired { lock, scope })
 }
 
 /// Refuses what the backend or the request cannot do, naming the lock and
@@ -232,143 +248,165 @@ struct Request<'a> {
 
 impl Request<'_> {
     /// Attempts, and waits between attempts while the lock is busy.
-    async fn run(&self, wait: Wait) -> Result<Arc<HeldLock>, LockError> {
-        let core = self.core;
-        let key = self.key;
-        let started = Instant::now();
-        let waits = wait != Wait::Once;
-        // When other waiters of this client already follow the lock's
-        // channel, registering is free: do it first, and the first attempt is
-        // already covered by a wake-up.
-        let waiter = if waits {
-            core.wakeups.waiter_if_subscribed(key)
-        } else {
-            None
-        };
-        // A lock that another scope of this client holds is busy: a waiter
-        // need not ask the server until that holder releases it (its release
-        // wakes us) or its lease runs out on the local clock.
-        let held_here = waits && core.held_elsewhere(&key.id, &self.scope.owner).is_some();
-        let first = if waiter.is_none() && !held_here {
-            match self.attempt().await {
-                Ok(Ok(lock)) => return Ok(lock),
-                Ok(Err(_)) => Ok(()),
-                Err(err) => Err(err),
+    /// (A function around an `async move` block, as [`acquire`]: its
+    /// arguments are kept once in the future.)
+    fn run(
+        &self,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Arc<HeldLock>, LockError>> + Send + '_ {
+        async move {
+            let core = self.core;
+            let key = self.key;
+            let started = Instant::now();
+            let waits = wait != Wait::Once;
+            // When other waiters of this client already follow the lock's
+            // channel, registering is free: do it first, and the first attempt is
+            // already covered by a wake-up.
+            let waiter = if waits {
+                core.wakeups.waiter_if_subscribed(key)
+            } else {
+                None
+            };
+            // A lock that another scope of this client holds is busy: a waiter
+            // need not ask the server until that holder releases it (its release
+            // wakes us) or its lease runs out on the local clock.
+            let held_here = waits && core.held_elsewhere(key.id(), &self.scope.owner).is_some();
+            let first = if waiter.is_none() && !held_here {
+                match self.attempt().await {
+                    Ok(Ok(lock)) => return Ok(lock),
+                    Ok(Err(_)) => Ok(()),
+                    Err(err) => Err(err),
+                }
+            } else {
+                Ok(())
+            };
+            let deadline = wait.deadline(started);
+            match (wait, first) {
+                (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => {
+                    return Err(err)
+                }
+                (Wait::Once, Err(err)) => return Err(err),
+                (Wait::Once, Ok(())) => {
+                    return Err(LockError::Busy {
+                        key: key.name.to_string(),
+                    })
+                }
+                _ => {}
             }
-        } else {
-            Ok(())
-        };
-        let deadline = wait.deadline(started);
-        match (wait, first) {
-            (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => return Err(err),
-            (Wait::Once, Err(err)) => return Err(err),
-            (Wait::Once, Ok(())) => {
-                return Err(LockError::Busy {
-                    key: key.name.to_string(),
-                })
-            }
-            _ => {}
+            tracing::debug!(key = %key.name, wait = ?wait, "waiting for lock");
+            self.wait(waiter, started, deadline).await
         }
-        tracing::debug!(key = %key.name, wait = ?wait, "waiting for lock");
-        self.wait(waiter, started, deadline).await
     }
 
     /// Waits for the lock (the first attempt failed) until `deadline`, with
     /// `waiter` when one was registered already.
-    async fn wait(
+    /// (A function around an `async move` block, as [`acquire`].)
+    fn wait(
         &self,
         waiter: Option<WaitSet>,
         started: Instant,
         deadline: Option<Instant>,
-    ) -> Result<Arc<HeldLock>, LockError> {
-        let core = self.core;
-        let key = self.key;
-        let _waiting = self.labels.waiting();
-        // Register before the next attempt: a release between that attempt
-        // and the wait below still wakes us.
-        let mut waiter = match waiter {
-            Some(waiter) => waiter,
-            None => {
-                let mut waiter = core.wakeups.waiter(key);
-                if !waiter.ready(core.response_timeout).await {
-                    tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
-                }
-                waiter
-            }
-        };
-        let mut woken = false;
-        loop {
-            // The attempt after registering is the one that counts: a release
-            // before it is seen by it, a release after it wakes us. Without
-            // asking the server, the lock is busy while another scope of this
-            // client holds it (a holder is forgotten before its release is
-            // sent, so its wake-up finds it gone) or while a waiter of this
-            // client woken by its release is taking it.
-            // A release message while another scope of this client seems to
-            // hold the lock was not sent by that holder (it forgets itself
-            // before its release goes out): the lock was deleted behind its
-            // back (force-released, expired): ask the server once.
-            let local = match core.held_elsewhere(&key.id, &self.scope.owner) {
-                Some(_) if std::mem::take(&mut woken) => None,
-                holder => holder,
-            };
-            // At the deadline the last look is this acquisition's own
-            // attempt, not another waiter's hand-off: that waiter's attempt
-            // may never be answered (a server that stopped answering), and
-            // ending the wait on its word would report an outage as a busy
-            // lock (`TimedOut` instead of `Backend`).
-            let last_look = deadline.is_some_and(|deadline| Instant::now() >= deadline);
-            let ttl = if let Some(holder) = local {
-                // A wake-up taken here found the lock held again: its
-                // holder's release will wake the next waiter.
-                waiter.attempted(true);
-                Some(
-                    holder
-                        .valid_until()
-                        .saturating_duration_since(Instant::now()),
-                )
-            } else if let Some(until) = waiter.hand_off_elsewhere().filter(|_| !last_look) {
-                Some(until.saturating_duration_since(Instant::now()))
-            } else {
-                let attempt = self.attempt().await;
-                waiter.attempted(matches!(attempt, Ok(Ok(_))));
-                match attempt {
-                    Ok(Ok(lock)) => return Ok(lock),
-                    Ok(Err(busy)) => busy.ttl,
-                    // Redlock without a majority of masters answering: retry
-                    // after a random delay (so that competing clients do not
-                    // collide again), until the deadline.
-                    Err(err @ LockError::QuorumNotReached { .. }) => {
-                        let now = Instant::now();
-                        let left =
-                            deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-                        if left.is_zero() {
-                            return Err(err);
-                        }
-                        tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
-                        let jitter = Duration::from_millis(rand::random_range(20..200));
-                        tokio::time::sleep(jitter.min(left)).await;
-                        continue;
+    ) -> impl Future<Output = Result<Arc<HeldLock>, LockError>> + Send + '_ {
+        async move {
+            let core = self.core;
+            let key = self.key;
+            let _waiting = self.labels.waiting();
+            // Register before the next attempt: a release between that attempt
+            // and the wait below still wakes us.
+            let mut waiter = match waiter {
+                Some(waiter) => waiter,
+                None => {
+                    let mut waiter = core.wakeups.waiter(key);
+                    if !waiter.ready(core.response_timeout).await {
+                        tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
                     }
-                    Err(err) => return Err(err),
+                    waiter
                 }
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Err(LockError::TimedOut {
-                    key: key.name.to_string(),
-                    waited: now.saturating_duration_since(started),
-                });
-            }
-            // A lost wake-up costs latency, never liveness: sleep at most
-            // until the holder's lease runs out (or our deadline, when one
-            // last attempt is made).
-            let nap = ttl
-                .unwrap_or(core.lease)
-                .saturating_add(Duration::from_millis(1));
-            tokio::select! {
-                _ = waiter.notified() => woken = true,
-                _ = tokio::time::sleep_until(lease::nap_until(now, nap, deadline)) => {}
+            let mut woken = false;
+            loop {
+                // The attempt after registering is the one that counts: a release
+                // before it is seen by it, a release after it wakes us. Without
+                // asking the server, the lock is busy while another scope of this
+                // client holds it (a holder is forgotten before its release is
+                // sent, so its wake-up finds it gone) or while a waiter of this
+                // client woken by its release is taking it.
+                // A release message while another scope of this client seems to
+                // hold the lock was not sent by that holder (it forgets itself
+                // before its release goes out): the lock was deleted behind its
+                // back (force-released, expired): ask the server once.
+                let local = match core.held_elsewhere(key.id(), &self.scope.owner) {
+                    Some(_) if std::mem::take(&mut woken) => None,
+                    holder => holder,
+                };
+                // At the deadline the last look is this acquisition's own
+                // attempt, not another waiter's hand-off: that waiter's attempt
+                // may never be answered (a server that stopped answering), and
+                // ending the wait on its word would report an outage as a busy
+                // lock (`TimedOut` instead of `Backend`).
+                let last_look = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+                let ttl = if let Some(holder) = local {
+                    // A wake-up taken here found the lock held again: its
+                    // holder's release will wake the next waiter.
+                    waiter.attempted(true);
+                    Some(
+                        holder
+                            .valid_until()
+                            .saturating_duration_since(Instant::now()),
+                    )
+                } else if let Some(until) = waiter.hand_off_elsewhere().filter(|_| !last_look) {
+                    Some(until.saturating_duration_since(Instant::now()))
+                } else {
+                    // The attempt's answer is not kept across the retry's
+                    // sleep (a larger future for every waiter): only the pause.
+                    let retry = {
+                        let attempt = self.attempt().await;
+                        waiter.attempted(matches!(attempt, Ok(Ok(_))));
+                        match attempt {
+                            Ok(Ok(lock)) => return Ok(lock),
+                            Ok(Err(busy)) => Ok(busy.ttl),
+                            // Redlock without a majority of masters answering: retry
+                            // after a random delay (so that competing clients do not
+                            // collide again), until the deadline.
+                            Err(err @ LockError::QuorumNotReached { .. }) => {
+                                let now = Instant::now();
+                                let left = deadline
+                                    .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+                                if left.is_zero() {
+                                    return Err(err);
+                                }
+                                tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                                let jitter = Duration::from_millis(rand::random_range(20..200));
+                                Err(jitter.min(left))
+                            }
+                            Err(err) => return Err(err),
+                        }
+                    };
+                    match retry {
+                        Ok(ttl) => ttl,
+                        Err(pause) => {
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                    }
+                };
+                let now = Instant::now();
+                if deadline.is_some_and(|deadline| now >= deadline) {
+                    return Err(LockError::TimedOut {
+                        key: key.name.to_string(),
+                        waited: now.saturating_duration_since(started),
+                    });
+                }
+                // A lost wake-up costs latency, never liveness: sleep at most
+                // until the holder's lease runs out (or our deadline, when one
+                // last attempt is made).
+                let nap = ttl
+                    .unwrap_or(core.lease)
+                    .saturating_add(Duration::from_millis(1));
+                tokio::select! {
+                    _ = waiter.notified() => woken = true,
+                    _ = tokio::time::sleep_until(lease::nap_until(now, nap, deadline)) => {}
+                }
             }
         }
     }
@@ -380,131 +418,138 @@ impl Request<'_> {
     /// only it). A queued waiter refreshes its place every
     /// [`QUEUE_REFRESH`](lease::QUEUE_REFRESH); one that ends without the
     /// lock (timed out, cancelled, failed) leaves the queue in the background.
-    async fn run_family(&self, wait: Wait) -> Result<Arc<HeldLock>, LockError> {
-        let core = self.core;
-        let key = self.key;
-        let started = Instant::now();
-        let deadline = wait.deadline(started);
-        let mut queued = Queued {
-            core,
-            key,
-            scope: self.scope,
-            armed: false,
-        };
-        // When other waiters of this client already follow the channel,
-        // registering is free and covers the first attempt: no second one.
-        let mut waiter: Option<WaitSet> = if wait == Wait::Once {
-            None
-        } else {
-            core.wakeups.waiter_if_subscribed(key)
-        };
-        let mut grant: Option<crate::waiters::GrantSlot> = match &waiter {
-            Some(waiter) if key.kind == Kind::Fair => waiter.expect_grant(&self.scope.owner),
-            _ => None,
-        };
-        let mut handed: Option<u64> = None;
-        let mut _waiting = None;
-        let mut last_sent = started;
-        // The fencing counter when our last attempt was answered: a grant
-        // with a token at or below it was made before that attempt (and
-        // delivered after it, on the subscription connection): stale.
-        let mut seen_fence: Option<u64> = None;
-        // The lease a release hands the fair lock over with.
-        let claim = self.lease.duration().min(lease::QUEUE_PRESENCE);
-        loop {
-            let attempt = match handed.take() {
-                // Handed to us after our last attempt was answered (its token
-                // is above the counter that attempt saw, so the grant came
-                // after `last_sent`): the lease is counted from then. Only
-                // while that is recent; else one attempt confirms it (and
-                // restarts the lease). A stale grant (made before that
-                // attempt) is only a wake-up: the attempt decides.
-                Some(token)
-                    if Instant::now().saturating_duration_since(last_sent) <= claim / 2
-                        && seen_fence.is_none_or(|seen| token > seen) =>
-                {
-                    let pending = self.pending();
-                    self.labels.hand_off();
-                    self.hold(token, last_sent, pending).map(|lock| {
-                        lock.cap_validity(lease::valid_until(last_sent, claim));
-                        if claim < self.lease.duration() {
-                            extend(core, lock.clone());
+    ///
+    /// (A function around an `async move` block, as [`acquire`].)
+    fn run_family(
+        &self,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Arc<HeldLock>, LockError>> + Send + '_ {
+        async move {
+            let core = self.core;
+            let key = self.key;
+            let started = Instant::now();
+            let deadline = wait.deadline(started);
+            let mut queued = Queued {
+                core,
+                key,
+                scope: self.scope,
+                armed: false,
+            };
+            // When other waiters of this client already follow the channel,
+            // registering is free and covers the first attempt: no second one.
+            let mut waiter: Option<WaitSet> = if wait == Wait::Once {
+                None
+            } else {
+                core.wakeups.waiter_if_subscribed(key)
+            };
+            let mut grant: Option<crate::waiters::GrantSlot> = match &waiter {
+                Some(waiter) if key.kind == Kind::Fair => waiter.expect_grant(&self.scope.owner),
+                _ => None,
+            };
+            let mut handed: Option<u64> = None;
+            let mut _waiting = None;
+            let mut last_sent = started;
+            // The fencing counter when our last attempt was answered: a grant
+            // with a token at or below it was made before that attempt (and
+            // delivered after it, on the subscription connection): stale.
+            let mut seen_fence: Option<u64> = None;
+            // The lease a release hands the fair lock over with.
+            let claim = self.lease.duration().min(lease::QUEUE_PRESENCE);
+            loop {
+                let attempt = match handed.take() {
+                    // Handed to us after our last attempt was answered (its token
+                    // is above the counter that attempt saw, so the grant came
+                    // after `last_sent`): the lease is counted from then. Only
+                    // while that is recent; else one attempt confirms it (and
+                    // restarts the lease). A stale grant (made before that
+                    // attempt) is only a wake-up: the attempt decides.
+                    Some(token)
+                        if Instant::now().saturating_duration_since(last_sent) <= claim / 2
+                            && seen_fence.is_none_or(|seen| token > seen) =>
+                    {
+                        let pending = self.pending();
+                        self.labels.hand_off();
+                        self.hold(token, last_sent, pending).map(|lock| {
+                            lock.cap_validity(lease::valid_until(last_sent, claim));
+                            if claim < self.lease.duration() {
+                                extend(core, lock.clone());
+                            }
+                            Ok(lock)
+                        })
+                    }
+                    _ => {
+                        if let Some(waiter) = waiter.as_mut() {
+                            waiter.seen();
                         }
-                        Ok(lock)
-                    })
-                }
-                _ => {
-                    if let Some(waiter) = waiter.as_mut() {
-                        waiter.seen();
+                        // A grant announced before this attempt is seen by it.
+                        if let Some(grant) = &grant {
+                            let _ = grant.take();
+                        }
+                        last_sent = Instant::now();
+                        self.attempt().await
                     }
-                    // A grant announced before this attempt is seen by it.
-                    if let Some(grant) = &grant {
-                        let _ = grant.take();
+                };
+                let ttl = match attempt {
+                    Ok(Ok(lock)) => {
+                        queued.armed = false;
+                        return Ok(lock);
                     }
-                    last_sent = Instant::now();
-                    self.attempt().await
-                }
-            };
-            let ttl = match attempt {
-                Ok(Ok(lock)) => {
-                    queued.armed = false;
-                    return Ok(lock);
-                }
-                Ok(Err(busy)) => {
-                    if busy.fence.is_some() {
-                        seen_fence = busy.fence;
+                    Ok(Err(busy)) => {
+                        if busy.fence.is_some() {
+                            seen_fence = busy.fence;
+                        }
+                        busy.ttl
                     }
-                    busy.ttl
+                    Err(err) => return Err(err),
+                };
+                queued.armed = key.queue;
+                let now = Instant::now();
+                if wait == Wait::Once {
+                    return Err(LockError::Busy {
+                        key: key.name.to_string(),
+                    });
                 }
-                Err(err) => return Err(err),
-            };
-            queued.armed = key.queue;
-            let now = Instant::now();
-            if wait == Wait::Once {
-                return Err(LockError::Busy {
-                    key: key.name.to_string(),
-                });
-            }
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Err(LockError::TimedOut {
-                    key: key.name.to_string(),
-                    waited: now.saturating_duration_since(started),
-                });
-            }
-            // Counted as waiting from the first failed attempt on (also when
-            // it registered before it: its channel was already followed).
-            if _waiting.is_none() {
-                _waiting = Some(self.labels.waiting());
-            }
-            let Some(waiting) = waiter.as_mut() else {
-                // Register, then attempt again: a release before that attempt
-                // is seen by it, one after it wakes us.
-                let mut registered = core.wakeups.waiter(key);
-                if !registered.ready(core.response_timeout).await {
-                    tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+                if deadline.is_some_and(|deadline| now >= deadline) {
+                    return Err(LockError::TimedOut {
+                        key: key.name.to_string(),
+                        waited: now.saturating_duration_since(started),
+                    });
                 }
-                if key.kind == Kind::Fair {
-                    grant = registered.expect_grant(&self.scope.owner);
+                // Counted as waiting from the first failed attempt on (also when
+                // it registered before it: its channel was already followed).
+                if _waiting.is_none() {
+                    _waiting = Some(self.labels.waiting());
                 }
-                waiter = Some(registered);
-                continue;
-            };
-            let mut nap = ttl
-                .unwrap_or(core.lease)
-                .saturating_add(Duration::from_millis(1));
-            if key.queue {
-                nap = nap.min(lease::QUEUE_REFRESH);
-            }
-            let until = lease::nap_until(now, nap, deadline);
-            match &grant {
-                Some(grant) => tokio::select! {
-                    () = grant.announced() => handed = grant.take(),
-                    () = tokio::time::sleep_until(until) => {}
-                },
-                None => tokio::select! {
-                    () = waiting.released() => {}
-                    () = tokio::time::sleep_until(until) => {}
-                },
+                let Some(waiting) = waiter.as_mut() else {
+                    // Register, then attempt again: a release before that attempt
+                    // is seen by it, one after it wakes us.
+                    let mut registered = core.wakeups.waiter(key);
+                    if !registered.ready(core.response_timeout).await {
+                        tracing::debug!(key = %key.name, "wake-up subscription not confirmed; waiting on the lease");
+                    }
+                    if key.kind == Kind::Fair {
+                        grant = registered.expect_grant(&self.scope.owner);
+                    }
+                    waiter = Some(registered);
+                    continue;
+                };
+                let mut nap = ttl
+                    .unwrap_or(core.lease)
+                    .saturating_add(Duration::from_millis(1));
+                if key.queue {
+                    nap = nap.min(lease::QUEUE_REFRESH);
+                }
+                let until = lease::nap_until(now, nap, deadline);
+                match &grant {
+                    Some(grant) => tokio::select! {
+                        () = grant.announced() => handed = grant.take(),
+                        () = tokio::time::sleep_until(until) => {}
+                    },
+                    None => tokio::select! {
+                        () = waiting.released() => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    },
+                }
             }
         }
     }
@@ -789,7 +834,7 @@ async fn rollback(
             if own_field {
                 return Poll::Ready(Some(sent.as_mut().poll(cx)));
             }
-            Poll::Ready(scope.if_unclaimed(&key.id, || sent.as_mut().poll(cx)))
+            Poll::Ready(scope.if_unclaimed(key.id(), || sent.as_mut().poll(cx)))
         })
         .await;
         let outcome = match first {
@@ -967,7 +1012,7 @@ mod tests {
         let core = core(&store, Duration::from_millis(200));
         let cancelled = tokio::time::timeout(
             Duration::from_millis(50),
-            acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
+            acquire(&core, "x", Kind::Exclusive, &LockOptions::new()),
         )
         .await;
         assert!(cancelled.is_err(), "the answer is still on its way");
@@ -986,7 +1031,7 @@ mod tests {
         let store = MemoryStore::new();
         let stalled = Arc::new(AtomicBool::new(false));
         let core = stallable_core(&store, Duration::ZERO, stalled.clone());
-        let held = acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+        let held = acquire(&core, "x", Kind::Exclusive, &LockOptions::new())
             .await
             .unwrap();
         let waiters: Vec<_> = (0..2)
@@ -997,7 +1042,7 @@ mod tests {
                         &core,
                         "x",
                         Kind::Exclusive,
-                        LockOptions::new().wait(Duration::from_millis(300)),
+                        &LockOptions::new().wait(Duration::from_millis(300)),
                     )
                     .await
                     .map(|_| ())
@@ -1023,7 +1068,7 @@ mod tests {
         let acquiring = tokio::spawn({
             let core = core.clone();
             async move {
-                acquire(&core, "x", Kind::Exclusive, LockOptions::new())
+                acquire(&core, "x", Kind::Exclusive, &LockOptions::new())
                     .await
                     .map(|_| ())
             }
@@ -1046,7 +1091,7 @@ mod tests {
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
-        let outer = acquire(&core, "outer", Kind::Exclusive, LockOptions::new())
+        let outer = acquire(&core, "outer", Kind::Exclusive, &LockOptions::new())
             .await
             .unwrap();
         let outer = crate::LockGuard::new(core.clone(), outer.lock, outer.scope);
@@ -1057,10 +1102,10 @@ mod tests {
             .scope(async {
                 let abandoned = tokio::time::timeout(
                     Duration::from_millis(20),
-                    acquire(&core, "x", Kind::Exclusive, LockOptions::new()),
+                    acquire(&core, "x", Kind::Exclusive, &LockOptions::new()),
                 )
                 .await;
-                let taken = acquire(&core, "x", Kind::Exclusive, LockOptions::new()).await;
+                let taken = acquire(&core, "x", Kind::Exclusive, &LockOptions::new()).await;
                 (abandoned, taken)
             })
             .await;
@@ -1121,7 +1166,7 @@ mod tests {
             &core,
             "f",
             Kind::Fair,
-            LockOptions::new().wait(Duration::from_millis(300)),
+            &LockOptions::new().wait(Duration::from_millis(300)),
         )
         .await;
         assert!(

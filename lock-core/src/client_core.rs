@@ -17,7 +17,7 @@ use crate::backend::{Backend, Unsupported};
 use crate::held::HeldLock;
 use crate::hot::{GiveUp, Keeper};
 use crate::janitor::Janitor;
-use crate::name::{self, Kind, Layout, LockKey};
+use crate::name::{self, KeyStr, Kind, Layout, LockKey};
 use crate::scope::Scope;
 use crate::shutdown_state::Closing;
 use crate::sync::Mutex;
@@ -27,11 +27,11 @@ use crate::LockError;
 
 /// A holder among a client's holders: the lock's id, and the owner for a
 /// primitive many owners hold at once (reads, permits).
-type HolderId = (Arc<str>, Option<Arc<str>>);
+type HolderId = (KeyStr, Option<Arc<str>>);
 
 fn holder_id(lock: &HeldLock) -> HolderId {
     let owner = lock.key.kind.is_shared().then(|| lock.owner.clone());
-    (lock.key.id.clone(), owner)
+    (lock.key.id().clone(), owner)
 }
 
 pub(crate) struct ClientCore {
@@ -156,7 +156,7 @@ impl ClientCore {
         owner.push_str(&self.id);
         owner.push(':');
         let _ = write!(owner, "{n}");
-        Scope::new(self.id.clone(), Arc::from(owner.as_str()))
+        Scope::new(Arc::from(owner.as_str()))
     }
 
     /// Restarts background work whose runtime has gone (called on every
@@ -272,7 +272,7 @@ impl ClientCore {
 
     /// The lock named `name` when a scope of this client holds it (lease
     /// still running on the local clock) under another owner than `owner`.
-    pub(crate) fn held_elsewhere(&self, id: &Arc<str>, owner: &str) -> Option<Arc<HeldLock>> {
+    pub(crate) fn held_elsewhere(&self, id: &KeyStr, owner: &str) -> Option<Arc<HeldLock>> {
         let holder = self.holders.lock().get(&(id.clone(), None))?.upgrade()?;
         (&*holder.owner != owner && holder.is_held()).then_some(holder)
     }

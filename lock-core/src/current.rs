@@ -37,7 +37,7 @@ impl Frame {
 
     /// Whether `scope` is a scope of the client `client_id`.
     fn of_client(&self, client_id: &str) -> bool {
-        &*self.scope.client_id == client_id
+        self.scope.client_id() == client_id
     }
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn reenter(
 ) -> Option<(Arc<HeldLock>, Arc<Scope>)> {
     stack
         .chain()
-        .filter(|f| *f.lock.key.id == *id && f.of_client(client_id))
+        .filter(|f| **f.lock.key.id() == *id && f.of_client(client_id))
         .find(|f| f.scope.reenter(&f.lock))
         .map(|f| (f.lock.clone(), f.scope.clone()))
 }
@@ -83,7 +83,7 @@ pub(crate) fn reenter(
 /// `client_id` (a hold not dropped yet).
 pub(crate) fn holds(stack: &Frame, client_id: &str, id: &str) -> bool {
     stack.chain().any(|f| {
-        *f.lock.key.id == *id
+        **f.lock.key.id() == *id
             && f.of_client(client_id)
             && f.lock.holds.load(std::sync::atomic::Ordering::Acquire) > 0
     })

@@ -1,6 +1,7 @@
 //! [`Lock`]: one lock's settings, to acquire.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -141,10 +142,15 @@ impl Lock {
     /// by this caller. A grant that the server made for a request whose
     /// answer was never read is taken back in the background, and so is a
     /// place in a fair lock's queue or a waiting writer's intent.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let Acquired { lock, scope } =
-            acquire::acquire(&self.core, &self.name, self.kind, self.options).await?;
-        Ok(LockGuard::new(self.core, lock, scope))
+    #[allow(clippy::manual_async_fn)] // on purpose: see the comment inside
+    pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
+        // An `async move` block rather than an `async fn`, which would keep
+        // `self` twice in the future every waiter carries.
+        async move {
+            let Acquired { lock, scope } =
+                acquire::acquire(&self.core, &self.name, self.kind, &self.options).await?;
+            Ok(LockGuard::new(self.core, lock, scope))
+        }
     }
 
     /// Like [`acquire`](Lock::acquire), but a lock that stays busy for the

@@ -170,33 +170,157 @@ impl Kind {
     }
 }
 
+/// A string cut from a shared one: a lock's name and keys are parts of its
+/// channel's text where they can be (`lock:{order:42}` and `order:42` are in
+/// `lock:{order:42}:released`), so that a held lock does not allocate each.
+/// Compares, hashes and prints as the string it stands for.
+#[derive(Clone)]
+pub(crate) struct KeyStr {
+    text: Arc<str>,
+    start: u32,
+    end: u32,
+}
+
+impl KeyStr {
+    /// All of `text`.
+    pub(crate) fn whole(text: Arc<str>) -> Self {
+        let end = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        KeyStr {
+            text,
+            start: 0,
+            end,
+        }
+    }
+
+    /// `range` of `text`, or a copy of that part when the range does not fit
+    /// in the offsets (never, for a name of at most [`MAX_KEY_LEN`] bytes).
+    fn part(text: &Arc<str>, range: std::ops::Range<usize>) -> Self {
+        let part = text.get(range.clone()).unwrap_or_default();
+        match (u32::try_from(range.start), u32::try_from(range.end)) {
+            (Ok(start), Ok(end)) if part.len() == range.len() => KeyStr {
+                text: text.clone(),
+                start,
+                end,
+            },
+            _ => KeyStr::whole(part.into()),
+        }
+    }
+
+    /// `part` of `text` where it occurs in it, else a copy of `part`.
+    fn found(text: &Arc<str>, part: &str) -> Self {
+        match text.find(part) {
+            Some(at) => KeyStr::part(text, at..at.saturating_add(part.len())),
+            None => KeyStr::whole(part.into()),
+        }
+    }
+
+    /// The part of this string from byte `from` on.
+    fn tail(&self, from: usize) -> Self {
+        let start = (self.start as usize).saturating_add(from);
+        KeyStr::part(&self.text, start..self.end as usize)
+    }
+
+    /// The string.
+    pub(crate) fn as_str(&self) -> &str {
+        self.text
+            .get(self.start as usize..self.end as usize)
+            .unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for KeyStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for KeyStr {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for KeyStr {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for KeyStr {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for KeyStr {}
+
+impl std::hash::Hash for KeyStr {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl std::fmt::Display for KeyStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for KeyStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl From<&str> for KeyStr {
+    fn from(text: &str) -> Self {
+        KeyStr::whole(text.into())
+    }
+}
+
+impl From<String> for KeyStr {
+    fn from(text: String) -> Self {
+        KeyStr::whole(text.into())
+    }
+}
+
 /// A validated lock name with the Redis keys and channel derived from it.
+///
+/// The name, the lock key and the channel are one allocation when the
+/// layout allows (see [`KeyStr`]); what differs (a read or write hold's key
+/// apart from its family's stem, Redisson's own counters) is in `extra`.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey {
     /// The name as the caller gave it.
-    pub(crate) name: Arc<str>,
-    /// The primitive.
-    pub(crate) kind: Kind,
-    /// What a holder is known by in a scope and among a client's holders:
-    /// the key of its holders (`lock`), which differs between the
-    /// primitives, and between a read and a write hold of one name.
-    pub(crate) id: Arc<str>,
-    /// Whether this acquisition waits, so that a busy fair lock queues it
-    /// and a busy write lock records its intent (not kept by holders).
-    pub(crate) queue: bool,
+    pub(crate) name: KeyStr,
     /// The key that holds the holders: the lock's hash, the readers' or the
     /// permits' sorted set.
-    pub(crate) lock: Arc<str>,
-    /// `<prefix>{tag}` plus the family's suffix: the stem of its other keys.
-    base: Arc<str>,
-    /// The length of the key prefix at the start of `lock`.
-    prefix_len: usize,
+    pub(crate) lock: KeyStr,
     /// The wake-up channel.
     pub(crate) channel: Arc<str>,
+    /// The primitive.
+    pub(crate) kind: Kind,
     /// The cluster slot of all three.
     pub(crate) slot: u16,
     /// The layout the keys follow.
     pub(crate) layout: Layout,
+    /// Whether this acquisition waits, so that a busy fair lock queues it
+    /// and a busy write lock records its intent (not kept by holders).
+    pub(crate) queue: bool,
+    /// The length of the key prefix at the start of `lock`.
+    prefix_len: u32,
+    /// What is not `lock` itself (most locks: nothing).
+    extra: Option<Box<Extra>>,
+}
+
+/// The keys of a lock that are not its lock key.
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    /// What a holder is known by, when it is not the lock key.
+    id: Option<KeyStr>,
+    /// The stem, when it is not the lock key.
+    base: Option<KeyStr>,
     /// The fencing counter, when it is the lock's own (Redisson's layout);
     /// else the counter of the slot (see [`fence`](LockKey::fence)).
     own_fence: Option<Arc<str>>,
@@ -230,35 +354,47 @@ impl LockKey {
         check_name(name)?;
         let tag = escape(name);
         let slot = slot::of_tag(tag.as_bytes());
-        // One buffer for the lock key and the channel (this runs on every
-        // acquisition).
+        // One buffer for the channel, which holds the lock key and (unless
+        // escaped) the name (this runs on every acquisition).
         let family = kind.family();
-        let mut buf = String::with_capacity(
-            prefix.len() + tag.len() + 2 + family.len() + ":released".len() + 6,
-        );
+        let mut buf =
+            String::with_capacity(prefix.len() + tag.len() + 2 + family.len() + ":released".len());
         buf.push_str(prefix);
         buf.push('{');
         buf.push_str(&tag);
         buf.push('}');
         buf.push_str(family);
-        let base: Arc<str> = Arc::from(buf.as_str());
-        let lock: Arc<str> = match kind.holders() {
-            "" => base.clone(),
-            holders => format!("{base}{holders}").into(),
-        };
+        let base_len = buf.len();
         buf.push_str(":released");
+        let channel: Arc<str> = buf.into();
+        let base = KeyStr::part(&channel, 0..base_len);
+        let name = match tag {
+            Cow::Borrowed(_) => {
+                let start = prefix.len().saturating_add(1);
+                KeyStr::part(&channel, start..start.saturating_add(name.len()))
+            }
+            Cow::Owned(_) => KeyStr::from(name),
+        };
+        let (lock, extra) = match kind.holders() {
+            "" => (base, None),
+            holders => (
+                KeyStr::from(format!("{base}{holders}")),
+                Some(Box::new(Extra {
+                    base: Some(base),
+                    ..Extra::default()
+                })),
+            ),
+        };
         Ok(LockKey {
-            name: name.into(),
+            name,
             kind,
-            id: lock.clone(),
             queue: false,
             lock,
-            base,
-            prefix_len: prefix.len(),
-            channel: buf.into(),
+            prefix_len: u32::try_from(prefix.len()).unwrap_or(u32::MAX),
+            channel,
             slot,
             layout: Layout::Native,
-            own_fence: None,
+            extra,
         })
     }
 
@@ -281,19 +417,21 @@ impl LockKey {
                          `{` in braces, so a name with `{` or `}` needs a non-empty `{tag}`)",
             });
         }
-        let lock: Arc<str> = raw.into();
+        let channel: Arc<str> = channel.into();
+        let lock = KeyStr::found(&channel, &raw);
         Ok(LockKey {
-            name: name.into(),
+            name: lock.tail(prefix.len()),
             kind: Kind::Exclusive,
-            id: lock.clone(),
             queue: false,
-            lock: lock.clone(),
-            base: lock,
-            prefix_len: prefix.len(),
-            channel: channel.into(),
+            lock,
+            prefix_len: u32::try_from(prefix.len()).unwrap_or(u32::MAX),
+            channel,
             slot,
             layout: Layout::Redisson,
-            own_fence: Some(fence.into()),
+            extra: Some(Box::new(Extra {
+                own_fence: Some(fence.into()),
+                ..Extra::default()
+            })),
         })
     }
 
@@ -321,27 +459,31 @@ impl LockKey {
         };
         let plain = Self::redisson(prefix, name)?;
         let raw = plain.lock;
-        let channel = redisson_prefixed(channel_prefix, &raw);
+        let channel: Arc<str> = redisson_prefixed(channel_prefix, &raw).into();
+        let lock = KeyStr::found(&channel, &raw);
         // Redisson's `suffixName` rule puts the readers' timeout keys in
         // the slot of the channel, checked equal to the hash's by `redisson`.
-        let base: Arc<str> = format!("{raw}{family}").into();
-        let id: Arc<str> = match kind {
-            Kind::Read => format!("{base}:read").into(),
-            Kind::Write => format!("{base}:write").into(),
-            _ => base.clone(),
+        let base = KeyStr::from(format!("{raw}{family}"));
+        let id = match kind {
+            Kind::Read => Some(KeyStr::from(format!("{base}:read"))),
+            Kind::Write => Some(KeyStr::from(format!("{base}:write"))),
+            _ => None,
         };
+        let own_fence = plain.extra.and_then(|extra| extra.own_fence);
         Ok(LockKey {
-            name: plain.name,
+            name: lock.tail(plain.prefix_len as usize),
             kind,
-            id,
             queue: false,
-            lock: raw,
-            base,
+            lock,
             prefix_len: plain.prefix_len,
-            channel: channel.into(),
+            channel,
             slot: plain.slot,
             layout: Layout::Redisson,
-            own_fence: plain.own_fence,
+            extra: Some(Box::new(Extra {
+                id,
+                base: Some(base),
+                own_fence,
+            })),
         })
     }
 
@@ -380,15 +522,29 @@ impl LockKey {
 
     /// The stem of the family's keys, `<prefix>{tag}` plus the family's
     /// suffix (`lock:{x}:rw` for a read-write lock).
-    pub(crate) fn stem(&self) -> &Arc<str> {
-        &self.base
+    pub(crate) fn stem(&self) -> &KeyStr {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.base.as_ref())
+            .unwrap_or(&self.lock)
+    }
+
+    /// What a holder is known by in a scope and among a client's holders:
+    /// the key of its holders (`lock`), which differs between the
+    /// primitives, and between a read and a write hold of one name.
+    pub(crate) fn id(&self) -> &KeyStr {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.id.as_ref())
+            .unwrap_or(&self.lock)
     }
 
     /// Another key of the lock's family: its stem plus `suffix`
     /// (`:queue`, `:read`, ...), in the same slot.
     pub(crate) fn aux(&self, suffix: &str) -> String {
-        let mut key = String::with_capacity(self.base.len() + suffix.len());
-        key.push_str(&self.base);
+        let base = self.stem();
+        let mut key = String::with_capacity(base.len() + suffix.len());
+        key.push_str(base);
         key.push_str(suffix);
         key
     }
@@ -396,11 +552,17 @@ impl LockKey {
     /// The fencing counter of the lock's slot (shared with the other locks
     /// of that slot). Built when needed, not kept with every held lock.
     pub(crate) fn fence(&self) -> String {
-        if let Some(own) = &self.own_fence {
+        if let Some(own) = self
+            .extra
+            .as_ref()
+            .and_then(|extra| extra.own_fence.as_ref())
+        {
             return own.to_string();
         }
         fence_key(
-            self.lock.get(..self.prefix_len).unwrap_or_default(),
+            self.lock
+                .get(..self.prefix_len as usize)
+                .unwrap_or_default(),
             self.slot,
         )
     }
@@ -557,11 +719,11 @@ mod tests {
             assert_eq!(&*read.lock, name);
             assert_eq!(read.lock, write.lock);
             assert_eq!(read.channel, write.channel);
-            assert_ne!(read.id, write.id);
+            assert_ne!(read.id(), write.id());
             assert_eq!(read.stem(), write.stem());
             assert_eq!(
                 write.aux(":read"),
-                *read.id,
+                **read.id(),
                 "UpgradeRefused finds the read hold"
             );
             let timeouts = read.redisson_read_timeouts("u:1");
@@ -603,6 +765,46 @@ mod tests {
             LockKey::redisson_family("", "a{b", Kind::Read),
             Err(LockError::InvalidKey { .. })
         ));
+    }
+
+    /// Whether `part` is stored inside `whole`'s allocation.
+    fn inside(part: &str, whole: &str) -> bool {
+        let (start, end) = (
+            whole.as_ptr() as usize,
+            whole.as_ptr() as usize + whole.len(),
+        );
+        let at = part.as_ptr() as usize;
+        at >= start && at + part.len() <= end
+    }
+
+    /// A held lock keeps its name and lock key inside its channel's text
+    /// (one allocation, not three), except what cannot be cut from it.
+    #[test]
+    fn the_name_and_lock_key_are_cut_from_the_channel() {
+        let key = LockKey::new("lock:", "order:42").unwrap();
+        assert_eq!(&*key.name, "order:42");
+        assert_eq!(&*key.lock, "lock:{order:42}");
+        assert_eq!(&**key.id(), "lock:{order:42}");
+        assert_eq!(&**key.stem(), "lock:{order:42}");
+        assert!(inside(&key.name, &key.channel));
+        assert!(inside(&key.lock, &key.channel));
+        // An escaped name is its own string; its keys still share one.
+        let escaped = LockKey::new("lock:", "a}b").unwrap();
+        assert_eq!(&*escaped.name, "a}b");
+        assert_eq!(&*escaped.lock, "lock:{a%7Db}");
+        assert!(inside(&escaped.lock, &escaped.channel));
+        // A read hold: its key is the stem plus `:read`, the stem is cut.
+        let read = LockKey::of_kind("lock:", "x", Kind::Read).unwrap();
+        assert_eq!(&*read.lock, "lock:{x}:rw:read");
+        assert_eq!(&**read.stem(), "lock:{x}:rw");
+        assert_eq!(&*read.channel, "lock:{x}:rw:released");
+        assert!(inside(read.stem(), &read.channel));
+        // Redisson's layout: the hash is inside the channel's text.
+        let redisson = LockKey::redisson("p:", "order:42").unwrap();
+        assert_eq!(&*redisson.lock, "p:order:42");
+        assert_eq!(&*redisson.name, "order:42");
+        assert!(inside(&redisson.lock, &redisson.channel));
+        assert_eq!(redisson.fence(), "redisson_lock_token:{p:order:42}");
     }
 
     #[test]

@@ -19,13 +19,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::held::HeldLock;
-use crate::name::{Kind, LockKey};
+use crate::name::{KeyStr, Kind, LockKey};
 use crate::sync::Mutex;
 
 #[derive(Debug)]
 pub(crate) struct Scope {
-    /// The id of the client whose locks this scope holds.
-    pub(crate) client_id: Arc<str>,
+    /// `<client-id>:<n>`: the owner id the scope's locks are held under,
+    /// which also names the client (see [`client_id`](Scope::client_id)).
     pub(crate) owner: Arc<str>,
     state: Mutex<State>,
 }
@@ -36,65 +36,96 @@ struct State {
     /// name.
     locks: Locks,
     /// The acquisitions under way under this owner inside a scope (see
-    /// [`Scope::claim`]; empty, and allocating nothing, for an outermost
-    /// acquisition, which opens a scope of its own).
-    claims: Vec<Claimed>,
+    /// [`Scope::claim`]; none, and 8 bytes, for an outermost acquisition,
+    /// which opens a scope of its own).
+    // Boxed on purpose: 8 bytes in every scope instead of a Vec's 24.
+    #[allow(clippy::box_collection)]
+    claims: Option<Box<Vec<Claimed>>>,
 }
 
 /// The locks of one scope: a list searched from the end, not a hash map.
 /// Almost every scope holds one lock (an outermost acquisition opens a scope
-/// of its own), and a list of one costs a 32-byte allocation and no hashing,
-/// where a map cost 148 bytes per held lock and a SipHash per lookup. A scope
-/// that holds many locks pays a linear search, as `taken_by_another` already
-/// did over every entry.
+/// of its own): that one is kept inline, allocating nothing (a list of one
+/// cost a 40-byte allocation per held lock and per waiter; a map, 148
+/// bytes and a SipHash per lookup). A scope that holds more keeps a list and
+/// pays a linear search, as `taken_by_another` already did over every entry.
 #[derive(Debug, Default)]
-struct Locks(Vec<(Arc<str>, Entry)>);
+enum Locks {
+    #[default]
+    Empty,
+    One((KeyStr, Entry)),
+    Many(Vec<(KeyStr, Entry)>),
+}
 
 impl Locks {
+    fn as_slice(&self) -> &[(KeyStr, Entry)] {
+        match self {
+            Locks::Empty => &[],
+            Locks::One(one) => std::slice::from_ref(one),
+            Locks::Many(many) => many,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(KeyStr, Entry)] {
+        match self {
+            Locks::Empty => &mut [],
+            Locks::One(one) => std::slice::from_mut(one),
+            Locks::Many(many) => many,
+        }
+    }
+
     fn position(&self, name: &str) -> Option<usize> {
-        self.0.iter().rposition(|(id, _)| &**id == name)
+        self.as_slice().iter().rposition(|(id, _)| &**id == name)
     }
 
     fn get(&self, name: &str) -> Option<&Entry> {
         self.position(name)
-            .and_then(|at| self.0.get(at))
+            .and_then(|at| self.as_slice().get(at))
             .map(|(_, entry)| entry)
     }
 
     fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
         let at = self.position(name)?;
-        self.0.get_mut(at).map(|(_, entry)| entry)
+        self.as_mut_slice().get_mut(at).map(|(_, entry)| entry)
     }
 
     /// `name`'s entry, made empty when there is none (moved to the end of
     /// the list: the one the next lookups find first). Always `Some`.
-    fn entry(&mut self, name: &Arc<str>) -> Option<&mut Entry> {
+    fn entry(&mut self, name: &KeyStr) -> Option<&mut Entry> {
         match self.position(name) {
             Some(at) => {
-                let last = self.0.len().saturating_sub(1);
-                self.0.swap(at, last);
+                let slice = self.as_mut_slice();
+                let last = slice.len().saturating_sub(1);
+                slice.swap(at, last);
             }
-            None => {
-                // Room for exactly one first (a Vec's first push makes room
-                // for four: 96 bytes more per held lock); then it grows as
-                // usual.
-                if self.0.capacity() == 0 {
-                    self.0.reserve_exact(1);
+            None => match std::mem::take(self) {
+                Locks::Empty => *self = Locks::One((name.clone(), Entry::default())),
+                Locks::One(one) => {
+                    *self = Locks::Many(vec![one, (name.clone(), Entry::default())]);
                 }
-                self.0.push((name.clone(), Entry::default()));
-            }
+                Locks::Many(mut many) => {
+                    many.push((name.clone(), Entry::default()));
+                    *self = Locks::Many(many);
+                }
+            },
         }
-        self.0.last_mut().map(|(_, entry)| entry)
+        self.as_mut_slice().last_mut().map(|(_, entry)| entry)
     }
 
     fn remove(&mut self, name: &str) {
-        if let Some(at) = self.position(name) {
-            self.0.swap_remove(at);
+        let Some(at) = self.position(name) else {
+            return;
+        };
+        match self {
+            Locks::Many(many) => {
+                many.swap_remove(at);
+            }
+            _ => *self = Locks::Empty,
         }
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Entry)> {
-        self.0.iter().map(|(id, entry)| (id, entry))
+    fn iter(&self) -> impl Iterator<Item = (&KeyStr, &Entry)> {
+        self.as_slice().iter().map(|(id, entry)| (id, entry))
     }
 }
 
@@ -110,8 +141,8 @@ struct Entry {
 /// (`LockKey::stem`: a read and the write of one read-write lock share it).
 #[derive(Debug)]
 struct Claimed {
-    id: Arc<str>,
-    stem: Arc<str>,
+    id: KeyStr,
+    stem: KeyStr,
 }
 
 fn live(entry: &Entry) -> Option<Arc<HeldLock>> {
@@ -133,9 +164,12 @@ impl State {
     /// (they exclude nobody but writers).
     fn taken_by_another(&self, key: &LockKey, ours: impl Fn(&HeldLock) -> bool) -> bool {
         let other = |id: &str, stem: &str| {
-            stem == &**key.stem() && !(key.kind == Kind::Read && id == &*key.id)
+            stem == &**key.stem() && !(key.kind == Kind::Read && id == &**key.id())
         };
-        self.claims.iter().any(|c| other(&c.id, &c.stem))
+        self.claims
+            .iter()
+            .flat_map(|claims| claims.iter())
+            .any(|c| other(&c.id, &c.stem))
             || self.locks.iter().any(|(id, entry)| {
                 live(entry).is_some_and(|lock| other(id, lock.key.stem()) && !ours(&lock))
             })
@@ -143,7 +177,7 @@ impl State {
 
     /// Forgets `name`'s entry once nothing holds it or has a request in
     /// flight for it.
-    fn tidy(&mut self, name: &Arc<str>) {
+    fn tidy(&mut self, name: &KeyStr) {
         let idle = self
             .locks
             .get(name)
@@ -155,13 +189,21 @@ impl State {
 }
 
 impl Scope {
-    /// A scope of client `client_id` with owner id `owner`.
-    pub(crate) fn new(client_id: Arc<str>, owner: Arc<str>) -> Arc<Self> {
+    /// A scope with owner id `owner` (`<client-id>:<n>`).
+    pub(crate) fn new(owner: Arc<str>) -> Arc<Self> {
         Arc::new(Scope {
-            client_id,
             owner,
             state: Mutex::default(),
         })
+    }
+
+    /// The id of the client whose locks this scope holds: its owner id
+    /// without the `:<n>` that numbers the client's scopes (not stored
+    /// apart: a scope is allocated per outermost acquisition).
+    pub(crate) fn client_id(&self) -> &str {
+        self.owner
+            .rsplit_once(':')
+            .map_or(&*self.owner, |(client, _)| client)
     }
 
     /// Adds a hold to `lock`, a lock of this scope, while it has one (a
@@ -192,13 +234,13 @@ impl Scope {
         if state.taken_by_another(key, ours) {
             return None;
         }
-        state.claims.push(Claimed {
-            id: key.id.clone(),
+        state.claims.get_or_insert_with(Box::default).push(Claimed {
+            id: key.id().clone(),
             stem: key.stem().clone(),
         });
         Some(Acquiring {
             scope: self.clone(),
-            id: key.id.clone(),
+            id: key.id().clone(),
         })
     }
 
@@ -206,12 +248,12 @@ impl Scope {
     /// dropped.
     pub(crate) fn attempting<'a>(&'a self, key: &LockKey) -> Attempting<'a> {
         let mut state = self.state.lock();
-        if let Some(entry) = state.locks.entry(&key.id) {
+        if let Some(entry) = state.locks.entry(key.id()) {
             entry.attempts += 1;
         }
         Attempting {
             scope: self,
-            name: key.id.clone(),
+            name: key.id().clone(),
         }
     }
 
@@ -228,14 +270,14 @@ impl Scope {
         admit: impl FnOnce(&Arc<HeldLock>) -> bool,
     ) -> Option<(Arc<HeldLock>, bool)> {
         let mut state = self.state.lock();
-        if let Some(existing) = state.locks.get(&lock.key.id).and_then(live) {
+        if let Some(existing) = state.locks.get(lock.key.id()).and_then(live) {
             existing.holds.fetch_add(1, Ordering::AcqRel);
             return Some((existing, false));
         }
         if !admit(&lock) {
             return None;
         }
-        if let Some(entry) = state.locks.entry(&lock.key.id) {
+        if let Some(entry) = state.locks.entry(lock.key.id()) {
             entry.held = Arc::downgrade(&lock);
         }
         Some((lock, true))
@@ -273,12 +315,12 @@ impl Scope {
         if before != 1 {
             return false;
         }
-        if let Some(entry) = state.locks.get_mut(&lock.key.id) {
+        if let Some(entry) = state.locks.get_mut(lock.key.id()) {
             if std::ptr::eq(entry.held.as_ptr(), lock) {
                 entry.held = Weak::new();
             }
         }
-        state.tidy(&lock.key.id);
+        state.tidy(lock.key.id());
         true
     }
 }
@@ -287,15 +329,17 @@ impl Scope {
 #[derive(Debug)]
 pub(crate) struct Acquiring {
     scope: Arc<Scope>,
-    id: Arc<str>,
+    id: KeyStr,
 }
 
 impl Drop for Acquiring {
     fn drop(&mut self) {
         let mut state = self.scope.state.lock();
         // Claims of one name are alike (reads): any one of them goes.
-        if let Some(at) = state.claims.iter().position(|c| c.id == self.id) {
-            state.claims.swap_remove(at);
+        if let Some(claims) = state.claims.as_mut() {
+            if let Some(at) = claims.iter().position(|c| c.id == self.id) {
+                claims.swap_remove(at);
+            }
         }
     }
 }
@@ -303,7 +347,7 @@ impl Drop for Acquiring {
 /// A request in flight (see [`Scope::attempting`]).
 pub(crate) struct Attempting<'a> {
     scope: &'a Scope,
-    name: Arc<str>,
+    name: KeyStr,
 }
 
 impl Drop for Attempting<'_> {
@@ -324,6 +368,35 @@ mod tests {
     use crate::held::Lease;
     use crate::name::LockKey;
 
+    /// One lock is kept inline; a second makes a list; entries are found,
+    /// moved to the end and removed alike in both forms.
+    #[test]
+    fn the_lock_list_grows_from_one_inline_entry_and_shrinks_back() {
+        let (a, b, c): (KeyStr, KeyStr, KeyStr) = ("a".into(), "b".into(), "c".into());
+        let mut locks = Locks::default();
+        assert!(locks.get("a").is_none());
+        locks.entry(&a).unwrap().attempts = 1;
+        assert!(matches!(locks, Locks::One(_)));
+        assert_eq!(locks.get("a").map(|e| e.attempts), Some(1));
+        locks.entry(&b).unwrap().attempts = 2;
+        locks.entry(&c).unwrap().attempts = 3;
+        assert!(matches!(&locks, Locks::Many(many) if many.len() == 3));
+        // Entering an existing one moves it to the end.
+        locks.entry(&a).unwrap().attempts += 10;
+        let order: Vec<&str> = locks.iter().map(|(id, _)| &**id).collect();
+        assert_eq!(order.last(), Some(&"a"));
+        assert_eq!(locks.get("a").map(|e| e.attempts), Some(11));
+        locks.remove("b");
+        assert!(locks.get("b").is_none());
+        assert_eq!(locks.get_mut("c").map(|e| e.attempts), Some(3));
+        let mut one = Locks::default();
+        one.entry(&a);
+        one.remove("x");
+        assert!(one.get("a").is_some());
+        one.remove("a");
+        assert!(matches!(one, Locks::Empty));
+    }
+
     fn key(name: &str, kind: Kind) -> LockKey {
         LockKey::of_kind("lock:", name, kind).unwrap()
     }
@@ -339,7 +412,7 @@ mod tests {
 
     #[tokio::test]
     async fn of_two_grants_of_one_read_lock_exactly_one_is_first() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let (a, first_a) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
         let (b, first_b) = scope.insert(held(key("x", Kind::Read)), |_| true).unwrap();
         assert!(first_a && !first_b);
@@ -347,26 +420,26 @@ mod tests {
         assert_eq!(a.holds.load(Ordering::Acquire), 2);
         assert!(!scope.drop_hold(&a));
         assert!(scope.drop_hold(&a));
-        assert!(!scope.claims(&a.key.id));
+        assert!(!scope.claims(a.key.id()));
     }
 
     #[tokio::test]
     async fn a_refused_first_hold_is_not_recorded() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = lock("x");
         assert!(scope.insert(x.clone(), |_| false).is_none());
-        assert!(!scope.claims(&x.key.id));
+        assert!(!scope.claims(x.key.id()));
         assert!(scope.claim(&x.key, |_| false).is_some());
     }
 
     #[tokio::test]
     async fn a_request_in_flight_claims_its_lock() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = key("x", Kind::Exclusive);
         let attempt = scope.attempting(&x);
-        assert!(scope.claims(&x.id));
+        assert!(scope.claims(x.id()));
         drop(attempt);
-        assert!(!scope.claims(&x.id));
+        assert!(!scope.claims(x.id()));
     }
 
     /// Of two acquisitions of one primitive under one owner, the second is
@@ -375,7 +448,7 @@ mod tests {
     /// its read lock is asked for) and reads of one read lock do not count.
     #[tokio::test]
     async fn an_owner_takes_one_acquisition_of_a_primitive_at_a_time() {
-        let scope = Scope::new("c".into(), "c:1".into());
+        let scope = Scope::new("c:1".into());
         let x = key("x", Kind::Exclusive);
         let first = scope.claim(&x, |_| false).expect("the scope is free");
         assert!(scope.claim(&x, |_| false).is_none(), "under way");

@@ -29,7 +29,7 @@ use self::read_write::{rw_stem, ReadWrite};
 use self::semaphore::Permits;
 use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
-use crate::name::{Kind, LockKey};
+use crate::name::{KeyStr, Kind, LockKey};
 use crate::sync::Mutex;
 use crate::waiters::Waiters;
 use crate::wakeups::Wakeups;
@@ -72,14 +72,14 @@ impl Default for Inner {
 #[derive(Debug, Default)]
 struct State {
     /// The plain locks, by their key.
-    locks: HashMap<Arc<str>, Entry>,
+    locks: HashMap<KeyStr, Entry>,
     /// The fair locks, by their key (`<prefix>{name}:fair`).
-    fair: HashMap<Arc<str>, Fair>,
+    fair: HashMap<KeyStr, Fair>,
     /// The read-write locks, by the stem of their keys (`<prefix>{name}:rw`):
     /// a read and a write hold of one name share one state.
-    rw: HashMap<Arc<str>, ReadWrite>,
+    rw: HashMap<KeyStr, ReadWrite>,
     /// The semaphores, by their key (`<prefix>{name}:sem`).
-    permits: HashMap<Arc<str>, Permits>,
+    permits: HashMap<KeyStr, Permits>,
     /// The last fencing token issued (one counter for the whole store: a
     /// lock's tokens strictly increase, with gaps).
     fence: u64,

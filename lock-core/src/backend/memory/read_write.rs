@@ -4,7 +4,6 @@
 //! `READ_RELEASE`, `WRITE_ROLLBACK`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,7 +11,7 @@ use tokio::time::Instant;
 use super::{after, next_token, until, Entry, MemoryStore, State};
 use crate::backend::Attempt;
 use crate::lease::QUEUE_PRESENCE;
-use crate::name::{Kind, LockKey};
+use crate::name::{KeyStr, Kind, LockKey};
 
 /// A read-write lock: its readers (each expiring on its own), its writer,
 /// and the writers waiting for it (whose intent keeps new readers out).
@@ -103,7 +102,7 @@ impl ReadWrite {
 
 /// The map key of a read-write lock's state: the stem shared by its read and
 /// write keys.
-pub(super) fn rw_stem(key: &LockKey) -> &Arc<str> {
+pub(super) fn rw_stem(key: &LockKey) -> &KeyStr {
     key.stem()
 }
 
