@@ -293,12 +293,13 @@ mod tests {
         let future = client.lock("sized").wait(Duration::from_secs(1)).acquire();
         let size = std::mem::size_of_val(&future);
         eprintln!("acquire future: {size} bytes");
-        // 1,160 bytes with rustc 1.95 (1,560 with `async fn`s that copied
-        // their arguments, a cloned span, the family's wait inline, the
-        // options copied and an attempt's answer kept across a retry's
-        // sleep); the bound leaves a little room for another compiler's
-        // layout.
-        assert!(size <= 1_200, "the acquire future is {size} bytes");
+        // With rustc 1.95: 1,160 bytes for this crate alone, 1,216 with the
+        // features the workspace's tests unify (`cargo test --workspace`);
+        // 1,560 and more with `async fn`s that copied their arguments, a
+        // cloned span, the family's wait inline, the options copied and an
+        // attempt's answer kept across a retry's sleep. The bound leaves a
+        // little room for another compiler's layout.
+        assert!(size <= 1_300, "the acquire future is {size} bytes");
     }
 
     #[test]
