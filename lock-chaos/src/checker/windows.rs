@@ -350,9 +350,12 @@ pub(super) fn without_replicated_repeats<'a>(times: &[(u64, &'a str)]) -> Vec<(u
     // Originals: (time, server, servers that repeated it).
     let mut originals: Vec<(u64, &str, Vec<&str>)> = Vec::new();
     for &(t, server) in times {
-        let repeat = originals.iter_mut().find(|(at, by, repeated)| {
-            *by != server && t.saturating_sub(*at) <= window && !repeated.contains(&server)
-        });
+        // Sorted by time: only the originals within the window before `t` can match.
+        let repeat = originals
+            .iter_mut()
+            .rev()
+            .take_while(|(at, _, _)| t.saturating_sub(*at) <= window)
+            .find(|(_, by, repeated)| *by != server && !repeated.contains(&server));
         match repeat {
             Some((_, _, repeated)) => repeated.push(server),
             None => originals.push((t, server, Vec::new())),

@@ -190,15 +190,7 @@ impl LockAdmin {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
-        if self.core.layout == Layout::Redisson {
-            return Err(LockError::Unsupported {
-                key: "*".into(),
-                primitive: "list of locks",
-                backend: "a client in Redisson's layout",
-                reason: "in Redisson's layout a lock's key is its bare name, which tells it \
-                         from no other hash in the database; inspect a lock by its name",
-            });
-        }
+        self.listable()?;
         let mut locks = self
             .core
             .backend
@@ -254,15 +246,7 @@ impl LockAdmin {
     /// # Ok(()) }
     /// ```
     pub async fn list_all(&self, name_prefix: &str) -> Result<Vec<ListedLock>, LockError> {
-        if self.core.layout == Layout::Redisson {
-            return Err(LockError::Unsupported {
-                key: "*".into(),
-                primitive: "list of locks",
-                backend: "a client in Redisson's layout",
-                reason: "in Redisson's layout a lock's key is its bare name, which tells it \
-                         from no other hash in the database; inspect a lock by its name",
-            });
-        }
+        self.listable()?;
         let found = self
             .core
             .backend
@@ -525,6 +509,21 @@ impl LockAdmin {
         }
         let state = self.core.backend.inspect_family(&key).await?;
         Ok((key, state))
+    }
+
+    /// Refuses the listings in Redisson's layout, whose lock keys are bare
+    /// names that SCAN cannot tell from other hashes.
+    fn listable(&self) -> Result<(), LockError> {
+        if self.core.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                key: "*".into(),
+                primitive: "list of locks",
+                backend: "a client in Redisson's layout",
+                reason: "in Redisson's layout a lock's key is its bare name, which tells it \
+                         from no other hash in the database; inspect a lock by its name",
+            });
+        }
+        Ok(())
     }
 }
 

@@ -126,26 +126,11 @@ pub(crate) async fn list<T: Target>(
     let mut locks = Vec::new();
     let mut cursor: u64 = 0;
     loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("hash");
-        let replies = command::run(target, &scripts::one(scan), 1, &[], timeout)
+        let (next, keys) = scan_page(target, cursor, &pattern, Some("hash"), timeout)
             .await
-            .map_err(backend_error)?;
-        let (next, keys): (u64, Vec<Vec<u8>>) = replies
-            .into_iter()
-            .next()
-            .map(from_reply)
-            .unwrap_or_else(|| Err(BackendError::Protocol("no reply to SCAN".into())))
             .map_err(backend_error)?;
         let keys: Vec<(LockKey, String)> = keys
             .into_iter()
-            .filter_map(|k| String::from_utf8(k).ok())
             .filter_map(|k| {
                 let name = name::name_of(prefix, &k)?;
                 let key = LockKey::new(prefix, &name).ok()?;
@@ -156,9 +141,7 @@ pub(crate) async fn list<T: Target>(
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for (key, _) in &keys {
-                pipe.cmd("HGETALL").arg(&*key.lock);
-                pipe.cmd("PTTL").arg(&*key.lock);
-                pipe.cmd("GET").arg(key.fence());
+                plain_reads(&mut pipe, key);
             }
             let replies = command::run(target, &pipe, keys.len() * 3, &[], timeout)
                 .await
@@ -172,20 +155,11 @@ pub(crate) async fn list<T: Target>(
                         "too few replies to a pipeline".into(),
                     )));
                 };
-                // Replaced by another type, or gone, since SCAN saw it.
-                let (Ok(fields), Ok(ttl)) = (fields, ttl) else {
-                    continue;
-                };
-                let Some(holder) = holder_from(fields, ttl).map_err(backend_error)? else {
-                    continue;
-                };
-                locks.push(LockInfo {
-                    name,
-                    key: key.lock.to_string(),
-                    fence_key: key.fence(),
-                    holder: Some(holder),
-                    last_fencing_token: fence.ok().and_then(fence_from).flatten(),
-                });
+                if let Some(info) =
+                    plain_info(name, &key, fields, ttl, fence).map_err(backend_error)?
+                {
+                    locks.push(info);
+                }
             }
         }
         if next == 0 {
@@ -224,22 +198,10 @@ pub(crate) async fn list_all<T: Target>(
     let mut seen: BTreeSet<(u8, String)> = BTreeSet::new();
     let mut cursor: u64 = 0;
     loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT);
-        let replies = command::run(target, &scripts::one(scan), 1, &[], timeout)
+        let (next, keys) = scan_page(target, cursor, &pattern, None, timeout)
             .await
             .map_err(backend_error)?;
-        let (next, keys): (u64, Vec<Vec<u8>>) = replies
-            .into_iter()
-            .next()
-            .map(from_reply)
-            .unwrap_or_else(|| Err(BackendError::Protocol("no reply to SCAN".into())))
-            .map_err(backend_error)?;
-        for key in keys.into_iter().filter_map(|k| String::from_utf8(k).ok()) {
+        for key in keys {
             if let Some((name, kind)) = listed_key(prefix, &key) {
                 if name.starts_with(name_prefix) {
                     seen.insert((rank(kind), name));
@@ -262,9 +224,7 @@ pub(crate) async fn list_all<T: Target>(
         let mut count = 0;
         for key in batch {
             if key.kind == Kind::Exclusive {
-                pipe.cmd("HGETALL").arg(&*key.lock);
-                pipe.cmd("PTTL").arg(&*key.lock);
-                pipe.cmd("GET").arg(key.fence());
+                plain_reads(&mut pipe, key);
                 count += 3;
             } else {
                 for cmd in scripts.inspect(key).cmd_iter() {
@@ -297,23 +257,77 @@ pub(crate) async fn list_all<T: Target>(
             else {
                 return Err(too_few());
             };
-            // Another type (not a lock), or gone since SCAN saw it.
-            let (Ok(fields), Ok(ttl)) = (fields, ttl) else {
-                continue;
-            };
-            let Some(holder) = holder_from(fields, ttl).map_err(backend_error)? else {
-                continue;
-            };
-            found.push(Found::Plain(LockInfo {
-                name: key.name.to_string(),
-                key: key.lock.to_string(),
-                fence_key: key.fence(),
-                holder: Some(holder),
-                last_fencing_token: fence.ok().and_then(fence_from).flatten(),
-            }));
+            if let Some(info) =
+                plain_info(key.name.to_string(), key, fields, ttl, fence).map_err(backend_error)?
+            {
+                found.push(Found::Plain(info));
+            }
         }
     }
     Ok(found)
+}
+
+/// One page of a `SCAN` walk from `cursor` over the keys matching `pattern`
+/// (of `kind` only, when given): the next cursor (0: done) and the keys.
+async fn scan_page<T: Target>(
+    target: &mut T,
+    cursor: u64,
+    pattern: &str,
+    kind: Option<&str>,
+    timeout: Duration,
+) -> Result<(u64, Vec<String>), BackendError> {
+    let mut scan = redis::cmd("SCAN");
+    scan.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(SCAN_COUNT);
+    if let Some(kind) = kind {
+        scan.arg("TYPE").arg(kind);
+    }
+    let replies = command::run(target, &scripts::one(scan), 1, &[], timeout).await?;
+    let (next, keys): (u64, Vec<Vec<u8>>) = replies
+        .into_iter()
+        .next()
+        .map(from_reply)
+        .unwrap_or_else(|| Err(BackendError::Protocol("no reply to SCAN".into())))?;
+    let keys = keys
+        .into_iter()
+        .filter_map(|k| String::from_utf8(k).ok())
+        .collect();
+    Ok((next, keys))
+}
+
+/// The three reads of a plain lock in a listing: its hash, its TTL, its
+/// fence counter (answered in that order, for [`plain_info`]).
+fn plain_reads(pipe: &mut redis::Pipeline, key: &LockKey) {
+    pipe.cmd("HGETALL").arg(&*key.lock);
+    pipe.cmd("PTTL").arg(&*key.lock);
+    pipe.cmd("GET").arg(key.fence());
+}
+
+/// The plain lock `name` from the answers to [`plain_reads`]; `None` when
+/// it is free, gone or replaced by another type since SCAN saw it.
+fn plain_info(
+    name: String,
+    key: &LockKey,
+    fields: redis::RedisResult<Value>,
+    ttl: redis::RedisResult<Value>,
+    fence: redis::RedisResult<Value>,
+) -> Result<Option<LockInfo>, BackendError> {
+    let (Ok(fields), Ok(ttl)) = (fields, ttl) else {
+        return Ok(None);
+    };
+    let Some(holder) = holder_from(fields, ttl)? else {
+        return Ok(None);
+    };
+    Ok(Some(LockInfo {
+        name,
+        key: key.lock.to_string(),
+        fence_key: key.fence(),
+        holder: Some(holder),
+        last_fencing_token: fence.ok().and_then(fence_from).flatten(),
+    }))
 }
 
 /// The order of `kind` in a listing (the inverse of [`kind_of`]).
