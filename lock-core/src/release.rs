@@ -98,7 +98,7 @@ pub(crate) async fn give_back(core: &ClientCore, lock: &HeldLock) -> Result<bool
             if asked {
                 core.wakeups.yield_local(&lock.key);
             } else {
-                core.wakeups.wake_local(&lock.key);
+                core.wakeups.wake_local(&lock.key, &lock.owner);
             }
         }
         poll

@@ -158,9 +158,9 @@ impl Wakeups {
     /// This client's release of `key` is queued on the command connection:
     /// wakes one of this client's waiters now, so its attempt follows it
     /// (see [`Waiters::wake_local`]).
-    pub(crate) fn wake_local(&self, key: &LockKey) {
+    pub(crate) fn wake_local(&self, key: &LockKey, owner: &Arc<str>) {
         if let Some(waiters) = self.subscribed_single() {
-            waiters.wake_local(&key.channel);
+            waiters.wake_local(&key.channel, owner);
         }
     }
 

@@ -12,6 +12,15 @@ pub(crate) const KEEP_SUFFIX: &str = "~k";
 /// The prefix of a request for a hot lock on its channel: `w <field>`.
 pub(crate) const ASK_PREFIX: &str = "w ";
 
+/// The prefix of the plain lock's release message in this library's layout:
+/// `0 <owner>`, naming the owner whose release it announces (Redisson's
+/// layout keeps Redisson's bare `0`). A client that already handed that
+/// release's lock to one of its own waiters (the in-client hand-off) knows
+/// the message is old news and wakes nobody with it; to every other reader it
+/// is a release like any other (any message that is not an ask or a grant
+/// wakes a waiter).
+pub(crate) const RELEASE_PREFIX: &str = "0 ";
+
 /// The prefix of a fair lock's grant on its channel: `g <owner> <token>`.
 pub(crate) const GRANT_PREFIX: &str = "g ";
 

@@ -6,6 +6,7 @@ use redis::{Cmd, Pipeline, Script};
 
 use crate::lease;
 use crate::name::{Kind, Layout, LockKey};
+use crate::wire::RELEASE_PREFIX;
 
 /// A script's source: the files `lua/<part>.lua`, one after the other (a
 /// script that needs the server's clock or a shared prelude starts with it).
@@ -523,9 +524,20 @@ impl Scripts {
         // buffers argument by argument cost five allocations more.
         let mut hdel = Cmd::with_capacity(3, 4 + key.lock.len() + owner.len());
         hdel.arg("HDEL").arg(&*key.lock).arg(owner);
-        let mut publish = Cmd::with_capacity(3, self.publish.len() + key.channel.len() + 1);
-        // The plain lock's message (see `lua/rollback.lua`).
-        publish.arg(self.publish).arg(&*key.channel).arg("0");
+        let mut publish = Cmd::with_capacity(
+            3,
+            self.publish.len() + key.channel.len() + RELEASE_PREFIX.len() + owner.len(),
+        );
+        publish.arg(self.publish).arg(&*key.channel);
+        if key.kind == Kind::Exclusive && key.layout == Layout::Native {
+            // `0 <owner>` (see `wire::RELEASE_PREFIX`), written straight into
+            // the command's buffer.
+            publish.arg(ReleaseMessage(owner));
+        } else {
+            // Redisson's message (see `lua/rollback.lua`); a write lock's
+            // waiters ask the server on every message.
+            publish.arg("0");
+        }
         let mut pipe = Pipeline::with_capacity(2);
         pipe.ignore_errors();
         pipe.add_command(hdel).add_command(publish);
@@ -669,6 +681,20 @@ pub(crate) fn renewals() -> Pipeline {
 /// Appends `WAIT replicas timeout` (`sync_replicas`).
 pub(crate) fn wait(pipe: &mut Pipeline, replicas: u32, timeout: Duration) {
     pipe.cmd("WAIT").arg(replicas).arg(lease::millis(timeout));
+}
+
+/// The plain lock's release message in this library's layout, `0 <owner>`
+/// (see [`RELEASE_PREFIX`]), written as one argument without an allocation.
+struct ReleaseMessage<'a>(&'a str);
+
+impl redis::ToRedisArgs for ReleaseMessage<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        // Writing into a command's buffer cannot fail.
+        let _ = arg.write_all(RELEASE_PREFIX.as_bytes());
+        let _ = arg.write_all(self.0.as_bytes());
+    }
 }
 
 #[cfg(test)]
