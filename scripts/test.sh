@@ -206,5 +206,7 @@ install_redisson_java
 # `tower` features, so its tests (which require them) run here too.
 cargo test --workspace --all-targets
 # The root package's own features: the metrics scrape of the axum example.
-cargo test --features metrics --test metrics_http
+# (--workspace keeps the dependencies' features those of the run above, so
+# that only the root crate is built again, with `metrics`.)
+cargo test --workspace --features distlock/metrics --test metrics_http
 cargo test --workspace --doc
