@@ -117,7 +117,16 @@ async fn concurrent_acquisitions_and_releases_share_script_calls() {
     assert!(calls < 8, "{calls} EVALSHA calls for 32 acquisitions");
     assert_held(&server, &names, &guards);
 
-    // The releases, the same way.
+    // The releases, the same way; the last one's wake-up is watched.
+    let (last, owner) = (names[31].clone(), guards[31].owner().to_owned());
+    let mut subscriber = server.conn();
+    let mut wakeups = subscriber.as_pubsub();
+    wakeups
+        .subscribe(format!("{}:released", redis_key(&last)))
+        .unwrap();
+    wakeups
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     server.reset_command_stats();
     let paused = server.paused();
     let tasks: Vec<_> = guards
@@ -139,6 +148,9 @@ async fn concurrent_acquisitions_and_releases_share_script_calls() {
     );
     assert_eq!(hdel, 32);
     assert_eq!(evalsha, 1, "{evalsha} EVALSHA calls for 32 releases");
+    // A batched release's wake-up is the single release's, `0 <owner>`.
+    let message: String = wakeups.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(message, format!("0 {owner}"), "{last}");
     assert_eq!(lock_keys(&server), Vec::<String>::new());
 }
 

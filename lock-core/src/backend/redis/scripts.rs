@@ -343,9 +343,10 @@ impl Scripts {
         cmd
     }
 
-    /// The release of each of `locks` (key, owner: plain locks), as one
-    /// command whose reply has one element per lock (see
-    /// `lua/release_many.lua`).
+    /// The release of each of `locks` (key, owner: plain locks in this
+    /// library's layout), as one command whose reply has one element per
+    /// lock (see `lua/release_many.lua`); each wake-up is the single
+    /// release's `0 <owner>` (see [`RELEASE_PREFIX`]).
     pub(crate) fn release_many<'a>(
         &self,
         locks: impl ExactSizeIterator<Item = (&'a LockKey, &'a str)> + Clone,
@@ -362,7 +363,7 @@ impl Scripts {
         for (key, _) in locks.clone() {
             cmd.arg(&*key.lock).arg(&*key.channel);
         }
-        cmd.arg(self.publish);
+        cmd.arg(self.publish).arg(RELEASE_PREFIX);
         for (_, owner) in locks {
             cmd.arg(owner);
         }
