@@ -7,10 +7,6 @@
 //! connection was gone ([`connection_gone`]): lock commands through
 //! [`exec`](ClusterBackend::exec), admin reads through
 //! [`read`](ClusterBackend::read).
-//!
-//! Acquisitions and releases are not batched here as the standalone
-//! backend's are (its `batch.rs`): the keys of one script must share a
-//! slot, and every lock has its own hash tag, so a batch would hold one lock.
 
 mod connection;
 mod subscriber;

@@ -126,7 +126,7 @@ pub(crate) async fn run<T: Target>(
 
 /// Whether `err` is `NOSCRIPT`: the node does not have the script (it
 /// restarted, was promoted, or its scripts were flushed).
-pub(crate) fn is_noscript(err: &RedisError) -> bool {
+fn is_noscript(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
 }
 

@@ -35,16 +35,6 @@ pub(crate) fn release(replies: Replies) -> Result<(i64, Option<u64>), BackendErr
     Ok((deleted, listeners))
 }
 
-/// One lock's element of the `release_many` script's reply (see
-/// `lua/release_many.lua`): as [`release`] reads the single release's.
-pub(crate) fn released(reply: RedisResult<Value>) -> Result<(i64, Option<u64>), BackendError> {
-    let values: Vec<i64> = parse(reply?)?;
-    match values.as_slice() {
-        [deleted, listeners] => Ok((*deleted, u64::try_from(*listeners).ok())),
-        other => Err(BackendError::Protocol(format!("release reply {other:?}"))),
-    }
-}
-
 /// The acquire script's reply: `{1, token}`, or `{0, pttl}` (the fair lock:
 /// `{0, pttl, fence}`, the fencing counter when the attempt was answered).
 pub(crate) fn attempt(reply: Value) -> Result<Attempt, BackendError> {

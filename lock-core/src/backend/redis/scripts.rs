@@ -20,12 +20,6 @@ macro_rules! lua {
 /// Takes the plain lock, or asks a hot-lock keeper holding it to give it up.
 const ACQUIRE: &str = lua!("acquire");
 
-/// Takes many plain locks in one call (the group commit of acquisitions).
-const ACQUIRE_MANY: &str = lua!("acquire_many");
-
-/// Releases many plain locks in one call (the group commit of releases).
-const RELEASE_MANY: &str = lua!("release_many");
-
 /// Takes the plain lock in Redisson's layout, as Redisson's `RFencedLock` does.
 const REDISSON_ACQUIRE: &str = lua!("redisson_acquire");
 
@@ -118,8 +112,6 @@ const PERMITS_INSPECT: &str = lua!("prelude/now", "prelude/inspect", "permits_in
 #[derive(Debug)]
 pub(crate) struct Scripts {
     acquire: Script,
-    acquire_many: Script,
-    release_many: Script,
     renew: Script,
     rollback: Script,
     force_release: Script,
@@ -160,8 +152,6 @@ impl Scripts {
     pub(crate) fn new(sharded: bool) -> Self {
         Scripts {
             acquire: Script::new(ACQUIRE),
-            acquire_many: Script::new(ACQUIRE_MANY),
-            release_many: Script::new(RELEASE_MANY),
             renew: Script::new(RENEW),
             rollback: Script::new(ROLLBACK),
             force_release: Script::new(FORCE_RELEASE),
@@ -195,11 +185,9 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD`.
-    pub(crate) fn all(&self) -> [&Script; 31] {
+    pub(crate) fn all(&self) -> [&Script; 29] {
         [
             &self.acquire,
-            &self.acquire_many,
-            &self.release_many,
             &self.renew,
             &self.rollback,
             &self.force_release,
@@ -308,66 +296,6 @@ impl Scripts {
             }
         };
         one(cmd)
-    }
-
-    /// Whether `key`'s acquisitions and releases can join a batch of the
-    /// group commit (`acquire_many`, `release_many`): the plain lock in this
-    /// library's layout, whose single commands those scripts repeat per lock.
-    pub(crate) fn batchable(key: &LockKey) -> bool {
-        key.kind == Kind::Exclusive && key.layout == Layout::Native
-    }
-
-    /// One attempt at each of `locks` (key, owner, lease in ms: plain locks,
-    /// see [`batchable`](Scripts::batchable)), as one command whose reply
-    /// has one element per lock (see `lua/acquire_many.lua`).
-    pub(crate) fn acquire_many<'a>(
-        &self,
-        locks: impl ExactSizeIterator<Item = (&'a LockKey, &'a str, u64)> + Clone,
-    ) -> Cmd {
-        let n = locks.len();
-        let data: usize = locks
-            .clone()
-            .map(|(key, owner, _)| 2 * key.lock.len() + key.channel.len() + owner.len() + 40)
-            .sum();
-        let mut cmd = Cmd::with_capacity(4 + 5 * n, 60 + data);
-        cmd.arg("EVALSHA")
-            .arg(self.acquire_many.get_hash())
-            .arg(3 * n);
-        for (key, _, _) in locks.clone() {
-            cmd.arg(&*key.lock).arg(key.fence()).arg(&*key.channel);
-        }
-        cmd.arg(self.publish);
-        for (_, owner, lease_ms) in locks {
-            cmd.arg(owner).arg(lease_ms);
-        }
-        cmd
-    }
-
-    /// The release of each of `locks` (key, owner: plain locks in this
-    /// library's layout), as one command whose reply has one element per
-    /// lock (see `lua/release_many.lua`); each wake-up is the single
-    /// release's `0 <owner>` (see [`RELEASE_PREFIX`]).
-    pub(crate) fn release_many<'a>(
-        &self,
-        locks: impl ExactSizeIterator<Item = (&'a LockKey, &'a str)> + Clone,
-    ) -> Cmd {
-        let n = locks.len();
-        let data: usize = locks
-            .clone()
-            .map(|(key, owner)| key.lock.len() + key.channel.len() + owner.len())
-            .sum();
-        let mut cmd = Cmd::with_capacity(4 + 3 * n, 60 + data);
-        cmd.arg("EVALSHA")
-            .arg(self.release_many.get_hash())
-            .arg(2 * n);
-        for (key, _) in locks.clone() {
-            cmd.arg(&*key.lock).arg(&*key.channel);
-        }
-        cmd.arg(self.publish).arg(RELEASE_PREFIX);
-        for (_, owner) in locks {
-            cmd.arg(owner);
-        }
-        cmd
     }
 
     /// The renewal of one hold (to join a pipeline of renewals).
@@ -773,9 +701,7 @@ impl redis::ToRedisArgs for ReleaseMessage<'_> {
 mod tests {
     use super::*;
 
-    const SOURCES: [&str; 31] = [
-        ACQUIRE_MANY,
-        RELEASE_MANY,
+    const SOURCES: [&str; 29] = [
         REDISSON_PERMITS_ACQUIRE,
         REDISSON_PERMITS_RELEASE,
         REDISSON_PERMITS_RENEW,

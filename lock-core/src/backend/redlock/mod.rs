@@ -2,10 +2,6 @@
 //! parallel, each bounded by a per-node timeout small against the lease; a
 //! lock is held when a majority (N/2 + 1) granted it and the time spent
 //! acquiring left some validity.
-//!
-//! Each master is a standalone backend's node, so the plain lock's
-//! acquisitions and releases that pile up on one master go out to it as
-//! one script call (the standalone backend's group commit, its `batch.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

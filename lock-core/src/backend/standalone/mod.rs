@@ -1,10 +1,8 @@
 //! One Redis master, standalone or found through Sentinel: the multiplexed
 //! command connection (`node.rs`), following the master across failovers
-//! (`sentinel.rs`), the subscription connection that wakes waiters
-//! (`subscriber.rs`), and the group commit of the plain lock's acquisitions
-//! and releases (`batch.rs`).
+//! (`sentinel.rs`), and the subscription connection that wakes waiters
+//! (`subscriber.rs`).
 
-mod batch;
 pub(crate) mod node;
 pub(crate) mod sentinel;
 mod subscriber;
@@ -17,7 +15,6 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-use self::batch::{Acquire, Batches, Release};
 use self::node::Node;
 use self::sentinel::{Follower, Sentinel};
 use self::subscriber::NodeSubscription;
@@ -47,16 +44,6 @@ impl NodeCell {
     }
 }
 
-/// What sends a node's lock commands: the node (followed across failovers
-/// with Sentinel), the scripts and the settings.
-#[derive(Debug)]
-pub(crate) struct Link {
-    cell: Arc<NodeCell>,
-    follower: Option<Arc<Follower>>,
-    scripts: Arc<Scripts>,
-    settings: RedisSettings,
-}
-
 /// One Redis master: standalone, or found through Sentinel.
 #[derive(Debug)]
 pub(crate) struct RedisBackend {
@@ -70,86 +57,6 @@ pub(crate) struct RedisBackend {
     scripts: Arc<Scripts>,
     /// The subscription that wakes this master's waiters (see `wakeups()`).
     subscription: Arc<NodeSubscription>,
-    /// The group commit of the plain lock's acquisitions and releases.
-    batches: Arc<Batches>,
-}
-
-impl Link {
-    /// Asks Sentinel for the master after an error that may mean a failover,
-    /// and moves to it when it changed. Returns the node to retry on, or an
-    /// error when the sentinels name a master this client cannot reach.
-    pub(crate) async fn follow_master(
-        &self,
-        failed: &Arc<Node>,
-    ) -> Result<Arc<Node>, BackendError> {
-        match &self.follower {
-            Some(follower) => follower.follow_master(failed).await,
-            None => Ok(failed.clone()),
-        }
-    }
-
-    /// The node commands go to now: with Sentinel, never one the sentinels
-    /// deposed (see `Follower::usable_node`).
-    pub(crate) async fn usable_node(&self) -> Result<Arc<Node>, BackendError> {
-        match &self.follower {
-            Some(follower) => follower.usable_node().await,
-            None => Ok(self.cell.get()),
-        }
-    }
-
-    /// Sends `pipe` (`count` kept replies) to the current node, with `WAIT`
-    /// appended in `sync_replicas` mode when `write`; when the connection had
-    /// dropped (killed, server restarted) or the node stopped being the
-    /// master (failover), sends it once more to the node it reconnected or
-    /// moved to. The flag says whether it was sent once more (the first
-    /// send may have run without its answer arriving).
-    pub(crate) async fn exec(
-        &self,
-        pipe: &redis::Pipeline,
-        count: usize,
-        write: bool,
-    ) -> Result<(Replies, Arc<Node>, bool), BackendError> {
-        let synced;
-        let (pipe, count, timeout) = match self.settings.sync_replicas {
-            Some((replicas, wait)) if write => {
-                let mut with_wait = pipe.clone();
-                scripts::wait(&mut with_wait, replicas, wait);
-                synced = with_wait;
-                (&synced, count + 1, self.settings.write_timeout())
-            }
-            _ => (pipe, count, self.settings.response_timeout),
-        };
-        let scripts = self.scripts.all();
-        let node = self.usable_node().await?;
-        let mut conn = node.conn.clone();
-        match command::run(&mut conn, pipe, count, &scripts, timeout).await {
-            Err(err) if self.worth_retrying(&err) => {
-                tracing::debug!(server = %node.server, error = %err, "retrying once");
-                let node = self.follow_master(&node).await?;
-                let mut conn = node.conn.clone();
-                let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
-                Ok((replies, node, true))
-            }
-            Err(err) => Err(err),
-            Ok(replies) => Ok((replies, node, false)),
-        }
-    }
-
-    /// Errors after which the command may succeed on a reconnected (or, with
-    /// Sentinel, a newly elected) master.
-    pub(crate) fn worth_retrying(&self, err: &BackendError) -> bool {
-        match err {
-            BackendError::Redis(err) => {
-                err.is_connection_dropped()
-                    || (self.follower.is_some()
-                        && (err.is_io_error()
-                            || err.is_connection_refusal()
-                            || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))))
-            }
-            BackendError::Timeout(_) => self.follower.is_some(),
-            _ => false,
-        }
-    }
 }
 
 impl RedisBackend {
@@ -203,12 +110,6 @@ impl RedisBackend {
             ))
         });
         let subscription = Arc::new(NodeSubscription::new(cell.clone(), settings.clone()));
-        let batches = Arc::new(Batches::new(Link {
-            cell: cell.clone(),
-            follower: follower.clone(),
-            scripts: scripts.clone(),
-            settings: settings.clone(),
-        }));
         let backend = RedisBackend {
             cell,
             follower,
@@ -217,7 +118,6 @@ impl RedisBackend {
             settings,
             scripts,
             subscription,
-            batches,
         };
         backend.ensure_watcher();
         backend
@@ -236,29 +136,77 @@ impl RedisBackend {
         self.cell.get().server.clone()
     }
 
-    /// See [`Link::exec`].
+    /// Asks Sentinel for the master after an error that may mean a failover,
+    /// and moves to it when it changed. Returns the node to retry on, or an
+    /// error when the sentinels name a master this client cannot reach.
+    async fn follow_master(&self, failed: &Arc<Node>) -> Result<Arc<Node>, BackendError> {
+        match &self.follower {
+            Some(follower) => follower.follow_master(failed).await,
+            None => Ok(failed.clone()),
+        }
+    }
+
+    /// The node commands go to now: with Sentinel, never one the sentinels
+    /// deposed (see [`Follower::usable_node`]).
+    async fn usable_node(&self) -> Result<Arc<Node>, BackendError> {
+        match &self.follower {
+            Some(follower) => follower.usable_node().await,
+            None => Ok(self.cell.get()),
+        }
+    }
+
+    /// Sends `pipe` (`count` kept replies) to the current node, with `WAIT`
+    /// appended in `sync_replicas` mode when `write`; when the connection had
+    /// dropped (killed, server restarted) or the node stopped being the
+    /// master (failover), sends it once more to the node it reconnected or
+    /// moved to. The flag says whether it was sent once more (the first
+    /// send may have run without its answer arriving).
     async fn exec(
         &self,
         pipe: &redis::Pipeline,
         count: usize,
         write: bool,
     ) -> Result<(Replies, Arc<Node>, bool), BackendError> {
-        self.batches.link.exec(pipe, count, write).await
+        let synced;
+        let (pipe, count, timeout) = match self.settings.sync_replicas {
+            Some((replicas, wait)) if write => {
+                let mut with_wait = pipe.clone();
+                scripts::wait(&mut with_wait, replicas, wait);
+                synced = with_wait;
+                (&synced, count + 1, self.settings.write_timeout())
+            }
+            _ => (pipe, count, self.settings.response_timeout),
+        };
+        let scripts = self.scripts.all();
+        let node = self.usable_node().await?;
+        let mut conn = node.conn.clone();
+        match command::run(&mut conn, pipe, count, &scripts, timeout).await {
+            Err(err) if self.worth_retrying(&err) => {
+                tracing::debug!(server = %node.server, error = %err, "retrying once");
+                let node = self.follow_master(&node).await?;
+                let mut conn = node.conn.clone();
+                let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
+                Ok((replies, node, true))
+            }
+            Err(err) => Err(err),
+            Ok(replies) => Ok((replies, node, false)),
+        }
     }
 
-    /// See [`Link::worth_retrying`].
+    /// Errors after which the command may succeed on a reconnected (or, with
+    /// Sentinel, a newly elected) master.
     fn worth_retrying(&self, err: &BackendError) -> bool {
-        self.batches.link.worth_retrying(err)
-    }
-
-    /// See [`Link::follow_master`].
-    async fn follow_master(&self, failed: &Arc<Node>) -> Result<Arc<Node>, BackendError> {
-        self.batches.link.follow_master(failed).await
-    }
-
-    /// See [`Link::usable_node`].
-    async fn usable_node(&self) -> Result<Arc<Node>, BackendError> {
-        self.batches.link.usable_node().await
+        match err {
+            BackendError::Redis(err) => {
+                err.is_connection_dropped()
+                    || (self.follower.is_some()
+                        && (err.is_io_error()
+                            || err.is_connection_refusal()
+                            || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))))
+            }
+            BackendError::Timeout(_) => self.follower.is_some(),
+            _ => false,
+        }
     }
 
     /// Maps a failure of a command on `key` to the error the caller sees.
@@ -289,7 +237,7 @@ impl RedisBackend {
     ) -> Result<(i64, bool), LockError> {
         let outcome = match self.exec(pipe, 1, true).await {
             Ok((replies, node, resent)) => {
-                self.check_replicated(key, reply::acknowledged(&replies), &node);
+                self.check_replicated(key, &replies, &node);
                 reply::first(replies)
                     .and_then(reply::int)
                     .map(|n| (n, resent))
@@ -315,60 +263,28 @@ impl RedisBackend {
 
     /// A write that reached fewer replicas than `sync_replicas` asks is
     /// logged: a failover now could undo it.
-    fn check_replicated(&self, key: &LockKey, acked: Option<u64>, node: &Node) {
+    fn check_replicated(&self, key: &LockKey, replies: &Replies, node: &Node) {
         if let Some((required, _)) = self.settings.sync_replicas {
-            let acked = acked.unwrap_or(0);
+            let acked = reply::acknowledged(replies).unwrap_or(0);
             if acked < u64::from(required) {
                 tracing::warn!(key = %key.name, server = %node.server, acked, required, "lock write not acknowledged by enough replicas");
             }
         }
     }
 
-    /// One acquisition attempt. A plain lock's attempt is sent alone when
-    /// no other one is in flight on the node, else with the others that
-    /// pile up meanwhile, as one script (see `batch.rs`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropped, the attempt was either never sent or sent before anything
-    /// the caller sends afterwards on this node (the rollback of an
-    /// abandoned grant): see `batch.rs`.
     pub(crate) async fn acquire(
         &self,
         key: &LockKey,
         owner: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let alone = match Scripts::batchable(key) {
-            true => self.batches.alone::<Acquire>(),
-            false => None,
+        let pipe = self.scripts.acquire(key, owner, lease);
+        let (replies, node, _) = match self.exec(&pipe, 1, true).await {
+            Ok(sent) => sent,
+            Err(err) => return Err(self.error(key, err).await),
         };
-        let (reply, acked, node) = if alone.is_some() || !Scripts::batchable(key) {
-            let pipe = self.scripts.acquire(key, owner, lease);
-            let sent = self.exec(&pipe, 1, true).await;
-            drop(alone);
-            let (replies, node, _) = match sent {
-                Ok(sent) => sent,
-                Err(err) => return Err(self.error(key, err).await),
-            };
-            let acked = reply::acknowledged(&replies);
-            (reply::first(replies), acked, node)
-        } else {
-            let request = Acquire {
-                key: key.clone(),
-                owner: owner.to_owned(),
-                lease_ms: lease::millis(lease),
-            };
-            match self.batches.wait(request).await {
-                Ok(answer) => (
-                    answer.reply.map_err(BackendError::from),
-                    answer.acked,
-                    answer.node,
-                ),
-                Err(err) => return Err(self.error(key, err).await),
-            }
-        };
-        let attempt = match reply.and_then(reply::attempt) {
+        let acked = reply::acknowledged(&replies);
+        let attempt = match reply::first(replies).and_then(reply::attempt) {
             Ok(attempt) => attempt,
             Err(err) => return Err(self.error(key, err).await),
         };
@@ -397,38 +313,14 @@ impl RedisBackend {
     /// owner, so `HDEL` of that field checks the owner and deletes the key in
     /// one atomic command. The `PUBLISH` follows it unconditionally; a wake-up
     /// after a release that deleted nothing only costs a waiter one attempt.
-    ///
-    /// A plain lock's release is sent alone when no other one is in flight
-    /// on the node, else with the others that pile up meanwhile, as one
-    /// script (see `batch.rs`) that does the same per lock.
     pub(crate) async fn release(&self, key: &LockKey, owner: &str) -> Result<Released, LockError> {
-        let alone = match Scripts::batchable(key) {
-            true => self.batches.alone::<Release>(),
-            false => None,
-        };
-        let outcome = if alone.is_some() || !Scripts::batchable(key) {
-            let pipe = self.scripts.release(key, owner);
-            let sent = self.exec(&pipe, Scripts::release_replies(key), true).await;
-            drop(alone);
-            match sent {
-                Ok((replies, node, resent)) => {
-                    self.check_replicated(key, reply::acknowledged(&replies), &node);
-                    reply::release(replies).map(|released| (released, resent))
-                }
-                Err(err) => Err(err),
+        let pipe = self.scripts.release(key, owner);
+        let outcome = match self.exec(&pipe, Scripts::release_replies(key), true).await {
+            Ok((replies, node, resent)) => {
+                self.check_replicated(key, &replies, &node);
+                reply::release(replies).map(|released| (released, resent))
             }
-        } else {
-            let request = Release {
-                key: key.clone(),
-                owner: owner.to_owned(),
-            };
-            match self.batches.wait(request).await {
-                Ok(answer) => {
-                    self.check_replicated(key, answer.acked, &answer.node);
-                    reply::released(answer.reply).map(|released| (released, answer.resent))
-                }
-                Err(err) => Err(err),
-            }
+            Err(err) => Err(err),
         };
         match outcome {
             // Sent twice, and the second send found nothing to delete: the
@@ -489,7 +381,7 @@ impl RedisBackend {
         match self.exec(&pipe, items.len(), true).await {
             Ok((replies, node, _)) => {
                 if let Some((key, _)) = items.first() {
-                    self.check_replicated(key, reply::acknowledged(&replies), &node);
+                    self.check_replicated(key, &replies, &node);
                 }
                 let mut replies = replies.into_iter();
                 (0..items.len())
