@@ -295,17 +295,19 @@ impl Waiters {
                 return;
             }
         }
-        let owner = payload.strip_prefix(RELEASE_PREFIX.as_bytes());
-        if let Some(entry) = self.map.lock().get(channel) {
-            entry.wake.message(owner);
-        }
+        self.released(channel, payload.strip_prefix(RELEASE_PREFIX.as_bytes()));
     }
 
     /// A release message for `channel`: wakes one waiter of this process,
     /// if it has any (see [`Wake::message`]).
     pub(crate) fn wake_one(&self, channel: &str) {
+        self.released(channel, None);
+    }
+
+    /// A release of `channel`, of `owner`'s lock when the message names it.
+    fn released(&self, channel: &str, owner: Option<&[u8]>) {
         if let Some(entry) = self.map.lock().get(channel) {
-            entry.wake.message(None);
+            entry.wake.message(owner);
         }
     }
 
@@ -656,6 +658,19 @@ mod tests {
         "lock:{t}:released".into()
     }
 
+    /// Asserts that `waiter` is woken within a second.
+    async fn woken(waiter: &mut WakeHandle, why: &str) {
+        tokio::time::timeout(Duration::from_secs(1), waiter.notified())
+            .await
+            .unwrap_or_else(|_| panic!("not woken: {why}"));
+    }
+
+    /// Asserts that `waiter` is not woken within 50 ms.
+    async fn not_woken(waiter: &mut WakeHandle, why: &str) {
+        let woke = tokio::time::timeout(Duration::from_millis(50), waiter.notified()).await;
+        assert!(woke.is_err(), "woken: {why}");
+    }
+
     fn owner() -> Arc<str> {
         "client-a:1".into()
     }
@@ -679,24 +694,19 @@ mod tests {
         let mut second = waiters.register(&channel());
         handed_off_before_the_message(&waiters, &mut first).await;
         waiters.message(&channel(), b"0 client-a:1");
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), second.notified())
-                .await
-                .is_err(),
-            "no attempt against a lock this process's waiter just took"
-        );
+        not_woken(
+            &mut second,
+            "no attempt against a lock this process's waiter just took",
+        )
+        .await;
         // Another release's message (or a bare `0`: a rollback, a force
         // release, an older client) wakes as ever.
         waiters.message(&channel(), b"0 client-b:7");
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("another release wakes a waiter");
+        woken(&mut second, "another release wakes a waiter").await;
         second.attempted(false);
         handed_off_before_the_message(&waiters, &mut first).await;
         waiters.message(&channel(), b"0");
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("a message naming no owner wakes a waiter");
+        woken(&mut second, "a message naming no owner wakes a waiter").await;
     }
 
     #[tokio::test]
@@ -709,17 +719,13 @@ mod tests {
         // before the first message came: its message is news.
         waiters.expect_wake(&channel(), true);
         waiters.message(&channel(), b"0 client-a:1");
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("the next release's message wakes a waiter");
+        woken(&mut second, "the next release's message wakes a waiter").await;
         second.attempted(false);
         // Told apart once: a second message of that owner wakes.
         handed_off_before_the_message(&waiters, &mut first).await;
         waiters.message(&channel(), b"0 client-a:1");
         waiters.message(&channel(), b"0 client-a:1");
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("only the one late message is dropped");
+        woken(&mut second, "only the one late message is dropped").await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -730,9 +736,7 @@ mod tests {
         handed_off_before_the_message(&waiters, &mut first).await;
         tokio::time::advance(HAND_OFF_GRACE).await;
         waiters.message(&channel(), b"0 client-a:1");
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("a message after the grace is news");
+        woken(&mut second, "a message after the grace is news").await;
     }
 
     #[tokio::test]
@@ -766,18 +770,11 @@ mod tests {
         first.notified().await;
         // Its release's message arrives before that waiter's answer: held.
         waiters.wake_one(&channel());
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), second.notified())
-                .await
-                .is_err(),
-            "nobody else races the woken waiter"
-        );
+        not_woken(&mut second, "nobody else races the woken waiter").await;
         // The woken waiter lost (its attempt overtook the release): the held
         // message wakes the next one.
         first.attempted(false);
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("the held message was delivered");
+        woken(&mut second, "the held message was delivered").await;
         second.attempted(true);
     }
 
@@ -790,12 +787,11 @@ mod tests {
         first.notified().await;
         waiters.wake_one(&channel());
         first.attempted(true);
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), second.notified())
-                .await
-                .is_err(),
-            "no attempt against a lock this process just took"
-        );
+        not_woken(
+            &mut second,
+            "no attempt against a lock this process just took",
+        )
+        .await;
     }
 
     #[tokio::test]
@@ -816,9 +812,7 @@ mod tests {
         waiters.wake_one(&channel());
         first.notified().await;
         drop(first); // cancelled between its wake-up and its attempt
-        tokio::time::timeout(Duration::from_secs(1), second.notified())
-            .await
-            .expect("the wake-up was passed on");
+        woken(&mut second, "the wake-up was passed on").await;
     }
 
     /// The release that leaves the lock to every process (every
