@@ -2,8 +2,9 @@
 //! only the server shows: FIFO order of the fair lock across 3 processes,
 //! external counts of permits and of readers and writers across 3
 //! processes, the fair hand-over costing the new holder no round trip, a
-//! dead queued waiter blocking nobody past its place, and keys that go when
-//! the holders do.
+//! dead queued waiter blocking nobody past its place, keys that go when the
+//! holders do, and an operator's force release that answers whether the lock
+//! was held.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -386,4 +387,77 @@ async fn a_dead_queued_waiter_blocks_nobody_past_its_place() {
         "the dead waiter blocked the lock for {blocked:?} (its lease was 30 s)"
     );
     guard.release().await.unwrap();
+}
+
+/// An operator's force release answers whether the lock was held, not
+/// whether it had keys: a waiting writer's place (planted, as a writer that
+/// crashed while waiting leaves it) and a reader whose lease ran out are
+/// deleted, and the answer is `false`; so for a semaphore holder whose lease
+/// ran out. A live holder makes it `true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_answers_whether_the_family_lock_was_held() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let operator = LockClient::connect(&server.url()).await.unwrap();
+    let admin = operator.admin();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg("lock:{rw}:rw:wait")
+        .arg(now_ms + 5000)
+        .arg("dead-writer:1")
+        .ignore()
+        .cmd("ZADD")
+        .arg("lock:{rw}:rw:read")
+        .arg(now_ms - 1)
+        .arg("expired-reader:1")
+        .ignore()
+        .cmd("ZADD")
+        .arg("lock:{sem}:sem")
+        .arg(now_ms - 1)
+        .arg("expired-holder:1")
+        .ignore()
+        .cmd("HSET")
+        .arg("lock:{sem}:sem:permits")
+        .arg("expired-holder:1")
+        .arg(2)
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    // The planted place is a real one: it keeps a new reader out.
+    let refused = operator.read_write_lock("rw").read().try_acquire().await;
+    assert!(matches!(refused, Ok(None)), "{refused:?}");
+
+    assert!(!admin.force_release_read_write("rw").await.unwrap());
+    assert!(!admin.force_release_semaphore("sem").await.unwrap());
+    assert!(
+        family_keys(&mut conn, "lock:{*").is_empty(),
+        "the place and the expired holders were deleted all the same"
+    );
+    let reader = operator.read_write_lock("rw").read().try_acquire().await;
+    let reader = reader.unwrap().expect("the place went with the force");
+
+    // Live holders: `true`.
+    let permits = operator
+        .semaphore("sem", 2)
+        .permits(1)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(admin.force_release_read_write("rw").await.unwrap());
+    assert!(admin.force_release_semaphore("sem").await.unwrap());
+    assert!(reader.release().await.is_err(), "the reader lost it");
+    let writer = operator
+        .read_write_lock("rw")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(admin.force_release_read_write("rw").await.unwrap());
+    assert!(writer.release().await.is_err(), "the writer lost it");
+    assert!(
+        permits.release().await.is_err(),
+        "the permits were taken back"
+    );
 }

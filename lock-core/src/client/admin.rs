@@ -450,7 +450,9 @@ impl LockAdmin {
     /// Deletes every hold of read-write lock `name` (the readers, the
     /// writer) and the waiting writers' places, as an operator's override,
     /// and wakes the waiters. The holders are told at their next renewal or
-    /// release. Returns whether anything was deleted.
+    /// release. Returns whether it was held: by a writer or by a reader
+    /// whose lease had not run out (waiting writers' places and expired
+    /// readers are deleted too, but they are not holds).
     ///
     /// Errors: as [`force_release_fair`](LockAdmin::force_release_fair).
     pub async fn force_release_read_write(&self, name: &str) -> Result<bool, LockError> {
@@ -460,7 +462,8 @@ impl LockAdmin {
 
     /// Deletes every holder's permits of semaphore `name`, as an operator's
     /// override, and wakes the waiters. The holders are told at their next
-    /// renewal or release. Returns whether anything was deleted.
+    /// renewal or release. Returns whether any permit was held by a holder
+    /// whose lease had not run out.
     ///
     /// Errors: as [`force_release_fair`](LockAdmin::force_release_fair).
     pub async fn force_release_semaphore(&self, name: &str) -> Result<bool, LockError> {

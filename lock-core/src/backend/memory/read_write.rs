@@ -175,19 +175,26 @@ impl MemoryStore {
         deleted
     }
 
-    /// `FAMILY_FORCE` of a read-write lock: drops its whole state.
+    /// `FAMILY_FORCE` of a read-write lock: drops its whole state (the
+    /// waiting writers' intents too), and answers whether it was held.
     pub(super) fn rw_force(&self, key: &LockKey) -> bool {
         let now = Instant::now();
         let mut state = self.inner.state.lock();
-        let existed = state.rw.remove(&**rw_stem(key)).is_some_and(|mut lock| {
-            lock.purge(now);
-            !lock.idle()
-        });
+        let (held, existed) = match state.rw.remove(&**rw_stem(key)) {
+            Some(mut lock) => {
+                lock.purge(now);
+                (
+                    lock.writer.is_some() || !lock.readers.is_empty(),
+                    !lock.idle(),
+                )
+            }
+            None => (false, false),
+        };
         drop(state);
         if existed {
             self.inner.waiters.wake_one(&key.channel);
         }
-        existed
+        held
     }
 }
 
@@ -241,6 +248,26 @@ mod tests {
         assert!(!store.force_now(&read), "nothing left");
         granted(store.acquire_now(&write, "w2:1", LEASE));
         assert!(store.force_now(&read));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn force_answers_whether_it_was_held_not_whether_a_writer_waited() {
+        let store = MemoryStore::new();
+        let read = try_key(Kind::Read);
+        let mut handle = store.inner.waiters.register(&read.channel);
+
+        // The holder's lease ran out while a writer waited: only the
+        // waiting writer's intent is left, and an intent is not a hold.
+        let short = Duration::from_secs(1); // shorter than the intent lasts
+        granted(store.acquire_now(&read, "r1:1", short));
+        busy(store.acquire_now(&wait_key(Kind::Write), "w:1", LEASE));
+        tokio::time::advance(short).await;
+        busy(store.acquire_now(&read, "r2:1", LEASE)); // the intent keeps r2 out
+        assert!(!store.force_now(&read), "nothing was held");
+        assert!(woken(&mut handle).await, "the intent's waiters are woken");
+        granted(store.acquire_now(&read, "r2:1", LEASE)); // the intent went
+        assert!(store.force_now(&read), "r2 held it");
+        assert_eq!(store.entries(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -97,7 +97,7 @@ const PERMITS_RELEASE: &str = lua!("prelude/now", "permits_release");
 const RENEW_MEMBER: &str = lua!("prelude/now", "renew_member");
 
 /// Deletes every key of a read-write lock or a semaphore, waking the waiters.
-const FAMILY_FORCE_RELEASE: &str = lua!("family_force_release");
+const FAMILY_FORCE_RELEASE: &str = lua!("prelude/now", "family_force_release");
 
 /// Reads a fair lock's (or a plain lock's) holder and queue.
 const FAIR_INSPECT: &str = lua!("prelude/now", "prelude/inspect", "fair_inspect");
@@ -383,19 +383,27 @@ impl Scripts {
 
     /// The operator's override, as a pipeline of one.
     pub(crate) fn force_release(&self, key: &LockKey) -> Pipeline {
-        let mut cmd = match key.kind {
-            Kind::Read | Kind::Write if key.layout == Layout::Redisson => {
-                evalsha(&self.redisson_rw_force_release, &[&key.lock, &key.channel])
-            }
+        // The family's script is also told whether its second key is a hold.
+        let (mut cmd, second_key_holds) = match key.kind {
+            Kind::Read | Kind::Write if key.layout == Layout::Redisson => (
+                evalsha(&self.redisson_rw_force_release, &[&key.lock, &key.channel]),
+                None,
+            ),
             Kind::Permits { .. } if key.layout == Layout::Redisson => {
                 let keys = [
                     key.lock.to_string(),
                     key.redisson_permit_timeouts(),
                     key.channel.to_string(),
                 ];
-                evalsha(&self.redisson_permits_force_release, &refs(&keys))
+                (
+                    evalsha(&self.redisson_permits_force_release, &refs(&keys)),
+                    None,
+                )
             }
-            Kind::Exclusive => evalsha(&self.force_release, &[&key.lock, &key.channel]),
+            Kind::Exclusive => (
+                evalsha(&self.force_release, &[&key.lock, &key.channel]),
+                None,
+            ),
             Kind::Fair => return self.fair(key, "", "force"),
             Kind::Read | Kind::Write => {
                 let keys = [
@@ -404,11 +412,19 @@ impl Scripts {
                     key.aux(":wait"),
                     key.channel.to_string(),
                 ];
-                evalsha(&self.family_force_release, &refs(&keys))
+                // The writer's hash is a hold.
+                (evalsha(&self.family_force_release, &refs(&keys)), Some("1"))
             }
-            Kind::Permits { .. } => evalsha(&self.family_force_release, &refs(&permits_keys(key))),
+            Kind::Permits { .. } => {
+                // The permit counts are not: the holders' zset says who holds.
+                let keys = permits_keys(key);
+                (evalsha(&self.family_force_release, &refs(&keys)), Some("0"))
+            }
         };
         cmd.arg(self.publish);
+        if let Some(flag) = second_key_holds {
+            cmd.arg(flag);
+        }
         one(cmd)
     }
 
