@@ -28,6 +28,7 @@ use crate::workload::SHUTDOWN_GRACE;
 
 mod effects;
 mod holds;
+mod liveness;
 mod report;
 mod windows;
 
@@ -1467,6 +1468,13 @@ pub fn analyze(
                 Some(row.heal_to_write_max_ms.map_or(ms, |m: f64| m.max(ms)));
         }
     }
+    // Liveness (report-only): locks free while wanted.
+    let (liveness, liveness_by_kind) = liveness::free_while_wanted(
+        events, &holds, &windows, &repairs, &stalls, run_start, run_end,
+    );
+    for (kind, figures) in liveness_by_kind {
+        kinds.entry(kind.name().to_owned()).or_default().liveness = figures;
+    }
     decide_effects(&mut rows, &row_of_fault, &windows, &holds, events, lease);
     for row in &mut rows {
         row.finish();
@@ -1491,6 +1499,7 @@ pub fn analyze(
         violations,
         register,
         stalls: stall_figures,
+        liveness,
         key_events,
         all_latencies,
         kinds,

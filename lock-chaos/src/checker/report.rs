@@ -259,6 +259,61 @@ pub struct KindFigures {
     pub violations: usize,
     /// Anomalies excused.
     pub excused: usize,
+    /// How long a lock of this kind sat free while wanted (report-only, see [`Liveness`]).
+    #[serde(flatten)]
+    pub liveness: Liveness,
+}
+
+/// Liveness figures (report-only: never a violation, never counted by `--strict`): how
+/// long a lock sat free while another task was asking for it, outside fault windows that
+/// could reach it and stalls of the waiting worker (a swallowed wake-up, a waiter sleeping
+/// until the lease ran out).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Liveness {
+    /// The longest such gap, ms (`None`: no gap with a waiter).
+    pub free_while_wanted_max_ms: Option<f64>,
+    /// Where and when that gap was.
+    pub free_while_wanted_worst: Option<WorstGap>,
+    /// Acquisitions that timed out although their lock was free for more than half of
+    /// their wait, outside fault windows and stalls of their worker.
+    pub timeouts_while_free: usize,
+}
+
+/// The longest "free while wanted" gap: which lock, when, and who was waiting.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorstGap {
+    /// The waiting acquisition's kind of lock.
+    pub kind: String,
+    /// Lock name.
+    pub name: String,
+    /// Start of the gap, ms since the run's start.
+    pub from_ms: f64,
+    /// End of the gap, ms since the run's start.
+    pub to_ms: f64,
+    /// The waiting worker.
+    pub worker: u32,
+    /// The waiting task.
+    pub task: u32,
+}
+
+impl Liveness {
+    /// The figures in one line of text.
+    pub fn text(&self) -> String {
+        let gap = match (
+            &self.free_while_wanted_max_ms,
+            &self.free_while_wanted_worst,
+        ) {
+            (Some(ms), Some(w)) => format!(
+                "max {ms:.0} ms ({} {} from {:.0} to {:.0} ms, waiter w{}-t{})",
+                w.kind, w.name, w.from_ms, w.to_ms, w.worker, w.task
+            ),
+            _ => "none".to_owned(),
+        };
+        format!(
+            "free while wanted: {gap}; timeouts while free: {}",
+            self.timeouts_while_free
+        )
+    }
 }
 
 /// What `admin().layouts()` answered in workers with clients of both layouts.
@@ -302,6 +357,8 @@ pub struct BackendReport {
     pub register: RegisterCheck,
     /// Scheduler lag.
     pub stalls: Stalls,
+    /// Locks free while wanted, over every kind (report-only).
+    pub liveness: Liveness,
     /// Key removals the lock servers reported.
     pub key_events: usize,
     /// Every loss latency, ms (for the overall percentiles).
@@ -425,6 +482,21 @@ impl BackendReport {
             s.harness_max_ms,
             self.key_events
         ));
+        out.push_str(&format!(
+            "Liveness (report-only, outside faults and stalls): {}.\n",
+            self.liveness.text()
+        ));
+        let by_kind: Vec<String> = self
+            .kinds
+            .iter()
+            .filter(|(_, f)| {
+                f.liveness.free_while_wanted_max_ms.is_some() || f.liveness.timeouts_while_free > 0
+            })
+            .map(|(k, f)| format!("{k}: {}", f.liveness.text()))
+            .collect();
+        if by_kind.len() > 1 {
+            out.push_str(&format!("Liveness by kind: {}.\n", by_kind.join("; ")));
+        }
         if self.kinds.keys().any(|k| k != "plain") {
             let kinds: Vec<String> = self
                 .kinds
@@ -524,6 +596,7 @@ impl BackendReport {
             "excused_by": self.excused_by(),
             "register": self.register,
             "stalls": self.stalls,
+            "liveness": self.liveness,
             "key_events": self.key_events,
             "kinds": self.kinds,
             "layouts": self.layouts,

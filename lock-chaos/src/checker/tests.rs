@@ -1908,3 +1908,111 @@ fn a_replicas_late_repeat_of_a_removal_is_not_a_second_removal() {
     let own = [(100 * M, "master"), (150 * M, "master")];
     assert_eq!(without_replicated_repeats(&own), own);
 }
+
+/// A hold `id` of `NAME` asked for at `asked` ms and acquired at `t` ms.
+fn acq_asked(asked: u64, t: u64, worker: u32, id: &str, token: u64) -> Event {
+    let mut event = acq(t, worker, id, token);
+    if let Event::Acquired { t_start, .. } = &mut event {
+        *t_start = asked * MS;
+    }
+    event
+}
+
+/// Worker 1 holds `NAME` from 1 s and releases it at 2 s (returning at 2.001 s); worker 2
+/// asks at 1.5 s and gets it only at 32.001 s: a 30 s gap with a waiter.
+fn thirty_second_gap() -> Vec<Event> {
+    vec![
+        acq(1_000, 1, "w1-t0-0", 1),
+        rel(2_000, 1, "w1-t0-0", 1, "ok"),
+        acq_asked(1_500, 32_001, 2, "w2-t0-0", 2),
+        rel(33_000, 2, "w2-t0-0", 2, "ok"),
+    ]
+}
+
+fn gap_ms(report: &BackendReport) -> Option<f64> {
+    report.liveness.free_while_wanted_max_ms
+}
+
+#[test]
+fn a_lock_free_for_30_s_while_wanted_is_reported_but_not_a_violation() {
+    let report = check(&thirty_second_gap(), None);
+    let ms = gap_ms(&report).unwrap_or(0.0);
+    assert!((ms - 30_000.0).abs() < 1.0, "{ms}");
+    let worst = report.liveness.free_while_wanted_worst.as_ref();
+    assert_eq!(worst.map(|w| (w.name.as_str(), w.worker)), Some((NAME, 2)));
+    let plain = &report.kinds["plain"].liveness;
+    assert!(plain
+        .free_while_wanted_max_ms
+        .is_some_and(|m| (m - 30_000.0).abs() < 1.0));
+    assert!(counted(&report).is_empty());
+    assert_eq!(report.unexcused(), 0);
+    assert!(report.table().contains("free while wanted: max 30000 ms"));
+}
+
+#[test]
+fn a_gap_that_meets_a_fault_window_is_not_counted() {
+    let mut events = thirty_second_gap();
+    events.push(fault(10_000, "client_kill", "start", "every client"));
+    events.push(fault(11_000, "client_kill", "heal", "every client"));
+    assert_eq!(gap_ms(&check(&events, None)), None);
+}
+
+#[test]
+fn a_gap_without_a_waiter_is_not_counted() {
+    let events = vec![
+        acq(1_000, 1, "w1-t0-0", 1),
+        rel(2_000, 1, "w1-t0-0", 1, "ok"),
+        acq_asked(32_000, 32_001, 2, "w2-t0-0", 2),
+        rel(33_000, 2, "w2-t0-0", 2, "ok"),
+    ];
+    let report = check(&events, None);
+    // Only the 1 ms of worker 2's own acquisition.
+    assert!(
+        gap_ms(&report).is_some_and(|ms| ms < 2.0),
+        "{:?}",
+        gap_ms(&report)
+    );
+}
+
+#[test]
+fn a_gap_while_the_waiting_worker_stalled_is_not_counted() {
+    let mut events = thirty_second_gap();
+    events.push(Event::Stall {
+        t_start: 5_000 * MS,
+        t: 6_000 * MS,
+        worker: Some(2),
+    });
+    assert_eq!(gap_ms(&check(&events, None)), None);
+    // A stall of another worker does not excuse it.
+    let mut events = thirty_second_gap();
+    events.push(Event::Stall {
+        t_start: 5_000 * MS,
+        t: 6_000 * MS,
+        worker: Some(3),
+    });
+    assert!(gap_ms(&check(&events, None)).is_some_and(|ms| ms > 29_000.0));
+}
+
+#[test]
+fn a_timeout_while_the_lock_was_free_is_counted() {
+    let events = vec![
+        acq(1_000, 1, "w1-t0-0", 1),
+        rel(2_000, 1, "w1-t0-0", 1, "ok"),
+        failed(1_500, 12_000, 2, 0),
+        acq(50_000, 3, "w3-t0-0", 2),
+        rel(51_000, 3, "w3-t0-0", 2, "ok"),
+    ];
+    let report = check(&events, None);
+    assert_eq!(report.liveness.timeouts_while_free, 1);
+    assert_eq!(report.kinds["plain"].liveness.timeouts_while_free, 1);
+    assert!(counted(&report).is_empty());
+    // Held for most of the wait: not counted.
+    let events = vec![
+        acq(1_000, 1, "w1-t0-0", 1),
+        rel(10_000, 1, "w1-t0-0", 1, "ok"),
+        failed(1_500, 12_000, 2, 0),
+        acq(50_000, 3, "w3-t0-0", 2),
+        rel(51_000, 3, "w3-t0-0", 2, "ok"),
+    ];
+    assert_eq!(check(&events, None).liveness.timeouts_while_free, 0);
+}
