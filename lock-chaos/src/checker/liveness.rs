@@ -148,15 +148,13 @@ pub(super) fn free_while_wanted(
     }
     // Whether `[from, to]` of a wait on lock (kind, name) by `worker` is excused.
     let excused = |kind: LockKind, name: &str, worker: u32, from: u64, to: u64| {
-        windows
+        windows.iter().any(|w| {
+            w.reaches(kind, name) && intersects(from, to, w.start, w.heal.saturating_add(slack))
+        }) || repairs.iter().any(|r| {
+            r.covers(kind, name) && intersects(from, to, r.since, r.end.saturating_add(slack))
+        }) || stalls
             .iter()
-            .any(|w| w.reaches(kind, name) && intersects(from, to, w.start, w.heal + slack))
-            || repairs
-                .iter()
-                .any(|r| r.covers(kind, name) && intersects(from, to, r.since, r.end + slack))
-            || stalls
-                .iter()
-                .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
+            .any(|&(w, s0, s1)| w == Some(worker) && intersects(from, to, s0, s1))
     };
     let mut total = Liveness::default();
     let mut per_kind: BTreeMap<LockKind, Liveness> = BTreeMap::new();
