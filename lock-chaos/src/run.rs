@@ -1640,7 +1640,7 @@ fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
             // would report every `DEL` of the replay as a removal happening now: subscribe
             // only once it has loaded (the setting is off until then).
             let info: String = redis::cmd("INFO").arg("persistence").query(&mut conn)?;
-            if !info.contains("loading:0") {
+            if !loaded(&info) {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "the server is loading its data",
@@ -1704,6 +1704,14 @@ fn watch_key_events(port: u16, sink: &EventSink, watching: &AtomicBool) {
     }
 }
 
+/// Whether a server's `INFO persistence` says it has loaded its data: its `loading` field
+/// is `0`. (Not a search for `loading:0`: Redis 7's `async_loading:0` contains it, and
+/// matched while the server was still replaying its append-only file, whose every `DEL`
+/// was then recorded as a removal happening after the restart.)
+fn loaded(info: &str) -> bool {
+    info.lines().any(|line| line.trim_end() == "loading:0")
+}
+
 /// Whether `step` acts on the master (or replica) of its lock's shard.
 fn needs_master(step: &Step) -> bool {
     matches!(
@@ -1727,6 +1735,99 @@ fn signal(pid: u32, signal: libc::c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Redis 7.0's `INFO persistence` while it replays its append-only file: `loading:1`
+    /// and `async_loading:0`.
+    #[test]
+    fn loaded_reads_the_loading_field_not_async_loading() {
+        let loading = "# Persistence\r\nloading:1\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\n";
+        assert!(!loaded(loading));
+        let done = "# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\n";
+        assert!(loaded(done));
+    }
+
+    /// A server restarted from an append-only file full of `DEL`s (as the lock scripts
+    /// leave it) replays them; the key-event watcher must not record them as removals
+    /// happening after the restart (it did, and the checker then took a live lock for gone
+    /// and reported a late `lost()`), and must record the removals that follow.
+    #[test]
+    fn the_key_event_watcher_skips_an_append_only_replay() {
+        let mut server = RedisServer::start_with(
+            ServerOptions::new()
+                .arg("--appendonly")
+                .arg("yes")
+                .arg("--appendfsync")
+                .arg("always"),
+        );
+        let mut conn = server.conn();
+        for _ in 0..40 {
+            let mut pipe = redis::pipe();
+            for _ in 0..5_000 {
+                pipe.cmd("SET").arg("replayed").arg("v").ignore();
+                pipe.cmd("DEL").arg("replayed").ignore();
+            }
+            pipe.query::<()>(&mut conn).unwrap();
+        }
+        drop(conn);
+        let dir = std::env::temp_dir().join(format!("lock-chaos-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("events.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let sink = EventSink::open(&path).unwrap();
+        let watching = Arc::new(AtomicBool::new(true));
+        let port = server.port();
+        server.kill();
+        let watcher = std::thread::spawn({
+            let (sink, watching) = (sink.clone(), watching.clone());
+            move || watch_key_events(port, &sink, &watching)
+        });
+        server.restart(); // replays 200,000 DELs
+        let mut conn = server.conn();
+        // Once the watcher is subscribed (it set the key-event flags), a live removal.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let flags: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("notify-keyspace-events")
+                .query(&mut conn)
+                .unwrap();
+            if flags.get(1).is_some_and(|f| f.contains('E')) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watcher never subscribed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        redis::cmd("SET")
+            .arg("live")
+            .arg("v")
+            .query::<()>(&mut conn)
+            .unwrap();
+        redis::cmd("DEL")
+            .arg("live")
+            .query::<()>(&mut conn)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        watching.store(false, Ordering::Relaxed);
+        watcher.join().unwrap();
+        let gone = |name: &str| {
+            read_events(&path)
+                .unwrap()
+                .iter()
+                .filter(|e| matches!(e, Event::KeyGone { key, .. } if key == name))
+                .count()
+        };
+        assert_eq!(
+            gone("replayed"),
+            0,
+            "removals replayed from the file were recorded"
+        );
+        assert_eq!(gone("live"), 1, "the live removal was not recorded");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_kinds_follow_what_the_machine_can_do() {
