@@ -1752,13 +1752,7 @@ mod tests {
     /// and reported a late `lost()`), and must record the removals that follow.
     #[test]
     fn the_key_event_watcher_skips_an_append_only_replay() {
-        let mut server = RedisServer::start_with(
-            ServerOptions::new()
-                .arg("--appendonly")
-                .arg("yes")
-                .arg("--appendfsync")
-                .arg("always"),
-        );
+        let mut server = RedisServer::start_with(crate::topology::persistent());
         let mut conn = server.conn();
         for _ in 0..40 {
             let mut pipe = redis::pipe();

@@ -50,7 +50,7 @@ impl Backend {
 }
 
 /// Persistence that survives `SIGKILL` of the server without losing an acknowledged write.
-fn persistent() -> ServerOptions {
+pub(crate) fn persistent() -> ServerOptions {
     persistent_with(ServerOptions::new())
 }
 
