@@ -254,8 +254,8 @@ async fn redis_inspect_reports_keys_of_another_type() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_operator_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +hkeys +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                +scan +type +hgetall +get";
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                +scan +type +hgetall";
     let mut options = ServerOptions::new().arg("--user").arg("operator");
     for part in rule.split_whitespace() {
         options = options.arg(part);
@@ -444,9 +444,9 @@ async fn redis_family_inspection_reports_keys_of_another_type() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_family_acl_rule_is_sufficient() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +hkeys +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
-                +hvals +pexpireat +type +hgetall +get";
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +hvals +pexpireat +type +hgetall";
     let mut options = ServerOptions::new().arg("--user").arg("family");
     for part in rule.split_whitespace() {
         options = options.arg(part);

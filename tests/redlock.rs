@@ -499,3 +499,43 @@ async fn waiters_that_split_the_vote_try_again_soon() {
         let _ = grant.release().await;
     }
 }
+
+/// Issue 37: a master of a bare majority rejoins empty. With master 2 down,
+/// A holds the lock on masters 0 and 1 (a bare majority, the floor written
+/// to both); master 1 restarts empty and master 2 comes back empty. B then
+/// wins masters 1 and 2 while A still believes it holds the lock (the two
+/// holders the deployments guide states). Before the clock floor, B's token
+/// came from two counters that started over (1), below A's: a fenced
+/// resource kept trusting A. Now each master's token is at least its clock,
+/// so B's is above A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_of_a_bare_majority_that_rejoins_empty_issues_a_higher_token() {
+    let mut fixture = Redlock::new(3);
+    let a = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let b = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    fixture.servers[2].kill();
+    for _ in 0..3 {
+        let guard = a.lock("rl:bare").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let held = a.lock("rl:bare").acquire().await.unwrap();
+    let t1 = held.fencing_token();
+    assert_eq!(fixture.holders("rl:bare"), 2);
+
+    fixture.servers[1].restart();
+    fixture.servers[2].restart();
+    let second = b
+        .lock("rl:bare")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(held.is_held(), "A has not renewed since: it still holds");
+    assert!(
+        second.fencing_token() > t1,
+        "B's token {} is not above A's {t1}",
+        second.fencing_token()
+    );
+    second.release().await.unwrap();
+    drop(held);
+}

@@ -474,3 +474,59 @@ async fn a_client_cut_off_from_the_new_master_does_not_lock_on_the_old_one() {
     let guard = acquire_on_the_new_master(&client, &set, "deposed:x").await;
     guard.release().await.unwrap();
 }
+
+/// Issue 37: a failover that lost the fence counter's last writes. The
+/// replica is made to miss them (its counter set back by hand, as if the
+/// last acquisitions had not reached it before the master died), then the
+/// master is killed and the replica promoted. Before the clock floor, the
+/// next token was the stale counter plus one: a token that an earlier holder
+/// already had. Now it is at least the new master's clock: above every
+/// earlier token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_the_counters_last_writes_issues_no_old_token() {
+    let mut set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    let name = "sentinel:lost-incr";
+    let mut tokens = Vec::new();
+    for _ in 0..4 {
+        let guard = client.lock(name).acquire().await.unwrap();
+        tokens.push(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    let fence_key = client.admin().inspect(name).await.unwrap().fence_key;
+    tokio::time::sleep(Duration::from_millis(300)).await; // replicated
+                                                          // The replica missed the last three acquisitions.
+    let mut replica = set.replica().conn();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query(&mut replica)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(tokens[0])
+        .query(&mut replica)
+        .unwrap();
+
+    set.kill_master_and_wait_for_failover(Duration::from_secs(60));
+    let mut guard = None;
+    for _ in 0..5 {
+        if let Ok(acquired) = client.lock(name).acquire().await {
+            guard = Some(acquired);
+            break;
+        }
+    }
+    let guard = guard.expect("acquired on the new master");
+    let last = *tokens.last().unwrap();
+    assert!(
+        guard.fencing_token() > last,
+        "token {} after the failover, {last} before it ({tokens:?})",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+}

@@ -757,8 +757,8 @@ fn every_command_has_help_with_examples() {
 #[test]
 fn the_readme_acl_rule_is_enough_for_lockctl() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                +scan +type +hgetall +get";
+                +subscribe +unsubscribe +hget +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                +scan +type +hgetall";
     let mut options = ServerOptions::new().arg("--user").arg("ops");
     for part in rule.split_whitespace() {
         options = options.arg(part);
@@ -1337,9 +1337,9 @@ fn family_options_are_checked() {
 #[test]
 fn the_readme_family_acl_rule_is_enough_for_lockctl() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
-                +hkeys +hvals +pexpireat +type +hgetall +get";
+                +subscribe +unsubscribe +hget +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +hkeys +hvals +pexpireat +type +hgetall";
     let mut options = ServerOptions::new().arg("--user").arg("ops");
     for part in rule.split_whitespace() {
         options = options.arg(part);

@@ -627,8 +627,8 @@ fn the_live_view_shows_the_lock_family_and_hot_locks() {
 #[test]
 fn the_readme_acl_rule_is_enough_for_top() {
     let status_rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                       +subscribe +unsubscribe +hget +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                       +scan +type +hgetall +get";
+                       +subscribe +unsubscribe +hget +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                       +scan +type +hgetall";
     for (extra, counted) in [("", false), (" +pubsub|numsub", true)] {
         let rule = format!("{status_rule}{extra}");
         let mut options = ServerOptions::new().arg("--user").arg("ops");
@@ -666,8 +666,8 @@ fn the_readme_acl_rule_is_enough_for_top() {
 #[test]
 fn the_family_acl_rule_with_scan_and_numsub_is_enough_for_top() {
     let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load \
-                +subscribe +unsubscribe +hget +hkeys +pttl +incr +hset +pexpire +hexists +hdel +del +publish \
-                +time +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del +publish \
+                +exists +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zcard \
                 +hvals +pexpireat +type +hgetall +get +scan +pubsub|numsub";
     let mut options = ServerOptions::new().arg("--user").arg("ops");
     for part in rule.split_whitespace() {

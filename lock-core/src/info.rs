@@ -23,9 +23,9 @@ pub struct LockInfo {
     /// prefix).
     pub key: String,
     /// The backend's key of the counter this lock's fencing tokens come from
-    /// (`lock:fence:{<tag>}`, shared by the locks of one cluster slot). After
-    /// Redis lost its data, an operator sets it above the highest token the
-    /// guarded resources have seen.
+    /// (`lock:fence:{<tag>}`, shared by the locks of one cluster slot). It
+    /// holds the last token issued; a lost counter needs no operator: the
+    /// next token is at least the server's clock in microseconds.
     pub fence_key: String,
     /// The current holder, or `None` when the lock is free.
     pub holder: Option<LockHolder>,

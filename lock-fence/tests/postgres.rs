@@ -288,3 +288,88 @@ async fn a_fence_table_claims_by_name() {
     store.claim("b", 1).await.unwrap();
     assert_eq!(store.seen("b").await.unwrap(), 1);
 }
+
+/// Issue 37's first sequence, with the ready-made `PgFence` and a Redis
+/// without persistence: three holders increment the row; holder H takes the
+/// lock (watchdog mode) and reads; redis-server restarts empty. Holders of a
+/// second client then retry until the fence accepts their read. Before the
+/// clock floor, the first accepted one got H's token again (the counter
+/// started over at 1): both read the same value, both writes were accepted,
+/// and one increment was lost. Now every token after the restart is above
+/// H's, H's write is refused, and every acknowledged increment is in the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_mid_write_across_an_empty_restart_is_refused() {
+    use std::time::Duration;
+
+    let pg = PostgresServer::start();
+    let mut redis = RedisServer::start();
+    let store = RowStore::new(connect(&pg).await).await;
+    store.reset(0).await;
+    let mut acknowledged = 0_i64;
+
+    let first = distlock_core::LockClient::connect(&redis.url())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let guard = first.lock("stock").acquire().await.unwrap();
+        let token = guard.fencing_token();
+        let qty = store.read(token).await.unwrap();
+        store.write(token, qty + 1).await.unwrap();
+        acknowledged += 1;
+        guard.release().await.unwrap();
+    }
+
+    let h = first.lock("stock").acquire().await.unwrap();
+    let h_token = h.fencing_token();
+    let h_qty = store.read(h_token).await.unwrap();
+
+    redis.restart();
+
+    let second = distlock_core::LockClient::connect(&redis.url())
+        .await
+        .unwrap();
+    let mut accepted = None;
+    for _ in 0..50 {
+        let guard = second
+            .lock("stock")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        match store.read(guard.fencing_token()).await {
+            Ok(qty) => {
+                accepted = Some((guard, qty));
+                break;
+            }
+            Err(FenceError::Stale { .. }) => guard.release().await.unwrap(),
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let (n, n_qty) = accepted.expect("a holder after the restart is accepted");
+    // H's watchdog has not renewed since the restart: it still believes it holds the lock.
+    assert!(h.is_held(), "H still believes it holds the lock");
+    assert!(
+        n.fencing_token() > h_token,
+        "a token issued after the empty restart ({}) must be above the last one before it ({h_token})",
+        n.fencing_token()
+    );
+
+    // H, then the new holder, write what they read plus one.
+    match store.write(h_token, h_qty + 1).await {
+        Ok(()) => acknowledged += 1,
+        Err(FenceError::Stale { .. }) => {}
+        Err(other) => panic!("{other}"),
+    }
+    store.write(n.fencing_token(), n_qty + 1).await.unwrap();
+    acknowledged += 1;
+    n.release().await.unwrap();
+
+    assert_eq!(
+        store.stock().await,
+        acknowledged,
+        "every acknowledged increment is in the row (none lost)"
+    );
+    drop(h);
+    let _ = first.shutdown(Duration::from_secs(1)).await;
+    let _ = second.shutdown(Duration::from_secs(1)).await;
+}

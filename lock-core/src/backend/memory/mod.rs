@@ -115,10 +115,24 @@ fn until(at: Instant, now: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-/// The next fencing token of the store's one counter.
+/// The next fencing token of the store's one counter: one more than the last,
+/// and at least the system clock in microseconds since the Unix epoch, as the
+/// Redis scripts issue them (`prelude/token.lua`). A store is new in every
+/// process, so without the clock floor a restarted service would issue 1, 2,
+/// 3 again to a resource that remembers the old process's tokens.
 fn next_token(fence: &mut u64) -> u64 {
-    *fence = fence.saturating_add(1);
+    *fence = fence.saturating_add(1).max(clock_micros());
     *fence
+}
+
+/// The system clock in microseconds since the Unix epoch (0 before it, and
+/// `u64::MAX` beyond it: a clock set absurdly far forward saturates).
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
 }
 
 impl State {

@@ -42,8 +42,7 @@ impl MemoryStore {
             return Attempt::busy(Some(ttl.min(crate::wire::ASK_AGAIN)));
         }
         state.sweep(now);
-        state.fence = state.fence.saturating_add(1);
-        let token = state.fence;
+        let token = super::next_token(&mut state.fence);
         state.locks.insert(
             key.lock.clone(),
             Entry {

@@ -18,16 +18,16 @@ macro_rules! lua {
 }
 
 /// Takes the plain lock, or asks a hot-lock keeper holding it to give it up.
-const ACQUIRE: &str = lua!("acquire");
+const ACQUIRE: &str = lua!("prelude/token", "acquire");
 
 /// Takes the plain lock in Redisson's layout, as Redisson's `RFencedLock` does.
-const REDISSON_ACQUIRE: &str = lua!("redisson_acquire");
+const REDISSON_ACQUIRE: &str = lua!("prelude/token", "redisson_acquire");
 
 /// Takes a read hold of Redisson's read-write lock.
-const REDISSON_READ_ACQUIRE: &str = lua!("redisson_read_acquire");
+const REDISSON_READ_ACQUIRE: &str = lua!("prelude/token", "redisson_read_acquire");
 
 /// Takes the write hold of Redisson's read-write lock.
-const REDISSON_WRITE_ACQUIRE: &str = lua!("redisson_write_acquire");
+const REDISSON_WRITE_ACQUIRE: &str = lua!("prelude/token", "redisson_write_acquire");
 
 /// Gives a read hold of Redisson's read-write lock back.
 const REDISSON_READ_RELEASE: &str = lua!("redisson_read_release");
@@ -42,7 +42,8 @@ const REDISSON_READ_RENEW: &str = lua!("redisson_read_renew");
 const REDISSON_RW_FORCE_RELEASE: &str = lua!("redisson_rw_force_release");
 
 /// Takes permits of Redisson's `RPermitExpirableSemaphore`.
-const REDISSON_PERMITS_ACQUIRE: &str = lua!("prelude/now", "redisson_permits_acquire");
+const REDISSON_PERMITS_ACQUIRE: &str =
+    lua!("prelude/now", "prelude/token", "redisson_permits_acquire");
 
 /// Gives permits of Redisson's `RPermitExpirableSemaphore` back.
 const REDISSON_PERMITS_RELEASE: &str = lua!("prelude/now", "redisson_permits_release");
@@ -70,16 +71,26 @@ const FORCE_RELEASE: &str = lua!("force_release");
 const FENCE_FLOOR: &str = lua!("fence_floor");
 
 /// Takes the fair lock, or queues for it.
-const FAIR_ACQUIRE: &str = lua!("prelude/now", "prelude/fair_purge", "fair_acquire");
+const FAIR_ACQUIRE: &str = lua!(
+    "prelude/now",
+    "prelude/token",
+    "prelude/fair_purge",
+    "fair_acquire"
+);
 
 /// Gives the fair lock back (release, rollback, force) and hands it to the head of its queue.
-const FAIR_RELEASE: &str = lua!("prelude/now", "prelude/fair_purge", "fair_release");
+const FAIR_RELEASE: &str = lua!(
+    "prelude/now",
+    "prelude/token",
+    "prelude/fair_purge",
+    "fair_release"
+);
 
 /// Takes a read hold of a read-write lock.
-const READ_ACQUIRE: &str = lua!("prelude/now", "read_acquire");
+const READ_ACQUIRE: &str = lua!("prelude/now", "prelude/token", "read_acquire");
 
 /// Takes the write hold of a read-write lock, or records the intent.
-const WRITE_ACQUIRE: &str = lua!("prelude/now", "write_acquire");
+const WRITE_ACQUIRE: &str = lua!("prelude/now", "prelude/token", "write_acquire");
 
 /// Gives a read hold back.
 const READ_RELEASE: &str = lua!("prelude/now", "read_release");
@@ -88,7 +99,7 @@ const READ_RELEASE: &str = lua!("prelude/now", "read_release");
 const WRITE_ROLLBACK: &str = lua!("write_rollback");
 
 /// Takes permits of a semaphore.
-const PERMITS_ACQUIRE: &str = lua!("prelude/now", "permits_acquire");
+const PERMITS_ACQUIRE: &str = lua!("prelude/now", "prelude/token", "permits_acquire");
 
 /// Gives permits back.
 const PERMITS_RELEASE: &str = lua!("prelude/now", "permits_release");

@@ -7,18 +7,19 @@
 -- ARGV[2]  lease, ms
 -- ARGV[3]  the publish command: PUBLISH, or SPUBLISH (sharded pub/sub)
 --
--- Takes the lock when it is free (or already ours), bumping the fencing
--- counter on a first acquisition.
+-- Takes the lock when it is free (or already ours), with the fencing
+-- counter's next token (token.lua) on a first acquisition.
 --
 -- Returns {1, token} when held by ARGV[1], {0, pttl} when busy, and
 -- {2, pttl} when a hot-lock keeper holds it (its field ends with `~k`),
 -- after asking it to give the lock up: `w <field>` on KEYS[3].
 --
 -- PTTL comes first: it tells a free lock (-2) from a held one and gives the
--- busy reply its TTL, so a free lock costs 4 calls and a busy one 2.
+-- busy reply its TTL, so a free lock costs 6 calls (3 of them the token's)
+-- and a busy one 2.
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
-  local token = redis.call('incr', KEYS[2])
+  local token = next_token(KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], token)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}

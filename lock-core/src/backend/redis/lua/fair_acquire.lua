@@ -31,7 +31,7 @@ local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
   local head = redis.call('zrange', KEYS[3], 0, 0)[1]
   if head == nil or head == ARGV[1] then
-    token = redis.call('incr', KEYS[2])
+    token = next_token(KEYS[2])
     redis.call('hset', KEYS[1], ARGV[1], token)
     redis.call('pexpire', KEYS[1], ARGV[2])
     if head then

@@ -42,10 +42,10 @@ while true do
   redis.call('zrem', KEYS[4], head)
   redis.call('hdel', KEYS[5], head)
   if lease then
-    local token = redis.call('incr', KEYS[2])
+    local token = next_token(KEYS[2])
     redis.call('hset', KEYS[1], head, token)
     redis.call('pexpire', KEYS[1], math.min(tonumber(lease), tonumber(ARGV[3])))
-    redis.call(ARGV[4], KEYS[6], 'g ' .. head .. ' ' .. token)
+    redis.call(ARGV[4], KEYS[6], 'g ' .. head .. ' ' .. string.format('%d', token))
     return deleted
   end
 end

@@ -20,7 +20,8 @@ if #gone > 0 then
 end
 local lease = tonumber(ARGV[2])
 local expires = now + lease
-if redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
+local new = redis.call('hexists', KEYS[2], ARGV[1]) == 0
+if new then
   local used = 0
   for _, n in ipairs(redis.call('hvals', KEYS[2])) do
     used = used + tonumber(n)
@@ -32,6 +33,9 @@ if redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
     end
     return {0, -1}
   end
+end
+local token = next_token(KEYS[3])
+if new then
   redis.call('hset', KEYS[2], ARGV[1], ARGV[3])
 end
 redis.call('zadd', KEYS[1], expires, ARGV[1])
@@ -40,4 +44,4 @@ for i = 1, 2 do
     redis.call('pexpireat', KEYS[i], expires)
   end
 end
-return {1, redis.call('incr', KEYS[3])}
+return {1, token}

@@ -24,9 +24,10 @@ if not writer and redis.call('zscore', KEYS[1], ARGV[1]) == false then
     return {0, math.max(1, tonumber(first[2]) - now)}
   end
 end
+local token = next_token(KEYS[3])
 local expires = now + tonumber(ARGV[2])
 redis.call('zadd', KEYS[1], expires, ARGV[1])
 if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('pexpireat', KEYS[1], expires)
 end
-return {1, redis.call('incr', KEYS[3])}
+return {1, token}

@@ -22,7 +22,7 @@ if redis.call('exists', KEYS[3]) == 1 then
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
-  local token = redis.call('incr', KEYS[2])
+  local token = next_token(KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}

@@ -40,11 +40,12 @@ if redis.call('zscore', KEYS[2], ARGV[6]) then
 end
 local available = tonumber(redis.call('get', KEYS[1]))
 if available ~= nil and available >= tonumber(ARGV[1]) then
+  local token = next_token(KEYS[4])
   redis.call('decrby', KEYS[1], ARGV[1])
   for i = 6, #ARGV do
     redis.call('zadd', KEYS[2], deadline, ARGV[i])
   end
-  return {1, redis.call('incr', KEYS[4])}
+  return {1, token}
 end
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 if first[1] and first[2] ~= ARGV[5] then

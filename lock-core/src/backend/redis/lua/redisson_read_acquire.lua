@@ -21,14 +21,16 @@ if mode == false then
   if redis.call('exists', KEYS[1]) == 1 then
     return redis.error_reply('WRONGTYPE REDISSON_LOCK the name is a Redisson lock')
   end
+  local token = next_token(KEYS[3])
   redis.call('hset', KEYS[1], 'mode', 'read')
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[2])
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, redis.call('incr', KEYS[3])}
+  return {1, token}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   -- A repeated attempt of a holder (its reply was lost) keeps its one hold.
+  local token = next_token(KEYS[3])
   local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
   if holds == 0 then
     holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
@@ -36,6 +38,6 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
   redis.call('set', KEYS[2] .. ':' .. holds, 1, 'px', ARGV[2])
   local ttl = redis.call('pttl', KEYS[1])
   redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[2])))
-  return {1, redis.call('incr', KEYS[3])}
+  return {1, token}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -15,10 +15,11 @@ if mode == false then
   if redis.call('exists', KEYS[1]) == 1 then
     return redis.error_reply('WRONGTYPE REDISSON_LOCK the name is a Redisson lock')
   end
+  local token = next_token(KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, token}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   -- A repeated attempt of the holder (its reply was lost).

@@ -25,7 +25,7 @@ if ttl == -2 then
   local reader = redis.call('zrange', KEYS[1], 0, 0, 'withscores')
   if reader[1] == nil then
     redis.call('zrem', KEYS[4], ARGV[1])
-    token = redis.call('incr', KEYS[3])
+    token = next_token(KEYS[3])
     redis.call('hset', KEYS[2], ARGV[1], token)
     redis.call('pexpire', KEYS[2], ARGV[2])
     return {1, token}
