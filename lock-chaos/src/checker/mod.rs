@@ -641,6 +641,56 @@ pub fn analyze(
                 }
             }
         }
+        // Unique tokens: a token granted to two holders of the lock (from one counter) lets
+        // both through the fence's `<=` rule. Each holder after the first one of a token is
+        // one duplicate. Readers and permits get a token each, so they count too; holds of
+        // one holder (a re-entry, a hot lock keeper's uses) share theirs. No data loss
+        // excuses it (a counter that can forget needs a floor that cannot); only a step back
+        // of the server's clock while the counter was lost (the floor's assumption) does.
+        let mut by_token: BTreeMap<(&str, u64), Vec<&Hold>> = BTreeMap::new();
+        for h in list.iter().filter(|h| h.token != 0) {
+            by_token
+                .entry((token_counter(h), h.token))
+                .or_default()
+                .push(h);
+        }
+        for ((_, token), sharing) in &by_token {
+            let Some(a) = sharing.first() else { continue };
+            let mut holders: Vec<&str> = vec![holder(a)];
+            for b in &sharing[1..] {
+                if holders.contains(&holder(b)) {
+                    continue;
+                }
+                holders.push(holder(b));
+                let row = row_at(b.start);
+                rows[row].duplicate_tokens += 1;
+                let (from, to) = (granted_from(a), b.start);
+                let excuse = (counter_lost_between(b.kind, name, from, to)
+                    && server_clock_back(&windows, b.kind, name, from, to))
+                .then_some("server_clock_back");
+                push_fencing_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                    kind: "duplicate_token".into(),
+                    backend: backend.into(),
+                    fault: fault_at(b.start),
+                    name: (*name).into(),
+                    at_ms: at_ms(b.start),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{} (hold {}, {}, worker {}) got token {token}, which {} (hold {}, {}, worker {}) had got at {:.0} ms",
+                        b.owner,
+                        b.id,
+                        b.kind.name(),
+                        b.worker,
+                        a.owner,
+                        a.id,
+                        a.kind.name(),
+                        a.worker,
+                        at_ms(a.start)
+                    ),
+                });
+            }
+        }
         // When the lock disappeared under each hold, and whether lost() said so in time.
         for (j, h) in list.iter().enumerate() {
             let key = hold_key(h.kind, name);
