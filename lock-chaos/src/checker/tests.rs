@@ -668,9 +668,10 @@ fn a_logged_stale_write_with_no_write_event_is_found() {
     ];
     let truth = logged(&["w0-t0-0|5|0|0|1", "w1-t0-0|6|0|1|1"], 1);
     let report = check(&events, Some(&truth));
+    // The stale write overwrote A's acknowledged one: A's write is lost too.
     assert_eq!(
         counted(&report),
-        ["stale_write_accepted"],
+        ["stale_write_accepted", "lost_write"],
         "{:#?}",
         report.violations
     );
@@ -808,9 +809,10 @@ fn the_register_log_must_match_the_final_value_and_every_intent() {
     let mut kinds = counted(&report);
     kinds.sort_unstable();
     assert_eq!(kinds, ["register_final", "write_without_intent"]);
-    // A write the worker saw accepted must be in the log.
+    // A write the worker saw accepted must be in the log (and the final value, 0, does
+    // not have it: lost).
     let report = check(&events, Some(&logged(&[], 0)));
-    assert_eq!(counted(&report), ["write_not_logged"]);
+    assert_eq!(counted(&report), ["write_not_logged", "lost_write"]);
 }
 
 #[test]
@@ -2199,4 +2201,152 @@ fn a_duplicate_token_is_excused_only_by_a_server_clock_step_back_with_the_counte
     ]);
     events.extend(across_an_empty_restart(7, 7));
     assert_eq!(counted(&check(&events, None)), ["duplicate_token"]);
+}
+
+/// Two holders' fenced read-modify-writes of `NAME` (A from 100 to 300 ms across an empty
+/// restart at 250 ms, B from 400 to 500 ms) with tokens `a` and `b`: A reads 0 and writes
+/// 1; B reads `b_read` and writes `b_read + 1`.
+fn two_writers(a: u64, b: u64, b_read: i64) -> Vec<Event> {
+    vec![
+        acq(100, 0, "w0-t0-0", a),
+        claim(110, 0, "w0-t0-0", a, 0),
+        intent(150, 0, "w0-t0-0", a, Register::Fenced, 0),
+        written(160, 0, "w0-t0-0", a, 0, 0),
+        fault_id(250, "restart_empty", "start", "server 0", 1, None),
+        fault_id(260, "restart_empty", "heal", "port 1", 1, None),
+        rel(300, 0, "w0-t0-0", a, "ok"),
+        acq(400, 1, "w1-t0-0", b),
+        claim(410, 1, "w1-t0-0", b, b_read),
+        intent(440, 1, "w1-t0-0", b, Register::Fenced, b_read),
+        written(450, 1, "w1-t0-0", b, b_read, b_read),
+        rel(500, 1, "w1-t0-0", b, "ok"),
+    ]
+}
+
+fn restart_row(report: &BackendReport) -> &Row {
+    report
+        .rows
+        .iter()
+        .find(|r| r.fault == "restart_empty")
+        .unwrap()
+}
+
+#[test]
+fn two_holders_writes_under_one_token_are_a_violation_even_after_a_data_loss() {
+    let log = |a: u64, b: u64| {
+        both_formats(&[("w0-t0-0", a, 0, 0, 1), ("w1-t0-0", b, 1, 1, 2)])
+            .into_iter()
+            .map(Some)
+            .chain([None])
+    };
+    // From the store's log in both formats, and from the workers' events alone.
+    for truth in log(7, 7) {
+        let report = check(&two_writers(7, 7, 1), truth.as_deref());
+        let found = counted_of(&report, "equal_token_writes");
+        assert_eq!(found.len(), 1, "{truth:?}: {:#?}", report.violations);
+        assert_eq!(found[0].holds, ["w0-t0-0", "w1-t0-0"]);
+        assert_eq!(found[0].fault, "restart_empty");
+        assert_eq!(restart_row(&report).equal_token_writes, 1);
+        assert_eq!(report.fencing().equal_token_writes, 1);
+    }
+    // Distinct tokens: none.
+    for truth in log(7, 8) {
+        let report = check(&two_writers(7, 8, 1), truth.as_deref());
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.fencing().equal_token_writes, 0);
+    }
+    // One holder's writes under its one token (a hot lock keeper's two uses): none.
+    let mut one_holder = two_writers(7, 7, 1);
+    for event in &mut one_holder {
+        if let Event::Acquired { owner, kind, .. } = event {
+            *owner = "c:h1~k".into();
+            *kind = LockKind::Hot;
+        }
+    }
+    for truth in log(7, 7) {
+        let report = check(&one_holder, truth.as_deref());
+        assert_eq!(
+            report.fencing().equal_token_writes,
+            0,
+            "{:#?}",
+            report.violations
+        );
+        assert!(counted_of(&report, "equal_token_writes").is_empty());
+    }
+}
+
+#[test]
+fn an_acknowledged_fenced_write_a_later_holders_read_misses_is_lost() {
+    // A wrote 1 (acknowledged at 160 ms, across an empty restart of the lock server);
+    // B, acquired at 400 ms, read 0: the register store lost A's write.
+    let report = check(&two_writers(7, 8, 0), None);
+    let lost = counted_of(&report, "lost_write");
+    assert_eq!(lost.len(), 1, "{:#?}", report.violations);
+    assert_eq!(lost[0].holds, ["w0-t0-0", "w1-t0-0"]);
+    assert!(lost[0].detail.contains("read 0"), "{}", lost[0].detail);
+    // A's hold was touched by the data loss; the lost write is not excused by it.
+    assert_eq!(report.rows[0].lost_writes, 1);
+    assert_eq!(report.fencing().lost_writes, 1);
+    // B read 1: seen.
+    let report = check(&two_writers(7, 8, 1), None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.fencing().lost_writes, 0);
+    // A read whose hold began before the acknowledgement may precede the write: B's hold
+    // from 150 ms, its read of 0 is no loss (the overlap is another matter).
+    let mut early = two_writers(7, 8, 0);
+    if let Event::Acquired { t, t_start, .. } = &mut early[7] {
+        (*t_start, *t) = (150 * MS, 150 * MS);
+    }
+    let report = check(&early, None);
+    assert_eq!(report.fencing().lost_writes, 0, "{:#?}", report.violations);
+}
+
+#[test]
+fn an_acknowledged_fenced_write_the_final_state_does_not_see_is_lost() {
+    // Both holders read 0 (B before A's write) under one token and wrote 1: the store
+    // applied both, the final state descends from B's write only, and A's acknowledged
+    // write is lost although the final value is 1.
+    let events = {
+        // B acquired at 115 ms and read at 120 ms, before A's write.
+        let mut ordered = two_writers(7, 7, 0);
+        ordered.remove(8);
+        ordered.remove(7);
+        ordered.insert(1, acq(115, 1, "w1-t0-0", 7));
+        ordered.insert(3, claim(120, 1, "w1-t0-0", 7, 0));
+        ordered
+    };
+    for truth in both_formats(&[("w0-t0-0", 7, 0, 0, 1), ("w1-t0-0", 7, 0, 1, 1)]) {
+        let report = check(&events, Some(&truth));
+        let lost = counted_of(&report, "lost_write");
+        assert_eq!(lost.len(), 1, "{truth:?}: {:#?}", report.violations);
+        assert_eq!(lost[0].holds, ["w0-t0-0"]);
+        assert!(
+            lost[0].detail.contains("does not descend"),
+            "{}",
+            lost[0].detail
+        );
+        assert_eq!(report.fencing().lost_writes, 1);
+    }
+    // A final value below the writes' (1 and 2): both lost (the log's chain is broken,
+    // and B's write is not in it, which other checks report).
+    let report = check(&two_writers(7, 8, 1), Some(&logged(&["w0-t0-0|7|0|1"], 0)));
+    assert_eq!(
+        counted_of(&report, "lost_write").len(),
+        2,
+        "{:#?}",
+        report.violations
+    );
+    assert!(counted_of(&report, "lost_write")
+        .iter()
+        .all(|v| v.detail.contains("final value is 0")));
+    // B read A's 1 and wrote 2: the final state descends from both.
+    for truth in both_formats(&[("w0-t0-0", 7, 0, 0, 1), ("w1-t0-0", 8, 1, 1, 2)]) {
+        let report = check(&two_writers(7, 8, 1), Some(&truth));
+        assert!(
+            counted(&report).is_empty(),
+            "{truth:?}: {:#?}",
+            report.violations
+        );
+        assert_eq!(report.fencing().lost_writes, 0);
+    }
 }
