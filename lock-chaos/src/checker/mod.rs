@@ -1528,9 +1528,10 @@ pub fn analyze(
     // read (every applied write, answered or not), else the workers' accepted writes.
     // (when, hold, token).
     let mut applied: BTreeMap<&str, Vec<(u64, &str, u64)>> = BTreeMap::new();
-    // Per name, from the log: the final value, and the holds whose writes the final state
-    // descends from (`None`: a log entry did not parse).
-    let mut finals: HashMap<&str, (i64, Option<BTreeSet<&str>>, BTreeSet<&str>)> = HashMap::new();
+    // Per name, from the log: the final value, the holds whose writes the final state
+    // descends from (`None`: a log entry did not parse), and the holds logged.
+    type Final<'a> = (i64, Option<BTreeSet<&'a str>>, BTreeSet<&'a str>);
+    let mut finals: HashMap<&str, Final<'_>> = HashMap::new();
     match truth {
         Some(truth) => {
             for r in truth.iter().filter(|r| r.register == Register::Fenced) {
