@@ -14,6 +14,14 @@
 //! late `lost()`, a stall of the harness between the loss and `lost()` too:
 //! `harness_stall`). Anything else is a violation, whatever fault window it falls in.
 //!
+//! The fencing checks are the exception: a token granted to two holders of one lock
+//! (`duplicate_token`), two holders' fenced writes under one token (`equal_token_writes`)
+//! and an acknowledged fenced write that a later holder's read or the register's final
+//! state does not see (`lost_write`) are not excused by what touched their holds, data loss
+//! included: tokens must stay unique across the store forgetting its counter. Only a
+//! duplicate whose counter was lost while a lock server's clock stepped back
+//! (`server_clock_back`) is excused.
+//!
 //! A fault's window runs from its start to the next fault's start (or the end of the run);
 //! the rows attribute events to windows, events before the first fault to `none`.
 
