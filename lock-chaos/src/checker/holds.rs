@@ -106,6 +106,31 @@ pub(super) fn displaces(a: &Hold, b: &Hold) -> bool {
         && !(a.kind == LockKind::Read && b.kind == LockKind::Read)
 }
 
+/// Who a hold's holder is, for the fencing checks: its owner, but each sibling branch is a
+/// holder of its own even when it reports its scope's owner (see [`LockKind::Sibling`]).
+/// Holds of one holder may share a token (a re-entry, a hot lock keeper's uses); holds of
+/// two may not.
+pub(super) fn holder(h: &Hold) -> &str {
+    if h.kind == LockKind::Sibling {
+        &h.id
+    } else {
+        &h.owner
+    }
+}
+
+/// The counter a hold's token came from, within its lock name: this library's layout takes
+/// every primitive's tokens of a name from the counter of the name's slot (the memory
+/// backend from its one counter), Redisson's layout from the name's own
+/// `redisson_lock_token:{..}`. Two holds of one name and one counter never share a token
+/// unless they share a holder.
+pub(super) fn token_counter(h: &Hold) -> &'static str {
+    if h.kind == LockKind::Redisson {
+        "redisson"
+    } else {
+        "native"
+    }
+}
+
 /// The first reason a hold was touched, in order of directness.
 pub(super) fn reason(h: &Hold) -> Option<&'static str> {
     ["pause", "data_loss", "stall"]

@@ -14,6 +14,14 @@
 //! late `lost()`, a stall of the harness between the loss and `lost()` too:
 //! `harness_stall`). Anything else is a violation, whatever fault window it falls in.
 //!
+//! The fencing checks are the exception: a token granted to two holders of one lock
+//! (`duplicate_token`), two holders' fenced writes under one token (`equal_token_writes`)
+//! and an acknowledged fenced write that a later holder's read or the register's final
+//! state does not see (`lost_write`) are not excused by what touched their holds, data loss
+//! included: tokens must stay unique across the store forgetting its counter. Only a
+//! duplicate whose counter was lost while a lock server's clock stepped back
+//! (`server_clock_back`) is excused.
+//!
 //! A fault's window runs from its start to the next fault's start (or the end of the run);
 //! the rows attribute events to windows, events before the first fault to `none`.
 
@@ -641,6 +649,56 @@ pub fn analyze(
                 }
             }
         }
+        // Unique tokens: a token granted to two holders of the lock (from one counter) lets
+        // both through the fence's `<=` rule. Each holder after the first one of a token is
+        // one duplicate. Readers and permits get a token each, so they count too; holds of
+        // one holder (a re-entry, a hot lock keeper's uses) share theirs. No data loss
+        // excuses it (a counter that can forget needs a floor that cannot); only a step back
+        // of the server's clock while the counter was lost (the floor's assumption) does.
+        let mut by_token: BTreeMap<(&str, u64), Vec<&Hold>> = BTreeMap::new();
+        for h in list.iter().filter(|h| h.token != 0) {
+            by_token
+                .entry((token_counter(h), h.token))
+                .or_default()
+                .push(h);
+        }
+        for ((_, token), sharing) in &by_token {
+            let Some(a) = sharing.first() else { continue };
+            let mut holders: Vec<&str> = vec![holder(a)];
+            for b in &sharing[1..] {
+                if holders.contains(&holder(b)) {
+                    continue;
+                }
+                holders.push(holder(b));
+                let row = row_at(b.start);
+                rows[row].duplicate_tokens += 1;
+                let (from, to) = (granted_from(a), b.start);
+                let excuse = (counter_lost_between(b.kind, name, from, to)
+                    && server_clock_back(&windows, b.kind, name, from, to))
+                .then_some("server_clock_back");
+                push_fencing_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                    kind: "duplicate_token".into(),
+                    backend: backend.into(),
+                    fault: fault_at(b.start),
+                    name: (*name).into(),
+                    at_ms: at_ms(b.start),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "{} (hold {}, {}, worker {}) got token {token}, which {} (hold {}, {}, worker {}) had got at {:.0} ms",
+                        b.owner,
+                        b.id,
+                        b.kind.name(),
+                        b.worker,
+                        a.owner,
+                        a.id,
+                        a.kind.name(),
+                        a.worker,
+                        at_ms(a.start)
+                    ),
+                });
+            }
+        }
         // When the lock disappeared under each hold, and whether lost() said so in time.
         for (j, h) in list.iter().enumerate() {
             let key = hold_key(h.kind, name);
@@ -1161,6 +1219,10 @@ pub fn analyze(
     let mut fenced_accepted_at: Vec<u64> = Vec::new();
     // The fenced register's claims, per name: (when the read's answer came, token, hold).
     let mut claims: HashMap<&str, Vec<(u64, u64, &str)>> = HashMap::new();
+    // The fenced register's reads, per name: (when the answer came, hold, value read).
+    let mut fenced_reads: HashMap<&str, Vec<(u64, &str, i64)>> = HashMap::new();
+    // The fenced writes the workers saw accepted: (when, hold, name, token, value written).
+    let mut acked: Vec<(u64, &str, &str, u64, i64)> = Vec::new();
     for event in events {
         match event {
             Event::Claim {
@@ -1168,12 +1230,17 @@ pub fn analyze(
                 hold,
                 name,
                 token,
+                read,
                 ..
             } => {
                 claims
                     .entry(name.as_str())
                     .or_default()
                     .push((*t, *token, hold.as_str()));
+                fenced_reads
+                    .entry(name.as_str())
+                    .or_default()
+                    .push((*t, hold.as_str(), *read));
             }
             Event::WriteIntent {
                 t, hold, register, ..
@@ -1197,6 +1264,9 @@ pub fn analyze(
                     (_, WriteOutcome::Error) => rows[row].errors += 1,
                     (_, WriteOutcome::Accepted) => {
                         answered.insert((hold.as_str(), *register), (*t, *read, *prev));
+                        if let (Register::Fenced, Some(read)) = (register, read) {
+                            acked.push((*t, hold.as_str(), name.as_str(), *token, read + 1));
+                        }
                         if truth.is_some() {
                             continue;
                         }
@@ -1455,6 +1525,134 @@ pub fn analyze(
         }
     }
 
+    // Fencing at the register: two holders' writes under one token, and lost writes.
+    let writer_of = |hold: &str| -> String {
+        index
+            .get(hold)
+            .map_or_else(|| hold.to_owned(), |&i| holder(&holds[i]).to_owned())
+    };
+    let hold_ref = |hold: &str| index.get(hold).map(|&i| &holds[i]);
+    // The fenced writes the store applied, per name, in its order: from its log when it was
+    // read (every applied write, answered or not), else the workers' accepted writes.
+    // (when, hold, token).
+    let mut applied: BTreeMap<&str, Vec<(u64, &str, u64)>> = BTreeMap::new();
+    // Per name, from the log: the final value, the holds whose writes the final state
+    // descends from (`None`: a log entry did not parse), and the holds logged.
+    type Final<'a> = (i64, Option<BTreeSet<&'a str>>, BTreeSet<&'a str>);
+    let mut finals: HashMap<&str, Final<'_>> = HashMap::new();
+    match truth {
+        Some(truth) => {
+            for r in truth.iter().filter(|r| r.register == Register::Fenced) {
+                let list = applied.entry(r.name.as_str()).or_default();
+                for e in r.log.iter().flatten() {
+                    let key = (e.hold.as_str(), Register::Fenced);
+                    let t = answered
+                        .get(&key)
+                        .map(|a| a.0)
+                        .or_else(|| intents.get(&key).copied())
+                        .unwrap_or(run_end);
+                    list.push((t, e.hold.as_str(), e.token));
+                }
+                let logged: BTreeSet<&str> =
+                    r.log.iter().flatten().map(|e| e.hold.as_str()).collect();
+                finals.insert(r.name.as_str(), (r.value, lineage(&r.log), logged));
+            }
+        }
+        None => {
+            for &(t, hold, name, token, _) in &acked {
+                applied.entry(name).or_default().push((t, hold, token));
+            }
+            for list in applied.values_mut() {
+                list.sort_by_key(|w| w.0);
+            }
+        }
+    }
+    for (name, writes) in &applied {
+        let mut by_token: BTreeMap<u64, Vec<(u64, &str, String)>> = BTreeMap::new();
+        for &(t, hold, token) in writes {
+            let holders = by_token.entry(token).or_default();
+            let who = writer_of(hold);
+            if holders.iter().any(|(_, _, w)| *w == who) {
+                continue;
+            }
+            if let Some((t0, first, _)) = holders.first() {
+                let row = row_at(t);
+                rows[row].equal_token_writes += 1;
+                let involved: Vec<&Hold> =
+                    [*first, hold].into_iter().filter_map(hold_ref).collect();
+                push_fencing_anomaly(&mut rows, &mut violations, row, &involved, None, Violation {
+                    kind: "equal_token_writes".into(),
+                    backend: backend.into(),
+                    fault: fault_at(t),
+                    name: (*name).into(),
+                    at_ms: at_ms(t),
+                    holds: Vec::new(),
+                    excused: None,
+                    detail: format!(
+                        "fenced: hold {hold} ({who}) wrote under token {token}, as hold {first} had at {:.0} ms: the fence let both holders through",
+                        at_ms(*t0)
+                    ),
+                });
+            }
+            holders.push((t, hold, who));
+        }
+    }
+    // An acknowledged fenced write must be seen by every fenced read of a hold that began
+    // after the acknowledgement (its read was sent later): the register's value only grows,
+    // one per applied write, so a lower value misses it. And by the register's final state:
+    // a final value not below it, and, with the store's log, a chain of writes (each the
+    // latest earlier write of the value it read) from the last write back through it.
+    for &(t_ack, hold, name, token, new) in &acked {
+        let missed = fenced_reads
+            .get(name)
+            .into_iter()
+            .flatten()
+            .find(|(_, reader, read)| {
+                *read < new && hold_ref(reader).is_some_and(|r| r.start > t_ack)
+            });
+        let (why, reader) = match (missed, finals.get(name)) {
+            (Some((t, reader, read)), _) => (
+                format!("hold {reader}, acquired after it, read {read} at {:.0} ms", at_ms(*t)),
+                hold_ref(reader),
+            ),
+            (None, Some((value, _, _))) if *value < new => {
+                (format!("the register's final value is {value}"), None)
+            }
+            (None, Some((_, Some(chain), logged)))
+                if logged.contains(hold) && !chain.contains(hold) =>
+            {
+                (
+                    "the register's final state does not descend from it (a later write overwrote it without having read it)".to_owned(),
+                    None,
+                )
+            }
+            _ => continue,
+        };
+        let row = row_at(t_ack);
+        rows[row].lost_writes += 1;
+        let involved: Vec<&Hold> = hold_ref(hold).into_iter().chain(reader).collect();
+        push_fencing_anomaly(
+            &mut rows,
+            &mut violations,
+            row,
+            &involved,
+            None,
+            Violation {
+                kind: "lost_write".into(),
+                backend: backend.into(),
+                fault: fault_at(t_ack),
+                name: name.into(),
+                at_ms: at_ms(t_ack),
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                "fenced: hold {hold} (token {token}) wrote {new}, acknowledged at {:.0} ms; {why}",
+                at_ms(t_ack)
+            ),
+            },
+        );
+    }
+
     // Other faults: from the heal to the first fenced write accepted after it.
     fenced_accepted_at.sort_unstable();
     for w in windows
@@ -1506,6 +1704,20 @@ pub fn analyze(
         layouts,
         harness,
     }
+}
+
+/// The holds whose writes a register's final state descends from: from the last logged
+/// write back, each write's parent is the latest earlier one that wrote the value it read.
+/// `None` when an entry of the log did not parse.
+fn lineage(log: &[Option<LoggedWrite>]) -> Option<BTreeSet<&str>> {
+    let entries: Vec<&LoggedWrite> = log.iter().map(Option::as_ref).collect::<Option<_>>()?;
+    let mut chain = BTreeSet::new();
+    let mut at = entries.len().checked_sub(1);
+    while let Some(k) = at {
+        chain.insert(entries[k].hold.as_str());
+        at = entries[..k].iter().rposition(|p| p.new == entries[k].read);
+    }
+    Some(chain)
 }
 
 #[cfg(test)]

@@ -28,8 +28,9 @@ pub struct HarnessNote {
 /// One anomaly, written to the JSON lines output.
 #[derive(Debug, Clone, Serialize)]
 pub struct Violation {
-    /// `overlap`, `stale_write_accepted`, `token_regression`, `loss_first_seen_at_release`,
-    /// `late_lost`, `lost_update` (unfenced: never a violation), or a register-store check
+    /// `overlap`, `stale_write_accepted`, `token_regression`, `duplicate_token`,
+    /// `equal_token_writes`, `lost_write`, `loss_first_seen_at_release`, `late_lost`,
+    /// `lost_update` (unfenced: never a violation), or a register-store check
     /// (`register_final`, `register_chain`, `write_without_intent`, `write_not_logged`,
     /// `register_log`).
     pub kind: String,
@@ -45,7 +46,7 @@ pub struct Violation {
     pub holds: Vec<String>,
     /// Why it is excused (`pause`, `data_loss`, `stall`, `harness_stall`; for a FIFO
     /// inversion, or a reader's or permits' release that found them gone, also
-    /// `net_fault`), or `None`: a violation.
+    /// `net_fault`; for a duplicate token only `server_clock_back`), or `None`: a violation.
     pub excused: Option<String>,
     /// What exactly (owners, tokens, values).
     pub detail: String,
@@ -95,6 +96,15 @@ pub struct Row {
     /// Holds whose token was not above that of a hold of the lock by another owner that
     /// had ended before.
     pub token_regressions: usize,
+    /// Tokens granted to two holders of one lock (counted once per extra holder): never
+    /// excused by a data loss, only by a step back of the server's clock.
+    pub duplicate_tokens: usize,
+    /// Fenced writes applied under a token another holder had written the same register
+    /// with (the fence's `<=` rule lets both through).
+    pub equal_token_writes: usize,
+    /// Acknowledged fenced writes that a later holder's fenced read, or the register's
+    /// final state, does not see.
+    pub lost_writes: usize,
     /// Holds whose release found the lock gone with no `lost()` before it (later than the
     /// documented bound after the loss, or with no known loss).
     pub release_first_losses: usize,
@@ -140,8 +150,8 @@ pub struct Row {
     pub effective: usize,
     /// One-sided 95% upper confidence bounds (Clopper-Pearson) of each anomaly's rate per
     /// effective injection, by anomaly (`violations`, `overlaps`, `stale_writes_accepted`,
-    /// `token_regressions`, `late_lost`, `release_first_losses`); empty without effective
-    /// injections.
+    /// `token_regressions`, `duplicate_tokens`, `equal_token_writes`, `lost_writes`,
+    /// `late_lost`, `release_first_losses`); empty without effective injections.
     pub upper95: BTreeMap<String, f64>,
 }
 
@@ -157,6 +167,9 @@ impl Row {
             ("overlaps", self.overlaps),
             ("stale_writes_accepted", self.stale_writes_accepted),
             ("token_regressions", self.token_regressions),
+            ("duplicate_tokens", self.duplicate_tokens),
+            ("equal_token_writes", self.equal_token_writes),
+            ("lost_writes", self.lost_writes),
             ("late_lost", self.late_lost),
             ("release_first_losses", self.release_first_losses),
         ] {
@@ -340,6 +353,17 @@ pub struct Stalls {
     pub harness_max_ms: f64,
 }
 
+/// The fencing checks' counts of a backend (excused or not; see [`Row`]).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Fencing {
+    /// Tokens granted to two holders of one lock.
+    pub duplicate_tokens: usize,
+    /// Fenced writes applied under a token another holder had written the same register with.
+    pub equal_token_writes: usize,
+    /// Acknowledged fenced writes not seen later.
+    pub lost_writes: usize,
+}
+
 /// The figures of one backend.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendReport {
@@ -383,6 +407,16 @@ impl BackendReport {
         self.rows.iter().map(|r| r.holds).sum()
     }
 
+    /// The fencing checks' counts over every row.
+    pub fn fencing(&self) -> Fencing {
+        let sum = |f: &dyn Fn(&Row) -> usize| self.rows.iter().map(f).sum::<usize>();
+        Fencing {
+            duplicate_tokens: sum(&|r| r.duplicate_tokens),
+            equal_token_writes: sum(&|r| r.equal_token_writes),
+            lost_writes: sum(&|r| r.lost_writes),
+        }
+    }
+
     /// Anomalies no fault excuses (what `--strict` fails on).
     pub fn unexcused(&self) -> usize {
         self.violations.iter().filter(|v| v.counts()).count()
@@ -411,14 +445,14 @@ impl BackendReport {
         );
         out.push_str(
             "| fault | n | holds | violations | excused (by reason) | overlaps | stale accepted | \
-             token regr. | loss first at release | late lost() | unfenced lost upd. | \
+             token regr. | dup. tokens | equal-token writes | lost writes | loss first at release | late lost() | unfenced lost upd. | \
              fenced ok / rejected | valid rejected | lost() | loss->lost p50 / p99 ms | \
              no observed loss | kill->next acquire max ms | heal->fenced write max ms | \
              timeouts | errors | effective (trigger / history) | 95% upper bound per effective \
              injection: violations / overlaps / stale / regr. / late lost() |\n",
         );
         out.push_str(
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for r in &self.rows {
             let violations = if r.violations > 0 {
@@ -427,7 +461,7 @@ impl BackendReport {
                 "0".to_owned()
             };
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} / {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} / {} | {} |\n",
                 r.fault,
                 r.injections,
                 r.holds,
@@ -436,6 +470,9 @@ impl BackendReport {
                 r.overlaps,
                 r.stale_writes_accepted,
                 r.token_regressions,
+                r.duplicate_tokens,
+                r.equal_token_writes,
+                r.lost_writes,
                 r.release_first_losses,
                 r.late_lost,
                 r.unfenced_lost_updates,
@@ -471,6 +508,13 @@ impl BackendReport {
         } else {
             out.push_str("\nRegister store: logs not read (no end-of-run check).\n");
         }
+        let f = self.fencing();
+        out.push_str(&format!(
+            "Fencing: {} tokens granted to two holders, {} fenced writes applied under a token \
+             another holder had written with, {} acknowledged fenced writes lost (not seen by a \
+             later holder's read or the register's final state).\n",
+            f.duplicate_tokens, f.equal_token_writes, f.lost_writes
+        ));
         let s = &self.stalls;
         out.push_str(&format!(
             "Stalls (woke > {} ms late): workers {} (max {:.0} ms), harness {} (max {:.0} ms). \
@@ -594,6 +638,7 @@ impl BackendReport {
             "backend": self.backend,
             "unexcused": self.unexcused(),
             "excused_by": self.excused_by(),
+            "fencing": self.fencing(),
             "register": self.register,
             "stalls": self.stalls,
             "liveness": self.liveness,
@@ -647,9 +692,10 @@ pub(super) fn fmt_reasons(total: usize, by: &BTreeMap<String, usize>) -> String 
 pub fn summary(reports: &[BackendReport]) -> String {
     let mut out = String::from(
         "\n### Summary\n\n| backend | faults injected | holds checked | violations | excused (by reason) | \
-         overlaps | stale accepted | token regr. | loss first at release | late lost() | \
+         overlaps | stale accepted | token regr. | dup. tokens | equal-token writes | lost writes | \
+         loss first at release | late lost() | \
          unfenced lost updates | indeterminate writes resolved | register check | stalls workers / harness (max ms) | \
-         loss->lost p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         loss->lost p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for report in reports {
         let mut latencies = report.all_latencies.clone();
@@ -658,7 +704,7 @@ pub fn summary(reports: &[BackendReport]) -> String {
         let by = report.excused_by();
         let reg = &report.register;
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} ({:.0} / {:.0}) | {} / {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} ({:.0} / {:.0}) | {} / {} |\n",
             report.backend,
             report.faults(),
             report.holds(),
@@ -667,6 +713,9 @@ pub fn summary(reports: &[BackendReport]) -> String {
             sum(&|r| r.overlaps),
             sum(&|r| r.stale_writes_accepted),
             sum(&|r| r.token_regressions),
+            sum(&|r| r.duplicate_tokens),
+            sum(&|r| r.equal_token_writes),
+            sum(&|r| r.lost_writes),
             sum(&|r| r.release_first_losses),
             sum(&|r| r.late_lost),
             sum(&|r| r.unfenced_lost_updates),
@@ -697,9 +746,36 @@ pub(super) fn push_anomaly(
     row: usize,
     involved: &[&Hold],
     excuse: Option<&'static str>,
-    mut v: Violation,
+    v: Violation,
 ) {
     let excused = involved.iter().find_map(|h| reason(h)).or(excuse);
+    record(rows, out, row, involved, excused, v);
+}
+
+/// Records one anomaly of fencing itself (a token granted to two holders, two holders'
+/// writes under one token, a lost fenced write): a violation unless `excuse` says why. What
+/// touched the holds involved (their worker paused or stalled, the lock's data lost under
+/// them) does not excuse it: the README promises unique tokens, and acknowledged fenced
+/// writes, across those faults.
+pub(super) fn push_fencing_anomaly(
+    rows: &mut [Row],
+    out: &mut Vec<Violation>,
+    row: usize,
+    involved: &[&Hold],
+    excuse: Option<&'static str>,
+    v: Violation,
+) {
+    record(rows, out, row, involved, excuse, v);
+}
+
+fn record(
+    rows: &mut [Row],
+    out: &mut Vec<Violation>,
+    row: usize,
+    involved: &[&Hold],
+    excused: Option<&'static str>,
+    mut v: Violation,
+) {
     v.holds = involved.iter().map(|h| h.id.clone()).collect();
     v.excused = excused.map(str::to_owned);
     if v.kind != "lost_update" {

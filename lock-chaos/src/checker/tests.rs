@@ -283,8 +283,10 @@ fn on_redlock_an_empty_restart_is_excused_only_for_a_lock_that_missed_a_master()
                 1,
                 None,
             ),
-            acq(2100, 2, "w2-t0-0", 1),
-            rel(2200, 2, "w2-t0-0", 1, "ok"),
+            // A token of its own: a repeated token is a violation whatever the fault
+            // (`duplicate_token`), and this test is about the overlap.
+            acq(2100, 2, "w2-t0-0", 2),
+            rel(2200, 2, "w2-t0-0", 2, "ok"),
             lost(2300, 1, "w1-t0-0", 1),
         ]);
         analyze("redlock", &events, None, LEASE, 0, 100_000 * MS)
@@ -666,9 +668,10 @@ fn a_logged_stale_write_with_no_write_event_is_found() {
     ];
     let truth = logged(&["w0-t0-0|5|0|0|1", "w1-t0-0|6|0|1|1"], 1);
     let report = check(&events, Some(&truth));
+    // The stale write overwrote A's acknowledged one: A's write is lost too.
     assert_eq!(
         counted(&report),
-        ["stale_write_accepted"],
+        ["stale_write_accepted", "lost_write"],
         "{:#?}",
         report.violations
     );
@@ -806,9 +809,10 @@ fn the_register_log_must_match_the_final_value_and_every_intent() {
     let mut kinds = counted(&report);
     kinds.sort_unstable();
     assert_eq!(kinds, ["register_final", "write_without_intent"]);
-    // A write the worker saw accepted must be in the log.
+    // A write the worker saw accepted must be in the log (and the final value, 0, does
+    // not have it: lost).
     let report = check(&events, Some(&logged(&[], 0)));
-    assert_eq!(counted(&report), ["write_not_logged"]);
+    assert_eq!(counted(&report), ["write_not_logged", "lost_write"]);
 }
 
 #[test]
@@ -1098,8 +1102,10 @@ fn sibling_holds_of_one_owner_exclude_each_other() {
         let [b_acq, b_rel] = hold_of(kind, "sib-0", "w1-t9-1", "c:7", 1, 4, (100, 110, 290));
         check(&[a_acq, b_acq, b_rel, a_rel], None)
     };
-    assert_eq!(counted(&run(Sibling)), ["overlap"]);
-    // Plain holds of one owner are one owner's re-entry, not an overlap.
+    // Two holders (each branch is its own) with one token: a duplicate too.
+    assert_eq!(counted(&run(Sibling)), ["overlap", "duplicate_token"]);
+    // Plain holds of one owner are one owner's re-entry, not an overlap, and share its
+    // token.
     assert!(counted(&run(Plain)).is_empty());
 }
 
@@ -2014,4 +2020,333 @@ fn a_timeout_while_the_lock_was_free_is_counted() {
         check(&history(10_000), None).liveness.timeouts_while_free,
         0
     );
+}
+
+/// The counted anomalies of `kind`.
+fn counted_of<'a>(report: &'a BackendReport, kind: &str) -> Vec<&'a Violation> {
+    report
+        .violations
+        .iter()
+        .filter(|v| v.kind == kind && v.counts())
+        .collect()
+}
+
+/// Two holds of `NAME` by two owners, one after the other (the first from 100 to 300 ms,
+/// across an empty restart at 250 ms, the second from 400 to 500 ms), with tokens `first`
+/// and `second`.
+fn across_an_empty_restart(first: u64, second: u64) -> Vec<Event> {
+    vec![
+        acq(100, 0, "w0-t0-0", first),
+        fault_id(250, "restart_empty", "start", "server 0", 1, None),
+        fault_id(260, "restart_empty", "heal", "port 1", 1, None),
+        rel(300, 0, "w0-t0-0", first, "ok"),
+        acq(400, 1, "w1-t0-0", second),
+        rel(500, 1, "w1-t0-0", second, "ok"),
+    ]
+}
+
+#[test]
+fn a_token_granted_to_two_holders_is_a_violation_even_after_a_data_loss() {
+    // The counter was lost (an empty restart) and the next holder got the same token: the
+    // regression is excused (data loss), the duplicate is not.
+    let report = check(&across_an_empty_restart(7, 7), None);
+    let dups = counted_of(&report, "duplicate_token");
+    assert_eq!(dups.len(), 1, "{:#?}", report.violations);
+    assert_eq!(dups[0].holds, ["w0-t0-0", "w1-t0-0"]);
+    assert_eq!(dups[0].fault, "restart_empty");
+    let row = report
+        .rows
+        .iter()
+        .find(|r| r.fault == "restart_empty")
+        .unwrap();
+    assert_eq!(row.duplicate_tokens, 1);
+    assert_eq!(row.violations, 1);
+    // The first hold was touched by the data loss (its regression is excused by it).
+    assert_eq!(report.excused_by().get("data_loss"), Some(&1));
+    assert_eq!(counted(&report), ["duplicate_token"]);
+    assert_eq!(report.fencing().duplicate_tokens, 1);
+    assert!(report
+        .table()
+        .contains("Fencing: 1 tokens granted to two holders"));
+
+    // A new token after the same restart (lower: a regression, excused): no duplicate.
+    let report = check(&across_an_empty_restart(7, 3), None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.fencing().duplicate_tokens, 0);
+    let report = check(&across_an_empty_restart(7, 8), None);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+}
+
+#[test]
+fn only_holds_of_two_holders_of_one_lock_and_counter_share_no_token() {
+    use LockKind::{Hot, Permit, Plain, Read, Redisson, Write};
+    let dups = |holds: &[[Event; 2]]| check(&history(holds), None).fencing().duplicate_tokens;
+    // A hot lock keeper's uses share its token (one owner field).
+    assert_eq!(
+        dups(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 5, (210, 210, 300)),
+        ]),
+        0
+    );
+    // Two keepers with one token: two holders.
+    assert_eq!(
+        dups(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 5, (100, 100, 200)),
+            hold_of(Hot, "hot-0", "u2", "d:h1~k", 1, 5, (210, 210, 300)),
+        ]),
+        1
+    );
+    // Readers and permits get a token each: two readers (or permit holders) with one
+    // token are two holders; a reader and a writer of one name share the slot's counter.
+    for (first, second) in [(Read, Read), (Permit, Permit), (Read, Write)] {
+        let name = if first == Permit { "sem-0" } else { "rw-0" };
+        let same = [
+            hold_of(first, name, "h1", "a", 0, 9, (100, 100, 500)),
+            hold_of(second, name, "h2", "b", 1, 9, (600, 600, 700)),
+        ];
+        assert_eq!(dups(&same), 1, "{first:?} {second:?}");
+        let apart = [
+            hold_of(first, name, "h1", "a", 0, 9, (100, 100, 500)),
+            hold_of(second, name, "h2", "b", 1, 10, (600, 600, 700)),
+        ];
+        assert_eq!(dups(&apart), 0, "{first:?} {second:?}");
+    }
+    // Two names (counters are per slot: two names may be on two counters), and a name in
+    // both layouts (Redisson's has a counter per name): the same value is no duplicate.
+    assert_eq!(
+        dups(&[
+            hold_of(Plain, "chaos-0", "h1", "a", 0, 4, (100, 100, 200)),
+            hold_of(Plain, "chaos-1", "h2", "b", 1, 4, (300, 300, 400)),
+            hold_of(Redisson, "chaos-0", "h3", "c", 2, 4, (500, 500, 600)),
+        ]),
+        0
+    );
+    // Three holders of one token: two duplicates; the first holder's second hold
+    // (a re-entry) adds none.
+    assert_eq!(
+        dups(&[
+            hold_of(Plain, "chaos-0", "h1", "a", 0, 4, (100, 100, 200)),
+            hold_of(Plain, "chaos-0", "h2", "b", 1, 4, (300, 300, 400)),
+            hold_of(Plain, "chaos-0", "h3", "a", 0, 4, (500, 500, 600)),
+            hold_of(Plain, "chaos-0", "h4", "c", 2, 4, (700, 700, 800)),
+        ]),
+        2
+    );
+}
+
+#[test]
+fn a_duplicate_token_is_excused_only_by_a_server_clock_step_back_with_the_counter_lost() {
+    let clock = |name: &str, t: u64, target: &str| {
+        [
+            fault_id(t, name, "start", target, 2, None),
+            fault_id(t + 1, name, "heal", target, 2, None),
+        ]
+    };
+    let run = |jump: &[Event; 2], restart: bool| {
+        let mut events = vec![acq(100, 0, "w0-t0-0", 7), rel(200, 0, "w0-t0-0", 7, "ok")];
+        events.extend(jump.iter().cloned());
+        if restart {
+            events.extend([
+                fault_id(600, "restart_empty", "start", "server 0", 1, None),
+                fault_id(610, "restart_empty", "heal", "port 1", 1, None),
+            ]);
+        }
+        events.extend([acq(700, 1, "w1-t0-0", 7), rel(800, 1, "w1-t0-0", 7, "ok")]);
+        check(&events, None)
+    };
+    let back = clock("clock_jump_back", 300, "server port 1 pid 42 -3000 ms");
+    // The server's clock went back, and the counter was lost: the floor's assumption
+    // failed.
+    let report = run(&back, true);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("server_clock_back"), Some(&1));
+    // The counter survived: a duplicate (and a regression) whatever the clock did.
+    assert_eq!(
+        counted(&run(&back, false)),
+        ["token_regression", "duplicate_token"]
+    );
+    // The emulation moves TTLs, not clocks.
+    let emulated = clock("clock_jump_back", 300, "every data server (emulated)");
+    assert_eq!(counted(&run(&emulated, true)), ["duplicate_token"]);
+    // A forward jump that the restart undid (the server's clock steps back at the restart).
+    let forward = clock("clock_jump_forward", 50, "server port 1 pid 42 +3000 ms");
+    let report = run(&forward, true);
+    assert_eq!(report.excused_by().get("server_clock_back"), Some(&1));
+    assert!(counted_of(&report, "duplicate_token").is_empty());
+    // Jumps that cancel out before the first grant left no step back.
+    let mut events = vec![];
+    events.extend(clock(
+        "clock_jump_forward",
+        20,
+        "server port 1 pid 42 +3000 ms",
+    ));
+    events.extend([
+        fault_id(
+            40,
+            "clock_jump_back",
+            "start",
+            "server port 1 pid 42 -3000 ms",
+            3,
+            None,
+        ),
+        fault_id(
+            41,
+            "clock_jump_back",
+            "heal",
+            "server port 1 pid 42 -3000 ms",
+            3,
+            None,
+        ),
+    ]);
+    events.extend(across_an_empty_restart(7, 7));
+    assert_eq!(counted(&check(&events, None)), ["duplicate_token"]);
+}
+
+/// Two holders' fenced read-modify-writes of `NAME` (A from 100 to 300 ms across an empty
+/// restart at 250 ms, B from 400 to 500 ms) with tokens `a` and `b`: A reads 0 and writes
+/// 1; B reads `b_read` and writes `b_read + 1`.
+fn two_writers(a: u64, b: u64, b_read: i64) -> Vec<Event> {
+    vec![
+        acq(100, 0, "w0-t0-0", a),
+        claim(110, 0, "w0-t0-0", a, 0),
+        intent(150, 0, "w0-t0-0", a, Register::Fenced, 0),
+        written(160, 0, "w0-t0-0", a, 0, 0),
+        fault_id(250, "restart_empty", "start", "server 0", 1, None),
+        fault_id(260, "restart_empty", "heal", "port 1", 1, None),
+        rel(300, 0, "w0-t0-0", a, "ok"),
+        acq(400, 1, "w1-t0-0", b),
+        claim(410, 1, "w1-t0-0", b, b_read),
+        intent(440, 1, "w1-t0-0", b, Register::Fenced, b_read),
+        written(450, 1, "w1-t0-0", b, b_read, b_read),
+        rel(500, 1, "w1-t0-0", b, "ok"),
+    ]
+}
+
+fn restart_row(report: &BackendReport) -> &Row {
+    report
+        .rows
+        .iter()
+        .find(|r| r.fault == "restart_empty")
+        .unwrap()
+}
+
+#[test]
+fn two_holders_writes_under_one_token_are_a_violation_even_after_a_data_loss() {
+    let log = |a: u64, b: u64| {
+        both_formats(&[("w0-t0-0", a, 0, 0, 1), ("w1-t0-0", b, 1, 1, 2)])
+            .into_iter()
+            .map(Some)
+            .chain([None])
+    };
+    // From the store's log in both formats, and from the workers' events alone.
+    for truth in log(7, 7) {
+        let report = check(&two_writers(7, 7, 1), truth.as_deref());
+        let found = counted_of(&report, "equal_token_writes");
+        assert_eq!(found.len(), 1, "{truth:?}: {:#?}", report.violations);
+        assert_eq!(found[0].holds, ["w0-t0-0", "w1-t0-0"]);
+        assert_eq!(found[0].fault, "restart_empty");
+        assert_eq!(restart_row(&report).equal_token_writes, 1);
+        assert_eq!(report.fencing().equal_token_writes, 1);
+    }
+    // Distinct tokens: none.
+    for truth in log(7, 8) {
+        let report = check(&two_writers(7, 8, 1), truth.as_deref());
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.fencing().equal_token_writes, 0);
+    }
+    // One holder's writes under its one token (a hot lock keeper's two uses): none.
+    let mut one_holder = two_writers(7, 7, 1);
+    for event in &mut one_holder {
+        if let Event::Acquired { owner, kind, .. } = event {
+            *owner = "c:h1~k".into();
+            *kind = LockKind::Hot;
+        }
+    }
+    for truth in log(7, 7) {
+        let report = check(&one_holder, truth.as_deref());
+        assert_eq!(
+            report.fencing().equal_token_writes,
+            0,
+            "{:#?}",
+            report.violations
+        );
+        assert!(counted_of(&report, "equal_token_writes").is_empty());
+    }
+}
+
+#[test]
+fn an_acknowledged_fenced_write_a_later_holders_read_misses_is_lost() {
+    // A wrote 1 (acknowledged at 160 ms, across an empty restart of the lock server);
+    // B, acquired at 400 ms, read 0: the register store lost A's write.
+    let report = check(&two_writers(7, 8, 0), None);
+    let lost = counted_of(&report, "lost_write");
+    assert_eq!(lost.len(), 1, "{:#?}", report.violations);
+    assert_eq!(lost[0].holds, ["w0-t0-0", "w1-t0-0"]);
+    assert!(lost[0].detail.contains("read 0"), "{}", lost[0].detail);
+    // A's hold was touched by the data loss; the lost write is not excused by it.
+    assert_eq!(report.rows[0].lost_writes, 1);
+    assert_eq!(report.fencing().lost_writes, 1);
+    // B read 1: seen.
+    let report = check(&two_writers(7, 8, 1), None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.fencing().lost_writes, 0);
+    // A read whose hold began before the acknowledgement may precede the write: B's hold
+    // from 150 ms, its read of 0 is no loss (the overlap is another matter).
+    let mut early = two_writers(7, 8, 0);
+    if let Event::Acquired { t, t_start, .. } = &mut early[7] {
+        (*t_start, *t) = (150 * MS, 150 * MS);
+    }
+    let report = check(&early, None);
+    assert_eq!(report.fencing().lost_writes, 0, "{:#?}", report.violations);
+}
+
+#[test]
+fn an_acknowledged_fenced_write_the_final_state_does_not_see_is_lost() {
+    // Both holders read 0 (B before A's write) under one token and wrote 1: the store
+    // applied both, the final state descends from B's write only, and A's acknowledged
+    // write is lost although the final value is 1.
+    let events = {
+        // B acquired at 115 ms and read at 120 ms, before A's write.
+        let mut ordered = two_writers(7, 7, 0);
+        ordered.remove(8);
+        ordered.remove(7);
+        ordered.insert(1, acq(115, 1, "w1-t0-0", 7));
+        ordered.insert(3, claim(120, 1, "w1-t0-0", 7, 0));
+        ordered
+    };
+    for truth in both_formats(&[("w0-t0-0", 7, 0, 0, 1), ("w1-t0-0", 7, 0, 1, 1)]) {
+        let report = check(&events, Some(&truth));
+        let lost = counted_of(&report, "lost_write");
+        assert_eq!(lost.len(), 1, "{truth:?}: {:#?}", report.violations);
+        assert_eq!(lost[0].holds, ["w0-t0-0"]);
+        assert!(
+            lost[0].detail.contains("does not descend"),
+            "{}",
+            lost[0].detail
+        );
+        assert_eq!(report.fencing().lost_writes, 1);
+    }
+    // A final value below the writes' (1 and 2): both lost (the log's chain is broken,
+    // and B's write is not in it, which other checks report).
+    let report = check(&two_writers(7, 8, 1), Some(&logged(&["w0-t0-0|7|0|1"], 0)));
+    assert_eq!(
+        counted_of(&report, "lost_write").len(),
+        2,
+        "{:#?}",
+        report.violations
+    );
+    assert!(counted_of(&report, "lost_write")
+        .iter()
+        .all(|v| v.detail.contains("final value is 0")));
+    // B read A's 1 and wrote 2: the final state descends from both.
+    for truth in both_formats(&[("w0-t0-0", 7, 0, 0, 1), ("w1-t0-0", 8, 1, 1, 2)]) {
+        let report = check(&two_writers(7, 8, 1), Some(&truth));
+        assert!(
+            counted(&report).is_empty(),
+            "{truth:?}: {:#?}",
+            report.violations
+        );
+        assert_eq!(report.fencing().lost_writes, 0);
+    }
 }

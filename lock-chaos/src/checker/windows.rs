@@ -325,6 +325,58 @@ pub(super) fn loses_counter(backend: &str, w: &Window) -> bool {
     }
 }
 
+/// A real jump of one lock server's wall clock by the clock library (`clock_jump_forward`
+/// or `clock_jump_back` with the target `server port P pid N <+/-ms> ms`): (port, pid,
+/// signed ms). `None` for the emulation (it moves TTLs, not clocks) and every other fault.
+pub(super) fn server_clock_jump(w: &Window) -> Option<(u16, u32, i64)> {
+    if !matches!(
+        w.fault.as_str(),
+        "clock_jump_forward" | "clock_jump_back" | "clock_jump_backward"
+    ) {
+        return None;
+    }
+    let mut words = w.target.strip_prefix("server port ")?.split_whitespace();
+    let port = words.next()?.parse().ok()?;
+    let pid = match (words.next()?, words.next()?) {
+        ("pid", pid) => pid.parse().ok()?,
+        _ => return None,
+    };
+    let ms = words.next()?.parse().ok()?;
+    (words.next()? == "ms").then_some((port, pid, ms))
+}
+
+/// Whether the wall clock the server reads for a lock `name` held as `kind` may have stepped
+/// back between two grants (`from`, `to`), by what the harness did to the servers' clocks:
+/// a real backward jump of a server that reaches the lock in between, or a real jump before
+/// `to` that left some server's clock off by a net offset (a restart drops the offset and a
+/// failover changes the clock the lock is read by: a server ahead steps back at its
+/// restart, a master behind steps back when it is promoted). With the fence counter lost in
+/// between, a token floor taken from the server's clock may then repeat a token (the
+/// README's assumption: server clocks do not step back). A jump of the clients' clocks, or
+/// the emulation (every TTL cut or lengthened, no clock moved), is no such step.
+pub(super) fn server_clock_back(
+    windows: &[Window],
+    kind: LockKind,
+    name: &str,
+    from: u64,
+    to: u64,
+) -> bool {
+    let mut net: std::collections::BTreeMap<(u16, u32), i64> = Default::default();
+    for w in windows
+        .iter()
+        .filter(|w| w.start <= to && w.reaches(kind, name))
+    {
+        let Some((port, pid, ms)) = server_clock_jump(w) else {
+            continue;
+        };
+        if ms < 0 && w.start >= from {
+            return true;
+        }
+        *net.entry((port, pid)).or_default() += ms;
+    }
+    net.values().any(|&ms| ms != 0)
+}
+
 /// Which window a time falls in (`None`: before the first fault).
 pub(super) fn window_of(windows: &[Window], t: u64) -> Option<usize> {
     windows.iter().rposition(|w| w.start <= t && t < w.end)
