@@ -470,3 +470,75 @@ fn edges_cluster_client_keeps_working_on_a_second_runtime() {
         },
     );
 }
+
+/// Issue 37: a shard failover that lost the fence counter's last writes.
+/// The replica of the lock's shard is paused (`CLIENT PAUSE ALL` stops it
+/// applying its master's stream), three more tokens are issued on the
+/// master, and the master is killed: the promoted replica never saw them.
+/// Before the clock floor, the next token was the stale counter plus one,
+/// one that an earlier holder already had; now it is at least the new
+/// master's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_failover_that_lost_the_counters_last_writes_issues_no_old_token() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap();
+    let name = "cluster:lost-incr";
+    let token = |guard: &distlock::LockGuard| guard.fencing_token();
+    let first = client.lock(name).acquire().await.unwrap();
+    let replicated = token(&first);
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // replicated
+    let fence_key = client.admin().inspect(name).await.unwrap().fence_key;
+
+    let victim = cluster.master_of_slot(cluster.slot_of(&redis_key(name)));
+    let replica = cluster.replicas_of(victim)[0];
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query(&mut cluster.node(replica).conn())
+        .unwrap();
+    let mut last = replicated;
+    for _ in 0..3 {
+        let guard = client.lock(name).acquire().await.unwrap();
+        last = token(&guard);
+        guard.release().await.unwrap();
+    }
+    let promoted = cluster.kill_master_and_wait_for_failover(victim, Duration::from_secs(30));
+    // The scenario holds: the new master's counter missed the last tokens.
+    let counter: u64 = redis::cmd("GET")
+        .arg(&fence_key)
+        .query(&mut cluster.node(promoted).conn())
+        .unwrap();
+    assert!(
+        counter < last,
+        "the promoted replica has the counter at {counter}: it did not miss {last}"
+    );
+
+    let mut guard = None;
+    for _ in 0..10 {
+        match client
+            .lock(name)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Ok(acquired) => {
+                guard = Some(acquired);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let guard = guard.expect("acquired on the promoted replica");
+    assert!(
+        token(&guard) > last,
+        "token {} after the failover, {last} before it",
+        token(&guard)
+    );
+    guard.release().await.unwrap();
+}

@@ -9,8 +9,7 @@
 //! only when one of those holds was touched by something the README does not promise to
 //! survive: its worker was paused (`SIGSTOP`) during the hold (`pause`), the hold was
 //! active while a fault destroyed the lock's data (`data_loss`: an empty restart, a
-//! failover, a clock jump; for token order also a lost fence counter between two holds),
-//! or its worker's scheduler-lag probe recorded a stall during the hold (`stall`; for a
+//! failover, a clock jump), or its worker's scheduler-lag probe recorded a stall during the hold (`stall`; for a
 //! late `lost()`, a stall of the harness between the loss and `lost()` too:
 //! `harness_stall`). Anything else is a violation, whatever fault window it falls in.
 //!
@@ -20,7 +19,9 @@
 //! state does not see (`lost_write`) are not excused by what touched their holds, data loss
 //! included: tokens must stay unique across the store forgetting its counter. Only a
 //! duplicate whose counter was lost while a lock server's clock stepped back
-//! (`server_clock_back`) is excused.
+//! (`server_clock_back`) is excused. A token regression (a later holder's token at or below
+//! an earlier one's) is excused by a pause or a stall of one of the two holders, which can
+//! delay the record of a grant past a later one, and otherwise only as a duplicate is.
 //!
 //! A fault's window runs from its start to the next fault's start (or the end of the run);
 //! the rows attribute events to windows, events before the first fault to `none`.
@@ -631,9 +632,21 @@ pub fn analyze(
                 if b.token <= a.token {
                     let row = row_at(b.start);
                     rows[row].token_regressions += 1;
-                    let excuse = counter_lost_between(b.kind, name, granted_from(a), b.start)
-                        .then_some("data_loss");
-                    push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                    // A pause or a stall of a holder can delay its record of a grant past a
+                    // later one; a lost counter cannot lower a token any more (the clock
+                    // floor), unless the server's clock stepped back while it was lost.
+                    let (from, to) = (granted_from(a), b.start);
+                    let excuse = [a, b]
+                        .iter()
+                        .find_map(|h| {
+                            ["pause", "stall"]
+                                .into_iter()
+                                .find(|r| h.touched.contains(r))
+                        })
+                        .or((counter_lost_between(b.kind, name, from, to)
+                            && server_clock_back(&windows, b.kind, name, from, to))
+                        .then_some("server_clock_back"));
+                    push_fencing_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                         kind: "token_regression".into(),
                         backend: backend.into(),
                         fault: fault_at(b.start),
