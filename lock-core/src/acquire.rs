@@ -896,6 +896,11 @@ mod tests {
         fn server(&self) -> &str {
             "slow"
         }
+        fn data_connection(
+            &self,
+        ) -> Result<crate::backend::DataConnection, crate::backend::Unsupported> {
+            self.store.data_connection()
+        }
         fn acquire<'a>(
             &'a self,
             key: &'a LockKey,

@@ -138,11 +138,16 @@ pub enum LockError {
     /// The primitive is not available on this backend: the fair lock, the
     /// read-write lock and the semaphore need one store that orders their
     /// holders and waiters, which Redlock's independent masters are not.
+    /// Also the answer of
+    /// [`LockClient::data_connection`](crate::LockClient::data_connection)
+    /// on a backend without a single data store (Redlock, the in-memory
+    /// store), with `key` `*`.
     #[error("lock `{key}`: the {primitive} is not available on {backend}: {reason}")]
     Unsupported {
-        /// The lock name.
+        /// The lock name (`*` for a feature of the client).
         key: String,
-        /// The primitive asked for: `fair lock`, `read lock`, `write lock`, `semaphore`.
+        /// The primitive asked for: `fair lock`, `read lock`, `write lock`,
+        /// `semaphore`, or the feature: `data connection`.
         primitive: &'static str,
         /// The backend: `Redlock`.
         backend: &'static str,

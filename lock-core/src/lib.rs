@@ -158,7 +158,7 @@ mod wakeups;
 mod watchdog;
 mod wire;
 
-pub use backend::MemoryStore;
+pub use backend::{DataConnection, MemoryStore};
 pub use client::{
     ClientStats, ClusterConnect, LockAdmin, LockClient, LockClientBuilder, RedisConnect,
     RedlockConnect, SentinelConnect, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,

@@ -54,6 +54,21 @@ pub enum FenceError {
         /// Why it cannot be used.
         reason: &'static str,
     },
+    /// Fewer replicas than [`RedisFence::replicas`](crate::RedisFence::replicas)
+    /// asks for acknowledged the fenced operation within its timeout. It ran
+    /// on the master (a read claimed the resource, a write wrote it), but a
+    /// failover now may lose it: the operation may or may not survive, so it
+    /// must not be reported done. Retrying is safe for the same holder (its
+    /// claim is its own token).
+    #[error("fenced operation on {key} was acknowledged by {acknowledged} of {wanted} replicas in time: it ran on the master and may or may not survive a failover")]
+    NotReplicated {
+        /// The resource.
+        key: String,
+        /// The replicas asked for.
+        wanted: u32,
+        /// The replicas that acknowledged (`WAIT`'s answer).
+        acknowledged: u64,
+    },
     /// Redis answered with an error or could not be reached.
     #[error("redis, fencing {key}: {source}")]
     Redis {

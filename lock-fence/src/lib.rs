@@ -184,5 +184,7 @@ pub use memory::MemoryFence;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use pg::{PgFence, PgFenceStore};
-pub use redis_fence::{RedisFence, REDIS_RUN_ALL_SCRIPT, REDIS_SCRIPT};
+pub use redis_fence::{
+    RedisFence, MAX_REPLICAS_TIMEOUT, MIN_REPLICAS_TIMEOUT, REDIS_RUN_ALL_SCRIPT, REDIS_SCRIPT,
+};
 pub use store::{Claim, FenceStore};

@@ -2,8 +2,11 @@
 //! hash fields, each one atomic script.
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
-use redis::{cmd, Arg, Cmd, FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
+use redis::{
+    cmd, Arg, Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, ToRedisArgs, Value,
+};
 
 use crate::error::FenceError;
 use crate::key::{fence_key, key_slot};
@@ -109,6 +112,13 @@ const KEY_FIELD: &str = "k";
 /// The default prefix of fence keys.
 const DEFAULT_PREFIX: &str = "fence:";
 
+/// The shortest timeout of [`RedisFence::replicas`]: 1 ms (`WAIT` with 0
+/// would wait forever).
+pub const MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// The longest timeout of [`RedisFence::replicas`]: one day.
+pub const MAX_REPLICAS_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// Fenced reads and writes of data in a Redis (a single node, or a cluster
 /// through its cluster connection), with claim-on-read: every read and write
 /// carries the holder's fencing token, is refused with
@@ -126,6 +136,11 @@ const DEFAULT_PREFIX: &str = "fence:";
 ///
 /// `C` is any async connection: a `MultiplexedConnection`, a
 /// `ConnectionManager` or a cluster's `ClusterConnection` (cloned per call).
+/// With the locks on Redis too, build it on the lock client's data
+/// connection (`LockClient::data_connection` in distlock), which goes where
+/// the locks go and follows them across a Sentinel failover; add
+/// [`replicas`](RedisFence::replicas) so that a failover cannot lose what
+/// the fence reported done.
 ///
 /// # Cancel safety
 /// Every operation is one script, so dropping its future leaves the resource
@@ -137,6 +152,8 @@ const DEFAULT_PREFIX: &str = "fence:";
 pub struct RedisFence<C> {
     conn: C,
     prefix: Arc<str>,
+    /// `WAIT` for this many replicas, this long (in ms), after every script.
+    replicas: Option<(u32, u64)>,
 }
 
 impl<C> RedisFence<C>
@@ -148,7 +165,56 @@ where
         RedisFence {
             conn,
             prefix: Arc::from(DEFAULT_PREFIX),
+            replicas: None,
         }
+    }
+
+    /// After every fenced operation (reads and checks too: a claim is a
+    /// write, and a claim that a failover loses lets a stale holder in
+    /// again), waits up to `timeout` for `replicas` replicas to acknowledge
+    /// it, with `WAIT` sent in the same round trip as the script (on a
+    /// cluster, to the master of the fenced key). An operation that fewer
+    /// replicas acknowledged fails with [`FenceError::NotReplicated`]: it ran
+    /// on the master, and may or may not survive a failover, so the caller
+    /// must not report it done. [`seen`](Self::seen), a plain read that
+    /// claims nothing, does not wait.
+    ///
+    /// Use it with the lock client's `sync_replicas` (its locks and fencing
+    /// counters are then replicated as the data is). Replication stays
+    /// asynchronous: this makes a lost write an error the caller sees, it
+    /// does not make Redis durable (a replica that acknowledged may lose the
+    /// write too if it restarts without persistence).
+    ///
+    /// Refused ([`FenceError::Invalid`]) for 0 replicas, and for a timeout
+    /// below [`MIN_REPLICAS_TIMEOUT`] (1 ms) or above
+    /// [`MAX_REPLICAS_TIMEOUT`] (one day).
+    ///
+    /// ```no_run
+    /// # fn demo(conn: redis::aio::MultiplexedConnection) -> Result<(), distlock_fence::FenceError> {
+    /// use std::time::Duration;
+    /// let fence = distlock_fence::RedisFence::new(conn).replicas(1, Duration::from_millis(50))?;
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Result<Self, FenceError> {
+        if replicas == 0 {
+            return Err(FenceError::Invalid {
+                what: "replicas",
+                name: "0".to_owned(),
+                reason: "wait for at least one replica (without the option, none is waited for)",
+            });
+        }
+        if !(MIN_REPLICAS_TIMEOUT..=MAX_REPLICAS_TIMEOUT).contains(&timeout) {
+            return Err(FenceError::Invalid {
+                what: "replicas timeout",
+                name: format!("{timeout:?}"),
+                reason: "the timeout must be between 1 ms and one day",
+            });
+        }
+        let millis = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.replicas = Some((replicas, millis));
+        Ok(self)
     }
 
     /// Puts the fence keys under `prefix` instead of `fence:`. Refused when
@@ -415,7 +481,8 @@ where
                 reason: "every key of a fenced command must be in the fenced key's cluster slot (give it the same hash tag)",
             });
         }
-        let mut invocation: ScriptInvocation<'_> = RUN_ALL_SCRIPT.key(self.fence_key(key));
+        let mut invocation = Call::new(&RUN_ALL_SCRIPT, REDIS_RUN_ALL_SCRIPT);
+        invocation.key(self.fence_key(key));
         invocation.key(key);
         for other in keys {
             invocation.key(*other);
@@ -491,7 +558,8 @@ where
         token: u64,
         command: Option<&Cmd>,
     ) -> Result<Value, FenceError> {
-        let mut invocation: ScriptInvocation<'_> = SCRIPT.key(self.fence_key(key));
+        let mut invocation = Call::new(&SCRIPT, REDIS_SCRIPT);
+        invocation.key(self.fence_key(key));
         invocation.arg(token.to_string()).arg(fence_field);
         if let Some(command) = command {
             invocation.key(key);
@@ -502,36 +570,137 @@ where
         self.invoke(key, token, &invocation).await
     }
 
-    /// Runs a script invocation of the fence's wire format: `{1, reply}`
-    /// gives the reply, `{0, seen}` the refusal.
-    async fn invoke(
-        &self,
-        key: &str,
-        token: u64,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<Value, FenceError> {
-        let mut conn = self.conn.clone();
-        let reply: Value = invocation
-            .invoke_async(&mut conn)
+    /// Runs a script call of the fence's wire format: `{1, reply}` gives
+    /// the reply, `{0, seen}` the refusal. With [`replicas`](Self::replicas),
+    /// `WAIT` follows the script in the same round trip; its count is
+    /// checked unless the script refused a stale token (then nothing ran).
+    async fn invoke(&self, key: &str, token: u64, invocation: &Call) -> Result<Value, FenceError> {
+        let (reply, acknowledged) = self
+            .send(invocation)
             .await
             .map_err(|source| redis_error(key, source))?;
-        let mut items = match reply {
-            Value::Array(items) if items.len() == 2 => items.into_iter(),
-            other => return Err(reply_error(key, format!("not {{flag, value}}: {other:?}"))),
-        };
-        match (items.next(), items.next()) {
-            (Some(Value::Int(1)), Some(value)) => Ok(value),
-            (Some(Value::Int(0)), Some(seen)) => {
-                let seen = String::from_redis_value(seen)
-                    .map_err(|err| reply_error(key, err.to_string()))?;
-                Err(FenceError::Stale {
+        let value = decode(key, token, reply)?;
+        if let (Some((wanted, _)), Some(acknowledged)) = (self.replicas, acknowledged) {
+            if acknowledged < u64::from(wanted) {
+                return Err(FenceError::NotReplicated {
                     key: key.to_owned(),
-                    token,
-                    seen: parse_token(key, &seen)?,
-                })
+                    wanted,
+                    acknowledged,
+                });
             }
-            (flag, _) => Err(reply_error(key, format!("unknown flag {flag:?}"))),
         }
+        Ok(value)
+    }
+
+    /// Sends the script by its hash (by its text after `NOSCRIPT`: the
+    /// server then caches it), followed by `WAIT` with
+    /// [`replicas`](Self::replicas); its reply, and how many replicas
+    /// acknowledged. The script comes first in the pipeline: a cluster
+    /// connection sends a pipeline to the master of its first keyed
+    /// command, so `WAIT` runs where the script ran.
+    async fn send(&self, invocation: &Call) -> Result<(Value, Option<u64>), redis::RedisError> {
+        let mut conn = self.conn.clone();
+        let Some((replicas, millis)) = self.replicas else {
+            return match invocation.cmd(true).query_async(&mut conn).await {
+                Err(err) if is_noscript(&err) => invocation
+                    .cmd(false)
+                    .query_async(&mut conn)
+                    .await
+                    .map(|reply| (reply, None)),
+                outcome => outcome.map(|reply| (reply, None)),
+            };
+        };
+        let pipeline = |by_hash| {
+            let mut pipe = redis::pipe();
+            pipe.add_command(invocation.cmd(by_hash));
+            pipe.cmd("WAIT").arg(replicas).arg(millis);
+            pipe
+        };
+        let (reply, acknowledged): (Value, u64) = match pipeline(true).query_async(&mut conn).await
+        {
+            Err(err) if is_noscript(&err) => pipeline(false).query_async(&mut conn).await?,
+            outcome => outcome?,
+        };
+        Ok((reply, Some(acknowledged)))
+    }
+}
+
+/// The reply of a fence script: the command's reply when the claim held,
+/// [`FenceError::Stale`] when it did not.
+fn decode(key: &str, token: u64, reply: Value) -> Result<Value, FenceError> {
+    let mut items = match reply {
+        Value::Array(items) if items.len() == 2 => items.into_iter(),
+        other => return Err(reply_error(key, format!("not {{flag, value}}: {other:?}"))),
+    };
+    match (items.next(), items.next()) {
+        (Some(Value::Int(1)), Some(value)) => Ok(value),
+        (Some(Value::Int(0)), Some(seen)) => {
+            let seen =
+                String::from_redis_value(seen).map_err(|err| reply_error(key, err.to_string()))?;
+            Err(FenceError::Stale {
+                key: key.to_owned(),
+                token,
+                seen: parse_token(key, &seen)?,
+            })
+        }
+        (flag, _) => Err(reply_error(key, format!("unknown flag {flag:?}"))),
+    }
+}
+
+/// Whether `err` is `NOSCRIPT`: the server does not have the script (it
+/// restarted, was promoted, or its scripts were flushed).
+fn is_noscript(err: &redis::RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || err.code() == Some("NOSCRIPT")
+}
+
+/// One call of a fence script: its keys and arguments, sent as `EVALSHA`
+/// (or, after `NOSCRIPT`, `EVAL`).
+struct Call {
+    script: &'static Script,
+    code: &'static str,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    fn new(script: &'static Script, code: &'static str) -> Self {
+        Call {
+            script,
+            code,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn key(&mut self, key: impl Into<String>) -> &mut Self {
+        self.keys.push(key.into());
+        self
+    }
+
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// The command: `EVALSHA <hash>` when `by_hash`, else `EVAL <text>`.
+    fn cmd(&self, by_hash: bool) -> Cmd {
+        let mut call = if by_hash {
+            let mut call = cmd("EVALSHA");
+            call.arg(self.script.get_hash());
+            call
+        } else {
+            let mut call = cmd("EVAL");
+            call.arg(self.code);
+            call
+        };
+        call.arg(self.keys.len());
+        for key in &self.keys {
+            call.arg(key.as_str());
+        }
+        for arg in &self.args {
+            call.arg(arg.as_slice());
+        }
+        call
     }
 }
 

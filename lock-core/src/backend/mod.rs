@@ -11,9 +11,11 @@
 //! knows no backend by name. This process's waiters are not the backends':
 //! the client's core owns them (`wakeups.rs`); a backend only provides what
 //! it takes to hear its releases (its `wakeups()`, called once when the
-//! client is built).
+//! client is built). A backend with a data store also hands out the
+//! connection for the user's data (`data.rs`), routed as its locks are.
 
 pub(crate) mod cluster;
+pub(crate) mod data;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
@@ -29,6 +31,7 @@ use crate::info::{FamilyState, Found};
 use crate::name::{self, Kind, LockKey};
 use crate::{BackendError, LockError, LockInfo};
 
+pub use data::DataConnection;
 pub use memory::MemoryStore;
 
 /// The answer to one acquisition attempt.
@@ -174,6 +177,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
+
+    /// A connection for the user's data, to the store the locks live in and
+    /// routed as the backend routes its lock commands (see `data.rs`), or
+    /// why the backend has no such store.
+    fn data_connection(&self) -> Result<DataConnection, Unsupported>;
 
     /// What the backend knows about `key`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;

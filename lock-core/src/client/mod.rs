@@ -21,7 +21,7 @@ pub use self::builder::{
 pub use self::connect::{
     ClusterConnect, RedisConnect, RedlockConnect, SentinelConnect, ShardedPubSub,
 };
-use crate::backend::MemoryStore;
+use crate::backend::{DataConnection, MemoryStore};
 use crate::client_core::ClientCore;
 use crate::error::LockError;
 use crate::family::{ReadWriteLock, Semaphore};
@@ -214,6 +214,41 @@ impl LockClient {
     /// The server this client talks to (`host:port`, or `memory`).
     pub fn server(&self) -> &str {
         self.core.backend.server()
+    }
+
+    /// A connection for the data these locks guard, to the store the locks
+    /// live in and routed as the lock commands are: one Redis node, the
+    /// master the client follows through Sentinel (moved by the sentinels'
+    /// announcements, never to a master they deposed), or the cluster (each
+    /// command to the master of its keys). Build a fence on it
+    /// (`RedisFence::new(client.data_connection()?)` in distlock-fence), so
+    /// that fenced data and the locks see the same failovers. Cheap: a
+    /// handle on the client's own connection, clone it freely. See
+    /// [`DataConnection`].
+    ///
+    /// Errors: [`LockError::Unsupported`] on a backend that has no single
+    /// data store: Redlock (its masters are independent) and the in-memory
+    /// store (it has no server).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::LockClient;
+    ///
+    /// let client = LockClient::sentinel(["redis://127.0.0.1:26379/"], "mymaster").await?;
+    /// let data = client.data_connection()?;
+    /// println!("data goes to {}", data.server());
+    /// # Ok(()) }
+    /// ```
+    pub fn data_connection(&self) -> Result<DataConnection, LockError> {
+        self.core
+            .backend
+            .data_connection()
+            .map_err(|unsupported| LockError::Unsupported {
+                key: "*".to_owned(),
+                primitive: "data connection",
+                backend: unsupported.backend,
+                reason: unsupported.reason,
+            })
     }
 
     /// Counters of this client.

@@ -6,9 +6,11 @@
 //! it was made on is gone, and are sent again after errors that mean a
 //! connection was gone ([`connection_gone`]): lock commands through
 //! [`exec`](ClusterBackend::exec), admin reads through
-//! [`read`](ClusterBackend::read).
+//! [`read`](ClusterBackend::read). The user's data connection takes the same
+//! cluster connection (`data.rs`).
 
 mod connection;
+mod data;
 mod subscriber;
 
 use std::collections::BTreeMap;
@@ -23,13 +25,14 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use self::connection::CommandConnection;
+use self::data::ClusterRoute;
 use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, layouts, listeners, version, RedisSettings};
 use super::standalone::node::connect_error;
-use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
+use super::{names, Attempt, Backend, DataConnection, Released, RenewItem, Renewal, Unsupported};
 use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::sync::Mutex;
@@ -49,7 +52,7 @@ const TRIES: u32 = 3;
 
 /// A Redis Cluster, reached through any of its nodes.
 pub(crate) struct ClusterBackend {
-    conn: CommandConnection,
+    conn: Arc<CommandConnection>,
     label: String,
     settings: RedisSettings,
     scripts: Scripts,
@@ -162,7 +165,11 @@ impl ClusterBackend {
             label.clone(),
             sharded,
         ));
-        let conn = CommandConnection::new(client, conn, settings.connect_timeout);
+        let conn = Arc::new(CommandConnection::new(
+            client,
+            conn,
+            settings.connect_timeout,
+        ));
         Ok(ClusterBackend {
             conn,
             label,
@@ -646,6 +653,17 @@ impl Retried for LockError {
 impl Backend for ClusterBackend {
     fn server(&self) -> &str {
         &self.label
+    }
+
+    fn data_connection(&self) -> Result<DataConnection, Unsupported> {
+        let route = ClusterRoute {
+            conn: self.conn.clone(),
+            label: self.label.clone(),
+        };
+        Ok(DataConnection::new(
+            Arc::new(route),
+            self.settings.response_timeout,
+        ))
     }
 
     fn acquire<'a>(

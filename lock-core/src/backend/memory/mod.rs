@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use self::fair::Fair;
 use self::read_write::{rw_stem, ReadWrite};
 use self::semaphore::Permits;
+use super::DataConnection;
 use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
 use crate::name::{KeyStr, Kind, LockKey};
@@ -301,6 +302,13 @@ impl Backend for MemoryStore {
             }),
             ..Capabilities::default()
         }
+    }
+
+    fn data_connection(&self) -> Result<DataConnection, Unsupported> {
+        Err(Unsupported {
+            backend: "the in-memory store",
+            reason: "the in-memory store has no server to keep data in",
+        })
     }
 
     fn store_id(&self) -> String {

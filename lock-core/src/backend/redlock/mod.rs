@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::redis::reply;
 use super::standalone::RedisBackend;
+use super::DataConnection;
 use super::{Attempt, Backend, Busy, Capabilities, Released, RenewItem, Renewal, Unsupported};
 use crate::info::FamilyState;
 use crate::lease::drift;
@@ -384,6 +385,15 @@ impl Backend for RedlockBackend {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    fn data_connection(&self) -> Result<DataConnection, Unsupported> {
+        Err(Unsupported {
+            backend: "Redlock",
+            reason: "Redlock has no single data store: its masters are independent, and data \
+                     written to one of them is lost with it; keep the data in a store of its own \
+                     (a fenced one, see distlock-fence)",
+        })
     }
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {

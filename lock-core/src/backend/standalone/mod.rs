@@ -1,8 +1,10 @@
 //! One Redis master, standalone or found through Sentinel: the multiplexed
 //! command connection (`node.rs`), following the master across failovers
-//! (`sentinel.rs`), and the subscription connection that wakes waiters
-//! (`subscriber.rs`).
+//! (`sentinel.rs`), the subscription connection that wakes waiters
+//! (`subscriber.rs`), and the route of the user's data connection
+//! (`data.rs`).
 
+mod data;
 pub(crate) mod node;
 pub(crate) mod sentinel;
 mod subscriber;
@@ -15,6 +17,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
+use self::data::NodeRoute;
 use self::node::Node;
 use self::sentinel::{Follower, Sentinel};
 use self::subscriber::NodeSubscription;
@@ -22,7 +25,7 @@ use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, layouts, listeners, RedisSettings};
-use super::{names, Attempt, Backend, Released, RenewItem, Renewal};
+use super::{names, Attempt, Backend, DataConnection, Released, RenewItem, Renewal, Unsupported};
 use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::supervised::Supervised;
@@ -572,6 +575,19 @@ impl Backend for RedisBackend {
 
     fn ensure_running(&self) {
         self.ensure_watcher();
+    }
+
+    fn data_connection(&self) -> Result<DataConnection, Unsupported> {
+        // With Sentinel, the connection moves with the watcher's announcements.
+        self.ensure_watcher();
+        let route = NodeRoute {
+            cell: self.cell.clone(),
+            follower: self.follower.clone(),
+        };
+        Ok(DataConnection::new(
+            Arc::new(route),
+            self.settings.response_timeout,
+        ))
     }
 
     fn shut_down(&self) {
