@@ -633,8 +633,12 @@ pub fn analyze(
                     let row = row_at(b.start);
                     rows[row].token_regressions += 1;
                     // A pause or a stall of a holder can delay its record of a grant past a
-                    // later one; a lost counter cannot lower a token any more (the clock
-                    // floor), unless the server's clock stepped back while it was lost.
+                    // later one. A grant of B made before a data loss that took it (a
+                    // `lock_all` that had B's name before an empty restart and returned after
+                    // A's hold) is older than A's: its lower token is the right order, and
+                    // the lost grant is the overlap rule's. A lost counter cannot lower a
+                    // token any more (the clock floor), unless the server's clock stepped
+                    // back while it was lost.
                     let (from, to) = (granted_from(a), b.start);
                     let excuse = [a, b]
                         .iter()
@@ -643,6 +647,8 @@ pub fn analyze(
                                 .into_iter()
                                 .find(|r| h.touched.contains(r))
                         })
+                        .or(counter_lost_between(b.kind, name, granted_from(b), a.start)
+                            .then_some("data_loss"))
                         .or((counter_lost_between(b.kind, name, from, to)
                             && server_clock_back(&windows, b.kind, name, from, to))
                         .then_some("server_clock_back"));

@@ -1480,6 +1480,33 @@ fn each_name_of_a_multilock_is_checked_as_a_plain_hold() {
 }
 
 #[test]
+fn a_multilock_grant_older_than_a_data_loss_is_no_token_regression() {
+    use LockKind::{Multi, Plain};
+    // B's lock_all asked at 100 ms and had multi-1 before the empty restart at 200 ms (token
+    // 40); A took multi-1 from the empty server (token 50) and let it go; B's lock_all
+    // returned at 500 ms with its older grant. Its lower token is the order the grants were
+    // made in, not a regression.
+    let run = |asked: u64| {
+        let mut events = history(&[
+            hold_of(Plain, "multi-1", "a/multi-1", "a", 0, 50, (250, 250, 400)),
+            hold_of(Multi, "multi-1", "b/multi-1", "b", 1, 40, (asked, 500, 600)),
+        ]);
+        events.push(fault(200, "restart_empty", "start", "server 0"));
+        events.push(fault(210, "restart_empty", "heal", "port 1"));
+        check(&events, None)
+    };
+    let report = run(100);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(
+        report.rows.iter().map(|r| r.token_regressions).sum::<usize>(),
+        1
+    );
+    // Asked after the restart: its grant came after the loss, and after A's; a lower
+    // token is a regression.
+    assert_eq!(counted(&run(450)), ["token_regression"]);
+}
+
+#[test]
 fn a_hold_at_least_lock_is_not_free_before_its_minimum() {
     use LockKind::{AtLeast, Plain};
     // Asked at 100 ms with 400 ms minimum: free from 500 ms.
