@@ -39,6 +39,20 @@ struct Served {
     hold_max_ms: u64,
 }
 
+/// When a request reached this worker's server, before the layer took its lock: the
+/// hold's `t_start`. The layer acquires before the handler runs (a grant can precede the
+/// handler's record by a wait), so a fault between the grant and the handler, such as a
+/// Redlock master restarted empty under a lock on a bare majority, falls in the hold's
+/// span (the checker's `granted_from`) only with it.
+#[derive(Debug, Clone, Copy)]
+struct Arrived(u64);
+
+/// Stamps the request with its arrival ([`Arrived`]).
+async fn stamp(mut request: axum::extract::Request) -> axum::extract::Request {
+    request.extensions_mut().insert(Arrived(now_ns()));
+    request
+}
+
 /// The route whose layer drops the handler at the loss.
 const ABORTING: &str = "aborting";
 
@@ -93,7 +107,8 @@ pub async fn start(
                 .route("/aborting/{name}", post(handle_aborting))
                 .route_layer(aborting)
                 .with_state(served),
-        );
+        )
+        .layer(axum::middleware::map_request(stamp));
     let tmp = dir.join(format!("http-{worker}.port.tmp"));
     std::fs::write(&tmp, address.to_string())?;
     std::fs::rename(&tmp, dir.join(format!("http-{worker}.port")))
@@ -108,8 +123,9 @@ async fn handle(
     State(served): State<Arc<Served>>,
     UrlPath(name): UrlPath<String>,
     Extension(lock): Extension<FencingToken>,
+    Extension(arrived): Extension<Arrived>,
 ) -> StatusCode {
-    handle_request(&served, name, lock, false).await
+    handle_request(&served, name, lock, arrived, false).await
 }
 
 /// The handler of the route whose layer aborts at the loss: it does not watch its lock.
@@ -117,8 +133,9 @@ async fn handle_aborting(
     State(served): State<Arc<Served>>,
     UrlPath(name): UrlPath<String>,
     Extension(lock): Extension<FencingToken>,
+    Extension(arrived): Extension<Arrived>,
 ) -> StatusCode {
-    handle_request(&served, name, lock, true).await
+    handle_request(&served, name, lock, arrived, true).await
 }
 
 /// Records the hold and does the work; with `aborting`, leaves the loss to the layer.
@@ -126,6 +143,7 @@ async fn handle_request(
     served: &Served,
     name: String,
     lock: FencingToken,
+    arrived: Arrived,
     aborting: bool,
 ) -> StatusCode {
     let ctx = &served.ctx;
@@ -142,7 +160,7 @@ async fn handle_request(
         .map_or_else(|| format!("layer-{hold_id}"), |c| c.owner().to_owned());
     let token = lock.token;
     ctx.sink.emit(&Event::Acquired {
-        t_start: t,
+        t_start: arrived.0.min(t),
         t,
         worker: ctx.worker,
         task: ctx.task,

@@ -1498,7 +1498,11 @@ fn a_multilock_grant_older_than_a_data_loss_is_no_token_regression() {
     let report = run(100);
     assert!(counted(&report).is_empty(), "{:#?}", report.violations);
     assert_eq!(
-        report.rows.iter().map(|r| r.token_regressions).sum::<usize>(),
+        report
+            .rows
+            .iter()
+            .map(|r| r.token_regressions)
+            .sum::<usize>(),
         1
     );
     // Asked after the restart: its grant came after the loss, and after A's; a lower
