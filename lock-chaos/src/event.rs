@@ -114,6 +114,10 @@ pub enum WriteOutcome {
     RejectedWrite,
     /// The register did not answer.
     Error,
+    /// The fenced read or write ran on the master but fewer replicas than asked acknowledged
+    /// it in time (`FenceError::NotReplicated`, `--fence-store lock-redis`): an unknown
+    /// outcome, as `Error` (never counted as accepted).
+    NotReplicated,
 }
 
 /// One recorded event. Times are [`crate::clock::now_ns`] readings.

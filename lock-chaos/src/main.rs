@@ -134,10 +134,22 @@ struct RunArgs {
     #[arg(long)]
     history: Option<PathBuf>,
     /// Where the fenced register lives: `redis` (lock-fence's `RedisFence`, in the register
-    /// store's redis-server) or `postgres` (lock-fence's `PgFence`, in a PostgreSQL the run
-    /// starts).
+    /// store's redis-server), `postgres` (lock-fence's `PgFence`, in a PostgreSQL the run
+    /// starts), or `lock-redis` (`RedisFence` on the lock client's `data_connection()`, in
+    /// the lock servers themselves, through every fault: the guide's setting for data kept
+    /// where the locks live). With `lock-redis`, on Sentinel the fence waits for
+    /// `--fence-replicas` replicas (`RedisFence::replicas`, 200 ms) and the lock clients use
+    /// `sync_replicas` likewise; on Cluster the fence waits (its lock clients have no
+    /// `sync_replicas`); standalone has no replica, so neither waits. The end-of-run check
+    /// reads the registers from the current master(s), found by asking the sentinels or the
+    /// cluster. Refused for Redlock and memory (no data connection there).
     #[arg(long, value_enum, default_value_t = register::FenceStore::Redis)]
     fence_store: register::FenceStore,
+    /// With `--fence-store lock-redis` on Sentinel and Cluster: how many replicas the fence
+    /// (and, on Sentinel, the lock clients' `sync_replicas`) waits for; 0 waits for none (the
+    /// setting the guide warns against, to show what the check then finds).
+    #[arg(long, default_value_t = 1)]
+    fence_replicas: u32,
     /// Exit with status 1 on any violation: an anomaly (overlap, stale write accepted, token
     /// regression, loss first seen at release, late `lost()`) involving no hold a fault
     /// touched, or a failed register-store check.
@@ -191,6 +203,9 @@ struct WorkerArgs {
     /// `--fence-store postgres`.
     #[arg(long, required_if_eq("fence_store", "postgres"))]
     fence_postgres: Option<String>,
+    /// Replicas the fence and the lock clients wait for, with `--fence-store lock-redis`.
+    #[arg(long, default_value_t = 1)]
+    fence_replicas: u32,
     #[arg(long)]
     worker: u32,
     #[arg(long)]
@@ -238,6 +253,20 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
             Backend::Redlock,
         ]
     };
+    if args.fence_store == register::FenceStore::LockRedis {
+        if let Some(b) = backends
+            .iter()
+            .find(|b| matches!(b, Backend::Memory | Backend::Redlock))
+        {
+            anyhow::bail!(
+                "--fence-store lock-redis keeps the fenced register in the lock's servers through \
+                 the lock client's data connection, which the {} backend does not have \
+                 (LockError::Unsupported); choose the backends with --backend (standalone, \
+                 sentinel, cluster)",
+                b.name()
+            );
+        }
+    }
     let faults = match &args.faults {
         Some(list) => Some(schedule::FaultKind::parse_list(list).map_err(anyhow::Error::msg)?),
         None => None,
@@ -279,6 +308,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         netns: !args.no_netns,
         min_replicas: args.min_replicas_to_write,
         fence_store: args.fence_store,
+        fence_replicas: args.fence_replicas,
     };
     let reports = run::run(config).await?;
     verdict(&reports, args.strict);
@@ -331,6 +361,13 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
     if args.backend == Backend::Memory {
         anyhow::bail!("the memory backend runs inside the harness");
     }
+    // With the fenced register in the lock's servers, the locks are replicated as the data
+    // is (the guide's setting), where the backend's builder offers it: Sentinel. Cluster's
+    // has no `sync_replicas`; standalone has no replica.
+    let sync = (args.fence_store == register::FenceStore::LockRedis
+        && args.backend == Backend::Sentinel
+        && args.fence_replicas > 0)
+        .then_some((args.fence_replicas, settings::REPLICA_WAIT));
     // The workloads' other clients: the same settings and servers, and changes of their own.
     let connect: task::ClientFactory = {
         let (backend, urls) = (args.backend, args.urls.clone());
@@ -340,11 +377,11 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
                 .lease(lease)
                 .response_timeout(settings::RESPONSE_TIMEOUT)
                 .connect_timeout(Duration::from_secs(2));
-            Box::pin(async move { connect_backend(backend, builder, urls).await })
+            Box::pin(async move { connect_backend(backend, builder, urls, sync).await })
         })
     };
     let client = loop {
-        let attempt = connect_backend(args.backend, builder.clone(), args.urls.clone()).await;
+        let attempt = connect_backend(args.backend, builder.clone(), args.urls.clone(), sync).await;
         match attempt {
             Ok(client) => break client,
             Err(e) if now_ns() - started < 30_000_000_000 => {
@@ -358,10 +395,14 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         }
     };
     let postgres = match args.fence_store {
-        register::FenceStore::Redis => None,
+        register::FenceStore::Redis | register::FenceStore::LockRedis => None,
         register::FenceStore::Postgres => args.fence_postgres.as_deref(),
     };
-    let registers = register::Registers::connect(&args.register_url, "reg:", postgres).await?;
+    let mut registers = register::Registers::connect(&args.register_url, "reg:", postgres).await?;
+    if args.fence_store == register::FenceStore::LockRedis {
+        registers =
+            registers.with_lock_fence(lock_fence(&client, args.backend, args.fence_replicas)?);
+    }
     let sink = sink::EventSink::open(&args.events)?;
     sink.emit(&Event::Hello {
         t: now_ns(),
@@ -401,16 +442,50 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects a client of `backend` at `urls`.
+/// The fenced register's fence in the lock's servers (`--fence-store lock-redis`): on the
+/// lock client's data connection, waiting for `replicas` replicas on Sentinel and Cluster.
+/// Standalone has no replica (every `WAIT` would answer 0, every operation
+/// `NotReplicated`), so its fence does not wait. Redlock and memory have no data connection.
+fn lock_fence(
+    client: &LockClient,
+    backend: Backend,
+    replicas: u32,
+) -> anyhow::Result<distlock::fence::RedisFence<distlock::DataConnection>> {
+    let data = client.data_connection().with_context(|| {
+        format!(
+            "--fence-store lock-redis needs the lock client's data connection, which {} does not have",
+            backend.name()
+        )
+    })?;
+    let fence = distlock::fence::RedisFence::new(data);
+    Ok(match backend {
+        Backend::Sentinel | Backend::Cluster if replicas > 0 => {
+            fence.replicas(replicas, settings::REPLICA_WAIT)?
+        }
+        _ => fence,
+    })
+}
+
+/// Connects a client of `backend` at `urls`, with `sync_replicas` when given (Sentinel).
 async fn connect_backend(
     backend: Backend,
     builder: distlock::LockClientBuilder,
     urls: Vec<String>,
+    sync: Option<(u32, Duration)>,
 ) -> Result<LockClient, distlock::LockError> {
     match backend {
         Backend::Memory => unreachable!("the memory backend runs inside the harness"),
         Backend::Standalone => builder.connect(&urls[0]).await,
-        Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await,
+        Backend::Sentinel => match sync {
+            Some((n, timeout)) => {
+                builder
+                    .sentinel(urls, SENTINEL_MASTER)
+                    .sync_replicas(n, timeout)
+                    .connect()
+                    .await
+            }
+            None => builder.connect_sentinel(urls, SENTINEL_MASTER).await,
+        },
         Backend::Cluster => builder.connect_cluster(urls).await,
         Backend::Redlock => builder.connect_redlock(urls).await,
     }

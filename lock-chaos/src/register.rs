@@ -1,5 +1,7 @@
-//! The protected resources: an unfenced and a fenced register per lock, kept in stores of
-//! their own (never the lock's servers, never faulted).
+//! The protected resources: an unfenced and a fenced register per lock. The unfenced one,
+//! and by default the fenced one, live in stores of their own (never the lock's servers,
+//! never faulted); with `--fence-store lock-redis` the fenced one lives in the lock's
+//! servers themselves, and meets every fault the locks meet (see below).
 //!
 //! The unfenced register is a plain key of a redis-server, written by a script of its own:
 //! it is unfenced by design, to show that the harness sees lost updates.
@@ -27,7 +29,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use distlock::fence::{FenceError, PgFence, RedisFence};
-use redis::aio::ConnectionManager;
+use distlock::DataConnection;
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::Script;
 use tokio_postgres::NoTls;
 
@@ -60,6 +63,9 @@ pub enum FenceStore {
     Redis,
     /// lock-fence's `PgFence`, in a PostgreSQL of its own.
     Postgres,
+    /// lock-fence's `RedisFence` on the lock client's data connection: in the lock's own
+    /// servers, through every fault (Sentinel, Cluster, standalone; not Redlock or memory).
+    LockRedis,
 }
 
 impl FenceStore {
@@ -68,6 +74,7 @@ impl FenceStore {
         match self {
             FenceStore::Redis => "redis",
             FenceStore::Postgres => "postgres",
+            FenceStore::LockRedis => "lock-redis",
         }
     }
 }
@@ -123,6 +130,11 @@ pub struct RegisterTruth {
     pub value: i64,
     /// Every applied write, in order.
     pub log: Vec<Option<LoggedWrite>>,
+    /// The register and its log were read from the lock's servers (`--fence-store
+    /// lock-redis`), where a fault can lose them together: the log then lists the writes
+    /// that survived, not every write applied. False in histories of earlier rounds.
+    #[serde(default)]
+    pub in_lock_servers: bool,
 }
 
 /// What a fenced operation answered.
@@ -132,6 +144,10 @@ pub enum Fenced {
     Ok(i64),
     /// Refused: the highest token the register had seen.
     Stale(u64),
+    /// Ran on the master, but fewer replicas than asked acknowledged it in time
+    /// (`FenceError::NotReplicated`): it may or may not survive a failover, an unknown
+    /// outcome like a timeout.
+    NotReplicated,
 }
 
 /// The fenced registers' store.
@@ -139,6 +155,8 @@ pub enum Fenced {
 enum FencedStore {
     Redis(RedisFence<ConnectionManager>),
     Postgres(Arc<PgRegisters>),
+    /// In the lock's servers, through the lock client's data connection.
+    LockRedis(RedisFence<DataConnection>),
 }
 
 /// The connections to the register stores.
@@ -174,6 +192,13 @@ impl Registers {
             unfenced_write: Script::new(UNFENCED_WRITE),
             fenced,
         })
+    }
+
+    /// Keeps the fenced registers in the lock's servers, behind `fence` (built on the lock
+    /// client's data connection), instead of the store chosen at [`Registers::connect`].
+    pub fn with_lock_fence(mut self, fence: RedisFence<DataConnection>) -> Registers {
+        self.fenced = FencedStore::LockRedis(fence);
+        self
     }
 
     /// Creates the PostgreSQL tables of the fenced registers and a row (value 0, fence 0)
@@ -224,8 +249,15 @@ impl Registers {
     }
 
     /// The final values and logs of both registers of every lock in `names` (read at the
-    /// end of a run, once no worker writes).
-    pub async fn truth(&self, names: &[String]) -> anyhow::Result<Vec<RegisterTruth>> {
+    /// end of a run, once no worker writes). With `lock_servers` (`--fence-store
+    /// lock-redis`), the fenced registers are read through it: a connection to the lock
+    /// topology's current master(s) that the caller found by asking the sentinels or the
+    /// cluster, not through the library under test.
+    pub async fn truth<C: ConnectionLike + Send>(
+        &self,
+        names: &[String],
+        mut lock_servers: Option<C>,
+    ) -> anyhow::Result<Vec<RegisterTruth>> {
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for name in names {
@@ -239,27 +271,45 @@ impl Registers {
                 register: Register::Unfenced,
                 value: value.unwrap_or(0),
                 log: entries.iter().map(|e| LoggedWrite::parse(e)).collect(),
+                in_lock_servers: false,
             });
-            let (value, log) = match &self.fenced {
-                FencedStore::Redis(_) => {
-                    let value: Option<i64> = redis::cmd("GET")
-                        .arg(self.fenced_key(name))
-                        .query_async(&mut conn)
-                        .await?;
-                    let entries = self.redis_log(Register::Fenced, name).await?;
-                    let log = entries.iter().map(|e| LoggedWrite::parse(e)).collect();
-                    (value.unwrap_or(0), log)
+            let (value, log) = match (&self.fenced, lock_servers.as_mut()) {
+                (_, Some(servers)) => self.fenced_truth(servers, name).await?,
+                (FencedStore::Postgres(pg), None) => pg.truth(name).await?,
+                (FencedStore::Redis(_), None) => self.fenced_truth(&mut conn, name).await?,
+                (FencedStore::LockRedis(_), None) => {
+                    anyhow::bail!("the fenced registers are in the lock's servers: read them there")
                 }
-                FencedStore::Postgres(pg) => pg.truth(name).await?,
             };
             out.push(RegisterTruth {
                 name: name.clone(),
                 register: Register::Fenced,
                 value,
                 log,
+                in_lock_servers: lock_servers.is_some(),
             });
         }
         Ok(out)
+    }
+
+    /// The fenced register of `name` and its log, as `conn` has them.
+    async fn fenced_truth<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        name: &str,
+    ) -> anyhow::Result<(i64, Vec<Option<LoggedWrite>>)> {
+        let value: Option<i64> = redis::cmd("GET")
+            .arg(self.fenced_key(name))
+            .query_async(conn)
+            .await?;
+        let entries: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.log_key(Register::Fenced, name))
+            .arg(0)
+            .arg(-1)
+            .query_async(conn)
+            .await?;
+        let log = entries.iter().map(|e| LoggedWrite::parse(e)).collect();
+        Ok((value.unwrap_or(0), log))
     }
 
     async fn redis_log(&self, register: Register, name: &str) -> redis::RedisResult<Vec<String>> {
@@ -307,10 +357,10 @@ impl Registers {
     pub async fn fenced_read(&self, name: &str, token: u64) -> anyhow::Result<Fenced> {
         match &self.fenced {
             FencedStore::Redis(fence) => {
-                let value = fence
-                    .read::<Option<i64>>(&self.fenced_key(name), token)
-                    .await;
-                fenced(value.map(Option::unwrap_or_default))
+                redis_fenced_read(fence, &self.fenced_key(name), token).await
+            }
+            FencedStore::LockRedis(fence) => {
+                redis_fenced_read(fence, &self.fenced_key(name), token).await
             }
             FencedStore::Postgres(pg) => pg.read(name, token).await,
         }
@@ -326,34 +376,66 @@ impl Registers {
         read: i64,
     ) -> anyhow::Result<Fenced> {
         let new = read + 1;
+        let (key, log) = (self.fenced_key(name), self.log_key(Register::Fenced, name));
+        let entry = format!("{hold}|{token}|{read}|{new}");
         match &self.fenced {
             FencedStore::Redis(fence) => {
-                let key = self.fenced_key(name);
-                let log = self.log_key(Register::Fenced, name);
-                let entry = format!("{hold}|{token}|{read}|{new}");
-                let replies = fence
-                    .run_all::<(Option<i64>, i64)>(
-                        &key,
-                        token,
-                        &[&log],
-                        &[
-                            redis::cmd("SET").arg(&key).arg(new).arg("GET").clone(),
-                            redis::cmd("RPUSH").arg(&log).arg(entry).clone(),
-                        ],
-                    )
-                    .await;
-                fenced(replies.map(|(prev, _)| prev.unwrap_or_default()))
+                redis_fenced_write(fence, &key, &log, &entry, token, new).await
+            }
+            FencedStore::LockRedis(fence) => {
+                redis_fenced_write(fence, &key, &log, &entry, token, new).await
             }
             FencedStore::Postgres(pg) => pg.write(name, hold, token, read, new).await,
         }
     }
 }
 
-/// A fenced answer: applied, refused as stale, or an error.
+/// `RedisFence::read` of `key` under `token`.
+async fn redis_fenced_read<C>(
+    fence: &RedisFence<C>,
+    key: &str,
+    token: u64,
+) -> anyhow::Result<Fenced>
+where
+    C: ConnectionLike + Clone + Send + Sync,
+{
+    let value = fence.read::<Option<i64>>(key, token).await;
+    fenced(value.map(Option::unwrap_or_default))
+}
+
+/// `RedisFence::run_all` of `SET key new GET` and the `RPUSH` of the log entry, one script.
+async fn redis_fenced_write<C>(
+    fence: &RedisFence<C>,
+    key: &str,
+    log: &str,
+    entry: &str,
+    token: u64,
+    new: i64,
+) -> anyhow::Result<Fenced>
+where
+    C: ConnectionLike + Clone + Send + Sync,
+{
+    let replies = fence
+        .run_all::<(Option<i64>, i64)>(
+            key,
+            token,
+            &[log],
+            &[
+                redis::cmd("SET").arg(key).arg(new).arg("GET").clone(),
+                redis::cmd("RPUSH").arg(log).arg(entry).clone(),
+            ],
+        )
+        .await;
+    fenced(replies.map(|(prev, _)| prev.unwrap_or_default()))
+}
+
+/// A fenced answer: applied, refused as stale, not replicated (unknown outcome), or an
+/// error.
 fn fenced(result: Result<i64, FenceError>) -> anyhow::Result<Fenced> {
     match result {
         Ok(value) => Ok(Fenced::Ok(value)),
         Err(FenceError::Stale { seen, .. }) => Ok(Fenced::Stale(seen)),
+        Err(FenceError::NotReplicated { .. }) => Ok(Fenced::NotReplicated),
         Err(other) => Err(other.into()),
     }
 }

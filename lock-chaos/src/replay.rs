@@ -317,6 +317,7 @@ mod tests {
                 .iter()
                 .map(|e| LoggedWrite::parse(e))
                 .collect(),
+            in_lock_servers: false,
         }];
         let run = checker::analyze(
             "standalone",

@@ -75,6 +75,8 @@ pub struct RunConfig {
     pub min_replicas: Option<u32>,
     /// Where the fenced register lives.
     pub fence_store: FenceStore,
+    /// With `lock-redis`: the replicas the fence and the lock clients wait for.
+    pub fence_replicas: u32,
 }
 
 impl RunConfig {
@@ -424,6 +426,24 @@ async fn run_backend(
             worker,
         });
     }
+    if config.fence_store == FenceStore::LockRedis {
+        let waits = match backend {
+            Backend::Standalone => "no replica, no WAIT".to_owned(),
+            _ if config.fence_replicas == 0 => "no WAIT (--fence-replicas 0)".to_owned(),
+            Backend::Sentinel => format!(
+                "WAIT {} replica(s) after each fenced operation, lock clients with sync_replicas",
+                config.fence_replicas
+            ),
+            _ => format!(
+                "WAIT {} replica(s) after each fenced operation (no sync_replicas on Cluster)",
+                config.fence_replicas
+            ),
+        };
+        println!(
+            "{}: fenced register: in the lock servers (RedisFence on the data connection; {waits})",
+            backend.name()
+        );
+    }
     let mut options = lab
         .as_ref()
         .map(|lab| ServerOptions::new().bind_pool(lab.server_addrs()[..count].iter().copied()));
@@ -567,17 +587,15 @@ async fn run_backend(
     }
     // Every write the register store applied, and the final values (no worker runs now).
     let harness_postgres = postgres.as_ref().map(|pg| pg.harness.as_str());
-    let truth = match Registers::connect(&register_url, "reg:", harness_postgres).await {
-        Ok(registers) => {
-            registers
-                .truth(&crate::workload::register_names(
-                    &names,
-                    &config.workloads_on(backend),
-                ))
-                .await
-        }
-        Err(e) => Err(e),
-    };
+    let truth = read_truth(
+        config,
+        backend,
+        &servers,
+        &register_url,
+        harness_postgres,
+        &crate::workload::register_names(&names, &config.workloads_on(backend)),
+    )
+    .await;
     let truth = match truth {
         Ok(truth) => {
             // What a replay of the history (`check`) needs to check the store as the run did.
@@ -623,6 +641,99 @@ async fn run_backend(
         run_start,
         run_end,
     ))
+}
+
+/// The registers' end state. With `--fence-store lock-redis` the fenced registers are read
+/// from the lock topology's current master(s), found without the library under test: the
+/// master the sentinels agree on (and that says it is one), or the cluster's slot owners.
+async fn read_truth(
+    config: &RunConfig,
+    backend: Backend,
+    servers: &Mutex<Servers>,
+    register_url: &str,
+    postgres: Option<&str>,
+    names: &[String],
+) -> anyhow::Result<Vec<crate::register::RegisterTruth>> {
+    let registers = Registers::connect(register_url, "reg:", postgres).await?;
+    if config.fence_store != FenceStore::LockRedis {
+        return registers
+            .truth(names, None::<redis::aio::MultiplexedConnection>)
+            .await;
+    }
+    let urls = servers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .direct_urls();
+    match backend {
+        Backend::Cluster => {
+            let client = redis::cluster::ClusterClient::new(urls)?;
+            let conn = client.get_async_connection().await?;
+            registers.truth(names, Some(conn)).await
+        }
+        Backend::Sentinel => {
+            let port = sentinel_master(&urls).await?;
+            println!("sentinel: fenced registers read from the master on port {port}");
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            registers.truth(names, Some(conn)).await
+        }
+        Backend::Standalone => {
+            let client = redis::Client::open(urls[0].as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            registers.truth(names, Some(conn)).await
+        }
+        Backend::Memory | Backend::Redlock => {
+            anyhow::bail!("{} has no fenced register in its servers", backend.name())
+        }
+    }
+}
+
+/// The port of the master a majority of the sentinels at `urls` name for the lock's master
+/// and that answers `ROLE` with `master` (retried for up to 20 s: a failover may still be
+/// settling when the run ends).
+async fn sentinel_master(urls: &[String]) -> anyhow::Result<u16> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut votes: std::collections::HashMap<u16, usize> = std::collections::HashMap::new();
+        for url in urls {
+            let answer = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(SENTINEL_MASTER)
+                    .query_async::<(String, u16)>(&mut conn)
+                    .await
+            };
+            if let Ok(Ok((_, port))) = tokio::time::timeout(Duration::from_secs(1), answer).await {
+                *votes.entry(port).or_default() += 1;
+            }
+        }
+        let named = votes
+            .iter()
+            .find(|(_, &n)| n * 2 > urls.len())
+            .map(|(&port, _)| port);
+        if let Some(port) = named {
+            let role = async {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("ROLE")
+                    .query_async::<Vec<redis::Value>>(&mut conn)
+                    .await
+            };
+            if let Ok(Ok(role)) = tokio::time::timeout(Duration::from_secs(1), role).await {
+                if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") {
+                    return Ok(port);
+                }
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the sentinels did not agree on a master that says it is one ({votes:?})"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The lock names of a run's plain tasks.
@@ -820,6 +931,11 @@ impl World {
             command
                 .args(["--fence-store", FenceStore::Postgres.name()])
                 .args(["--fence-postgres", postgres]);
+        }
+        if self.config.fence_store == FenceStore::LockRedis {
+            command
+                .args(["--fence-store", FenceStore::LockRedis.name()])
+                .args(["--fence-replicas", &self.config.fence_replicas.to_string()]);
         }
         let workloads = self.config.workloads_on(self.backend);
         if !workloads.is_empty() {

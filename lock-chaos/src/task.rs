@@ -180,6 +180,15 @@ pub(crate) async fn read_modify_write(
                     None,
                     Some(seen),
                 ),
+                // Unknown outcome: recorded as a write whose answer never came (the intent
+                // is there; the store's log tells whether it survived).
+                Ok(Fenced::NotReplicated) => write_event(
+                    Register::Fenced,
+                    WriteOutcome::NotReplicated,
+                    Some(read),
+                    None,
+                    None,
+                ),
                 Err(_) => write_event(
                     Register::Fenced,
                     WriteOutcome::Error,
@@ -195,6 +204,14 @@ pub(crate) async fn read_modify_write(
             None,
             None,
             Some(seen),
+        ),
+        // The read (a claim) ran on the master unacknowledged: the holder does not write.
+        Ok(Fenced::NotReplicated) => write_event(
+            Register::Fenced,
+            WriteOutcome::NotReplicated,
+            None,
+            None,
+            None,
         ),
         Err(_) => write_event(Register::Fenced, WriteOutcome::Error, None, None, None),
     };

@@ -1281,6 +1281,11 @@ pub fn analyze(
                 let row = row_at(*t);
                 match (register, outcome) {
                     (_, WriteOutcome::Error) => rows[row].errors += 1,
+                    // Unknown outcome, as an error: never acknowledged, so never lost.
+                    (_, WriteOutcome::NotReplicated) => {
+                        rows[row].errors += 1;
+                        rows[row].not_replicated += 1;
+                    }
                     (_, WriteOutcome::Accepted) => {
                         answered.insert((hold.as_str(), *register), (*t, *read, *prev));
                         if let (Register::Fenced, Some(read)) = (register, read) {
@@ -1333,8 +1338,17 @@ pub fn analyze(
         }
     }
 
-    // Registers: the store's log, the whole truth of what it applied.
+    // Registers: the store's log, the whole truth of what it applied (in the lock's
+    // servers, `--fence-store lock-redis`: of what survived; see `RegisterTruth`).
     let mut register = RegisterCheck::default();
+    // Fenced registers whose log lives with them in the lock's servers: a write missing
+    // from it was lost with it, a `lost_write` below, not a logging fault.
+    let lossy_logs: BTreeSet<&str> = truth
+        .into_iter()
+        .flatten()
+        .filter(|r| r.register == Register::Fenced && r.in_lock_servers)
+        .map(|r| r.name.as_str())
+        .collect();
     if let Some(truth) = truth {
         register.read = true;
         let mut logged: BTreeSet<(&str, Register)> = BTreeSet::new();
@@ -1517,7 +1531,11 @@ pub fn analyze(
             }
         }
         for ((hold, reg), (t, _, _)) in &answered {
-            if !logged.contains(&(*hold, *reg)) {
+            let in_lock_servers = *reg == Register::Fenced
+                && index
+                    .get(*hold)
+                    .is_some_and(|&i| lossy_logs.contains(holds[i].name.as_str()));
+            if !in_lock_servers && !logged.contains(&(*hold, *reg)) {
                 let row = row_at(*t);
                 push_anomaly(
                     &mut rows,
@@ -1556,8 +1574,9 @@ pub fn analyze(
     // (when, hold, token).
     let mut applied: BTreeMap<&str, Vec<(u64, &str, u64)>> = BTreeMap::new();
     // Per name, from the log: the final value, the holds whose writes the final state
-    // descends from (`None`: a log entry did not parse), and the holds logged.
-    type Final<'a> = (i64, Option<BTreeSet<&'a str>>, BTreeSet<&'a str>);
+    // descends from (`None`: a log entry did not parse), the holds logged, and whether the
+    // log lives in the lock's servers (it then lists exactly the writes that survived).
+    type Final<'a> = (i64, Option<BTreeSet<&'a str>>, BTreeSet<&'a str>, bool);
     let mut finals: HashMap<&str, Final<'_>> = HashMap::new();
     match truth {
         Some(truth) => {
@@ -1574,7 +1593,10 @@ pub fn analyze(
                 }
                 let logged: BTreeSet<&str> =
                     r.log.iter().flatten().map(|e| e.hold.as_str()).collect();
-                finals.insert(r.name.as_str(), (r.value, lineage(&r.log), logged));
+                finals.insert(
+                    r.name.as_str(),
+                    (r.value, lineage(&r.log), logged, r.in_lock_servers),
+                );
             }
         }
         None => {
@@ -1620,7 +1642,19 @@ pub fn analyze(
     // after the acknowledgement (its read was sent later): the register's value only grows,
     // one per applied write, so a lower value misses it. And by the register's final state:
     // a final value not below it, and, with the store's log, a chain of writes (each the
-    // latest earlier write of the value it read) from the last write back through it.
+    // latest earlier write of the value it read) from the last write back through it; with
+    // the log in the lock's servers (written in the write's script, lost with it), the log
+    // itself: an acknowledged write missing from it did not survive.
+    //
+    // With the register in the lock's servers, a restart without persistence
+    // (`restart_empty`) between the acknowledgement and the read that missed it (or the
+    // end) empties the register with the lock: the documented loss of a node without
+    // persistence, excused as `register_emptied`. A failover is no excuse.
+    let emptied: Vec<u64> = windows
+        .iter()
+        .filter(|w| w.kind() == Some(Fault::RestartEmpty))
+        .map(|w| w.start)
+        .collect();
     for &(t_ack, hold, name, token, new) in &acked {
         let missed = fenced_reads
             .get(name)
@@ -1629,24 +1663,34 @@ pub fn analyze(
             .find(|(_, reader, read)| {
                 *read < new && hold_ref(reader).is_some_and(|r| r.start > t_ack)
             });
-        let (why, reader) = match (missed, finals.get(name)) {
+        let (why, reader, seen_at) = match (missed, finals.get(name)) {
             (Some((t, reader, read)), _) => (
                 format!("hold {reader}, acquired after it, read {read} at {:.0} ms", at_ms(*t)),
                 hold_ref(reader),
+                *t,
             ),
-            (None, Some((value, _, _))) if *value < new => {
-                (format!("the register's final value is {value}"), None)
+            (None, Some((value, _, _, _))) if *value < new => {
+                (format!("the register's final value is {value}"), None, run_end)
             }
-            (None, Some((_, Some(chain), logged)))
+            (None, Some((_, _, logged, true))) if !logged.contains(hold) => (
+                "the register's log on the lock servers' current master does not have it (the write did not survive)".to_owned(),
+                None,
+                run_end,
+            ),
+            (None, Some((_, Some(chain), logged, _)))
                 if logged.contains(hold) && !chain.contains(hold) =>
             {
                 (
                     "the register's final state does not descend from it (a later write overwrote it without having read it)".to_owned(),
                     None,
+                    run_end,
                 )
             }
             _ => continue,
         };
+        let excuse = (lossy_logs.contains(name)
+            && emptied.iter().any(|&at| at >= t_ack && at <= seen_at))
+        .then_some("register_emptied");
         let row = row_at(t_ack);
         rows[row].lost_writes += 1;
         let involved: Vec<&Hold> = hold_ref(hold).into_iter().chain(reader).collect();
@@ -1655,7 +1699,7 @@ pub fn analyze(
             &mut violations,
             row,
             &involved,
-            None,
+            excuse,
             Violation {
                 kind: "lost_write".into(),
                 backend: backend.into(),

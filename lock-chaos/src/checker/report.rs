@@ -141,6 +141,9 @@ pub struct Row {
     pub acquire_timeouts: usize,
     /// Operations that failed with an error (acquire, release, register).
     pub errors: usize,
+    /// Of those, fenced reads and writes answered `NotReplicated` (`--fence-store
+    /// lock-redis`: ran on the master, too few replicas acknowledged; an unknown outcome).
+    pub not_replicated: usize,
     /// Injections whose trigger found a long hold with a waiter before its bound (the
     /// nemesis's word, recorded at the start).
     pub triggered: usize,
@@ -353,6 +356,15 @@ pub struct Stalls {
     pub harness_max_ms: f64,
 }
 
+/// Errors, with the `NotReplicated` answers among them when there were any.
+fn fmt_errors(errors: usize, not_replicated: usize) -> String {
+    if not_replicated > 0 {
+        format!("{errors} ({not_replicated})")
+    } else {
+        errors.to_string()
+    }
+}
+
 /// The fencing checks' counts of a backend (excused or not; see [`Row`]).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Fencing {
@@ -362,6 +374,8 @@ pub struct Fencing {
     pub equal_token_writes: usize,
     /// Acknowledged fenced writes not seen later.
     pub lost_writes: usize,
+    /// Fenced reads and writes answered `NotReplicated` (unknown outcomes, not acknowledged).
+    pub not_replicated: usize,
 }
 
 /// The figures of one backend.
@@ -414,6 +428,7 @@ impl BackendReport {
             duplicate_tokens: sum(&|r| r.duplicate_tokens),
             equal_token_writes: sum(&|r| r.equal_token_writes),
             lost_writes: sum(&|r| r.lost_writes),
+            not_replicated: sum(&|r| r.not_replicated),
         }
     }
 
@@ -448,7 +463,7 @@ impl BackendReport {
              token regr. | dup. tokens | equal-token writes | lost writes | loss first at release | late lost() | unfenced lost upd. | \
              fenced ok / rejected | valid rejected | lost() | loss->lost p50 / p99 ms | \
              no observed loss | kill->next acquire max ms | heal->fenced write max ms | \
-             timeouts | errors | effective (trigger / history) | 95% upper bound per effective \
+             timeouts | errors (not replicated) | effective (trigger / history) | 95% upper bound per effective \
              injection: violations / overlaps / stale / regr. / late lost() |\n",
         );
         out.push_str(
@@ -487,7 +502,7 @@ impl BackendReport {
                 fmt_ms(r.kill_recovery_max_ms),
                 fmt_ms(r.heal_to_write_max_ms),
                 r.acquire_timeouts,
-                r.errors,
+                fmt_errors(r.errors, r.not_replicated),
                 r.triggered,
                 r.effective,
                 fmt_bounds(&r.upper95),
@@ -512,8 +527,9 @@ impl BackendReport {
         out.push_str(&format!(
             "Fencing: {} tokens granted to two holders, {} fenced writes applied under a token \
              another holder had written with, {} acknowledged fenced writes lost (not seen by a \
-             later holder's read or the register's final state).\n",
-            f.duplicate_tokens, f.equal_token_writes, f.lost_writes
+             later holder's read or the register's final state); {} fenced operations answered \
+             NotReplicated (unknown outcome, not acknowledged).\n",
+            f.duplicate_tokens, f.equal_token_writes, f.lost_writes, f.not_replicated
         ));
         let s = &self.stalls;
         out.push_str(&format!(
