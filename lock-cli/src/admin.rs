@@ -445,11 +445,21 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
         .max()
         .unwrap_or(0)
         .max(4);
-    let mut out = format!("{:<width$}  {:>10}  {:>8}  OWNER\n", "NAME", "TTL", "TOKEN");
+    // Tokens are the server's clock in microseconds (16 digits).
+    let token_width = reports
+        .iter()
+        .map(|r| number_text(r.fencing_token).len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let mut out = format!(
+        "{:<width$}  {:>10}  {:>token_width$}  OWNER\n",
+        "NAME", "TTL", "TOKEN"
+    );
     for report in &reports {
         let _ = writeln!(
             out,
-            "{:<width$}  {:>10}  {:>8}  {}",
+            "{:<width$}  {:>10}  {:>token_width$}  {}",
             report.name,
             ttl_text(report.ttl_ms),
             number_text(report.fencing_token),

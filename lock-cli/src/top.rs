@@ -343,7 +343,10 @@ fn widths(rows: &[&Row]) -> [u16; 7] {
     };
     let name = widest(&|r| r.name.chars().count(), 4);
     let holder = widest(&|r| r.holder_text().chars().count(), 6);
-    [4, name, holder, 8, (BAR + 7) as u16, 8, 7]
+    // Tokens are the server's clock in microseconds (16 digits): a narrower column
+    // would cut them.
+    let token = widest(&|r| r.fencing_token.map_or(1, |t| t.to_string().len()), 5);
+    [4, name, holder, token, (BAR + 7) as u16, 8, 7]
 }
 
 /// The table of `rows` (a header, a line per row, in their order), its
@@ -1193,15 +1196,20 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "KIND  NAME      HOLDER                TOKEN  TTL                      HOLD  WAITERS",
-                "lock  job:a     owner-of-job:a           42  [#####.....]  15.0s   >=1m15s        1",
-                "hot   job:hot   c-hot (kept)              7  [#######...]  20.0s     1m30s        1",
-                "fair  job:fair  owner-of-job:fair         9  [#########.]  25.0s        4s        1",
-                "rw    job:rw    2 readers                 -  [##########]  29.0s        2s        2",
-                "sem   job:sem   3 permits                 -  [####......]  10.0s        1s        0",
-                "lock  job:bb    owner-of-job:bb           7  [no expiry ]      -         -        0",
+                "KIND  NAME      HOLDER             TOKEN  TTL                      HOLD  WAITERS",
+                "lock  job:a     owner-of-job:a        42  [#####.....]  15.0s   >=1m15s        1",
+                "hot   job:hot   c-hot (kept)           7  [#######...]  20.0s     1m30s        1",
+                "fair  job:fair  owner-of-job:fair      9  [#########.]  25.0s        4s        1",
+                "rw    job:rw    2 readers              -  [##########]  29.0s        2s        2",
+                "sem   job:sem   3 permits              -  [####......]  10.0s        1s        0",
+                "lock  job:bb    owner-of-job:bb        7  [no expiry ]      -         -        0",
             ]
         );
+
+        // A token of today (the server's clock in microseconds) is shown whole.
+        let today = row("job:now", 1_795_908_654_457_602, Some(1_000), 0, 0);
+        let lines = table_lines(&[&today], Duration::from_secs(30));
+        assert!(lines[1].contains(" 1795908654457602  "), "{lines:?}");
     }
 
     #[test]

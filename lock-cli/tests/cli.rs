@@ -174,7 +174,13 @@ fn exit_codes_for_success_child_failure_and_signals() {
     };
     let ok = run("echo \"$LOCK_KEY $LOCK_FENCING_TOKEN\"");
     assert_eq!(code(&ok), 0, "{}", stderr(&ok));
-    assert_eq!(stdout(&ok), "codes 1\n");
+    // The token: at least the server's clock in microseconds.
+    let out = stdout(&ok);
+    let first = out
+        .strip_prefix("codes ")
+        .and_then(|t| t.trim_end().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(first > 1_700_000_000_000_000, "{out}");
     assert_eq!(stderr(&ok), "");
     let failed = run("exit 3");
     assert_eq!(code(&failed), 3);
@@ -183,7 +189,8 @@ fn exit_codes_for_success_child_failure_and_signals() {
     assert_eq!(code(&killed), 128 + libc::SIGKILL);
     // Each run released the lock.
     assert!(!exists(&server, "lock:{codes}"));
-    // Its fencing counter (the only one on this server) issued three tokens.
+    // Its fencing counter (the only one on this server) issued three tokens: it holds
+    // the last, at least two above the first.
     let counters: Vec<String> = redis::cmd("KEYS")
         .arg("lock:fence:*")
         .query(&mut server.conn())
@@ -193,7 +200,7 @@ fn exit_codes_for_success_child_failure_and_signals() {
         .arg(&counters[0])
         .query(&mut server.conn())
         .unwrap();
-    assert_eq!(fence, 3);
+    assert!(fence >= first + 2, "{fence} after {first}");
 
     let missing =
         complete(lockctl(&server).args(["run", "--key", "codes", "--", "/nonexistent/cmd"]));
@@ -559,7 +566,9 @@ fn redisson_layout_shows_runs_and_releases_redissons_locks() {
         complete(lockctl(&server).args(["--layout", "redisson", "release", "--force", "order:7"]));
     assert_eq!(code(&released), 0, "{}", stderr(&released));
     assert!(!exists(&server, "order:7"));
-    // The next token of RFencedLock's counter, in Redisson's hash layout.
+    // The next token of RFencedLock's counter (41, lifted to the server's clock in
+    // microseconds: tokens never repeat after the counter is lost), in Redisson's hash
+    // layout; the counter holds it.
     let run = complete(
         lockctl(&server)
             .args([
@@ -576,10 +585,17 @@ fn redisson_layout_shows_runs_and_releases_redissons_locks() {
             .env("PORT", server.port().to_string()),
     );
     assert_eq!(code(&run), 0, "{}", stderr(&run));
-    assert_eq!(
-        stdout(&run).split_whitespace().collect::<Vec<_>>(),
-        ["42", "1"]
-    );
+    let out = stdout(&run);
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words.len(), 2, "{out}");
+    assert_eq!(words[1], "1", "{out}");
+    let token: u64 = words[0].parse().unwrap();
+    assert!(token > 1_700_000_000_000_000, "{out}");
+    let counter: u64 = redis::cmd("GET")
+        .arg("redisson_lock_token:{order:7}")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(counter, token);
 
     // No list in this layout: a usage error, one line.
     let list = complete(lockctl(&server).args(["--layout", "redisson", "list"]));
