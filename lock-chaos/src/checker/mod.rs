@@ -488,6 +488,26 @@ pub fn analyze(
             .iter()
             .any(|&(w, s0, s1)| w.is_none() && intersects(from, to, s0, s1))
     };
+    // Whether a grant of a hold of `name` made in `from..to` may have been destroyed by a
+    // fault (its data lost: an empty restart, a failover, a repair); the first grant of a
+    // hot lock's uses is its keeper's, at the keeper's first use.
+    let lost_grant_between = |kind: LockKind, name: &str, from: u64, to: u64| {
+        windows.iter().any(|w| {
+            w.reaches(kind, name)
+                && loss_span(backend, w).is_some_and(|(s, e)| intersects(from, to, s, e))
+        }) || repairs.iter().any(|r| {
+            let (s, e) = r.loss_span();
+            r.covers(kind, name) && intersects(from, to, s, e)
+        })
+    };
+    let grant_from = |h: &Hold| {
+        let from = granted_from(h);
+        if h.kind == LockKind::Hot {
+            keep_start.get(&h.owner).copied().unwrap_or(from).min(from)
+        } else {
+            from
+        }
+    };
     let counter_lost_between = |kind: LockKind, name: &str, from: u64, to: u64| {
         windows.iter().any(|w| {
             loses_counter(backend, w) && w.reaches(kind, name) && w.start >= from && w.start <= to
@@ -635,8 +655,9 @@ pub fn analyze(
                     // A pause or a stall of a holder can delay its record of a grant past a
                     // later one. A grant of B made before a data loss that took it (a
                     // `lock_all` that had B's name before an empty restart and returned after
-                    // A's hold) is older than A's: its lower token is the right order, and
-                    // the lost grant is the overlap rule's. A lost counter cannot lower a
+                    // A's hold; a hot lock kept since before a failover, used after A's hold)
+                    // is older than A's: its lower token is the right order, and the lost
+                    // grant is the overlap rule's. A lost counter cannot lower a
                     // token any more (the clock floor), unless the server's clock stepped
                     // back while it was lost.
                     let (from, to) = (granted_from(a), b.start);
@@ -647,7 +668,7 @@ pub fn analyze(
                                 .into_iter()
                                 .find(|r| h.touched.contains(r))
                         })
-                        .or(counter_lost_between(b.kind, name, granted_from(b), a.start)
+                        .or(lost_grant_between(b.kind, name, grant_from(b), a.start)
                             .then_some("data_loss"))
                         .or((counter_lost_between(b.kind, name, from, to)
                             && server_clock_back(&windows, b.kind, name, from, to))

@@ -1520,6 +1520,38 @@ fn a_multilock_grant_older_than_a_data_loss_is_no_token_regression() {
 }
 
 #[test]
+fn a_hot_use_of_a_grant_kept_since_before_a_failover_is_no_token_regression() {
+    use LockKind::{Hot, Plain};
+    // Worker 0's client kept hot-0 from its first use at 100 ms (token 40); a failover at
+    // 300 ms lost it; worker 1 took hot-0 (token 50) and let it go; worker 0's next use at
+    // 1,200 ms (before its watchdog had to notice) still carries the kept grant's token:
+    // older than worker 1's, not a regression. Without the failover, it is one.
+    let run = |failover: bool| {
+        let mut events = history(&[
+            hold_of(Hot, "hot-0", "u1", "c:h1~k", 0, 40, (100, 100, 150)),
+            hold_of(Plain, "hot-0", "w1-t0-0", "b", 1, 50, (1000, 1000, 1100)),
+            hold_of(Hot, "hot-0", "u2", "c:h1~k", 0, 40, (1200, 1200, 1300)),
+        ]);
+        if failover {
+            events.push(fault(300, "failover", "start", "server 0"));
+            events.push(fault(310, "failover", "heal", "port 1"));
+        }
+        check(&events, None)
+    };
+    let report = run(true);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(
+        report
+            .rows
+            .iter()
+            .map(|r| r.token_regressions)
+            .sum::<usize>(),
+        1
+    );
+    assert_eq!(counted(&run(false)), ["token_regression"]);
+}
+
+#[test]
 fn a_hold_at_least_lock_is_not_free_before_its_minimum() {
     use LockKind::{AtLeast, Plain};
     // Asked at 100 ms with 400 ms minimum: free from 500 ms.
