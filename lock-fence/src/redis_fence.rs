@@ -600,28 +600,24 @@ where
     /// command, so `WAIT` runs where the script ran.
     async fn send(&self, invocation: &Call) -> Result<(Value, Option<u64>), redis::RedisError> {
         let mut conn = self.conn.clone();
-        let Some((replicas, millis)) = self.replicas else {
-            return match invocation.cmd(true).query_async(&mut conn).await {
-                Err(err) if is_noscript(&err) => invocation
-                    .cmd(false)
-                    .query_async(&mut conn)
-                    .await
-                    .map(|reply| (reply, None)),
-                outcome => outcome.map(|reply| (reply, None)),
-            };
-        };
+        // The script, and `WAIT` when the fence waits for replicas, in one round trip;
+        // sent again as `EVAL` when the server does not have the script.
         let pipeline = |by_hash| {
             let mut pipe = redis::pipe();
             pipe.add_command(invocation.cmd(by_hash));
-            pipe.cmd("WAIT").arg(replicas).arg(millis);
+            if let Some((replicas, millis)) = self.replicas {
+                pipe.cmd("WAIT").arg(replicas).arg(millis);
+            }
             pipe
         };
-        let (reply, acknowledged): (Value, u64) = match pipeline(true).query_async(&mut conn).await
-        {
+        let replies: Vec<Value> = match pipeline(true).query_async(&mut conn).await {
             Err(err) if is_noscript(&err) => pipeline(false).query_async(&mut conn).await?,
             outcome => outcome?,
         };
-        Ok((reply, Some(acknowledged)))
+        let mut replies = replies.into_iter();
+        let reply = replies.next().unwrap_or(Value::Nil);
+        let acknowledged = replies.next().map(u64::from_redis_value).transpose()?;
+        Ok((reply, acknowledged))
     }
 }
 
