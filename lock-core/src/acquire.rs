@@ -955,6 +955,14 @@ mod tests {
         ) -> BoxFuture<'a, Vec<Renewal>> {
             self.store.renew(items, lease)
         }
+        fn cut<'a>(
+            &'a self,
+            key: &'a LockKey,
+            owner: &'a str,
+            left: Duration,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.cut(key, owner, left)
+        }
         fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
             self.store.inspect(key)
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::backend::{Released, Renewal};
+use crate::backend::Released;
 use crate::client_core::ClientCore;
 use crate::held::HeldLock;
 use crate::hot::{GiveUp, Outcome, KEEP_SUFFIX};
@@ -151,27 +151,22 @@ fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
 
 /// The release of a lock held at least until a moment still `left` away
 /// (ShedLock's `lockAtLeastFor`): instead of deleting it, its lease is cut
-/// to `left` (the renewal script, so only while its owner holds it) and it
-/// expires then; no waiter is woken before. Returns whether it was ours.
+/// to `left` (only while its owner holds it) and it expires then. The cut
+/// wakes a waiter, as a release does: a waiter that saw the longer lease
+/// asks again and sleeps until the new end instead of the old one (which
+/// left the lock free while wanted for up to a lease). Returns whether it
+/// was ours.
 async fn keep_until_at_least(
     core: &ClientCore,
     lock: &HeldLock,
     left: Duration,
 ) -> Result<bool, LockError> {
     core.holder_remove(lock);
-    let item = [(lock.key.clone(), lock.owner.clone())];
-    match core.backend.renew(&item, left).await.pop() {
-        Some(Renewal::Renewed) => {
-            tracing::debug!(key = %lock.key.name, left = ?left, "lock kept until its at-least hold ends");
-            Ok(true)
-        }
-        Some(Renewal::Gone) | None => Ok(false),
-        Some(Renewal::Failed(source)) => Err(LockError::Backend {
-            key: lock.key.name.to_string(),
-            server: core.backend.server().to_owned(),
-            source,
-        }),
+    let cut = core.backend.cut(&lock.key, &lock.owner, left).await?;
+    if cut {
+        tracing::debug!(key = %lock.key.name, left = ?left, "lock kept until its at-least hold ends");
     }
+    Ok(cut)
 }
 
 /// Finishes the release of `lock` in the background (a janitor job),

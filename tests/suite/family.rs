@@ -544,6 +544,50 @@ pub async fn scheduled_hold_at_least_outlives_an_early_release<F: Fixture>(fixtu
     );
 }
 
+/// A waiter that asked while a `hold_at_least` lock was held with a long
+/// lease, and then slept on that lease, gets the lock when the minimum hold
+/// ends after an early release, not when the old lease would have: the
+/// release that cuts the lease wakes it (before, it slept out the old lease:
+/// the lock sat free while wanted for up to a lease).
+pub async fn scheduled_hold_at_least_release_wakes_the_waiters<F: Fixture>(fixture: &F) {
+    let lease = Duration::from_secs(20);
+    let holder = super::client_with_lease(fixture, lease).await;
+    let waiter = super::client_with_lease(fixture, lease).await;
+    let at_least = Duration::from_millis(800);
+    let taken = Instant::now();
+    let guard = holder
+        .lock("job:cut")
+        .hold_at_least(at_least)
+        .acquire()
+        .await
+        .unwrap();
+    let (asked_tx, asked_rx) = tokio::sync::oneshot::channel();
+    let waiting = tokio::spawn(async move {
+        let _ = asked_tx.send(());
+        // Less than the old lease: a waiter that sleeps it out times out.
+        waiter
+            .lock("job:cut")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .map(|guard| (Instant::now(), guard))
+    });
+    asked_rx.await.unwrap();
+    // The waiter's first attempt finds the lock held for about `lease`.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.release().await.unwrap();
+    let (got, next) = waiting
+        .await
+        .unwrap()
+        .expect("the waiter got the lock once the minimum hold ended");
+    let after = got.saturating_duration_since(taken);
+    assert!(after >= at_least - Duration::from_millis(20), "{after:?}");
+    // Woken by the cut: about the minimum hold, far from the 10 s the
+    // waiter would sleep before its last look at its deadline.
+    assert!(after < Duration::from_secs(5), "{after:?}");
+    next.release().await.unwrap();
+}
+
 /// Bad permits are typed errors naming the semaphore.
 pub async fn family_bad_permits_are_typed_errors<F: Fixture>(fixture: &F) {
     let client: LockClient = fixture.client().await;
@@ -1028,6 +1072,7 @@ macro_rules! family_suite {
             family_bad_permits_are_typed_errors,
             family_renewals_do_not_outlive_release,
             scheduled_hold_at_least_outlives_an_early_release,
+            scheduled_hold_at_least_release_wakes_the_waiters,
             family_inspection_shows_holders_waiters_and_permits,
             family_force_release_of_each_primitive,
             family_held_through_another_client_fails_at_once,

@@ -163,6 +163,20 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// trip per node. One outcome per item, in order.
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>>;
 
+    /// The early release of a lock held at least until `left` from now
+    /// (`hold_at_least`): cuts `owner`'s lease of `key` to `left` (only
+    /// while `owner` holds it) instead of deleting it, and wakes a waiter
+    /// of the lock, as a release does. A waiter that last saw the longer
+    /// lease would otherwise sleep until that lease's end, long after the
+    /// lock expired; woken, it asks again and sleeps until the new end.
+    /// Returns whether `owner` held it.
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
     /// (Re)starts the backend's own background work that must run whether
     /// or not anyone waits (Sentinel: following the sentinels' announcements)
     /// on the runtime in use; called with the client's other background work

@@ -745,6 +745,20 @@ impl Backend for ClusterBackend {
         ClusterBackend::renew(self, items, lease).boxed()
     }
 
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let pipe = self.scripts.cut(key, owner, lease::millis(left));
+            let (cut, _) = self.exec_int(key, &pipe).await?;
+            Ok(cut == 1)
+        }
+        .boxed()
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         let timeout = self.settings.response_timeout;
         // The lock's keys share a slot: the pipeline goes to its master.

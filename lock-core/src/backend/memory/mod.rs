@@ -364,6 +364,22 @@ impl Backend for MemoryStore {
         .boxed()
     }
 
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let held = matches!(self.renew_now(key, owner, left), Renewal::Renewed);
+            if held {
+                self.inner.waiters.wake_one(&key.channel);
+            }
+            Ok(held)
+        }
+        .boxed()
+    }
+
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         async move { Ok(self.inspect_now(key)) }.boxed()
     }

@@ -351,6 +351,19 @@ impl Scripts {
         cmd
     }
 
+    /// The early release of a lock held at least until `left_ms` from now
+    /// (see `Backend::cut`): the renewal script cuts `owner`'s lease to it
+    /// (only while `owner` holds it; the first reply, 1 or 0), then `0` on
+    /// the lock's channel wakes a waiter, as a release does (every waiter,
+    /// Redisson's too, takes `0` for a release and asks again).
+    pub(crate) fn cut(&self, key: &LockKey, owner: &str, left_ms: u64) -> Pipeline {
+        let mut pipe = Pipeline::with_capacity(2);
+        pipe.ignore_errors();
+        pipe.add_command(self.renew(key, owner, left_ms));
+        pipe.cmd(self.publish).arg(&*key.channel).arg("0");
+        pipe
+    }
+
     /// The release of `owner`'s hold of `key`, waking the next waiter (a
     /// fair lock: handing it to the head of its queue). Its first reply is
     /// whether it deleted the hold (see [`release_replies`](Scripts::release_replies)).

@@ -377,6 +377,22 @@ impl Backend for RedlockBackend {
         RedlockBackend::renew(self, items, lease).boxed()
     }
 
+    /// On every master; held when a majority still held it. Each master's
+    /// wake-up wakes a waiter once (no loop: nothing is taken back).
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let answers = self.on_all(|node| node.cut(key, owner, left)).await;
+            let cut = self.quorum_of(answers, &key.name)?;
+            Ok(cut.iter().filter(|held| **held).count() >= self.quorum())
+        }
+        .boxed()
+    }
+
     fn shut_down(&self) {
         for node in &self.nodes {
             Backend::shut_down(node);

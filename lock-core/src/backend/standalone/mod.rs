@@ -337,6 +337,19 @@ impl RedisBackend {
         }
     }
 
+    /// See `Backend::cut`.
+    pub(crate) async fn cut(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        left: Duration,
+    ) -> Result<bool, LockError> {
+        let cut = self
+            .exec_int(key, &self.scripts.cut(key, owner, lease::millis(left)))
+            .await?;
+        Ok(cut == 1)
+    }
+
     pub(crate) async fn rollback(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let deleted = self
             .exec_int(key, &self.scripts.rollback(key, owner))
@@ -571,6 +584,15 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
         RedisBackend::renew(self, items, lease).boxed()
+    }
+
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::cut(self, key, owner, left).boxed()
     }
 
     fn ensure_running(&self) {
