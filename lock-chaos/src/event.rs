@@ -287,6 +287,19 @@ pub enum Event {
         /// The value the holder read.
         read: i64,
     },
+    /// One lock of a `lock_all` was granted at `t` (`LockGuard::acquired_at`): the
+    /// multi-lock takes its names one by one, and its `Acquired` events record only when
+    /// it had them all.
+    Granted {
+        /// When the lock was granted.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// The hold (`{hold}/{name}`).
+        hold: String,
+        /// Lock name.
+        name: String,
+    },
     /// A process woke up late from a short sleep: it (or its runtime) did not run from
     /// `t_start` to about `t`. Recorded only above a threshold.
     Stall {

@@ -128,6 +128,7 @@ fn span(event: &Event) -> (u64, u64) {
         | Event::Layouts { t, .. }
         | Event::ReleaseStarted { t, .. }
         | Event::Claim { t, .. }
+        | Event::Granted { t, .. }
         | Event::Fault { t, .. } => (*t, *t),
     }
 }

@@ -283,6 +283,15 @@ async fn multi_round(ctx: &TaskCtx, mut names: Vec<String>, hold: Duration) {
             g.fencing_token(),
             g.owner().to_owned(),
         );
+        ctx.sink.emit(&Event::Granted {
+            t: {
+                let held_for = g.acquired_at().elapsed().as_nanos() as u64;
+                now_ns().saturating_sub(held_for)
+            },
+            worker: ctx.worker,
+            hold: part.1.clone(),
+            name: part.0.clone(),
+        });
         ctx.sink.emit(&Event::Acquired {
             t_start,
             t,

@@ -62,6 +62,16 @@ impl LockGuard {
         self.lock.token
     }
 
+    /// When this lock was granted: the moment the answer that granted it
+    /// arrived (for a re-entry, the first grant; for a use of a kept hot
+    /// lock, the moment the use began). With [`std::time::Instant::elapsed`]
+    /// it tells how long the lock has been held; a
+    /// [`MultiLock`](crate::MultiLock)'s guards tell when each of its locks
+    /// was taken.
+    pub fn acquired_at(&self) -> std::time::Instant {
+        self.lock.granted.into_std()
+    }
+
     /// The owner id this lock is held under (`<client-id>:<scope>`).
     pub fn owner(&self) -> &str {
         &self.lock.owner

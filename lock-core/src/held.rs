@@ -88,6 +88,8 @@ pub(crate) struct HeldLock {
     /// Held at least until then (ShedLock's `lockAtLeastFor`): a release
     /// before it shortens the lease to what is left instead of deleting.
     hold_until: Option<Instant>,
+    /// When the grant's answer came (a kept lock's use: when the use began).
+    pub(crate) granted: Instant,
     /// The lease of the hold in the store (shared by the uses of a kept lock).
     cell: Arc<LeaseCell>,
     /// This use was released before its lease was lost.
@@ -125,6 +127,7 @@ impl HeldLock {
             lease,
             holds: AtomicUsize::new(1),
             hold_until: None,
+            granted: Instant::now(),
             cell: Arc::new(LeaseCell {
                 status: Mutex::new(Status {
                     lost: None,
@@ -158,6 +161,7 @@ impl HeldLock {
             lease: self.lease,
             holds: AtomicUsize::new(1),
             hold_until: None,
+            granted: Instant::now(),
             cell: self.cell.clone(),
             released: AtomicBool::new(false),
             left: AtomicBool::new(false),

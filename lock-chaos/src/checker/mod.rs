@@ -1750,10 +1750,35 @@ pub fn analyze(
                 Some(row.heal_to_write_max_ms.map_or(ms, |m: f64| m.max(ms)));
         }
     }
-    // Liveness (report-only): locks free while wanted.
-    let (liveness, liveness_by_kind) = liveness::free_while_wanted(
-        events, &holds, &windows, &repairs, &stalls, run_start, run_end,
+    // Liveness: locks free while wanted; a gap above its kind's bound is a violation.
+    let (liveness, liveness_by_kind, gaps_over) = liveness::free_while_wanted(
+        events, &holds, &windows, &repairs, &stalls, run_start, run_end, lease,
     );
+    for over in gaps_over {
+        let row = row_at(over.from);
+        let g = &over.gap;
+        push_fencing_anomaly(
+            &mut rows,
+            &mut violations,
+            row,
+            &[],
+            None,
+            Violation {
+                kind: "liveness_gap".into(),
+                backend: backend.into(),
+                fault: fault_at(over.from),
+                name: g.name.clone(),
+                at_ms: g.from_ms,
+                holds: Vec::new(),
+                excused: None,
+                detail: format!(
+                "{} lock free for {:.0} ms (from {:.0} to {:.0} ms) while w{}-t{} waited for it \
+                 (bound {:.0} ms, outside fault windows and the waiter's stalls)",
+                g.kind, over.ms, g.from_ms, g.to_ms, g.worker, g.task, over.bound_ms
+            ),
+            },
+        );
+    }
     for (kind, figures) in liveness_by_kind {
         kinds.entry(kind.name().to_owned()).or_default().liveness = figures;
     }

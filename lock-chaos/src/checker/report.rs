@@ -30,6 +30,7 @@ pub struct HarnessNote {
 pub struct Violation {
     /// `overlap`, `stale_write_accepted`, `token_regression`, `duplicate_token`,
     /// `equal_token_writes`, `lost_write`, `loss_first_seen_at_release`, `late_lost`,
+    /// `liveness_gap` (a lock free while wanted for longer than its kind's bound),
     /// `lost_update` (unfenced: never a violation), or a register-store check
     /// (`register_final`, `register_chain`, `write_without_intent`, `write_not_logged`,
     /// `register_log`).
@@ -275,15 +276,15 @@ pub struct KindFigures {
     pub violations: usize,
     /// Anomalies excused.
     pub excused: usize,
-    /// How long a lock of this kind sat free while wanted (report-only, see [`Liveness`]).
+    /// How long a lock of this kind sat free while wanted (see [`Liveness`]).
     #[serde(flatten)]
     pub liveness: Liveness,
 }
 
-/// Liveness figures (report-only: never a violation, never counted by `--strict`): how
-/// long a lock sat free while another task was asking for it, outside fault windows that
+/// Liveness figures: how long a lock sat free while another task was asking for it, outside fault windows that
 /// could reach it and stalls of the waiting worker (a swallowed wake-up, a waiter sleeping
-/// until the lease ran out).
+/// until the lease ran out). Each gap above its kind's bound is also a `liveness_gap`
+/// violation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Liveness {
     /// The longest such gap, ms (`None`: no gap with a waiter).
@@ -395,7 +396,7 @@ pub struct BackendReport {
     pub register: RegisterCheck,
     /// Scheduler lag.
     pub stalls: Stalls,
-    /// Locks free while wanted, over every kind (report-only).
+    /// Locks free while wanted, over every kind.
     pub liveness: Liveness,
     /// Key removals the lock servers reported.
     pub key_events: usize,
@@ -543,7 +544,7 @@ impl BackendReport {
             self.key_events
         ));
         out.push_str(&format!(
-            "Liveness (report-only, outside faults and stalls): {}.\n",
+            "Liveness (outside faults and stalls; a gap above its kind's bound is a `liveness_gap` violation): {}.\n",
             self.liveness.text()
         ));
         let by_kind: Vec<String> = self
