@@ -389,6 +389,67 @@ async fn a_dead_queued_waiter_blocks_nobody_past_its_place() {
     guard.release().await.unwrap();
 }
 
+/// A dead head whose place is about to run out (it last refreshed it most of
+/// a place's lifetime ago, as a waiter killed then leaves it) is handed the
+/// lock for no longer than its place would have lasted, not for a whole
+/// hand-over lease (5 s) on top of it: the live waiter behind it gets the
+/// lock about a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_is_handed_the_lock_no_longer_than_its_place_lasts() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.fair_lock("stale").acquire().await.unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg("lock:{stale}:fair:queue")
+        .arg(0)
+        .arg("dead-client:1")
+        .ignore()
+        .cmd("ZADD")
+        .arg("lock:{stale}:fair:timeout")
+        .arg(now_ms + 1000)
+        .arg("dead-client:1")
+        .ignore()
+        .cmd("HSET")
+        .arg("lock:{stale}:fair:lease")
+        .arg("dead-client:1")
+        .arg(30_000)
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .fair_lock("stale")
+            .wait(Duration::from_secs(40))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("lock:{stale}:fair")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        (1..=1000).contains(&ttl),
+        "handed to the dead head for {ttl} ms, past its place"
+    );
+    let (got, guard) = waiting.await.unwrap();
+    let blocked = got.saturating_duration_since(released);
+    assert!(
+        blocked < Duration::from_millis(3500),
+        "the dead head blocked the lock for {blocked:?} (its place had 0.8 s left)"
+    );
+    guard.release().await.unwrap();
+}
+
 /// An operator's force release answers whether the lock was held, not
 /// whether it had keys: a waiting writer's place (planted, as a writer that
 /// crashed while waiting leaves it) and a reader whose lease ran out are

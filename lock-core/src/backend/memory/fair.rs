@@ -119,9 +119,10 @@ impl Fair {
             owner: head.owner.clone(),
             token,
             // The hand-over lease (`FAIR_RELEASE`): the head's own, at most
-            // a queue place's lifetime, so a head that died while queued
-            // holds it no longer than that; a live one extends it at once.
-            expires_at: after(now, head.lease.min(crate::lease::QUEUE_PRESENCE)),
+            // a queue place's lifetime and at most what is left of the head's
+            // place, so a head that died while queued holds it no longer than
+            // its place would have lasted; a live one extends it at once.
+            expires_at: after(now, head.lease.min(crate::lease::QUEUE_PRESENCE)).min(head.place),
         });
         Some((head.owner, token))
     }

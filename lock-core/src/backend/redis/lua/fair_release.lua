@@ -15,8 +15,11 @@
 --
 -- The head becomes the holder with a new token, and only it is told, by
 -- `g <owner> <token>` on KEYS[6]. The hand-over lease is the head's own, but
--- at most ARGV[3]: a head that died while queued holds the lock no longer
--- than that; a live one extends it to its lease at once.
+-- at most ARGV[3] and at most what is left of the head's place: a head that
+-- died while queued holds the lock no longer than its place would have
+-- lasted (the purge left only live places); a live one extends it to its
+-- lease at once. (The waiter counts the hand-over from its last attempt,
+-- which set its place: never later than this.)
 --
 -- Returns whether a hold was deleted (1 or 0).
 local deleted
@@ -38,13 +41,14 @@ while true do
     return deleted
   end
   local lease = redis.call('hget', KEYS[5], head)
+  local place = tonumber(redis.call('zscore', KEYS[4], head) or '0') - now
   redis.call('zrem', KEYS[3], head)
   redis.call('zrem', KEYS[4], head)
   redis.call('hdel', KEYS[5], head)
   if lease then
     local token = next_token(KEYS[2])
     redis.call('hset', KEYS[1], head, token)
-    redis.call('pexpire', KEYS[1], math.min(tonumber(lease), tonumber(ARGV[3])))
+    redis.call('pexpire', KEYS[1], math.max(1, math.min(tonumber(lease), tonumber(ARGV[3]), place)))
     redis.call(ARGV[4], KEYS[6], 'g ' .. head .. ' ' .. string.format('%d', token))
     return deleted
   end
