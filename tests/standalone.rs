@@ -858,8 +858,9 @@ fn hot_client_moved_to_another_runtime_still_hears_requests() {
 
 /// A client records its layout in the database's registry when it
 /// connects, so that an operator (`LockAdmin::layouts`), and every client
-/// that connects after one of another layout (a warning), learns that two
-/// layouts share the database: a name taken in both is two locks.
+/// that connects after one of another layout (refused, or with the mix
+/// declared a warning), learns that two layouts share the database: a name
+/// taken in both is two locks.
 /// Old code: nothing recorded, nothing said; both layouts took `order:1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_layouts_on_one_database_are_recorded() {
@@ -871,6 +872,7 @@ async fn two_layouts_on_one_database_are_recorded() {
     );
     let redisson = LockClient::builder()
         .layout(distlock::Layout::Redisson)
+        .allow_mixed_layouts(true)
         .connect(&server.url())
         .await
         .unwrap();
@@ -890,5 +892,125 @@ async fn two_layouts_on_one_database_are_recorded() {
     assert!(
         ttl > 23 * 3600 * 1000,
         "kept a day after the last connection: {ttl}"
+    );
+}
+
+/// A client that finds another layout in the database's registry is
+/// refused with `LayoutConflict` naming the server and both layouts, and
+/// records nothing (a refused client must not refuse the other layout's
+/// clients in turn); declaring the mix (`allow_mixed_layouts`) connects it;
+/// once the migration is over, `forget_layout` lets the remaining layout's
+/// clients connect alone again. An ACL user without access to the registry
+/// connects unchecked (the registry is best effort).
+/// Old code: the second client connected with a warning, and two services
+/// each held "the" lock `order:1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
+    use distlock::Layout;
+    let server = RedisServer::start();
+    let native = LockClient::connect(&server.url()).await.unwrap();
+    let refused = LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect(&server.url())
+        .await;
+    let err = refused.err().expect("a Redisson-layout client connected");
+    match &err {
+        LockError::LayoutConflict {
+            server: at,
+            layout,
+            others,
+        } => {
+            assert_eq!(*layout, Layout::Redisson);
+            assert_eq!(others, &["native"]);
+            assert!(at.contains(&server.port().to_string()), "{at}");
+        }
+        other => panic!("not a layout conflict: {other:?}"),
+    }
+    let message = err.to_string();
+    for part in [
+        "native",
+        "redisson",
+        "same layout and key prefix",
+        "allow_mixed_layouts",
+        "lockctl layouts --forget native",
+    ] {
+        assert!(message.contains(part), "{part:?} not in: {message}");
+    }
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native],
+        "the refused client recorded its layout"
+    );
+
+    // A migration window, declared: connects, and is recorded.
+    let migrating = LockClient::builder()
+        .layout(Layout::Redisson)
+        .allow_mixed_layouts(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native, Layout::Redisson]
+    );
+    // Now the native side is refused too.
+    let refused = LockClient::connect(&server.url()).await;
+    assert!(
+        matches!(&refused, Err(LockError::LayoutConflict { layout: Layout::Native, others, .. }) if others == &["redisson"]),
+        "{refused:?}"
+    );
+    // An inspection tool neither records nor is refused.
+    let looking = LockClient::builder()
+        .record_layout(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+
+    // The migration is over: the native clients are gone; forget them.
+    drop(native);
+    assert!(looking
+        .admin()
+        .forget_layout(Layout::Native)
+        .await
+        .unwrap());
+    assert!(!looking
+        .admin()
+        .forget_layout(Layout::Native)
+        .await
+        .unwrap());
+    assert_eq!(
+        migrating.admin().layouts().await.unwrap(),
+        [Layout::Redisson]
+    );
+    LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect(&server.url())
+        .await
+        .unwrap();
+
+    // An ACL user without access to the registry: connects unchecked.
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load +subscribe +unsubscribe \
+                +hget +hkeys +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del \
+                +publish +info";
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg("locker");
+    for part in rule.split_whitespace() {
+        setuser.arg(part);
+    }
+    let () = setuser.query(&mut server.conn()).unwrap();
+    let unchecked = LockClient::connect(&server.url_with_auth("locker", "pw"))
+        .await
+        .unwrap();
+    unchecked
+        .lock("order:1")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        migrating.admin().layouts().await.unwrap(),
+        [Layout::Redisson]
     );
 }

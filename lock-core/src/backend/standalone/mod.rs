@@ -469,18 +469,59 @@ impl RedisBackend {
         .await
     }
 
-    /// Records `mine` (an idempotent `HSET` of a constant, safe to send
-    /// twice) and reads the layouts recorded.
+    /// Records `mine` unconditionally when given (Redlock's masters each
+    /// record it; safe to send twice) and reads the layouts recorded.
     pub(crate) async fn layouts(&self, mine: Option<&str>) -> Result<Vec<String>, LockError> {
+        match mine {
+            Some(mine) => self.record_layout(mine, true).await,
+            None => {
+                let timeout = self.settings.response_timeout;
+                self.registry(|mut conn| async move { layouts::read(&mut conn, timeout).await })
+                    .await
+            }
+        }
+    }
+
+    /// Records `mine` unless another layout is recorded and `mixed` is
+    /// false (see `layouts_record.lua`: safe to send twice) and returns the
+    /// layouts recorded.
+    pub(crate) async fn record_layout(
+        &self,
+        mine: &str,
+        mixed: bool,
+    ) -> Result<Vec<String>, LockError> {
         let timeout = self.settings.response_timeout;
-        self.read(layouts::KEY, |mut conn, node| async move {
-            layouts::exchange(&mut conn, mine, timeout)
-                .await
-                .map_err(|source| LockError::Backend {
+        self.registry(|mut conn| async move {
+            layouts::record(&mut conn, mine, mixed, timeout).await
+        })
+        .await
+    }
+
+    /// Removes `layout` from the registry (an `HDEL`, safe to send twice);
+    /// whether it was recorded.
+    pub(crate) async fn forget_layout(&self, layout: &str) -> Result<bool, LockError> {
+        let timeout = self.settings.response_timeout;
+        self.registry(|mut conn| async move { layouts::forget(&mut conn, layout, timeout).await })
+            .await
+    }
+
+    /// Runs `op` on the registry of layouts, as a read (once more on a
+    /// reconnected or newly elected master: every registry command is safe
+    /// to repeat).
+    async fn registry<T, F, Fut>(&self, op: F) -> Result<T, LockError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, BackendError>>,
+    {
+        self.read(layouts::KEY, |conn, node| {
+            let sent = op(conn);
+            async move {
+                sent.await.map_err(|source| LockError::Backend {
                     key: layouts::KEY.to_owned(),
                     server: node.server.clone(),
                     source,
                 })
+            }
         })
         .await
     }
@@ -610,6 +651,18 @@ impl Backend for RedisBackend {
         mine: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
         RedisBackend::layouts(self, mine).boxed()
+    }
+
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        RedisBackend::record_layout(self, mine, mixed).boxed()
+    }
+
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::forget_layout(self, layout).boxed()
     }
 
     fn inspect_family<'a>(
