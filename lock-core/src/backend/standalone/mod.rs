@@ -18,7 +18,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use self::data::NodeRoute;
-use self::node::Node;
+use self::node::{Heard, Node};
 use self::sentinel::{Follower, Sentinel};
 use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
@@ -182,18 +182,31 @@ impl RedisBackend {
         };
         let scripts = self.scripts.all();
         let node = self.usable_node().await?;
-        let mut conn = node.conn.clone();
-        match command::run(&mut conn, pipe, count, &scripts, timeout).await {
+        match Self::run_on(&node, pipe, count, &scripts, timeout).await {
             Err(err) if self.worth_retrying(&err) => {
                 tracing::debug!(server = %node.server, error = %err, "retrying once");
                 let node = self.follow_master(&node).await?;
-                let mut conn = node.conn.clone();
-                let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
+                let replies = Self::run_on(&node, pipe, count, &scripts, timeout).await?;
                 Ok((replies, node, true))
             }
             Err(err) => Err(err),
             Ok(replies) => Ok((replies, node, false)),
         }
+    }
+
+    /// [`command::run`] on `node`'s connection (a new one when the current
+    /// one was found silent), its outcome recorded there.
+    async fn run_on(
+        node: &Node,
+        pipe: &redis::Pipeline,
+        count: usize,
+        scripts: &[&redis::Script],
+        timeout: Duration,
+    ) -> Result<Replies, BackendError> {
+        let mut taken = node.conn.take(timeout).await?;
+        let outcome = command::run(&mut taken.conn, pipe, count, scripts, timeout).await;
+        node.conn.settle(&taken, Heard::of(&outcome));
+        outcome
     }
 
     /// Errors after which the command may succeed on a reconnected (or, with
@@ -215,7 +228,7 @@ impl RedisBackend {
     /// Maps a failure of a command on `key` to the error the caller sees.
     async fn error(&self, key: &LockKey, err: BackendError) -> LockError {
         let node = self.cell.get();
-        let mut conn = node.conn.clone();
+        let mut conn = node.conn.current();
         command_error(
             &mut conn,
             self.settings.response_timeout,
@@ -432,7 +445,8 @@ impl RedisBackend {
                 })
             }
         };
-        match read(node.conn.clone(), node.clone()).await {
+        let timeout = self.settings.response_timeout;
+        match Self::read_on(&node, key, timeout, &read).await {
             // The inner reads keep the command's `BackendError` as the
             // source: it is classified as `exec` classifies it.
             Err(LockError::Backend { source, .. }) if self.worth_retrying(&source) => {
@@ -447,10 +461,37 @@ impl RedisBackend {
                         })
                     }
                 };
-                read(node.conn.clone(), node).await
+                Self::read_on(&node, key, timeout, &read).await
             }
             outcome => outcome,
         }
+    }
+
+    /// Runs `read` on `node`'s connection (a new one when the current one
+    /// was found silent), its outcome recorded there.
+    async fn read_on<T, F, Fut>(
+        node: &Arc<Node>,
+        key: &str,
+        timeout: Duration,
+        read: &F,
+    ) -> Result<T, LockError>
+    where
+        F: Fn(ConnectionManager, Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, LockError>>,
+    {
+        let taken = match node.conn.take(timeout).await {
+            Ok(taken) => taken,
+            Err(source) => {
+                return Err(LockError::Backend {
+                    key: key.to_owned(),
+                    server: node.server.clone(),
+                    source,
+                })
+            }
+        };
+        let outcome = read(taken.conn.clone(), node.clone()).await;
+        node.conn.settle(&taken, Heard::of_read(&outcome));
+        outcome
     }
 
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
