@@ -913,7 +913,10 @@ async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
         .layout(Layout::Redisson)
         .connect(&server.url())
         .await;
-    let err = refused.err().expect("a Redisson-layout client connected");
+    let err = match refused {
+        Ok(_) => panic!("a Redisson-layout client connected"),
+        Err(err) => err,
+    };
     match &err {
         LockError::LayoutConflict {
             server: at,
@@ -968,16 +971,8 @@ async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
 
     // The migration is over: the native clients are gone; forget them.
     drop(native);
-    assert!(looking
-        .admin()
-        .forget_layout(Layout::Native)
-        .await
-        .unwrap());
-    assert!(!looking
-        .admin()
-        .forget_layout(Layout::Native)
-        .await
-        .unwrap());
+    assert!(looking.admin().forget_layout(Layout::Native).await.unwrap());
+    assert!(!looking.admin().forget_layout(Layout::Native).await.unwrap());
     assert_eq!(
         migrating.admin().layouts().await.unwrap(),
         [Layout::Redisson]
@@ -1140,9 +1135,12 @@ mod blackhole {
         loop {
             let now_mode = *mode.borrow();
             let release_at = match (now_mode, first_held) {
-                (Mode::Pass { healed: Some(healed) }, Some(first)) => {
-                    Some(retransmission(first, healed))
-                }
+                (
+                    Mode::Pass {
+                        healed: Some(healed),
+                    },
+                    Some(first),
+                ) => Some(retransmission(first, healed)),
                 _ => None,
             };
             if !open && first_held.is_none() {

@@ -414,9 +414,7 @@ impl LockClientBuilder {
     ) -> Result<LockClient, LockError> {
         if self.record_layout {
             let mine = self.layout.registry_name();
-            let layouts = backend
-                .record_layout(mine, self.allow_mixed_layouts)
-                .await;
+            let layouts = backend.record_layout(mine, self.allow_mixed_layouts).await;
             self.check_layouts(layouts, backend.server())?;
         }
         self.connected(backend, wakeups)
@@ -463,7 +461,10 @@ impl LockClientBuilder {
                 return Ok(());
             }
         };
-        let others: Vec<String> = layouts.into_iter().filter(|layout| layout != mine).collect();
+        let others: Vec<String> = layouts
+            .into_iter()
+            .filter(|layout| layout != mine)
+            .collect();
         if others.is_empty() {
             return Ok(());
         }

@@ -532,9 +532,9 @@ impl RedisBackend {
         mixed: bool,
     ) -> Result<Vec<String>, LockError> {
         let timeout = self.settings.response_timeout;
-        self.registry(|mut conn| async move {
-            layouts::record(&mut conn, mine, mixed, timeout).await
-        })
+        self.registry(
+            |mut conn| async move { layouts::record(&mut conn, mine, mixed, timeout).await },
+        )
         .await
     }
 

@@ -13,8 +13,8 @@ use crate::backend::redis::scripts::Scripts;
 use crate::backend::redis::version;
 use crate::backend::redis::{server_name, RedisSettings};
 use crate::sync::Mutex;
-use tokio::sync::watch;
 use crate::{BackendError, LockError};
+use tokio::sync::watch;
 
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -203,9 +203,7 @@ impl NodeConnection {
             if !state.dead {
                 return Ok(state.taken());
             }
-            let due = state
-                .attempted
-                .is_none_or(|at| at.elapsed() >= RETRY_GAP);
+            let due = state.attempted.is_none_or(|at| at.elapsed() >= RETRY_GAP);
             if due {
                 state.attempted = Some(Instant::now());
                 self.attempt(state.generation);
