@@ -542,3 +542,38 @@ async fn a_shard_failover_that_lost_the_counters_last_writes_issues_no_old_token
     );
     guard.release().await.unwrap();
 }
+
+/// On a cluster (a cluster of its own: the registry is one key for the
+/// whole cluster), a client of another layout than the registry records is
+/// refused with `LayoutConflict` naming both, and connects when the mix is
+/// declared.
+/// Old code: it connected with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
+    use distlock::{Layout, LockError};
+    let cluster = RedisCluster::start(3, 0);
+    let native = LockClient::builder()
+        .connect_cluster(cluster.master_urls())
+        .await
+        .unwrap();
+    let refused = LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect_cluster(cluster.master_urls())
+        .await;
+    assert!(
+        matches!(&refused, Err(LockError::LayoutConflict { layout: Layout::Redisson, others, .. }) if others == &["native"]),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    assert_eq!(native.admin().layouts().await.unwrap(), [Layout::Native]);
+    LockClient::builder()
+        .layout(Layout::Redisson)
+        .allow_mixed_layouts(true)
+        .connect_cluster(cluster.master_urls())
+        .await
+        .unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native, Layout::Redisson]
+    );
+}

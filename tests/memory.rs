@@ -247,3 +247,51 @@ async fn the_same_name_on_another_store_is_another_lock() {
     inner.release().await.unwrap();
     guard.release().await.unwrap();
 }
+
+/// On the in-memory store as on Redis: a client of another layout than the
+/// store's clients is refused with `LayoutConflict` (recording nothing),
+/// connects when the mix is declared, and connects alone again once the
+/// other layout is forgotten. A client built with `record_layout(false)`
+/// neither records nor is refused.
+/// Old code: the second client was built with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
+    use distlock::Layout;
+    let store = MemoryStore::new();
+    let native = LockClient::builder().memory(store.clone()).unwrap();
+    let refused = LockClient::builder()
+        .layout(Layout::Redisson)
+        .memory(store.clone());
+    match &refused {
+        Err(LockError::LayoutConflict {
+            server,
+            layout,
+            others,
+        }) => assert_eq!(
+            (server.as_str(), *layout, others.as_slice()),
+            ("memory", Layout::Redisson, ["native".to_owned()].as_slice())
+        ),
+        other => panic!("not a layout conflict: {other:?}"),
+    }
+    assert_eq!(native.admin().layouts().await.unwrap(), [Layout::Native]);
+    LockClient::builder()
+        .layout(Layout::Redisson)
+        .record_layout(false)
+        .memory(store.clone())
+        .unwrap();
+    assert_eq!(native.admin().layouts().await.unwrap(), [Layout::Native]);
+    let _migrating = LockClient::builder()
+        .layout(Layout::Redisson)
+        .allow_mixed_layouts(true)
+        .memory(store.clone())
+        .unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native, Layout::Redisson]
+    );
+    assert!(native.admin().forget_layout(Layout::Native).await.unwrap());
+    LockClient::builder()
+        .layout(Layout::Redisson)
+        .memory(store)
+        .unwrap();
+}

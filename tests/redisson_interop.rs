@@ -558,7 +558,12 @@ async fn redissons_other_locks_and_split_names_are_refused() {
     ));
     // Our client in the native layout does not see Redisson-layout locks:
     // different keys (which is why the layout is a client setting).
-    let native = LockClient::connect(&server.url()).await.unwrap();
+    // (Refused unless the mix is declared: see `LayoutConflict`.)
+    let native = LockClient::builder()
+        .allow_mixed_layouts(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
     let held = client.lock("interop:both").acquire().await.unwrap();
     let other = native.lock("interop:both").try_acquire().await.unwrap();
     assert!(

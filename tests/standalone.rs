@@ -858,8 +858,9 @@ fn hot_client_moved_to_another_runtime_still_hears_requests() {
 
 /// A client records its layout in the database's registry when it
 /// connects, so that an operator (`LockAdmin::layouts`), and every client
-/// that connects after one of another layout (a warning), learns that two
-/// layouts share the database: a name taken in both is two locks.
+/// that connects after one of another layout (refused, or with the mix
+/// declared a warning), learns that two layouts share the database: a name
+/// taken in both is two locks.
 /// Old code: nothing recorded, nothing said; both layouts took `order:1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_layouts_on_one_database_are_recorded() {
@@ -871,6 +872,7 @@ async fn two_layouts_on_one_database_are_recorded() {
     );
     let redisson = LockClient::builder()
         .layout(distlock::Layout::Redisson)
+        .allow_mixed_layouts(true)
         .connect(&server.url())
         .await
         .unwrap();
@@ -891,4 +893,370 @@ async fn two_layouts_on_one_database_are_recorded() {
         ttl > 23 * 3600 * 1000,
         "kept a day after the last connection: {ttl}"
     );
+}
+
+/// A client that finds another layout in the database's registry is
+/// refused with `LayoutConflict` naming the server and both layouts, and
+/// records nothing (a refused client must not refuse the other layout's
+/// clients in turn); declaring the mix (`allow_mixed_layouts`) connects it;
+/// once the migration is over, `forget_layout` lets the remaining layout's
+/// clients connect alone again. An ACL user without access to the registry
+/// connects unchecked (the registry is best effort).
+/// Old code: the second client connected with a warning, and two services
+/// each held "the" lock `order:1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
+    use distlock::Layout;
+    let server = RedisServer::start();
+    let native = LockClient::connect(&server.url()).await.unwrap();
+    let refused = LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect(&server.url())
+        .await;
+    let err = match refused {
+        Ok(_) => panic!("a Redisson-layout client connected"),
+        Err(err) => err,
+    };
+    match &err {
+        LockError::LayoutConflict {
+            server: at,
+            layout,
+            others,
+        } => {
+            assert_eq!(*layout, Layout::Redisson);
+            assert_eq!(others, &["native"]);
+            assert!(at.contains(&server.port().to_string()), "{at}");
+        }
+        other => panic!("not a layout conflict: {other:?}"),
+    }
+    let message = err.to_string();
+    for part in [
+        "native",
+        "redisson",
+        "same layout and key prefix",
+        "allow_mixed_layouts",
+        "lockctl layouts --forget native",
+    ] {
+        assert!(message.contains(part), "{part:?} not in: {message}");
+    }
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native],
+        "the refused client recorded its layout"
+    );
+
+    // A migration window, declared: connects, and is recorded.
+    let migrating = LockClient::builder()
+        .layout(Layout::Redisson)
+        .allow_mixed_layouts(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert_eq!(
+        native.admin().layouts().await.unwrap(),
+        [Layout::Native, Layout::Redisson]
+    );
+    // Now the native side is refused too.
+    let refused = LockClient::connect(&server.url()).await;
+    assert!(
+        matches!(&refused, Err(LockError::LayoutConflict { layout: Layout::Native, others, .. }) if others == &["redisson"]),
+        "{refused:?}"
+    );
+    // An inspection tool neither records nor is refused.
+    let looking = LockClient::builder()
+        .record_layout(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+
+    // The migration is over: the native clients are gone; forget them.
+    drop(native);
+    assert!(looking.admin().forget_layout(Layout::Native).await.unwrap());
+    assert!(!looking.admin().forget_layout(Layout::Native).await.unwrap());
+    assert_eq!(
+        migrating.admin().layouts().await.unwrap(),
+        [Layout::Redisson]
+    );
+    LockClient::builder()
+        .layout(Layout::Redisson)
+        .connect(&server.url())
+        .await
+        .unwrap();
+
+    // An ACL user without access to the registry: connects unchecked.
+    let rule = "on >pw ~lock:* &lock:* -@all +evalsha +script|load +subscribe +unsubscribe \
+                +hget +hkeys +pttl +incr +get +set +time +hset +pexpire +hexists +hdel +del \
+                +publish +info";
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg("locker");
+    for part in rule.split_whitespace() {
+        setuser.arg(part);
+    }
+    let () = setuser.query(&mut server.conn()).unwrap();
+    let unchecked = LockClient::connect(&server.url_with_auth("locker", "pw"))
+        .await
+        .unwrap();
+    unchecked
+        .lock("order:1")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        migrating.admin().layouts().await.unwrap(),
+        [Layout::Redisson]
+    );
+}
+
+/// A TCP proxy that can blackhole the connections through it: while
+/// blackholed it reads and holds every byte, forwarding nothing and closing
+/// nothing, as a partition that drops packets silently. After the heal, a
+/// connection that held bytes delivers them (and, in order, everything sent
+/// after them) only at the sender's next TCP retransmission: retransmissions
+/// of a segment go out 200 ms (Linux's minimum RTO) after it was first
+/// sent, then after 400, 800, 1600 ms..., so held bytes wait for the first
+/// of those instants after the heal. Loopback itself never loses a packet,
+/// so the proxy plays TCP's back-off. A connection that held nothing, and a
+/// connection opened after the heal, pass at once.
+mod blackhole {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
+    pub struct Proxy {
+        pub port: u16,
+        /// `Some(when healed)` after a heal, `None` before; blackholed while
+        /// `blackholed` is true.
+        mode: watch::Sender<Mode>,
+        /// Per stretch of held bytes: when it began, and when it was
+        /// delivered.
+        held: Arc<Mutex<Vec<Held>>>,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    struct Held {
+        first: Instant,
+        released: Option<Instant>,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Mode {
+        Pass { healed: Option<Instant> },
+        Blackhole,
+    }
+
+    impl Proxy {
+        pub async fn start(target_port: u16) -> Proxy {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let (mode, _) = watch::channel(Mode::Pass { healed: None });
+            let held = Arc::new(Mutex::new(Vec::new()));
+            tokio::spawn({
+                let mode = mode.clone();
+                let held = held.clone();
+                async move {
+                    while let Ok((client, _)) = listener.accept().await {
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)).await
+                        else {
+                            continue;
+                        };
+                        let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                        let (client_read, client_write) = client.into_split();
+                        let (server_read, server_write) = server.into_split();
+                        tokio::spawn(pump(
+                            client_read,
+                            server_write,
+                            mode.subscribe(),
+                            held.clone(),
+                        ));
+                        tokio::spawn(pump(
+                            server_read,
+                            client_write,
+                            mode.subscribe(),
+                            held.clone(),
+                        ));
+                    }
+                }
+            });
+            Proxy { port, mode, held }
+        }
+
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        pub fn blackhole(&self) {
+            self.mode.send_replace(Mode::Blackhole);
+        }
+
+        pub fn heal(&self) {
+            self.mode.send_replace(Mode::Pass {
+                healed: Some(Instant::now()),
+            });
+        }
+
+        /// When the bytes held first during the blackhole (those of the
+        /// first command sent into it) were delivered, if they were.
+        pub fn first_held_released(&self) -> Option<Instant> {
+            let held = self.held.lock().unwrap();
+            held.iter().min_by_key(|h| h.first).and_then(|h| h.released)
+        }
+    }
+
+    /// The first retransmission of bytes first sent at `first` after
+    /// `healed`: at `first` + 200 ms × (2^k − 1).
+    fn retransmission(first: Instant, healed: Instant) -> Instant {
+        let mut at = first;
+        let mut rto = Duration::from_millis(200);
+        while at < healed {
+            at += rto;
+            rto *= 2;
+        }
+        at
+    }
+
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut mode: watch::Receiver<Mode>,
+        record: Arc<Mutex<Vec<Held>>>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut held: Vec<u8> = Vec::new();
+        let mut first_held: Option<Instant> = None;
+        let mut stretch = 0;
+        let mut open = true;
+        loop {
+            let now_mode = *mode.borrow();
+            let release_at = match (now_mode, first_held) {
+                (
+                    Mode::Pass {
+                        healed: Some(healed),
+                    },
+                    Some(first),
+                ) => Some(retransmission(first, healed)),
+                _ => None,
+            };
+            if !open && first_held.is_none() {
+                let _ = to.shutdown().await;
+                return;
+            }
+            tokio::select! {
+                read = from.read(&mut buf), if open => match read {
+                    Ok(0) | Err(_) => open = false,
+                    Ok(n) => {
+                        if matches!(now_mode, Mode::Blackhole) || first_held.is_some() {
+                            // Held, or queued behind what is held (TCP keeps order).
+                            held.extend_from_slice(&buf[..n]);
+                            if first_held.is_none() {
+                                let now = Instant::now();
+                                first_held = Some(now);
+                                let mut record = record.lock().unwrap();
+                                stretch = record.len();
+                                record.push(Held { first: now, released: None });
+                            }
+                        } else if to.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                },
+                () = async {
+                    match release_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some(h) = record.lock().unwrap().get_mut(stretch) {
+                        h.released = Some(Instant::now());
+                    }
+                    if to.write_all(&held).await.is_err() {
+                        return;
+                    }
+                    held.clear();
+                    first_held = None;
+                }
+                changed = mode.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}
+
+/// After a partition that dropped packets silently heals, the first lock
+/// command goes out on a new connection, instead of queueing behind the
+/// bytes TCP retransmits on the old one with exponential back-off: one
+/// acquire that got no answer during the partition marks the connection
+/// dead. (Bytes held by the proxy stand in for TCP's retransmission queue.)
+/// Old code: the client kept the old connection, and every command after
+/// the heal waited for the next retransmission (3 s here) or timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_blackhole_heals_the_next_command_goes_out_on_a_new_connection() {
+    let server = RedisServer::start();
+    let proxy = blackhole::Proxy::start(server.port()).await;
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let warm = client.lock("bh:warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+
+    proxy.blackhole();
+    let cut = Instant::now();
+    // One command during the partition: no answer.
+    let during = client.lock("bh:during").try_acquire().await;
+    assert!(
+        matches!(
+            &during,
+            Err(LockError::Backend {
+                source: distlock::BackendError::Timeout(_),
+                ..
+            })
+        ),
+        "{:?}",
+        during.map(|g| g.is_some())
+    );
+    // Heal 3.2 s after the cut: the held bytes go out at the retransmission
+    // 6.2 s after they were first sent, 3 s after the heal.
+    tokio::time::sleep_until(cut + Duration::from_millis(3200)).await;
+    proxy.heal();
+    let healed = Instant::now();
+    let mut attempts = 0;
+    let acquired = loop {
+        attempts += 1;
+        match client.lock("bh:after").try_acquire().await {
+            Ok(Some(guard)) => break guard,
+            Ok(None) => panic!("bh:after is held by nobody"),
+            Err(err) => {
+                assert!(
+                    healed.elapsed() < Duration::from_secs(15),
+                    "no acquisition 15 s after the heal: {err}"
+                );
+            }
+        }
+    };
+    let took = healed.elapsed();
+    let released = proxy.first_held_released();
+    eprintln!(
+        "first acquisition {took:?} after the heal ({attempts} attempts); the old connection's \
+         bytes delivered {:?} after the heal",
+        released.map(|at| at.saturating_duration_since(healed))
+    );
+    // Causality, not timing: the acquisition did not wait for the old
+    // connection's bytes to be delivered (it could not, on that connection).
+    assert!(
+        released.is_none_or(|at| at.saturating_duration_since(healed) > took),
+        "the first acquisition after the heal ({took:?}) waited for the old connection's \
+         retransmission ({:?})",
+        released.map(|at| at.saturating_duration_since(healed))
+    );
+    // And well under the 3 s the old connection would have taken.
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    acquired.release().await.unwrap();
 }

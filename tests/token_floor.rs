@@ -47,6 +47,8 @@ async fn token_of(client: &LockClient, primitive: Primitive, name: &str) -> Resu
 async fn connect(server: &RedisServer, layout: Layout) -> LockClient {
     LockClient::builder()
         .layout(layout)
+        // Both layouts take turns on one server, on names of their own.
+        .allow_mixed_layouts(true)
         .redis(&server.url())
         .connect()
         .await

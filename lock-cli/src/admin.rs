@@ -12,7 +12,7 @@ use distlock_core::{
 use serde::Serialize;
 
 use crate::cli::{ConnectionArgs, Family, LayoutsArgs, ListArgs, ReleaseArgs, StatusArgs};
-use crate::connect::{connect, server_of};
+use crate::connect::{connect, layout_of, server_of};
 use crate::exit::{self, Failure};
 use crate::output::{count, millis, print_out, to_json};
 
@@ -475,6 +475,20 @@ pub(crate) async fn list(connection: &ConnectionArgs, args: ListArgs) -> Result<
 /// when there is more than one.
 pub(crate) async fn layouts(connection: &ConnectionArgs, args: LayoutsArgs) -> Result<u8, Failure> {
     let client = connect(connection, "*", None, false).await?;
+    if let Some(forget) = args.forget {
+        let layout = layout_of(forget);
+        let forgotten = client
+            .admin()
+            .forget_layout(layout)
+            .await
+            .map_err(|err| Failure::from_lock(&err, "*", client.server(), exit::USAGE))?;
+        eprintln!(
+            "lockctl: {} layout {} at {}",
+            if forgotten { "forgot" } else { "no record of" },
+            layout.registry_name(),
+            client.server()
+        );
+    }
     let layouts = client
         .admin()
         .layouts()

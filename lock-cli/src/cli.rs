@@ -103,10 +103,15 @@ Examples:
   lockctl layouts
   lockctl --sentinel redis://10.0.0.5:26379/ --master locks layouts --json
 
+  lockctl layouts --forget redisson
+
 Every client records its layout in the store when it connects (the hash distlock:layouts, \
-kept a day after the last connection); lockctl itself records nothing except in `run`. \
-Redisson's own Java clients do not record themselves: a store they share with Rust clients \
-in Redisson's layout lists `redisson` only. Exit status 65 when more than one layout is \
+kept a day after the last client recorded itself), and is refused when another layout is \
+recorded, unless it declares a migration (allow_mixed_layouts; lockctl \
+--allow-mixed-layouts); lockctl itself records nothing except in `run`. Redisson's own Java \
+clients do not record themselves: a store they share with Rust clients in Redisson's layout \
+lists `redisson` only. Once a migration is over, --forget removes the old layout, so that \
+clients of the other are no longer refused. Exit status 65 when more than one layout is \
 listed.";
 
 const RELEASE_EXAMPLES: &str = "\
@@ -211,6 +216,12 @@ pub(crate) struct ConnectionArgs {
     /// lock, list or top)
     #[arg(long, global = true, env = "LOCK_LAYOUT", value_enum, default_value_t = LayoutArg::Native)]
     pub(crate) layout: LayoutArg,
+
+    /// Take locks (run) even when the store records clients of another layout: a declared
+    /// migration window (a lock name taken in two layouts is two locks). Without it, run is
+    /// refused there, as a library client is
+    #[arg(long, global = true, env = "LOCK_ALLOW_MIXED_LAYOUTS")]
+    pub(crate) allow_mixed_layouts: bool,
 
     /// A cluster's wake-ups: sharded pub/sub (auto, on) or classic (off), as Redisson's
     /// shardedSubscriptionMode
@@ -498,6 +509,11 @@ pub(crate) struct LayoutsArgs {
     /// Print a JSON array instead of lines.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Remove LAYOUT from the store's registry (once no client of it is left, after a
+    /// migration), then list what remains.
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    pub(crate) forget: Option<LayoutArg>,
 }
 
 /// Options of `lockctl top`.

@@ -8,6 +8,14 @@ use distlock_core::{Layout, LockClient, LockClientBuilder, ShardedPubSub};
 use crate::cli::{ConnectionArgs, LayoutArg, ShardedArg};
 use crate::exit::{self, Failure};
 
+/// The layout `--layout` (or `--forget`) names.
+pub(crate) fn layout_of(arg: LayoutArg) -> Layout {
+    match arg {
+        LayoutArg::Native => Layout::Native,
+        LayoutArg::Redisson => Layout::Redisson,
+    }
+}
+
 /// Connects to the backend that `args` names, for work on `subject` (a lock
 /// name, or a pattern for `list`), with `lease` as the watchdog lease when
 /// given; `takes_locks`: the client records its layout in the store's
@@ -25,10 +33,8 @@ pub(crate) async fn connect(
         // Only a client that takes locks records its layout in the store's
         // registry: looking at a store is not using it in a layout.
         .record_layout(takes_locks)
-        .layout(match args.layout {
-            LayoutArg::Native => Layout::Native,
-            LayoutArg::Redisson => Layout::Redisson,
-        })
+        .allow_mixed_layouts(args.allow_mixed_layouts)
+        .layout(layout_of(args.layout))
         .connect_timeout(args.connect_timeout);
     let sharded = match args.sharded_pubsub {
         ShardedArg::Auto => ShardedPubSub::Auto,

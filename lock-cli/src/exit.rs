@@ -56,7 +56,7 @@ impl Failure {
             LockError::InvalidKey { .. }
             | LockError::InvalidConfig { .. }
             | LockError::Unsupported { .. } => USAGE,
-            LockError::WrongType { .. } => DATA,
+            LockError::WrongType { .. } | LockError::LayoutConflict { .. } => DATA,
             LockError::ShuttingDown { .. } | LockError::UnsupportedServer { .. } => UNAVAILABLE,
             _ if err.is_backend() => UNAVAILABLE,
             _ => SOFTWARE,
@@ -67,7 +67,8 @@ impl Failure {
             // These name the server only.
             LockError::Connect { .. }
             | LockError::Authentication { .. }
-            | LockError::UnsupportedServer { .. } => {
+            | LockError::UnsupportedServer { .. }
+            | LockError::LayoutConflict { .. } => {
                 format!("lock `{key}`: {err}")
             }
             LockError::InvalidConfig { key: star, reason } if star == "*" => {

@@ -559,7 +559,15 @@ fn redisson_layout_shows_runs_and_releases_redissons_locks() {
         "--layout", "redisson", "run", "--key", "order:7", "--", "true",
     ]));
     assert_eq!(code(&busy), 75, "{}", stderr(&busy));
-    let native = complete(lockctl(&server).args(["run", "--key", "order:7", "--", "true"]));
+    // (Two layouts on one store on purpose: the mix is declared.)
+    let native = complete(lockctl(&server).args([
+        "--allow-mixed-layouts",
+        "run",
+        "--key",
+        "order:7",
+        "--",
+        "true",
+    ]));
     assert_eq!(code(&native), 0, "{}", stderr(&native));
 
     let released =
@@ -574,6 +582,7 @@ fn redisson_layout_shows_runs_and_releases_redissons_locks() {
             .args([
                 "--layout",
                 "redisson",
+                "--allow-mixed-layouts",
                 "run",
                 "--key",
                 "order:7",
@@ -1425,8 +1434,24 @@ fn layouts_lists_the_store_layouts_and_flags_two() {
     );
     let listed = complete(lockctl(&server).args(["layouts", "--json"]));
     assert_eq!(json(&listed), serde_json::json!(["redisson"]));
-    // A native client takes a lock too: two layouts, exit 65 and a warning.
-    let run = complete(lockctl(&server).args(["run", "--key", "n", "--", "true"]));
+    // A native `run` is refused there, as a library client is: exit 65, the
+    // command not run, nothing recorded.
+    let refused = complete(lockctl(&server).args(["run", "--key", "n", "--", "echo", "ran"]));
+    assert_eq!(code(&refused), 65, "{}", stderr(&refused));
+    assert_eq!(stdout(&refused), "");
+    for part in ["native", "redisson", "--allow-mixed-layouts", "--forget"] {
+        assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
+    }
+    assert_eq!(stdout(&layouts(&[])), "redisson\n");
+    // With the mix declared it runs: two layouts, exit 65 and a warning.
+    let run = complete(lockctl(&server).args([
+        "--allow-mixed-layouts",
+        "run",
+        "--key",
+        "n",
+        "--",
+        "true",
+    ]));
     assert_eq!(code(&run), 0, "{}", stderr(&run));
     let two = layouts(&[]);
     assert_eq!(code(&two), 65, "{}", stderr(&two));
@@ -1436,4 +1461,28 @@ fn layouts_lists_the_store_layouts_and_flags_two() {
         "{}",
         stderr(&two)
     );
+    // The migration is over: forget the Redisson layout; a Redisson-layout
+    // `run` is refused from then on, and forgetting it twice says so.
+    let forgot = complete(lockctl(&server).args(["layouts", "--forget", "redisson"]));
+    assert_eq!(
+        (code(&forgot), stdout(&forgot).as_str()),
+        (0, "native\n"),
+        "{}",
+        stderr(&forgot)
+    );
+    assert!(
+        stderr(&forgot).contains("forgot layout redisson"),
+        "{}",
+        stderr(&forgot)
+    );
+    let again = complete(lockctl(&server).args(["layouts", "--forget", "redisson"]));
+    assert!(
+        stderr(&again).contains("no record of layout redisson"),
+        "{}",
+        stderr(&again)
+    );
+    let run = complete(
+        lockctl(&server).args(["--layout", "redisson", "run", "--key", "r", "--", "true"]),
+    );
+    assert_eq!(code(&run), 65, "{}", stderr(&run));
 }

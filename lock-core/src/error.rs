@@ -187,6 +187,39 @@ pub enum LockError {
         /// What older servers lack.
         reason: &'static str,
     },
+    /// Connecting was refused: the store's registry of layouts (see
+    /// [`LockAdmin::layouts`](crate::LockAdmin::layouts)) records clients
+    /// of another [`Layout`](crate::Layout) than this client's. A lock name
+    /// taken in two layouts is two locks that do not exclude each other, so
+    /// two services would each hold "the" lock. Give every client of one
+    /// lock the same layout and key prefix; during a migration from one
+    /// layout to the other, declare the window with
+    /// [`allow_mixed_layouts`](crate::LockClientBuilder::allow_mixed_layouts);
+    /// once no client of the other layout is left, remove its record with
+    /// [`LockAdmin::forget_layout`](crate::LockAdmin::forget_layout)
+    /// (`lockctl layouts --forget LAYOUT`).
+    #[error(
+        "{server} is used by clients of lock layout {} and this client's layout is {}: \
+         a lock name taken in two layouts is two locks that do not exclude each other. Give \
+         every client of one lock the same layout and key prefix; to migrate from one layout \
+         to the other, declare the window with LockClientBuilder::allow_mixed_layouts(true) \
+         (lockctl --allow-mixed-layouts); once no client of layout {} is left, forget it with \
+         `lockctl layouts --forget {}` (LockAdmin::forget_layout)",
+        others.join(", "),
+        layout.registry_name(),
+        others.join(", "),
+        others.first().map_or("LAYOUT", String::as_str),
+    )]
+    LayoutConflict {
+        /// The server, as `host:port` (`memory` for the in-memory store).
+        server: String,
+        /// This client's layout.
+        layout: crate::Layout,
+        /// The other layouts the registry records, by their registry names
+        /// (`native`, `redisson`; a name this version does not know is kept
+        /// as it is).
+        others: Vec<String>,
+    },
 }
 
 impl LockError {
@@ -208,7 +241,8 @@ impl LockError {
             | LockError::Unsupported { key, .. } => Some(key),
             LockError::Connect { .. }
             | LockError::Authentication { .. }
-            | LockError::UnsupportedServer { .. } => None,
+            | LockError::UnsupportedServer { .. }
+            | LockError::LayoutConflict { .. } => None,
         }
     }
 
@@ -239,6 +273,7 @@ impl From<LockError> for std::io::Error {
             }
             LockError::Authentication { .. } => ErrorKind::PermissionDenied,
             LockError::UnsupportedServer { .. } => ErrorKind::Unsupported,
+            LockError::LayoutConflict { .. } => ErrorKind::AlreadyExists,
             LockError::Connect { .. } => ErrorKind::ConnectionRefused,
             _ => ErrorKind::Other,
         };

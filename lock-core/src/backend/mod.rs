@@ -223,6 +223,36 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         mine: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>>;
 
+    /// Records `mine` (a client connecting) unless the store records another
+    /// layout and `mixed` (a declared migration) is false, as one atomic step
+    /// where the store allows it; returns the layouts recorded (`mine`
+    /// among them when it was recorded). By default (a store whose registry
+    /// is spread over independent nodes: Redlock) `mine` is recorded
+    /// whatever the others, as [`layouts`](Self::layouts) does.
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        let _ = mixed;
+        self.layouts(Some(mine))
+    }
+
+    /// Removes `layout` from the store's registry of layouts (an operator,
+    /// once no client of it is left); whether it was recorded. By default
+    /// refused ([`LockError::Unsupported`]).
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        let _ = layout;
+        Box::pin(async {
+            Err(LockError::Unsupported {
+                key: "*".into(),
+                primitive: "layout registry",
+                backend: "this backend",
+                reason: "it keeps no registry of layouts that can be edited",
+            })
+        })
+    }
+
     /// Every held lock of `prefix` whose name starts with `name_prefix`.
     fn list<'a>(
         &'a self,

@@ -53,22 +53,27 @@ impl LockAdmin {
 
     /// The layouts of the clients that used this store lately: each client
     /// records its [`Layout`] when it connects (Redis: the hash
-    /// `distlock:layouts`, kept a day after the last connection; the
-    /// in-memory store: its clients). Two layouts on one store are a hazard
-    /// (a name taken in both is two locks that do not exclude each other);
-    /// a client that connects then logs a warning. Redisson's own clients
-    /// do not record themselves.
+    /// `distlock:layouts`, kept a day after the last client recorded
+    /// itself; the in-memory store: its clients). Two layouts on one store
+    /// are a hazard (a name taken in both is two locks that do not exclude
+    /// each other): a client that finds another layout recorded is refused
+    /// ([`LockError::LayoutConflict`]) unless it declares the mix
+    /// ([`allow_mixed_layouts`](crate::LockClientBuilder::allow_mixed_layouts)).
+    /// Redisson's own clients do not record themselves.
     ///
-    /// Errors: [`LockError::Backend`] (an ACL user needs `+hset +pexpire
-    /// +hkeys` on `distlock:layouts`; without them clients only lose the
-    /// warning).
+    /// Errors: [`LockError::Backend`] (an ACL user needs `+hkeys` on
+    /// `distlock:layouts` to read it, and `+evalsha +hkeys +hset +pexpire`
+    /// to record itself; without them clients connect unchecked).
     ///
     /// ```
     /// # fn main() -> Result<(), distlock_core::LockError> {
     /// use distlock_core::{Layout, LockClient, MemoryStore};
     /// let store = MemoryStore::new();
     /// let native = LockClient::builder().memory(store.clone())?;
-    /// let _redisson = LockClient::builder().layout(Layout::Redisson).memory(store)?;
+    /// let _redisson = LockClient::builder()
+    ///     .layout(Layout::Redisson)
+    ///     .allow_mixed_layouts(true) // a migration window
+    ///     .memory(store)?;
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     /// # rt.block_on(async {
     /// assert_eq!(native.admin().layouts().await?, [Layout::Native, Layout::Redisson]);
@@ -81,6 +86,41 @@ impl LockAdmin {
             .iter()
             .filter_map(|name| Layout::from_registry_name(name))
             .collect())
+    }
+
+    /// Removes `layout` from the store's registry of layouts (see
+    /// [`layouts`](Self::layouts)), once no client of it is left (a
+    /// migration to the other layout is over): clients of the other layout
+    /// are no longer refused. Returns whether it was recorded. A client of
+    /// `layout` that connects later records it again. On Redlock, every
+    /// master's registry. (`lockctl layouts --forget LAYOUT`.)
+    ///
+    /// The registry does not age out one entry at a time: it is kept a day
+    /// after the last client of *any* layout recorded itself, so on a store
+    /// in use a layout no client uses any more stays recorded until it is
+    /// forgotten here.
+    ///
+    /// Errors: [`LockError::Backend`] (an ACL user needs `+hdel` on
+    /// `distlock:layouts`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), distlock_core::LockError> {
+    /// use distlock_core::{Layout, LockClient, LockError, MemoryStore};
+    /// let store = MemoryStore::new();
+    /// let old = LockClient::builder().layout(Layout::Redisson).memory(store.clone())?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// // The migration is over: no client of Redisson's layout is left.
+    /// assert!(old.admin().forget_layout(Layout::Redisson).await?);
+    /// # Ok::<(), LockError>(()) })?;
+    /// let _native = LockClient::builder().memory(store)?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn forget_layout(&self, layout: Layout) -> Result<bool, LockError> {
+        self.core
+            .backend
+            .forget_layout(layout.registry_name())
+            .await
     }
 
     /// How many clients wait for each of the locks `names` (in their

@@ -54,6 +54,7 @@ pub struct LockClientBuilder {
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
     keep_hot: Option<Duration>,
     record_layout: bool,
+    allow_mixed_layouts: bool,
     #[cfg(feature = "metrics")]
     metrics_names: crate::metrics::NameLabel,
 }
@@ -70,6 +71,7 @@ impl Default for LockClientBuilder {
             client_identity: None,
             keep_hot: None,
             record_layout: true,
+            allow_mixed_layouts: false,
             #[cfg(feature = "metrics")]
             metrics_names: crate::metrics::NameLabel::Off,
         }
@@ -86,7 +88,9 @@ impl fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("root_certificate", &self.root_certificate.is_some())
             .field("client_identity", &self.client_identity.is_some())
-            .field("keep_hot", &self.keep_hot);
+            .field("keep_hot", &self.keep_hot)
+            .field("record_layout", &self.record_layout)
+            .field("allow_mixed_layouts", &self.allow_mixed_layouts);
         #[cfg(feature = "metrics")]
         f.field("metrics_names", &self.metrics_names);
         f.finish()
@@ -125,15 +129,44 @@ impl LockClientBuilder {
     }
 
     /// Whether the client records its layout in the store's registry when
-    /// it connects (default `true`; see
-    /// [`LockAdmin::layouts`](crate::LockAdmin::layouts)). A tool that only
+    /// it connects, and is refused when clients of another layout are
+    /// recorded there (default `true`; see
+    /// [`LockAdmin::layouts`](crate::LockAdmin::layouts) and
+    /// [`allow_mixed_layouts`](Self::allow_mixed_layouts)). A tool that only
     /// looks at locks (an operator's inspection, a dashboard) passes
-    /// `false`, so that looking at a store whose clients use Redisson's
-    /// layout does not record the native one there (and set off the
-    /// mixed-layout warning in every client that connects after it). A
-    /// client that takes locks should keep the default.
+    /// `false`: it neither records its layout (looking at a store whose
+    /// clients use Redisson's layout must not make every native client that
+    /// connects after it refused) nor is refused. A client that takes locks
+    /// should keep the default.
     pub fn record_layout(mut self, record: bool) -> Self {
         self.record_layout = record;
+        self
+    }
+
+    /// Whether this client may use a store whose registry records clients
+    /// of another [`Layout`] (default `false`).
+    ///
+    /// A lock name taken in two layouts is two locks that do not exclude
+    /// each other, so by default a client that finds another layout
+    /// recorded when it connects is refused with
+    /// [`LockError::LayoutConflict`] (and records nothing). Pass `true` only
+    /// for a window in which the mix is intended:
+    ///
+    /// - a **migration** from one layout to the other, while both services
+    ///   run (each lock name taken in only one layout at a time, or the
+    ///   work under it safe to run twice);
+    /// - services that share a store but **never a lock name** (each
+    ///   layout with its own names, or its own key prefix).
+    ///
+    /// The client then records its layout beside the other, and only logs a
+    /// warning. Once the migration is over and no client of the old layout
+    /// is left, remove its record with
+    /// [`LockAdmin::forget_layout`](crate::LockAdmin::forget_layout) (or
+    /// `lockctl layouts --forget LAYOUT`), and drop this option.
+    ///
+    /// Without effect with [`record_layout(false)`](Self::record_layout).
+    pub fn allow_mixed_layouts(mut self, allow: bool) -> Self {
+        self.allow_mixed_layouts = allow;
         self
     }
 
@@ -305,10 +338,17 @@ impl LockClientBuilder {
     }
 
     /// A client on `store`; clients on one store see each other's locks.
+    ///
+    /// A store whose other clients use another [`Layout`] refuses the
+    /// client ([`LockError::LayoutConflict`]; see
+    /// [`allow_mixed_layouts`](Self::allow_mixed_layouts)).
     pub fn memory(self, store: MemoryStore) -> Result<LockClient, LockError> {
         self.validate()?;
-        let mine = self.layout.registry_name();
-        warn_mixed(mine, &store.layouts_now(Some(mine)), "memory");
+        if self.record_layout {
+            let mine = self.layout.registry_name();
+            let layouts = store.record_layout_now(mine, self.allow_mixed_layouts);
+            self.check_layouts(Ok(layouts), "memory")?;
+        }
         let wakeups = store.wakeups();
         self.connected(store, wakeups)
     }
@@ -361,24 +401,90 @@ impl LockClientBuilder {
 
     /// The client on `backend` (see [`connected`](Self::connected)), once
     /// its layout is recorded in the store's registry: a store that clients
-    /// of another layout use too is warned about, loudly (a lock name taken
-    /// in both layouts is two locks that do not exclude each other). The
-    /// registry is best effort: a store that refuses it (an ACL user without
-    /// access to its key) only loses the warning.
+    /// of another layout use too refuses it ([`LockError::LayoutConflict`],
+    /// nothing recorded), unless the mix is declared
+    /// ([`allow_mixed_layouts`](Self::allow_mixed_layouts)): then a warning
+    /// (a lock name taken in both layouts is two locks that do not exclude
+    /// each other). See [`check_layouts`](Self::check_layouts) for a
+    /// registry that cannot be read.
     pub(super) async fn connected_checked(
         self,
         backend: impl Backend,
         wakeups: Wakeups,
     ) -> Result<LockClient, LockError> {
-        if !self.record_layout {
-            return self.connected(backend, wakeups);
-        }
-        let mine = self.layout.registry_name();
-        match backend.layouts(Some(mine)).await {
-            Ok(layouts) => warn_mixed(mine, &layouts, backend.server()),
-            Err(err) => tracing::debug!(error = %err, "layout registry not written"),
+        if self.record_layout {
+            let mine = self.layout.registry_name();
+            let layouts = backend.record_layout(mine, self.allow_mixed_layouts).await;
+            self.check_layouts(layouts, backend.server())?;
         }
         self.connected(backend, wakeups)
+    }
+
+    /// Refuses the client when `layouts` (the store's registry, after this
+    /// client's attempt to record itself) holds another layout than this
+    /// client's and the mix is not declared; warns when it is declared.
+    ///
+    /// The registry is best effort: when it cannot be read or written the
+    /// client connects without the check, and says so: at `debug` level for
+    /// an ACL user without access to `distlock:layouts` (the operator's
+    /// choice), at `warn` level otherwise (a timeout, an error). Refusing
+    /// would turn a missing grant on a bookkeeping key, or one slow reply,
+    /// into an outage of every client; the locks themselves do not depend
+    /// on the registry.
+    fn check_layouts(
+        &self,
+        layouts: Result<Vec<String>, LockError>,
+        server: &str,
+    ) -> Result<(), LockError> {
+        let mine = self.layout.registry_name();
+        let layouts = match layouts {
+            Ok(layouts) => layouts,
+            // An ACL user the operator gave no access to the registry: a
+            // choice (the guide's rule without `~distlock:layouts`).
+            Err(err) if no_permission(&err) => {
+                tracing::debug!(
+                    server,
+                    layout = mine,
+                    error = %err,
+                    "no access to the registry of lock layouts: connecting without the check"
+                );
+                return Ok(());
+            }
+            Err(err) => {
+                tracing::warn!(
+                    server,
+                    layout = mine,
+                    error = %err,
+                    "the registry of lock layouts cannot be read or written: this client \
+                     connects without checking that the store's other clients use its layout"
+                );
+                return Ok(());
+            }
+        };
+        let others: Vec<String> = layouts
+            .into_iter()
+            .filter(|layout| layout != mine)
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        if !self.allow_mixed_layouts {
+            return Err(LockError::LayoutConflict {
+                server: server.to_owned(),
+                layout: self.layout,
+                others,
+            });
+        }
+        tracing::warn!(
+            server,
+            layout = mine,
+            others = ?others,
+            "clients of another lock layout use this store (allowed by allow_mixed_layouts): a \
+             lock name taken in both layouts is two locks that do not exclude each other; once \
+             no client of the other layout is left, forget it (lockctl layouts --forget) and \
+             drop allow_mixed_layouts"
+        );
+        Ok(())
     }
 
     /// Why `keep_hot`, when asked for, is refused on a backend with `capabilities`.
@@ -427,23 +533,14 @@ impl LockClientBuilder {
     }
 }
 
-/// Warns when `layouts` (the store's registry) holds another layout than
-/// `mine`.
-fn warn_mixed(mine: &str, layouts: &[String], server: &str) {
-    let others: Vec<&str> = layouts
-        .iter()
-        .map(String::as_str)
-        .filter(|layout| *layout != mine)
-        .collect();
-    if !others.is_empty() {
-        tracing::warn!(
-            server,
-            layout = mine,
-            others = ?others,
-            "clients of another lock layout use this store: a lock name taken in both layouts \
-             is two locks that do not exclude each other; give every client of one lock the \
-             same layout (and key prefix)"
-        );
+/// Whether `err` is the server's refusal of a command or key to this ACL user.
+fn no_permission(err: &LockError) -> bool {
+    match err {
+        LockError::Backend {
+            source: crate::BackendError::Redis(err),
+            ..
+        } => err.code() == Some("NOPERM") || err.to_string().contains("NOPERM"),
+        _ => false,
     }
 }
 

@@ -267,6 +267,30 @@ impl ClusterBackend {
         outcome
     }
 
+    /// Runs `op` on the registry of layouts (routed by its key), as a read:
+    /// once more after an error worth retrying (every registry command is
+    /// safe to repeat).
+    async fn registry<T, F, Fut>(&self, op: F) -> Result<T, LockError>
+    where
+        F: Fn(Routed) -> Fut,
+        Fut: Future<Output = Result<T, BackendError>>,
+    {
+        self.read(
+            || layouts::KEY.to_owned(),
+            |conn| {
+                let sent = op(Routed { conn, node: None });
+                async move {
+                    sent.await.map_err(|source| LockError::Backend {
+                        key: layouts::KEY.to_owned(),
+                        server: self.label.clone(),
+                        source,
+                    })
+                }
+            },
+        )
+        .await
+    }
+
     /// Runs the one-command `pipe` on `key` and reads its integer reply,
     /// and whether it was sent more than once.
     async fn exec_int(
@@ -800,21 +824,36 @@ impl Backend for ClusterBackend {
         mine: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
         let timeout = self.settings.response_timeout;
-        // Records `mine` (an idempotent `HSET` of a constant, safe to send
-        // twice) and reads the layouts recorded.
-        self.read(
-            || layouts::KEY.to_owned(),
-            move |conn| async move {
-                let mut target = Routed { conn, node: None };
-                layouts::exchange(&mut target, mine, timeout)
-                    .await
-                    .map_err(|source| LockError::Backend {
-                        key: layouts::KEY.to_owned(),
-                        server: self.label.clone(),
-                        source,
-                    })
-            },
-        )
+        // Reads the layouts recorded; records `mine` unconditionally when
+        // given (safe to send twice).
+        self.registry(move |mut target| async move {
+            match mine {
+                Some(mine) => layouts::record(&mut target, mine, true, timeout).await,
+                None => layouts::read(&mut target, timeout).await,
+            }
+        })
+        .boxed()
+    }
+
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        let timeout = self.settings.response_timeout;
+        // The script is safe to send twice.
+        self.registry(move |mut target| async move {
+            layouts::record(&mut target, mine, mixed, timeout).await
+        })
+        .boxed()
+    }
+
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        let timeout = self.settings.response_timeout;
+        // An `HDEL`, safe to send twice.
+        self.registry(move |mut target| async move {
+            layouts::forget(&mut target, layout, timeout).await
+        })
         .boxed()
     }
 

@@ -187,6 +187,16 @@ impl MemoryStore {
         state.layouts.iter().cloned().collect()
     }
 
+    /// Records `mine` unless another layout is recorded and `mixed` is
+    /// false, and returns the layouts recorded.
+    pub(crate) fn record_layout_now(&self, mine: &str, mixed: bool) -> Vec<String> {
+        let mut state = self.inner.state.lock();
+        if mixed || state.layouts.iter().all(|layout| layout == mine) {
+            state.layouts.insert(mine.to_owned());
+        }
+        state.layouts.iter().cloned().collect()
+    }
+
     /// Tests: the waiters the store wakes (to deliver a message by hand).
     #[cfg(test)]
     pub(crate) fn waiters(&self) -> &Arc<Waiters> {
@@ -397,6 +407,20 @@ impl Backend for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
         let layouts = self.layouts_now(mine);
         async move { Ok(layouts) }.boxed()
+    }
+
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        let layouts = self.record_layout_now(mine, mixed);
+        async move { Ok(layouts) }.boxed()
+    }
+
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        let forgotten = self.inner.state.lock().layouts.remove(layout);
+        async move { Ok(forgotten) }.boxed()
     }
 
     /// The acquisitions waiting on each lock's channel (the store wakes

@@ -416,6 +416,19 @@ impl Backend for RedlockBackend {
         RedlockBackend::inspect(self, key).boxed()
     }
 
+    /// Removes `layout` from every master's registry; whether any recorded
+    /// it. An error when a master did not answer (the operator runs it again).
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let mut forgotten = false;
+            for reply in self.on_all(|node| node.forget_layout(layout)).await {
+                forgotten |= reply?;
+            }
+            Ok(forgotten)
+        }
+        .boxed()
+    }
+
     /// Every layout any master that answered records; an error when none
     /// answered.
     fn layouts<'a>(

@@ -10,7 +10,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisError, Value};
 
-use super::node::Node;
+use super::node::{Heard, Node};
 use super::sentinel::Follower;
 use super::NodeCell;
 use crate::backend::data::{refused, DataRoute};
@@ -58,7 +58,18 @@ impl NodeRoute {
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
         let node = self.node().await?;
-        let outcome = match tokio::time::timeout(timeout, send(node.conn.clone())).await {
+        let taken = node.conn.take(timeout).await.map_err(refused)?;
+        let outcome = tokio::time::timeout(timeout, send(taken.conn.clone())).await;
+        node.conn.settle(
+            &taken,
+            match &outcome {
+                Ok(Ok(_)) => Heard::Answer,
+                Ok(Err(err)) if err.code().is_some() => Heard::Answer,
+                Ok(Err(_)) => Heard::Nothing,
+                Err(_) => Heard::Silence,
+            },
+        );
+        let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(_) => Err(refused(BackendError::Timeout(timeout))),
         };
@@ -99,6 +110,6 @@ impl DataRoute for NodeRoute {
     }
 
     fn db(&self) -> i64 {
-        self.cell.get().conn.get_db()
+        self.cell.get().conn.current().get_db()
     }
 }

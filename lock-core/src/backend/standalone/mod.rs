@@ -18,7 +18,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use self::data::NodeRoute;
-use self::node::Node;
+use self::node::{Heard, Node};
 use self::sentinel::{Follower, Sentinel};
 use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
@@ -182,18 +182,31 @@ impl RedisBackend {
         };
         let scripts = self.scripts.all();
         let node = self.usable_node().await?;
-        let mut conn = node.conn.clone();
-        match command::run(&mut conn, pipe, count, &scripts, timeout).await {
+        match Self::run_on(&node, pipe, count, &scripts, timeout).await {
             Err(err) if self.worth_retrying(&err) => {
                 tracing::debug!(server = %node.server, error = %err, "retrying once");
                 let node = self.follow_master(&node).await?;
-                let mut conn = node.conn.clone();
-                let replies = command::run(&mut conn, pipe, count, &scripts, timeout).await?;
+                let replies = Self::run_on(&node, pipe, count, &scripts, timeout).await?;
                 Ok((replies, node, true))
             }
             Err(err) => Err(err),
             Ok(replies) => Ok((replies, node, false)),
         }
+    }
+
+    /// [`command::run`] on `node`'s connection (a new one when the current
+    /// one was found silent), its outcome recorded there.
+    async fn run_on(
+        node: &Node,
+        pipe: &redis::Pipeline,
+        count: usize,
+        scripts: &[&redis::Script],
+        timeout: Duration,
+    ) -> Result<Replies, BackendError> {
+        let mut taken = node.conn.take(timeout).await?;
+        let outcome = command::run(&mut taken.conn, pipe, count, scripts, timeout).await;
+        node.conn.settle(&taken, Heard::of(&outcome));
+        outcome
     }
 
     /// Errors after which the command may succeed on a reconnected (or, with
@@ -215,7 +228,7 @@ impl RedisBackend {
     /// Maps a failure of a command on `key` to the error the caller sees.
     async fn error(&self, key: &LockKey, err: BackendError) -> LockError {
         let node = self.cell.get();
-        let mut conn = node.conn.clone();
+        let mut conn = node.conn.current();
         command_error(
             &mut conn,
             self.settings.response_timeout,
@@ -445,7 +458,8 @@ impl RedisBackend {
                 })
             }
         };
-        match read(node.conn.clone(), node.clone()).await {
+        let timeout = self.settings.response_timeout;
+        match Self::read_on(&node, key, timeout, &read).await {
             // The inner reads keep the command's `BackendError` as the
             // source: it is classified as `exec` classifies it.
             Err(LockError::Backend { source, .. }) if self.worth_retrying(&source) => {
@@ -460,10 +474,37 @@ impl RedisBackend {
                         })
                     }
                 };
-                read(node.conn.clone(), node).await
+                Self::read_on(&node, key, timeout, &read).await
             }
             outcome => outcome,
         }
+    }
+
+    /// Runs `read` on `node`'s connection (a new one when the current one
+    /// was found silent), its outcome recorded there.
+    async fn read_on<T, F, Fut>(
+        node: &Arc<Node>,
+        key: &str,
+        timeout: Duration,
+        read: &F,
+    ) -> Result<T, LockError>
+    where
+        F: Fn(ConnectionManager, Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, LockError>>,
+    {
+        let taken = match node.conn.take(timeout).await {
+            Ok(taken) => taken,
+            Err(source) => {
+                return Err(LockError::Backend {
+                    key: key.to_owned(),
+                    server: node.server.clone(),
+                    source,
+                })
+            }
+        };
+        let outcome = read(taken.conn.clone(), node.clone()).await;
+        node.conn.settle(&taken, Heard::of_read(&outcome));
+        outcome
     }
 
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo, LockError> {
@@ -482,18 +523,59 @@ impl RedisBackend {
         .await
     }
 
-    /// Records `mine` (an idempotent `HSET` of a constant, safe to send
-    /// twice) and reads the layouts recorded.
+    /// Records `mine` unconditionally when given (Redlock's masters each
+    /// record it; safe to send twice) and reads the layouts recorded.
     pub(crate) async fn layouts(&self, mine: Option<&str>) -> Result<Vec<String>, LockError> {
+        match mine {
+            Some(mine) => self.record_layout(mine, true).await,
+            None => {
+                let timeout = self.settings.response_timeout;
+                self.registry(|mut conn| async move { layouts::read(&mut conn, timeout).await })
+                    .await
+            }
+        }
+    }
+
+    /// Records `mine` unless another layout is recorded and `mixed` is
+    /// false (see `layouts_record.lua`: safe to send twice) and returns the
+    /// layouts recorded.
+    pub(crate) async fn record_layout(
+        &self,
+        mine: &str,
+        mixed: bool,
+    ) -> Result<Vec<String>, LockError> {
         let timeout = self.settings.response_timeout;
-        self.read(layouts::KEY, |mut conn, node| async move {
-            layouts::exchange(&mut conn, mine, timeout)
-                .await
-                .map_err(|source| LockError::Backend {
+        self.registry(
+            |mut conn| async move { layouts::record(&mut conn, mine, mixed, timeout).await },
+        )
+        .await
+    }
+
+    /// Removes `layout` from the registry (an `HDEL`, safe to send twice);
+    /// whether it was recorded.
+    pub(crate) async fn forget_layout(&self, layout: &str) -> Result<bool, LockError> {
+        let timeout = self.settings.response_timeout;
+        self.registry(|mut conn| async move { layouts::forget(&mut conn, layout, timeout).await })
+            .await
+    }
+
+    /// Runs `op` on the registry of layouts, as a read (once more on a
+    /// reconnected or newly elected master: every registry command is safe
+    /// to repeat).
+    async fn registry<T, F, Fut>(&self, op: F) -> Result<T, LockError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, BackendError>>,
+    {
+        self.read(layouts::KEY, |conn, node| {
+            let sent = op(conn);
+            async move {
+                sent.await.map_err(|source| LockError::Backend {
                     key: layouts::KEY.to_owned(),
                     server: node.server.clone(),
                     source,
                 })
+            }
         })
         .await
     }
@@ -632,6 +714,18 @@ impl Backend for RedisBackend {
         mine: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
         RedisBackend::layouts(self, mine).boxed()
+    }
+
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        RedisBackend::record_layout(self, mine, mixed).boxed()
+    }
+
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        RedisBackend::forget_layout(self, layout).boxed()
     }
 
     fn inspect_family<'a>(
