@@ -353,10 +353,13 @@ fn check_command(args: CheckArgs) -> anyhow::Result<()> {
 async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
     log_to(&args.events.with_extension("log"))?;
     let lease = Duration::from_millis(args.lease_ms);
+    // The Redisson workload puts both layouts in one store on purpose (on names of its
+    // own): every client of the run declares the mix.
     let builder = LockClient::builder()
         .lease(lease)
         .response_timeout(settings::RESPONSE_TIMEOUT)
-        .connect_timeout(Duration::from_secs(2));
+        .connect_timeout(Duration::from_secs(2))
+        .allow_mixed_layouts(true);
     let started = now_ns();
     if args.backend == Backend::Memory {
         anyhow::bail!("the memory backend runs inside the harness");
@@ -376,7 +379,8 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
             let builder = builder
                 .lease(lease)
                 .response_timeout(settings::RESPONSE_TIMEOUT)
-                .connect_timeout(Duration::from_secs(2));
+                .connect_timeout(Duration::from_secs(2))
+                .allow_mixed_layouts(true);
             Box::pin(async move { connect_backend(backend, builder, urls, sync).await })
         })
     };

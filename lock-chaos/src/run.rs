@@ -825,7 +825,10 @@ impl World {
     /// A client that reaches the servers without proxies (to find holders).
     async fn connect_direct(&self) -> anyhow::Result<LockClient> {
         let urls = self.servers().direct_urls();
-        let builder = LockClient::builder().lease(self.config.lease);
+        // It only looks: it neither records a layout nor is refused for the run's mix.
+        let builder = LockClient::builder()
+            .lease(self.config.lease)
+            .record_layout(false);
         Ok(match self.backend {
             Backend::Memory => anyhow::bail!("no servers"),
             Backend::Standalone => builder.connect(&urls[0]).await?,
@@ -844,7 +847,10 @@ impl World {
         let connect: crate::task::ClientFactory = {
             let store = store.clone();
             Arc::new(move |builder: distlock::LockClientBuilder| {
-                let result = builder.lease(lease).memory(store.clone());
+                let result = builder
+                    .lease(lease)
+                    .allow_mixed_layouts(true)
+                    .memory(store.clone());
                 Box::pin(async move { result })
             })
         };
@@ -852,6 +858,7 @@ impl World {
         for id in 0..self.config.workers {
             let client = LockClient::builder()
                 .lease(self.config.lease)
+                .allow_mixed_layouts(true)
                 .memory(store.clone())?;
             let sink = EventSink::open(&self.dir.join(format!("worker-{id}.jsonl")))?;
             sink.emit(&Event::Hello {
