@@ -79,6 +79,15 @@
 //! Leases: watchdog mode with a lease long enough to outlive a restart (renewals retry until
 //! the lease deadline), so no lease runs out unless the model says the lock was taken away.
 //!
+//! Stalls: a case that fails while this process stalled (a probe thread in a 10 ms sleep
+//! loop woke more than 150 ms late: a loaded machine descheduled it past a renewal of the
+//! 900 ms memory lease, which the model cannot tell from a lock lost for no reason) is run
+//! again, at most three times in all, and counted (`reruns_after_stall` in the printed
+//! stats); a failure without a stall, or a third one, fails the test. The long run of
+//! `scripts/release-check.sh` (2000 cases) first failed 7 of 9 properties on a machine at a
+//! load of 6-8 this way (a holder whose lease ran out during a 1.7 s stall), and passed
+//! alone.
+//!
 //! Case counts: `MODEL_CONCURRENT_CASES` (default 40) per primitive on memory, and half of
 //! that (20) per primitive on Redis (about half of them on the server with persistence):
 //! about 43 s for the whole file on 2 cores. `MODEL_CONCURRENT_CASES=300` takes about 5
@@ -1082,6 +1091,9 @@ struct Stats {
     restarts_kept: usize,
     /// Histories that needed an allowance (own-client hold-back, writers first).
     needed_allowance: usize,
+    /// Cases that failed while this process stalled (see [`stalled_since`]) and were run
+    /// again.
+    reruns_after_stall: usize,
 }
 
 impl Stats {
@@ -1111,6 +1123,54 @@ impl Stats {
     }
 }
 
+/// How late the stall probe may wake before a case that failed meanwhile is run again: a
+/// process descheduled that long (a loaded machine) can miss a renewal of a 900 ms lease,
+/// which the model cannot tell from a lock lost for no reason.
+const STALL: Duration = Duration::from_millis(150);
+
+/// When each stall of this process ended (see [`STALL`]).
+static STALLS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+/// Starts the stall probe (once): an OS thread in a 10 ms sleep loop that records when it
+/// woke more than [`STALL`] late.
+fn start_stall_probe() {
+    static PROBE: std::sync::Once = std::sync::Once::new();
+    PROBE.call_once(|| {
+        std::thread::spawn(|| loop {
+            let before = Instant::now();
+            std::thread::sleep(Duration::from_millis(10));
+            if before.elapsed().saturating_sub(Duration::from_millis(10)) > STALL {
+                STALLS.lock().unwrap().push(Instant::now());
+            }
+        });
+    });
+}
+
+/// Whether the process stalled (see [`STALL`]) since `since`.
+fn stalled_since(since: Instant) -> bool {
+    STALLS.lock().unwrap().iter().any(|&end| end >= since)
+}
+
+/// Runs `case` until it passes, or fails without a stall of the process during it (at
+/// most 3 runs): a failure during a stall is run again and counted, never ignored.
+fn unless_stalled(
+    stats: &Mutex<Stats>,
+    mut case: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    let mut runs = 0;
+    loop {
+        let since = Instant::now();
+        let result = case();
+        runs += 1;
+        match result {
+            Err(_) if runs < 3 && stalled_since(since) => {
+                stats.lock().unwrap().reruns_after_stall += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 fn cases() -> u32 {
     std::env::var("MODEL_CONCURRENT_CASES")
         .ok()
@@ -1136,17 +1196,20 @@ fn run_memory(prim: Prim) {
     });
     let counter = std::sync::atomic::AtomicU64::new(0);
     let stats = Mutex::new(Stats::default());
+    start_stall_probe();
     let result = runner.run(&plan_strategy(prim, false), |plan| {
-        let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        rt.block_on(run_case(
-            &plan,
-            prim,
-            MEMORY,
-            format!("case{case}"),
-            None,
-            Some(MemoryStore::new()),
-            &stats,
-        ))
+        unless_stalled(&stats, || {
+            let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(run_case(
+                &plan,
+                prim,
+                MEMORY,
+                format!("case{case}"),
+                None,
+                Some(MemoryStore::new()),
+                &stats,
+            ))
+        })
         .map_err(TestCaseError::fail)
     });
     eprintln!("{prim:?}: {:#?}", stats.lock().unwrap());
@@ -1173,22 +1236,25 @@ fn run_redis(prim: Prim) {
     });
     let counter = std::sync::atomic::AtomicU64::new(0);
     let stats = Mutex::new(Stats::default());
+    start_stall_probe();
     let result = runner.run(&plan_strategy(prim, true), |plan| {
-        let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let server = if plan.persistent {
-            persistent.clone()
-        } else {
-            plain.clone()
-        };
-        rt.block_on(run_case(
-            &plan,
-            prim,
-            REDIS,
-            format!("case{case}"),
-            Some((server, plan.persistent)),
-            None,
-            &stats,
-        ))
+        unless_stalled(&stats, || {
+            let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let server = if plan.persistent {
+                persistent.clone()
+            } else {
+                plain.clone()
+            };
+            rt.block_on(run_case(
+                &plan,
+                prim,
+                REDIS,
+                format!("case{case}"),
+                Some((server, plan.persistent)),
+                None,
+                &stats,
+            ))
+        })
         .map_err(TestCaseError::fail)
     });
     eprintln!("{prim:?}: {:#?}", stats.lock().unwrap());
