@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(janitor.pending(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn idle_waits_for_every_pending_job() {
         let janitor = Janitor::default();
         janitor.idle().await; // nothing pending
@@ -244,7 +244,14 @@ mod tests {
         }));
         runtime().block_on(async {
             janitor.ensure_running();
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Until it ran (on a busy machine, 50 ms were not always enough).
+            tokio::time::timeout(Duration::from_secs(60), async {
+                while done.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await
+            .expect("the job ran on the runtime");
         });
         assert_eq!(done.load(Ordering::SeqCst), 1);
     }
