@@ -550,6 +550,21 @@ fn subscribers(server: &RedisServer, name: &str) -> u64 {
     counts.first().map_or(0, |(_, n)| *n)
 }
 
+/// Until a waiter of lock `name` waits: subscribed on every master, and
+/// its attempt after subscribing answered (the second acquire script that
+/// master 0 ran since it had run `attempts`).
+async fn waiting(fixture: &Redlock, name: &str, attempts: u64) {
+    let started = Instant::now();
+    while fixture.servers.iter().any(|s| subscribers(s, name) == 0)
+        || command_calls(&fixture.servers[0], &["evalsha"]) < attempts + 2
+    {
+        assert!(started.elapsed() < Duration::from_secs(30), "not waiting");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // (Its busy answers from masters 1 and 2 are on their way.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
 /// A client whose votes are won too late while a master is paused: each
 /// master may take 1 s to answer, and its locks' lease (500 ms) is shorter.
 async fn late_voter(fixture: &Redlock) -> LockClient {
@@ -576,6 +591,7 @@ async fn a_waiter_whose_vote_was_won_too_late_tries_again_soon() {
     let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     let held = holder.lock(name).acquire().await.unwrap();
     let client = late_voter(&fixture).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
     let waiter = tokio::spawn(async move {
         let guard = client
             .lock(name)
@@ -585,10 +601,7 @@ async fn a_waiter_whose_vote_was_won_too_late_tries_again_soon() {
             .await;
         (Instant::now(), guard)
     });
-    // Waiting: subscribed on every master.
-    while fixture.servers.iter().any(|s| subscribers(s, name) == 0) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    waiting(&fixture, name, attempts).await;
     let hdels = command_calls(&fixture.servers[0], &["hdel"]);
     // The holder's release reaches masters 0 and 1 while master 2 is
     // paused (it already lost the lock there), and wakes the waiter once
@@ -646,6 +659,7 @@ async fn a_vote_won_too_late_wakes_the_other_waiters() {
     let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
     let held = holder.lock(name).acquire().await.unwrap();
     let other = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
     let waiter = tokio::spawn(async move {
         let guard = other
             .lock(name)
@@ -654,9 +668,7 @@ async fn a_vote_won_too_late_wakes_the_other_waiters() {
             .await;
         (Instant::now(), guard.map(|guard| guard.fencing_token()))
     });
-    while fixture.servers.iter().any(|s| subscribers(s, name) == 0) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    waiting(&fixture, name, attempts).await;
     // The holder's lock expires: deleted, and no message.
     for server in &fixture.servers {
         let () = redis::cmd("DEL")
