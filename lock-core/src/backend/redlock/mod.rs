@@ -44,6 +44,10 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
 /// [`RedlockBackend::give_back`]). The Redlock algorithm's retry delay.
 const RETRY_MS: std::ops::Range<u64> = 20..200;
 
+/// A name no owner has (owners are `<client id>:<scope id>`): see
+/// [`RedlockBackend::wake`].
+const NO_OWNER: &str = "redlock:wake";
+
 /// A random delay in [`RETRY_MS`].
 fn retry_delay() -> Duration {
     Duration::from_millis(rand::random_range(RETRY_MS))
@@ -167,14 +171,17 @@ impl RedlockBackend {
             }
         }
         if tokens.len() >= self.quorum() {
-            // Won, but too late (or without its fencing floor): a lock held
-            // on a majority, given back as a release is.
+            // Won, but too late or without its fencing floor: a lock held on
+            // a majority, given back as a release is.
             self.give_back(key, owner).await;
-            let retry = retry_delay();
-            tracing::debug!(key = %key.name, ?elapsed, ?retry, "redlock quorum reached too late; released, retrying");
-            return Ok(Attempt::busy(Some(retry)));
+            if !valid {
+                let retry = retry_delay();
+                tracing::debug!(key = %key.name, ?elapsed, ?retry, "redlock quorum reached too late; released, retrying");
+                return Ok(Attempt::busy(Some(retry)));
+            }
+        } else {
+            self.silent_rollback(key, owner).await;
         }
-        self.silent_rollback(key, owner).await;
         if let Some(ttl) = busy_ttl {
             if tokens.is_empty() {
                 return Ok(Attempt::busy(ttl));
@@ -224,6 +231,13 @@ impl RedlockBackend {
     /// one per master, the rest still asleep) would sleep out their wait.
     async fn give_back(&self, key: &LockKey, owner: &str) {
         let _ = self.on_all(|node| node.release(key, owner)).await;
+    }
+
+    /// Wakes the waiters of `key` on every master: the release of an owner
+    /// that holds nothing anywhere (its `HDEL` deletes nothing, its
+    /// `PUBLISH` goes out).
+    async fn wake(&self, key: &LockKey) {
+        let _ = self.on_all(|node| node.release(key, NO_OWNER)).await;
     }
 
     /// Releases on every master. Released when a majority had the lock;
@@ -392,9 +406,9 @@ impl Backend for RedlockBackend {
             let replies = self.on_all(|node| node.silent_rollback(key, owner)).await;
             let deleted = replies.iter().filter(|r| matches!(r, Ok(true))).count();
             if deleted >= self.quorum() {
-                // A release of grants already deleted: its `HDEL`s find
-                // nothing, its wake-ups go out.
-                self.give_back(key, owner).await;
+                // Not a second release of `owner`: the scope may have taken
+                // the lock again since the check that let this rollback run.
+                self.wake(key).await;
             }
             Ok(deleted > 0)
         }
