@@ -697,3 +697,49 @@ async fn a_vote_won_too_late_wakes_the_other_waiters() {
     eprintln!("the waiter acquired {after:?} after the lock was free");
     drop(held);
 }
+
+/// Issue 38: the rollback of an abandoned acquisition that a majority had
+/// granted (its future dropped while the vote waited for a paused master)
+/// gives back a lock: the other waiters are woken, as by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollback_of_an_abandoned_majority_wakes_the_other_waiters() {
+    let name = "rl:abandoned";
+    let fixture = Redlock::new(3);
+    let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let held = holder.lock(name).acquire().await.unwrap();
+    let other = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .lock(name)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), guard.map(|guard| guard.fencing_token()))
+    });
+    waiting(&fixture, name, attempts).await;
+    // The holder's lock expires: deleted, and no message.
+    for server in &fixture.servers {
+        let () = redis::cmd("DEL")
+            .arg(format!("lock:{{{name}}}"))
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let late = late_voter(&fixture).await;
+    let _paused = fixture.servers[2].paused();
+    let freed = Instant::now();
+    // Granted by masters 0 and 1 (30 s lease), dropped while it waits for
+    // master 2.
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(300), late.lock(name).try_acquire()).await;
+    assert!(abandoned.is_err(), "{abandoned:?}");
+    let (acquired, token) = waiter.await.unwrap();
+    let after = acquired - freed;
+    assert!(token.is_ok(), "{token:?}");
+    assert!(
+        after < Duration::from_secs(8),
+        "the waiter acquired {after:?} after the lock was free"
+    );
+    eprintln!("the waiter acquired {after:?} after the lock was free");
+    drop(held);
+}
