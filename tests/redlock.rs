@@ -539,3 +539,207 @@ async fn a_master_of_a_bare_majority_that_rejoins_empty_issues_a_higher_token() 
     second.release().await.unwrap();
     drop(held);
 }
+
+/// Subscriptions to lock `name`'s wake-up channel on `server`.
+fn subscribers(server: &RedisServer, name: &str) -> u64 {
+    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("lock:{{{name}}}:released"))
+        .query(&mut server.conn())
+        .unwrap();
+    counts.first().map_or(0, |(_, n)| *n)
+}
+
+/// Until a waiter of lock `name` waits: subscribed on every master, and
+/// its attempt after subscribing answered (the second acquire script that
+/// master 0 ran since it had run `attempts`).
+async fn waiting(fixture: &Redlock, name: &str, attempts: u64) {
+    let started = Instant::now();
+    while fixture.servers.iter().any(|s| subscribers(s, name) == 0)
+        || command_calls(&fixture.servers[0], &["evalsha"]) < attempts + 2
+    {
+        assert!(started.elapsed() < Duration::from_secs(30), "not waiting");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // (Its busy answers from masters 1 and 2 are on their way.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// A client whose votes are won too late while a master is paused: each
+/// master may take 1 s to answer, and its locks' lease (500 ms) is shorter.
+async fn late_voter(fixture: &Redlock) -> LockClient {
+    LockClient::builder()
+        .redlock(fixture.urls())
+        .node_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Issue 38: a vote won too late (a majority granted, but the paused
+/// master's node timeout ate the lease) gives the lock back, and no release
+/// message comes for it. The waiter that won it must try again soon, not
+/// sleep until its wait's deadline.
+///
+/// Masters 0 and 1 answer at once, master 2 is paused: the waiter's vote
+/// waits 1 s (its node timeout) for master 2, longer than its 500 ms lease.
+/// Once it gave those grants back, master 2 is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_vote_was_won_too_late_tries_again_soon() {
+    let name = "rl:late";
+    let fixture = Redlock::new(3);
+    let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let held = holder.lock(name).acquire().await.unwrap();
+    let client = late_voter(&fixture).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
+    let waiter = tokio::spawn(async move {
+        let guard = client
+            .lock(name)
+            .lease(Duration::from_millis(500))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), guard)
+    });
+    waiting(&fixture, name, attempts).await;
+    let hdels = command_calls(&fixture.servers[0], &["hdel"]);
+    // The holder's release reaches masters 0 and 1 while master 2 is
+    // paused (it already lost the lock there), and wakes the waiter once
+    // (a release message wakes one waiter of a client per master: with as
+    // many waiters as masters, each is woken once).
+    let () = redis::cmd("DEL")
+        .arg(format!("lock:{{{name}}}"))
+        .query(&mut fixture.servers[2].conn())
+        .unwrap();
+    let paused = fixture.servers[2].paused();
+    for server in &fixture.servers[..2] {
+        let () = redis::cmd("DEL")
+            .arg(format!("lock:{{{name}}}"))
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let _: u64 = redis::cmd("PUBLISH")
+        .arg(format!("lock:{{{name}}}:released"))
+        .arg("0")
+        .query(&mut fixture.servers[0].conn())
+        .unwrap();
+    let freed = Instant::now();
+    // The waiter wins masters 0 and 1, 1 s too late, and gives them back
+    // (an `HDEL`, quiet or not; the grants have expired by then).
+    while command_calls(&fixture.servers[0], &["hdel"]) == hdels {
+        assert!(freed.elapsed() < Duration::from_secs(10), "not given back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    paused.resume();
+    let (acquired, guard) = waiter.await.unwrap();
+    let after = acquired - freed;
+    assert!(guard.is_ok(), "{guard:?}");
+    // About two node timeouts (the late vote, its give-back) and a short
+    // random delay; not the 20 s wait.
+    assert!(
+        after < Duration::from_secs(8),
+        "acquired {after:?} after the release"
+    );
+    eprintln!("acquired {after:?} after the release");
+    drop(held);
+}
+
+/// Issue 38: an acquisition that wins a vote too late gives the lock back
+/// as a release does: the other waiters are woken, not left asleep until
+/// their deadline (nobody else will release it).
+///
+/// The holder's lock is deleted without a release message (it expired);
+/// master 2 is paused. A try of a client with a 1 s node timeout and a
+/// 500 ms lease wins masters 0 and 1 too late and gives them back; a waiter
+/// of another client (node timeout 300 ms, lease 30 s) must be woken by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_won_too_late_wakes_the_other_waiters() {
+    let name = "rl:late-wake";
+    let fixture = Redlock::new(3);
+    let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let held = holder.lock(name).acquire().await.unwrap();
+    let other = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .lock(name)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), guard.map(|guard| guard.fencing_token()))
+    });
+    waiting(&fixture, name, attempts).await;
+    // The holder's lock expires: deleted, and no message.
+    for server in &fixture.servers {
+        let () = redis::cmd("DEL")
+            .arg(format!("lock:{{{name}}}"))
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let late = late_voter(&fixture).await;
+    let paused = fixture.servers[2].paused();
+    let freed = Instant::now();
+    let tried = late
+        .lock(name)
+        .lease(Duration::from_millis(500))
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(tried.is_none(), "a vote won after its lease ran out");
+    paused.resume();
+    let (acquired, token) = waiter.await.unwrap();
+    let after = acquired - freed;
+    assert!(token.is_ok(), "{token:?}");
+    assert!(
+        after < Duration::from_secs(8),
+        "the waiter acquired {after:?} after the lock was free"
+    );
+    eprintln!("the waiter acquired {after:?} after the lock was free");
+    drop(held);
+}
+
+/// Issue 38: the rollback of an abandoned acquisition that a majority had
+/// granted (its future dropped while the vote waited for a paused master)
+/// gives back a lock: the other waiters are woken, as by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollback_of_an_abandoned_majority_wakes_the_other_waiters() {
+    let name = "rl:abandoned";
+    let fixture = Redlock::new(3);
+    let holder = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let held = holder.lock(name).acquire().await.unwrap();
+    let other = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    let attempts = command_calls(&fixture.servers[0], &["evalsha"]);
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .lock(name)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), guard.map(|guard| guard.fencing_token()))
+    });
+    waiting(&fixture, name, attempts).await;
+    // The holder's lock expires: deleted, and no message.
+    for server in &fixture.servers {
+        let () = redis::cmd("DEL")
+            .arg(format!("lock:{{{name}}}"))
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let late = late_voter(&fixture).await;
+    let _paused = fixture.servers[2].paused();
+    let freed = Instant::now();
+    // Granted by masters 0 and 1 (30 s lease), dropped while it waits for
+    // master 2.
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(300), late.lock(name).try_acquire()).await;
+    assert!(abandoned.is_err(), "{abandoned:?}");
+    let (acquired, token) = waiter.await.unwrap();
+    let after = acquired - freed;
+    assert!(token.is_ok(), "{token:?}");
+    assert!(
+        after < Duration::from_secs(8),
+        "the waiter acquired {after:?} after the lock was free"
+    );
+    eprintln!("the waiter acquired {after:?} after the lock was free");
+    drop(held);
+}

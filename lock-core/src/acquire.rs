@@ -193,6 +193,22 @@ pub(crate) fn acquire<'a>(
     }
 }
 
+/// Why a grant answered after its lease had run out on the local clock is
+/// no lock (a try reports it as [`LockError::LeaseLost`]; a wait retries).
+const ANSWERED_LATE: &str = "the grant was answered after its lease had run out";
+
+/// An attempt's error after which a waiting acquisition tries again soon
+/// (until its deadline) instead of failing: Redlock without a quorum, or a
+/// grant answered too late. Neither leaves a release to wait for: the late
+/// grant's rollback wakes the other waiters, and this one retries itself.
+fn retried(err: &LockError) -> bool {
+    match err {
+        LockError::QuorumNotReached { .. } => true,
+        LockError::LeaseLost { reason, .. } => *reason == ANSWERED_LATE,
+        _ => false,
+    }
+}
+
 /// Refuses what the backend or the request cannot do, naming the lock and
 /// the value.
 fn check_kind(core: &ClientCore, key: &LockKey) -> Result<(), LockError> {
@@ -282,9 +298,7 @@ impl Request<'_> {
             };
             let deadline = wait.deadline(started);
             match (wait, first) {
-                (_, Err(err)) if !matches!(err, LockError::QuorumNotReached { .. }) => {
-                    return Err(err)
-                }
+                (_, Err(err)) if !retried(&err) => return Err(err),
                 (Wait::Once, Err(err)) => return Err(err),
                 (Wait::Once, Ok(())) => {
                     return Err(LockError::Busy {
@@ -365,17 +379,18 @@ impl Request<'_> {
                         match attempt {
                             Ok(Ok(lock)) => return Ok(lock),
                             Ok(Err(busy)) => Ok(busy.ttl),
-                            // Redlock without a majority of masters answering: retry
-                            // after a random delay (so that competing clients do not
-                            // collide again), until the deadline.
-                            Err(err @ LockError::QuorumNotReached { .. }) => {
+                            // Redlock without a majority of masters answering, or a
+                            // grant answered too late (taken back): retry after a
+                            // random delay (so that competing clients do not collide
+                            // again), until the deadline. No release is coming.
+                            Err(err) if retried(&err) => {
                                 let now = Instant::now();
                                 let left = deadline
                                     .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
                                 if left.is_zero() {
                                     return Err(err);
                                 }
-                                tracing::debug!(key = %key.name, error = %err, "no quorum; retrying");
+                                tracing::debug!(key = %key.name, error = %err, "no lock from the attempt; retrying");
                                 let jitter = Duration::from_millis(rand::random_range(20..200));
                                 Err(jitter.min(left))
                             }
@@ -674,7 +689,7 @@ impl Request<'_> {
             // (a server that hung): no lock to hand out. `pending` takes it back.
             return Err(LockError::LeaseLost {
                 key: self.key.name.to_string(),
-                reason: "the grant was answered after its lease had run out",
+                reason: ANSWERED_LATE,
             });
         }
         // Granted after the client began to shut down: refused, and
@@ -888,7 +903,11 @@ mod tests {
         /// and delivered after it (grants come on the subscription
         /// connection, attempts on the command connection).
         stale_grant: AtomicBool,
+        /// Armed: the next acquisition is answered [`SLOW_ONCE`] late.
+        slow_once: AtomicBool,
     }
+
+    const SLOW_ONCE: Duration = Duration::from_millis(300);
 
     const STALL: Duration = Duration::from_millis(500);
 
@@ -927,6 +946,9 @@ mod tests {
                     }
                 }
                 tokio::time::sleep(self.delay).await;
+                if self.slow_once.swap(false, Ordering::SeqCst) {
+                    tokio::time::sleep(SLOW_ONCE).await;
+                }
                 attempt
             }
             .boxed()
@@ -1007,6 +1029,7 @@ mod tests {
             delay,
             stalled,
             stale_grant: AtomicBool::new(false),
+            slow_once: AtomicBool::new(false),
         });
         let lease = Duration::from_secs(30);
         Arc::new(ClientCore::new(
@@ -1019,7 +1042,9 @@ mod tests {
         ))
     }
 
-    #[tokio::test]
+    // Paused time (here and below): the timeout or the look fires before
+    // the 200 ms answer whatever the machine's load.
+    #[tokio::test(start_paused = true)]
     async fn a_grant_whose_answer_was_abandoned_is_rolled_back() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(200));
@@ -1074,7 +1099,62 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// Issue 38: a waiter woken by a release whose grant is answered after
+    /// its lease ran out (taken back) tries again at once, until its
+    /// deadline: the lock is free, and no release will wake it.
+    ///
+    /// Old code: the wait ended with `LeaseLost`, 9.7 s before its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_whose_grant_was_answered_too_late_tries_again() {
+        let store = MemoryStore::new();
+        let backend = Arc::new(SlowAnswers {
+            store: store.clone(),
+            delay: Duration::ZERO,
+            stalled: Arc::default(),
+            stale_grant: AtomicBool::new(false),
+            slow_once: AtomicBool::new(false),
+        });
+        let core = Arc::new(ClientCore::new(
+            "c".into(),
+            "lock:".into(),
+            Duration::from_secs(30),
+            Duration::from_secs(2),
+            backend.clone(),
+            store.wakeups(),
+        ));
+        let key = core.key("x").unwrap();
+        assert!(matches!(
+            Backend::acquire(&store, &key, "h:1", Duration::from_secs(30)).await,
+            Ok(Attempt::Acquired { .. })
+        ));
+        let waiter = tokio::spawn({
+            let core = core.clone();
+            async move {
+                let options = LockOptions::new()
+                    .lease(Duration::from_millis(100))
+                    .wait(Duration::from_secs(10));
+                let acquired = acquire(&core, "x", Kind::Exclusive, &options).await;
+                (Instant::now(), acquired.map(|acquired| acquired.lock))
+            }
+        });
+        // Paused time moves only when every task waits: the waiter is asleep.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.waiters().waiting(&key.channel), 1);
+        backend.slow_once.store(true, Ordering::SeqCst);
+        let freed = Instant::now();
+        assert!(store.release(&key, "h:1").await.unwrap().deleted);
+        let (acquired, lock) = waiter.await.unwrap();
+        let lock = lock.expect("the waiter got the lock");
+        assert!(lock.is_held());
+        assert!(!backend.slow_once.load(Ordering::SeqCst), "one late answer");
+        assert!(
+            acquired.saturating_duration_since(freed) < Duration::from_secs(1),
+            "{:?}",
+            acquired.saturating_duration_since(freed)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_grant_answered_after_the_shutdown_began_is_refused_and_rolled_back() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(200));
@@ -1100,7 +1180,10 @@ mod tests {
         assert_eq!(store.held(), 0, "the janitor took the grant back");
     }
 
-    #[tokio::test]
+    /// (Paused time: the 20 ms timeout fires before the 100 ms answer
+    /// whatever the machine's load; on a wall clock, a starved runtime
+    /// polled both at once and the answer won.)
+    #[tokio::test(start_paused = true)]
     async fn the_rollback_spares_a_grant_that_the_scope_takes_over() {
         let store = MemoryStore::new();
         let core = core(&store, Duration::from_millis(100));
@@ -1161,6 +1244,7 @@ mod tests {
             delay: Duration::ZERO,
             stalled: Arc::default(),
             stale_grant: AtomicBool::new(true),
+            slow_once: AtomicBool::new(false),
         });
         let core = Arc::new(ClientCore::new(
             "c".into(),

@@ -158,35 +158,56 @@ mod tests {
             .unwrap()
     }
 
+    /// A job cut off mid-way (its runtime dropped while it waits for a gate
+    /// that only opens later) runs again from the start on the next
+    /// runtime, once `ensure_running` is called there. No timing: the job
+    /// reports its starts and its end.
     #[test]
     fn a_job_cut_off_by_its_runtime_runs_again_on_the_next() {
         let janitor = Janitor::default();
+        let started = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(Notify::new());
+        let (gate, opened) = tokio::sync::watch::channel(false);
         let first = runtime();
         first.block_on(async {
-            let done = done.clone();
+            let (starts, done, finished) = (started.clone(), done.clone(), finished.clone());
             janitor.spawn(Box::new(move || {
-                let done = done.clone();
+                let (started, done, finished) = (starts.clone(), done.clone(), finished.clone());
+                let mut opened = opened.clone();
                 async move {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let _ = opened.wait_for(|open| *open).await;
                     done.fetch_add(1, Ordering::SeqCst);
+                    finished.notify_one();
                 }
                 .boxed()
             }));
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::timeout(Duration::from_secs(60), async {
+                while started.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await
+            .expect("the job started on the first runtime");
         });
         drop(first);
         assert_eq!(done.load(Ordering::SeqCst), 0);
         assert_eq!(janitor.pending(), 1);
+        gate.send_replace(true);
         runtime().block_on(async {
             janitor.ensure_running();
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::timeout(Duration::from_secs(60), finished.notified())
+                .await
+                .expect("the job ran again on the second runtime");
+            janitor.idle().await; // the finished job is taken off the list
         });
+        assert_eq!(started.load(Ordering::SeqCst), 2, "started again");
         assert_eq!(done.load(Ordering::SeqCst), 1);
         assert_eq!(janitor.pending(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn idle_waits_for_every_pending_job() {
         let janitor = Janitor::default();
         janitor.idle().await; // nothing pending
@@ -223,7 +244,14 @@ mod tests {
         }));
         runtime().block_on(async {
             janitor.ensure_running();
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Until it ran (on a busy machine, 50 ms were not always enough).
+            tokio::time::timeout(Duration::from_secs(60), async {
+                while done.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await
+            .expect("the job ran on the runtime");
         });
         assert_eq!(done.load(Ordering::SeqCst), 1);
     }

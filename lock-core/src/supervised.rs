@@ -103,6 +103,18 @@ mod tests {
             .unwrap()
     }
 
+    /// Until the task started `n` times (its runtime's worker may be slow to
+    /// get to it on a busy machine).
+    async fn started(starts: &AtomicUsize, n: usize) {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while starts.load(Ordering::SeqCst) < n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the task started");
+    }
+
     #[test]
     fn a_task_whose_runtime_was_dropped_is_started_again_on_the_next() {
         let task = Supervised::default();
@@ -117,14 +129,14 @@ mod tests {
         let first = runtime();
         first.block_on(async {
             assert!(task.ensure(start));
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            started(&starts, 1).await;
             assert!(task.ensure(start), "still running: not started twice");
         });
         drop(first);
         let second = runtime();
         second.block_on(async {
             assert!(task.ensure(start));
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            started(&starts, 2).await;
         });
         drop(second);
         assert_eq!(starts.load(Ordering::SeqCst), 2);

@@ -216,10 +216,16 @@ mod tests {
             .unwrap()
     }
 
+    /// The driver started on a runtime that is then dropped: the next
+    /// runtime's `ensure_running` starts one there, which keeps renewing.
+    ///
+    /// The second runtime's clock is paused (it jumps to each timer when
+    /// nothing else runs), and the lease is long against a busy machine's
+    /// delays: rounds are counted by causality, not raced against the wall.
     #[test]
     fn locks_are_renewed_after_the_drivers_runtime_is_gone() {
         let store = MemoryStore::new();
-        let lease = Duration::from_millis(150);
+        let lease = Duration::from_secs(30);
         let watchdog = Watchdog::new(Arc::new(store.clone()), lease);
         let key = LockKey::new("lock:", "w").unwrap();
         let first = runtime();
@@ -236,22 +242,30 @@ mod tests {
                 sent,
             ));
             watchdog.track(&lock);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(watchdog.shared.driver.is_running());
             lock
         });
         drop(first); // the driver goes with it
+        assert!(!watchdog.shared.driver.is_running());
         let rounds = watchdog.rounds();
-        runtime().block_on(async {
-            watchdog.ensure_running();
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            assert!(
-                watchdog.rounds() >= rounds + 3,
-                "{} rounds",
-                watchdog.rounds()
-            );
-            assert!(lock.is_held());
-            assert_eq!(store.held(), 1);
-        });
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                watchdog.ensure_running();
+                // Three leases: without renewals the lock (and the store's
+                // key) would have expired twice over.
+                tokio::time::sleep(lease * 3).await;
+                assert!(
+                    watchdog.rounds() >= rounds + 8,
+                    "{} rounds",
+                    watchdog.rounds()
+                );
+                assert!(lock.is_held());
+                assert_eq!(store.held(), 1);
+            });
     }
 
     /// A round that takes half a period (many locks) must not push the next

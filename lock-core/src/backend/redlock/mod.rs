@@ -39,8 +39,19 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
 };
 
 /// The random delay, in milliseconds, before a waiter tries again after a
-/// split vote (see [`RedlockBackend::after_split`]).
-const SPLIT_RETRY_MS: std::ops::Range<u64> = 20..200;
+/// vote that left the lock free with no release to come: a split vote (see
+/// [`RedlockBackend::after_split`]) or a vote won too late (see
+/// [`RedlockBackend::give_back`]). The Redlock algorithm's retry delay.
+const RETRY_MS: std::ops::Range<u64> = 20..200;
+
+/// A name no owner has (owners are `<client id>:<scope id>`): see
+/// [`RedlockBackend::wake`].
+const NO_OWNER: &str = "redlock:wake";
+
+/// A random delay in [`RETRY_MS`].
+fn retry_delay() -> Duration {
+    Duration::from_millis(rand::random_range(RETRY_MS))
+}
 
 /// The masters of a Redlock.
 #[derive(Debug)]
@@ -96,10 +107,13 @@ impl RedlockBackend {
     }
 
     /// Acquires on a majority. On failure the grants are taken back on every
-    /// master (quietly: see [`RedisBackend::silent_rollback`]), and the
-    /// answer is `Busy` when some master said another owner holds it (for
-    /// how long, after a split vote: see [`after_split`](Self::after_split)),
-    /// otherwise [`LockError::QuorumNotReached`].
+    /// master: quietly when they were a minority (see
+    /// [`RedisBackend::silent_rollback`]), as a release when a majority
+    /// granted too late (see [`give_back`](Self::give_back)). The answer is
+    /// `Busy` when some master said another owner holds it (for how long,
+    /// after a split vote: see [`after_split`](Self::after_split)) or when
+    /// the vote was won too late (retry soon), otherwise
+    /// [`LockError::QuorumNotReached`].
     async fn acquire(
         &self,
         key: &LockKey,
@@ -156,16 +170,23 @@ impl RedlockBackend {
                 }
             }
         }
-        self.silent_rollback(key, owner).await;
+        if tokens.len() >= self.quorum() {
+            // Won, but too late or without its fencing floor: a lock held on
+            // a majority, given back as a release is.
+            self.give_back(key, owner).await;
+            if !valid {
+                let retry = retry_delay();
+                tracing::debug!(key = %key.name, ?elapsed, ?retry, "redlock quorum reached too late; released, retrying");
+                return Ok(Attempt::busy(Some(retry)));
+            }
+        } else {
+            self.silent_rollback(key, owner).await;
+        }
         if let Some(ttl) = busy_ttl {
             if tokens.is_empty() {
                 return Ok(Attempt::busy(ttl));
             }
             return Ok(Attempt::busy(self.after_split(key, ttl).await));
-        }
-        if tokens.len() >= self.quorum() && !valid {
-            tracing::debug!(key = %key.name, ?elapsed, "redlock quorum reached too late; released");
-            return Ok(Attempt::busy(None));
         }
         Err(LockError::QuorumNotReached {
             key: key.name.to_string(),
@@ -192,7 +213,7 @@ impl RedlockBackend {
         {
             return holder.ttl.or(ttl);
         }
-        let retry = Duration::from_millis(rand::random_range(SPLIT_RETRY_MS));
+        let retry = retry_delay();
         tracing::debug!(key = %key.name, ?retry, "redlock vote split; retrying");
         Some(ttl.map_or(retry, |ttl| ttl.min(retry)))
     }
@@ -201,6 +222,22 @@ impl RedlockBackend {
     /// failed attempt's minority grants were never a lock.
     async fn silent_rollback(&self, key: &LockKey, owner: &str) {
         let _ = self.on_all(|node| node.silent_rollback(key, owner)).await;
+    }
+
+    /// Gives back a lock that a majority granted to `owner` but that is not
+    /// kept (won too late, or abandoned): released on every master, with
+    /// the release's wake-up. Taken back quietly, it would leave the lock
+    /// free with no release to come, and the waiters (woken by a release
+    /// one per master, the rest still asleep) would sleep out their wait.
+    async fn give_back(&self, key: &LockKey, owner: &str) {
+        let _ = self.on_all(|node| node.release(key, owner)).await;
+    }
+
+    /// Wakes the waiters of `key` on every master: the release of an owner
+    /// that holds nothing anywhere (its `HDEL` deletes nothing, its
+    /// `PUBLISH` goes out).
+    async fn wake(&self, key: &LockKey) {
+        let _ = self.on_all(|node| node.release(key, NO_OWNER)).await;
     }
 
     /// Releases on every master. Released when a majority had the lock;
@@ -355,8 +392,11 @@ impl Backend for RedlockBackend {
             .boxed()
     }
 
-    /// Quiet on every master: waking on each would make the waiters of a
-    /// lock held on a bare majority wake each other in a loop.
+    /// Quiet on every master (waking on each would make the waiters of a
+    /// lock held on a bare majority wake each other in a loop), unless it
+    /// took back grants of a majority: that was a lock (a grant answered
+    /// too late, an abandoned acquisition), and its waiters are woken as by
+    /// its release.
     fn rollback<'a>(
         &'a self,
         key: &'a LockKey,
@@ -364,7 +404,13 @@ impl Backend for RedlockBackend {
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         async move {
             let replies = self.on_all(|node| node.silent_rollback(key, owner)).await;
-            Ok(replies.iter().any(|r| matches!(r, Ok(true))))
+            let deleted = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+            if deleted >= self.quorum() {
+                // Not a second release of `owner`: the scope may have taken
+                // the lock again since the check that let this rollback run.
+                self.wake(key).await;
+            }
+            Ok(deleted > 0)
         }
         .boxed()
     }
