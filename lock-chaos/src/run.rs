@@ -29,8 +29,8 @@ use crate::settings::MIN_REPLICAS_MAX_LAG;
 use crate::sink::{read_events, EventSink};
 use crate::topology::{Backend, Servers, SENTINEL_MASTER};
 use crate::trigger::{self, Target, TargetKind, TriggerConfig, Triggered};
-use std::collections::HashMap;
 use crate::worker::{self, WorkerSetup};
+use std::collections::HashMap;
 
 /// Latency added by the `latency` fault, per chunk and direction.
 const ADDED_LATENCY: Duration = Duration::from_millis(150);

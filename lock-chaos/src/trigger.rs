@@ -545,11 +545,20 @@ mod tests {
             .acquire()
             .await
             .unwrap();
-        match wait_for_family_target(&inspector, TargetKind::ReadWrite, "trig-rw", &config, is_worker)
-            .await
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::ReadWrite,
+            "trig-rw",
+            &config,
+            is_worker,
+        )
+        .await
         {
             Triggered::NotEffective { longest: Some(t) } => {
-                assert_eq!((t.kind, t.owner.as_str()), (TargetKind::ReadWrite, read.owner()));
+                assert_eq!(
+                    (t.kind, t.owner.as_str()),
+                    (TargetKind::ReadWrite, read.owner())
+                );
                 assert_eq!(t.waiters, 0);
             }
             other => panic!("expected no effective target, got {other:?}"),
@@ -558,12 +567,23 @@ mod tests {
         let writer = tokio::spawn({
             let waiter = waiter.clone();
             async move {
-                let guard = waiter.read_write_lock("trig-rw").write().wait(wait).acquire().await;
+                let guard = waiter
+                    .read_write_lock("trig-rw")
+                    .write()
+                    .wait(wait)
+                    .acquire()
+                    .await;
                 guard.unwrap().release().await.unwrap();
             }
         });
-        match wait_for_family_target(&inspector, TargetKind::ReadWrite, "trig-rw", &config, is_worker)
-            .await
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::ReadWrite,
+            "trig-rw",
+            &config,
+            is_worker,
+        )
+        .await
         {
             Triggered::Effective(t) => {
                 assert_eq!(t.owner, read.owner());
@@ -584,8 +604,14 @@ mod tests {
                 guard.unwrap().release().await.unwrap();
             }
         });
-        match wait_for_family_target(&inspector, TargetKind::Fair, "trig-fair", &config, is_worker)
-            .await
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::Fair,
+            "trig-fair",
+            &config,
+            is_worker,
+        )
+        .await
         {
             Triggered::Effective(t) => {
                 assert_eq!(t.kind, TargetKind::Fair);
@@ -608,15 +634,29 @@ mod tests {
         let pending = tokio::spawn({
             let waiter = waiter.clone();
             async move {
-                let guard = waiter.semaphore("trig-sem", 1).permit().wait(wait).acquire().await;
+                let guard = waiter
+                    .semaphore("trig-sem", 1)
+                    .permit()
+                    .wait(wait)
+                    .acquire()
+                    .await;
                 guard.unwrap().release().await.unwrap();
             }
         });
-        match wait_for_family_target(&inspector, TargetKind::Semaphore, "trig-sem", &config, is_worker)
-            .await
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::Semaphore,
+            "trig-sem",
+            &config,
+            is_worker,
+        )
+        .await
         {
             Triggered::Effective(t) => {
-                assert_eq!((t.kind, t.owner.as_str()), (TargetKind::Semaphore, permit.owner()));
+                assert_eq!(
+                    (t.kind, t.owner.as_str()),
+                    (TargetKind::Semaphore, permit.owner())
+                );
                 assert!(t.waiters >= 1, "{t:?}");
             }
             other => panic!("expected a target, got {other:?}"),

@@ -2785,7 +2785,11 @@ fn a_force_release_excuses_the_deleted_holders_overlap_only() {
     let report = run(100, 1, true, &[]);
     assert!(counted(&report).is_empty(), "{:#?}", report.violations);
     assert_eq!(report.excused_by().get("force_release"), Some(&1));
-    let row = report.rows.iter().find(|r| r.fault == "force_release").unwrap();
+    let row = report
+        .rows
+        .iter()
+        .find(|r| r.fault == "force_release")
+        .unwrap();
     assert_eq!((row.force_released, row.force_released_lost), (1, 1));
     assert_eq!(row.force_released_lost_p50_ms, Some(400.0));
     // A grant recorded after the start with a token at or below the counter read before it
@@ -2798,15 +2802,17 @@ fn a_force_release_excuses_the_deleted_holders_overlap_only() {
     let c = [acq(600, 3, "w3-t0-0", 3), rel(700, 3, "w3-t0-0", 3, "ok")];
     let report = run(100, 1, true, &c);
     assert_eq!(counted(&report), ["overlap"], "{:#?}", report.violations);
-    assert!(report.violations.iter().any(|v| v.kind == "overlap"
-        && v.holds == ["w2-t0-0", "w3-t0-0"]
-        && v.excused.is_none()));
+    assert!(report
+        .violations
+        .iter()
+        .any(|v| v.kind == "overlap" && v.holds == ["w2-t0-0", "w3-t0-0"] && v.excused.is_none()));
     // Two holders before the deletion overlapped before it: not excused.
     let early = [acq(300, 3, "w3-t0-0", 1), rel(450, 3, "w3-t0-0", 1, "ok")];
     let report = run(100, 1, true, &early);
-    assert!(report.violations.iter().any(|v| v.holds == ["w1-t0-0", "w3-t0-0"]
-        && v.kind == "overlap"
-        && v.excused.is_none()));
+    assert!(report
+        .violations
+        .iter()
+        .any(|v| v.holds == ["w1-t0-0", "w3-t0-0"] && v.kind == "overlap" && v.excused.is_none()));
 }
 
 #[test]
@@ -2884,4 +2890,64 @@ fn a_force_released_reader_is_excused_beside_the_next_writer() {
     let report = check(&events, None);
     assert!(counted(&report).is_empty(), "{:#?}", report.violations);
     assert_eq!(report.excused_by().get("force_release"), Some(&1));
+}
+
+#[test]
+fn a_forward_clock_jump_excuses_the_familys_holds_as_a_plain_locks_a_backward_one_does_not() {
+    use LockKind::{Fair, Permit, Read, Write};
+    // The lock family's holders expire one by one inside a key, by the server's clock: a
+    // forward jump of it ends them early as it ends a plain lock's TTL.
+    for (fault, ms, excused) in [
+        ("clock_jump_forward", 1500, true),
+        ("clock_jump_back", -1500, false),
+    ] {
+        let target = format!("server port 1 pid 2 {ms:+} ms");
+        let jump = [
+            fault_id(300, fault, "start", &target, 1, None),
+            fault_id(301, fault, "heal", &target, 1, None),
+        ];
+        // Both permits held at the jump; a third holder gets one at 400 ms.
+        let mut sem = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 800)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 800)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (350, 400, 900)),
+        ]);
+        // A reader at the jump; a writer at 400 ms.
+        let mut rw = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 800)),
+            hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 400, 900)),
+        ]);
+        // A fair waiter that asked at 100 ms is served after one that asked at 250 ms (its
+        // place ran out early: its waiting spans the jump).
+        let mut fair = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 390)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (250, 400, 800)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 900, 1000)),
+        ]);
+        for (events, kind) in [
+            (&mut sem, "permits_exceeded"),
+            (&mut rw, "overlap"),
+            (&mut fair, "fifo_inversion"),
+        ] {
+            events.extend(jump.iter().cloned());
+            let report = check(events, None);
+            if excused {
+                assert!(
+                    counted(&report).is_empty(),
+                    "{fault} {kind}: {:#?}",
+                    report.violations
+                );
+                assert!(
+                    report
+                        .violations
+                        .iter()
+                        .any(|v| v.kind == kind && v.excused.as_deref() == Some("data_loss")),
+                    "{fault} {kind}: {:#?}",
+                    report.violations
+                );
+            } else {
+                assert_eq!(counted(&report), [kind], "{fault}");
+            }
+        }
+    }
 }
