@@ -2105,6 +2105,19 @@ mod tests {
         assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpForward)));
         assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpBack)));
         assert!(kinds_for(Backend::Memory, true, true).is_empty());
+        // An operator's force release on every backend with servers (the admin API has it).
+        for backend in [
+            Backend::Standalone,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Redlock,
+        ] {
+            assert!(
+                kinds_for(backend, true, true).contains(&FaultKind::Classic(Fault::ForceRelease)),
+                "{}",
+                backend.name()
+            );
+        }
     }
 
     #[test]
@@ -2123,6 +2136,9 @@ mod tests {
             .unwrap();
         assert_eq!(pause.duration, lease + Duration::from_secs(1));
         assert_eq!(schedule.baseline, Duration::from_secs(6));
+        // One force release in the quick standalone run (a few seconds more).
+        let force = FaultKind::Classic(Fault::ForceRelease);
+        assert_eq!(steps.iter().filter(|s| s.kind == force).count(), 1);
         let (_, sentinel) = fixed_steps(Backend::Sentinel, true, 1, lease, true);
         assert_eq!(
             sentinel.last().map(|s| s.kind),
