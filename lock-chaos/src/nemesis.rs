@@ -38,12 +38,17 @@ pub enum Fault {
     /// Jump that clock back by the step's duration (emulated: every TTL lengthened by two
     /// leases). TTLs only last longer; nothing is lost.
     ClockJumpBack,
+    /// An operator's force release: the admin API deletes a held lock (a plain lock, or the
+    /// family's fair lock, read-write lock or semaphore), as `lockctl` does, whoever holds
+    /// it. Its holder is no longer protected: a waiter may take the lock at once, and the
+    /// holder must learn of it through `lost()` within the usual bound.
+    ForceRelease,
 }
 
 impl Fault {
     /// Every fault (the checker looks faults up by name here: a fault missing from this
     /// list would touch no hold, so everything under it would count as a violation).
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::PauseHolder,
         Fault::KillHolder,
         Fault::RestartPersistent,
@@ -58,6 +63,7 @@ impl Fault {
         Fault::StopMajority,
         Fault::ClockJumpForward,
         Fault::ClockJumpBack,
+        Fault::ForceRelease,
     ];
 
     /// The name used in tables and JSON.
@@ -77,6 +83,7 @@ impl Fault {
             Fault::StopMajority => "stop_majority",
             Fault::ClockJumpForward => "clock_jump_forward",
             Fault::ClockJumpBack => "clock_jump_back",
+            Fault::ForceRelease => "force_release",
         }
     }
 
@@ -132,6 +139,7 @@ impl Schedule {
                     KillHolder,
                     Partition,
                     ScriptFlush,
+                    ForceRelease,
                     RestartPersistent,
                 ]
             }
@@ -148,6 +156,7 @@ impl Schedule {
                 RestartPersistent,
                 ClockJumpForward,
                 ClockJumpBack,
+                ForceRelease,
             ],
             (Backend::Sentinel | Backend::Cluster, false) => {
                 vec![
@@ -157,6 +166,7 @@ impl Schedule {
                     ScriptFlush,
                     ClockJumpForward,
                     ClockJumpBack,
+                    ForceRelease,
                     Failover,
                 ]
             }
@@ -171,6 +181,7 @@ impl Schedule {
                 RestartPersistent,
                 StopMinority,
                 StopMajority,
+                ForceRelease,
             ],
         };
         let mut all: Vec<Fault> = (0..rounds.max(1)).flat_map(|_| faults.clone()).collect();

@@ -28,8 +28,9 @@ use crate::schedule::{FaultKind, NetFault, ScheduleConfig, Step};
 use crate::settings::MIN_REPLICAS_MAX_LAG;
 use crate::sink::{read_events, EventSink};
 use crate::topology::{Backend, Servers, SENTINEL_MASTER};
-use crate::trigger::{self, Target, TriggerConfig, Triggered};
+use crate::trigger::{self, Target, TargetKind, TriggerConfig, Triggered};
 use crate::worker::{self, WorkerSetup};
+use std::collections::HashMap;
 
 /// Latency added by the `latency` fault, per chunk and direction.
 const ADDED_LATENCY: Duration = Duration::from_millis(150);
@@ -497,6 +498,8 @@ async fn run_backend(
         next_id: AtomicU32::new(0),
         nemesis,
         inspector: None,
+        admin: None,
+        aims: Mutex::new(HashMap::new()),
         names: names.clone(),
         lab: lab.clone(),
         lab_data,
@@ -518,6 +521,7 @@ async fn run_backend(
         }
     } else {
         world.inspector = Some(world.connect_direct().await?);
+        world.admin = Some(world.connect_admin().await?);
         world.record_shards().await;
         for slot in 0..config.workers as usize {
             world.spawn_worker(slot).await?;
@@ -789,6 +793,12 @@ struct World {
     next_id: AtomicU32,
     nemesis: EventSink,
     inspector: Option<LockClient>,
+    /// The operator's client for `force_release` (built with `record_layout(false)`, as an
+    /// admin tool's is: it takes no locks).
+    admin: Option<LockClient>,
+    /// How many steps of each fault kind were aimed so far (the rotation of
+    /// [`World::aim_kind`]).
+    aims: Mutex<HashMap<&'static str, u64>>,
     names: Vec<String>,
     lab: Option<Arc<NetLab>>,
     /// The lab indices of the data servers and sentinels (the register's is the next).
@@ -836,6 +846,61 @@ impl World {
             Backend::Cluster => builder.connect_cluster(urls).await?,
             Backend::Redlock => builder.connect_redlock(urls).await?,
         })
+    }
+
+    /// The operator's client: as [`World::connect_direct`], built with
+    /// `record_layout(false)` (an admin tool records no layout: it takes no locks).
+    async fn connect_admin(&self) -> anyhow::Result<LockClient> {
+        let urls = self.servers().direct_urls();
+        let builder = LockClient::builder()
+            .lease(self.config.lease)
+            .record_layout(false);
+        Ok(match self.backend {
+            Backend::Memory => anyhow::bail!("no servers"),
+            Backend::Standalone => builder.connect(&urls[0]).await?,
+            Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await?,
+            Backend::Cluster => builder.connect_cluster(urls).await?,
+            Backend::Redlock => builder.connect_redlock(urls).await?,
+        })
+    }
+
+    /// What a step of `kind` waits for and is aimed at: a plain lock (any of the run's
+    /// names), or, for a force release and the clock jumps, in turn a plain lock and each
+    /// of the lock family's primitives the run exercises (`fair-0` held with a waiter
+    /// queued, `rw-0` held by a reader, `sem-0`'s permits held), so that the family's
+    /// per-member expiries (server time inside a key) meet real clock jumps and operators'
+    /// overrides too.
+    fn aim_kind(&self, kind: FaultKind) -> (TargetKind, String) {
+        let rotates = matches!(
+            kind,
+            FaultKind::Classic(
+                Fault::ForceRelease | Fault::ClockJumpForward | Fault::ClockJumpBack
+            )
+        );
+        if !rotates {
+            return (TargetKind::Plain, String::new());
+        }
+        let workloads = self.config.workloads_on(self.backend);
+        let mut choices = vec![(TargetKind::Plain, String::new())];
+        for (workload, target) in [
+            (crate::workload::Workload::Fair, TargetKind::Fair),
+            (crate::workload::Workload::Rw, TargetKind::ReadWrite),
+            (crate::workload::Workload::Sem, TargetKind::Semaphore),
+        ] {
+            if workloads.contains(&workload) {
+                if let Some(name) = workload.names().into_iter().next() {
+                    choices.push((target, name));
+                }
+            }
+        }
+        let turn = {
+            let mut aims = self.aims.lock().unwrap_or_else(|e| e.into_inner());
+            let n = aims.entry(kind.name()).or_insert(0);
+            let turn = *n;
+            *n += 1;
+            turn
+        };
+        choices.swap_remove((turn % choices.len() as u64) as usize)
     }
 
     /// The memory baseline: workers are clients of one store in this process.
@@ -1063,9 +1128,25 @@ impl World {
                 if self.config.quick {
                     trigger_config.bound = self.config.lease * 2;
                 }
-                match trigger::wait_for_target(inspector, &trigger_config, |id| self.is_worker(id))
-                    .await
-                {
+                let triggered = match self.aim_kind(step.kind) {
+                    (TargetKind::Plain, _) => {
+                        trigger::wait_for_target(inspector, &trigger_config, |id| {
+                            self.is_worker(id)
+                        })
+                        .await
+                    }
+                    (kind, name) => {
+                        trigger::wait_for_family_target(
+                            inspector,
+                            kind,
+                            &name,
+                            &trigger_config,
+                            |id| self.is_worker(id),
+                        )
+                        .await
+                    }
+                };
+                match triggered {
                     Triggered::Effective(target) => {
                         aim.effective = Some(true);
                         aim.target = Some(target);
@@ -1385,6 +1466,7 @@ impl World {
             }
             Fault::ClockJumpForward => self.clock_jump(step, aim, true).await?,
             Fault::ClockJumpBack => self.clock_jump(step, aim, false).await?,
+            Fault::ForceRelease => self.force_release(aim).await?,
             Fault::Partition if self.lab.is_some() => {
                 self.lab_partition(name, Direction::Both, None, step, aim)
                     .await?;
@@ -1544,6 +1626,62 @@ impl World {
         let jumped = shim.jump_ms(pid, delta);
         self.record(name, "heal", &target, aim);
         jumped
+    }
+
+    /// An operator's force release of the aimed lock (a plain lock, or the family's fair
+    /// lock, read-write lock or semaphore), through the admin API of the harness's own
+    /// client, as `lockctl` does. The fence counter of the name is read first and named in
+    /// the `start` target (`lock:{name} <kind> counter <n>`): a hold granted before the
+    /// deletion but recorded after the start has a token at or below it, so the checker can
+    /// tell the force-released holders from their successors. The heal's target adds
+    /// `deleted true` when a live hold was deleted.
+    async fn force_release(&self, aim: &Aim) -> anyhow::Result<()> {
+        let fault = Fault::ForceRelease.name();
+        let admin = self.admin.as_ref().context("no admin client")?.admin();
+        let (kind, name) = aim.target.as_ref().map_or_else(
+            || (TargetKind::Plain, self.names[0].clone()),
+            |t| (t.kind, t.name.clone()),
+        );
+        let bound = Duration::from_secs(2);
+        let counter = tokio::time::timeout(bound, async {
+            match kind {
+                TargetKind::Plain => admin.inspect(&name).await.map(|i| i.last_fencing_token),
+                TargetKind::Fair => admin
+                    .inspect_fair(&name)
+                    .await
+                    .map(|i| i.last_fencing_token),
+                TargetKind::ReadWrite => admin
+                    .inspect_read_write(&name)
+                    .await
+                    .map(|i| i.last_fencing_token),
+                TargetKind::Semaphore => admin
+                    .inspect_semaphore(&name)
+                    .await
+                    .map(|i| i.last_fencing_token),
+            }
+        })
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
+        let target = format!(
+            "lock:{{{name}}} {} counter {}",
+            kind.name(),
+            counter.map_or_else(|| "?".to_owned(), |c| c.to_string())
+        );
+        self.record(fault, "start", &target, aim);
+        let deleted = tokio::time::timeout(bound, async {
+            match kind {
+                TargetKind::Plain => admin.force_release(&name).await,
+                TargetKind::Fair => admin.force_release_fair(&name).await,
+                TargetKind::ReadWrite => admin.force_release_read_write(&name).await,
+                TargetKind::Semaphore => admin.force_release_semaphore(&name).await,
+            }
+        })
+        .await
+        .map_err(|_| anyhow!("the force release of {name} did not answer within {bound:?}"))??;
+        self.record(fault, "heal", &format!("{target} deleted {deleted}"), aim);
+        Ok(())
     }
 
     /// Injects one fault of the randomized schedule's own list and heals it.
@@ -1974,6 +2112,19 @@ mod tests {
         assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpForward)));
         assert!(redlock.contains(&FaultKind::Classic(Fault::ClockJumpBack)));
         assert!(kinds_for(Backend::Memory, true, true).is_empty());
+        // An operator's force release on every backend with servers (the admin API has it).
+        for backend in [
+            Backend::Standalone,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Redlock,
+        ] {
+            assert!(
+                kinds_for(backend, true, true).contains(&FaultKind::Classic(Fault::ForceRelease)),
+                "{}",
+                backend.name()
+            );
+        }
     }
 
     #[test]
@@ -1992,6 +2143,9 @@ mod tests {
             .unwrap();
         assert_eq!(pause.duration, lease + Duration::from_secs(1));
         assert_eq!(schedule.baseline, Duration::from_secs(6));
+        // One force release in the quick standalone run (a few seconds more).
+        let force = FaultKind::Classic(Fault::ForceRelease);
+        assert_eq!(steps.iter().filter(|s| s.kind == force).count(), 1);
         let (_, sentinel) = fixed_steps(Backend::Sentinel, true, 1, lease, true);
         assert_eq!(
             sentinel.last().map(|s| s.kind),

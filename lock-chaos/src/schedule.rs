@@ -211,6 +211,7 @@ impl FaultKind {
                 Fault::Failover => TargetSelector::LockMaster,
                 Fault::StopMinority => TargetSelector::Masters(2),
                 Fault::StopMajority => TargetSelector::Masters(3),
+                Fault::ForceRelease => TargetSelector::Lock,
                 Fault::ClientKill
                 | Fault::ScriptFlush
                 | Fault::ClockJumpForward
@@ -245,6 +246,8 @@ pub enum TargetSelector {
     Masters(usize),
     /// Every data server.
     AllServers,
+    /// The triggered lock itself, through the admin API (an operator's action on it).
+    Lock,
 }
 
 /// What [`generate`] needs.

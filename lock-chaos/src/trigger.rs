@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock::LockClient;
+use distlock::{ListedLock, LockClient};
 use tokio::time::Instant;
 
 /// What [`wait_for_target`] waits for.
@@ -37,9 +37,49 @@ impl TriggerConfig {
     }
 }
 
+/// Which primitive of a name a step aims at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TargetKind {
+    /// A plain lock (the run's `chaos-N` names).
+    #[default]
+    Plain,
+    /// A fair lock: its holder, with a waiter queued behind it.
+    Fair,
+    /// A read-write lock: a reader holding it, while a client waits.
+    ReadWrite,
+    /// A semaphore: a holder of permits, while a client waits.
+    Semaphore,
+}
+
+impl TargetKind {
+    /// The name in `start` targets (`lock:{name} <kind> ...`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Plain => "plain",
+            TargetKind::Fair => "fair",
+            TargetKind::ReadWrite => "read_write",
+            TargetKind::Semaphore => "semaphore",
+        }
+    }
+
+    /// The kind named `name` (as [`TargetKind::name`] writes it).
+    pub fn from_name(name: &str) -> Option<TargetKind> {
+        [
+            TargetKind::Plain,
+            TargetKind::Fair,
+            TargetKind::ReadWrite,
+            TargetKind::Semaphore,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+}
+
 /// The lock a fault should hit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// Which primitive of the name.
+    pub kind: TargetKind,
     /// The lock name.
     pub name: String,
     /// The holder's client id (a worker's `Hello` carries the same id).
@@ -111,6 +151,7 @@ pub async fn wait_for_target(
                 continue;
             }
             let target = Target {
+                kind: TargetKind::Plain,
                 name: name.clone(),
                 client_id: holder.client_id().to_owned(),
                 owner: holder.owner.clone(),
@@ -126,6 +167,126 @@ pub async fn wait_for_target(
                 .is_none_or(|l| l.held_for < target.held_for)
             {
                 longest = Some(target);
+            }
+        }
+        if started.elapsed() >= config.bound {
+            return Triggered::NotEffective { longest };
+        }
+        tokio::time::sleep(config.poll).await;
+    }
+}
+
+/// The id of the client of an owner id (the owner id up to its last `:`).
+fn client_of(owner: &str) -> &str {
+    owner.rsplit_once(':').map_or(owner, |(client, _)| client)
+}
+
+/// One poll of the lock family's primitive `kind` named `name`: its holders (owner,
+/// fencing token; 0 where the store records none: readers, permits) and how many clients
+/// wait for it (the fair queue's places; waiting writers or the subscribers of the
+/// primitive's own wake-up channel, whichever is more; a semaphore's subscribers). `None`
+/// when the poll failed or timed out.
+async fn family_holders(
+    client: &LockClient,
+    kind: TargetKind,
+    name: &str,
+    timeout: Duration,
+) -> Option<(Vec<(String, u64)>, u64)> {
+    let admin = client.admin();
+    let subscribed = |listed: ListedLock| async {
+        tokio::time::timeout(timeout, admin.waiters_of(&[listed]))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|counts| counts.first().copied())
+            .unwrap_or(0)
+    };
+    match kind {
+        TargetKind::Plain => None,
+        TargetKind::Fair => {
+            let info = tokio::time::timeout(timeout, admin.inspect_fair(name))
+                .await
+                .ok()?
+                .ok()?;
+            let holders = info
+                .holder
+                .map(|h| (h.owner, h.fencing_token))
+                .into_iter()
+                .collect();
+            Some((holders, info.queue.len() as u64))
+        }
+        TargetKind::ReadWrite => {
+            let info = tokio::time::timeout(timeout, admin.inspect_read_write(name))
+                .await
+                .ok()?
+                .ok()?;
+            // Readers only: their expiry is a member's, inside a key.
+            let holders = info.readers.iter().map(|r| (r.owner.clone(), 0)).collect();
+            let writers = info.waiting_writers.len() as u64;
+            let waiting = writers.max(subscribed(ListedLock::ReadWrite(info)).await);
+            Some((holders, waiting))
+        }
+        TargetKind::Semaphore => {
+            let info = tokio::time::timeout(timeout, admin.inspect_semaphore(name))
+                .await
+                .ok()?
+                .ok()?;
+            let holders = info.holders.iter().map(|h| (h.owner.clone(), 0)).collect();
+            Some((holders, subscribed(ListedLock::Semaphore(info)).await))
+        }
+    }
+}
+
+/// As [`wait_for_target`], for one primitive of the lock family (`kind`, not
+/// [`TargetKind::Plain`]) named `name`: a fair lock's holder with a waiter queued, a reader
+/// of a read-write lock or a holder of a semaphore's permits while a client waits, seen
+/// holding for `config.min_hold` (the longest-seen such holder is the target).
+pub async fn wait_for_family_target(
+    client: &LockClient,
+    kind: TargetKind,
+    name: &str,
+    config: &TriggerConfig,
+    is_worker: impl Fn(&str) -> bool,
+) -> Triggered {
+    let started = Instant::now();
+    // owner -> first seen holding
+    let mut seen: HashMap<String, Instant> = HashMap::new();
+    let mut longest: Option<Target> = None;
+    loop {
+        if let Some((holders, waiters)) =
+            family_holders(client, kind, name, config.probe_timeout).await
+        {
+            let now = Instant::now();
+            seen.retain(|owner, _| holders.iter().any(|(o, _)| o == owner));
+            let mut best: Option<Target> = None;
+            for (owner, token) in holders {
+                let first = *seen.entry(owner.clone()).or_insert(now);
+                if !is_worker(client_of(&owner)) {
+                    continue;
+                }
+                let target = Target {
+                    kind,
+                    name: name.to_owned(),
+                    client_id: client_of(&owner).to_owned(),
+                    owner,
+                    fencing_token: token,
+                    held_for: now - first,
+                    waiters,
+                };
+                if best.as_ref().is_none_or(|b| b.held_for < target.held_for) {
+                    best = Some(target);
+                }
+            }
+            if let Some(target) = best {
+                if target.held_for >= config.min_hold && target.waiters > 0 {
+                    return Triggered::Effective(target);
+                }
+                if longest
+                    .as_ref()
+                    .is_none_or(|l| l.held_for < target.held_for)
+                {
+                    longest = Some(target);
+                }
             }
         }
         if started.elapsed() >= config.bound {
@@ -352,6 +513,156 @@ mod tests {
         ));
         guard.release().await.unwrap();
         let _ = waiting.await.unwrap().unwrap();
+        tokio::task::spawn_blocking(move || drop(server))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn triggers_on_a_family_hold_with_a_waiter_only() {
+        let server = tokio::task::spawn_blocking(lock_test_support::RedisServer::start)
+            .await
+            .unwrap();
+        let connect = || async {
+            LockClient::builder()
+                .lease(Duration::from_secs(3))
+                .connect(&server.url())
+                .await
+                .unwrap()
+        };
+        let (holder, waiter, inspector) = (connect().await, connect().await, connect().await);
+        let mut config = TriggerConfig::new(Vec::new(), Duration::from_secs(3));
+        config.min_hold = Duration::from_millis(300);
+        config.bound = Duration::from_millis(1500);
+        let holder_id = holder.id().to_owned();
+        let is_worker = |id: &str| id == holder_id;
+        let wait = Duration::from_secs(10);
+
+        // A reader with nobody waiting: reported, not effective.
+        let read = holder
+            .read_write_lock("trig-rw")
+            .read()
+            .acquire()
+            .await
+            .unwrap();
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::ReadWrite,
+            "trig-rw",
+            &config,
+            is_worker,
+        )
+        .await
+        {
+            Triggered::NotEffective { longest: Some(t) } => {
+                assert_eq!(
+                    (t.kind, t.owner.as_str()),
+                    (TargetKind::ReadWrite, read.owner())
+                );
+                assert_eq!(t.waiters, 0);
+            }
+            other => panic!("expected no effective target, got {other:?}"),
+        }
+        // A writer waits for the reader: the reader is the target.
+        let writer = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter
+                    .read_write_lock("trig-rw")
+                    .write()
+                    .wait(wait)
+                    .acquire()
+                    .await;
+                guard.unwrap().release().await.unwrap();
+            }
+        });
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::ReadWrite,
+            "trig-rw",
+            &config,
+            is_worker,
+        )
+        .await
+        {
+            Triggered::Effective(t) => {
+                assert_eq!(t.owner, read.owner());
+                assert_eq!(t.client_id, holder.id());
+                assert!(t.waiters >= 1, "{t:?}");
+            }
+            other => panic!("expected a target, got {other:?}"),
+        }
+        read.release().await.unwrap();
+        writer.await.unwrap();
+
+        // A fair lock's holder with a waiter queued behind it.
+        let turn = holder.fair_lock("trig-fair").acquire().await.unwrap();
+        let queued = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter.fair_lock("trig-fair").wait(wait).acquire().await;
+                guard.unwrap().release().await.unwrap();
+            }
+        });
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::Fair,
+            "trig-fair",
+            &config,
+            is_worker,
+        )
+        .await
+        {
+            Triggered::Effective(t) => {
+                assert_eq!(t.kind, TargetKind::Fair);
+                assert_eq!(t.owner, turn.owner());
+                assert_eq!(t.fencing_token, turn.fencing_token());
+                assert_eq!(t.waiters, 1);
+            }
+            other => panic!("expected a target, got {other:?}"),
+        }
+        turn.release().await.unwrap();
+        queued.await.unwrap();
+
+        // Every permit of a semaphore held, a client waiting for one.
+        let permit = holder
+            .semaphore("trig-sem", 1)
+            .permit()
+            .acquire()
+            .await
+            .unwrap();
+        let pending = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter
+                    .semaphore("trig-sem", 1)
+                    .permit()
+                    .wait(wait)
+                    .acquire()
+                    .await;
+                guard.unwrap().release().await.unwrap();
+            }
+        });
+        match wait_for_family_target(
+            &inspector,
+            TargetKind::Semaphore,
+            "trig-sem",
+            &config,
+            is_worker,
+        )
+        .await
+        {
+            Triggered::Effective(t) => {
+                assert_eq!(
+                    (t.kind, t.owner.as_str()),
+                    (TargetKind::Semaphore, permit.owner())
+                );
+                assert!(t.waiters >= 1, "{t:?}");
+            }
+            other => panic!("expected a target, got {other:?}"),
+        }
+        permit.release().await.unwrap();
+        pending.await.unwrap();
         tokio::task::spawn_blocking(move || drop(server))
             .await
             .unwrap();

@@ -32,6 +32,11 @@ pub(super) struct Hold {
     pub(super) surrendered: Option<u64>,
     /// Why a fault could have touched it (empty: nothing did).
     pub(super) touched: BTreeSet<&'static str>,
+    /// The start of the operator's force release that deleted this hold while it was held
+    /// (see [`super::windows::force_released`]): from then on it is not protected, and
+    /// another holder overlapping it is excused (`force_release`); its `lost()` is still
+    /// held to the usual bound, and fencing is not excused.
+    pub(super) forced: Option<u64>,
 }
 
 /// The task number in a hold id `w{worker}-t{task}-{seq}`.

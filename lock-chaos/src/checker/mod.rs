@@ -134,6 +134,7 @@ pub fn analyze(
                 target: (*target).to_owned(),
                 start: *t,
                 heal: *t,
+                heal_target: String::new(),
                 end: run_end,
                 id: *id,
                 triggered: *triggered,
@@ -143,6 +144,7 @@ pub fn analyze(
             });
         } else if let Some(w) = heal_target(&mut windows, *id) {
             w.heal = *t;
+            w.heal_target = (*target).to_owned();
         }
     }
     for i in 1..windows.len() {
@@ -323,6 +325,7 @@ pub fn analyze(
                     release_end: None,
                     surrendered: None,
                     touched: BTreeSet::new(),
+                    forced: None,
                 });
             }
             Event::AcquireFailed { t, kind, .. } => {
@@ -467,6 +470,12 @@ pub fn analyze(
                 }
             }
         }
+        // Deleted by an operator's force release while held.
+        h.forced = windows
+            .iter()
+            .filter(|w| force_released(w, h))
+            .map(|w| w.start)
+            .min();
         if redlock_empty_restart_of_a_reduced_lock(backend, h, &windows, lease) {
             h.touched.insert("data_loss");
         }
@@ -615,7 +624,13 @@ pub fn analyze(
                     rows[row].overlap_max_ms = rows[row].overlap_max_ms.max(ms);
                     overlapped.insert(a.id.as_str());
                     overlapped.insert(b.id.as_str());
-                    push_anomaly(&mut rows, &mut violations, row, &[a, b], None, Violation {
+                    // An operator deleted `a`'s hold before `b` acquired (and `b` was not
+                    // deleted with it: then both held at once before the deletion).
+                    let excuse = a
+                        .forced
+                        .filter(|&f| f <= b.start && b.forced != Some(f))
+                        .map(|_| "force_release");
+                    push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
                         kind: "overlap".into(),
                         backend: backend.into(),
                         fault: fault_at(b.start),
@@ -789,6 +804,14 @@ pub fn analyze(
                     .filter(|w| !partial_clock_jump(w, lease))
                     .map(|w| w.start)
                     .min();
+                // An operator's force release of this hold: deleted by its heal at the
+                // latest (the server's `del` event dates it better when it was seen).
+                let forced = windows
+                    .iter()
+                    .filter(|w| force_released(w, h) && w.heal >= from && w.heal <= until)
+                    .map(|w| w.heal)
+                    .min();
+                let destroyed = [destroyed, forced].into_iter().flatten().min();
                 (server, successor, destroyed)
             };
             // Permits: another holder's grant that the total leaves no room for beside this
@@ -825,6 +848,14 @@ pub fn analyze(
             } else {
                 "a fault destroyed the lock's data"
             };
+            if let Some(f) = h.forced {
+                let row = &mut rows[row_at(f)];
+                row.force_released += 1;
+                if let (Some(lost), Some(x)) = (h.lost, loss) {
+                    row.force_released_lost += 1;
+                    row.force_released_lost_ms.push(ms_between(x, lost));
+                }
+            }
             if let Some(lost) = h.lost {
                 rows[row_at(lost)].lost_fired += 1;
                 match loss {
@@ -985,7 +1016,18 @@ pub fn analyze(
                 let involved: Vec<&Hold> = active.iter().map(|&k| permits[k]).collect();
                 let row = row_at(t);
                 rows[row].permits_exceeded += 1;
-                push_anomaly(&mut rows, &mut violations, row, &involved, None, Violation {
+                // Without the permits an operator had deleted before this grant (by a force
+                // release that did not delete this one: then they were held together before
+                // it), the total holds: excused as `force_release`.
+                let starting = permits[i].forced;
+                let kept: u32 = active
+                    .iter()
+                    .map(|&k| permits[k])
+                    .filter(|h| !h.forced.is_some_and(|f| f <= t && starting != Some(f)))
+                    .map(|h| h.permits.max(1))
+                    .sum();
+                let excuse = (kept <= total).then_some("force_release");
+                push_anomaly(&mut rows, &mut violations, row, &involved, excuse, Violation {
                     kind: "permits_exceeded".into(),
                     backend: backend.into(),
                     fault: fault_at(t),

@@ -123,6 +123,19 @@ pub struct Row {
     pub loss_latency_p99_ms: Option<f64>,
     /// Firings without an observable loss (declared before Redis could expire the key).
     pub lost_without_observed_loss: usize,
+    /// `force_release`: holds an operator's force release deleted while they were held
+    /// (counted in the force release's row).
+    pub force_released: usize,
+    /// Of those, the ones whose `lost()` fired.
+    pub force_released_lost: usize,
+    /// Their latencies from the deletion (the server's `del` event, or the first other
+    /// sign of the loss) to `lost()`, ms.
+    #[serde(skip)]
+    pub force_released_lost_ms: Vec<f64>,
+    /// Median of those, ms.
+    pub force_released_lost_p50_ms: Option<f64>,
+    /// 99th percentile, ms.
+    pub force_released_lost_p99_ms: Option<f64>,
     /// `kill_holder`: from the kill to the next acquisition of each lock the killed
     /// worker held, by another worker: the longest, ms.
     pub kill_recovery_max_ms: Option<f64>,
@@ -236,6 +249,10 @@ impl Row {
             .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         self.loss_latency_p50_ms = percentile(&self.loss_latency_ms, 0.50);
         self.loss_latency_p99_ms = percentile(&self.loss_latency_ms, 0.99);
+        self.force_released_lost_ms
+            .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        self.force_released_lost_p50_ms = percentile(&self.force_released_lost_ms, 0.50);
+        self.force_released_lost_p99_ms = percentile(&self.force_released_lost_ms, 0.99);
     }
 }
 
@@ -507,6 +524,16 @@ impl BackendReport {
                 r.triggered,
                 r.effective,
                 fmt_bounds(&r.upper95),
+            ));
+        }
+        for r in self.rows.iter().filter(|r| r.force_released > 0) {
+            out.push_str(&format!(
+                "\nForce release: {} holds deleted by an operator while held; {} saw lost(), \
+                 {} / {} ms (p50 / p99) after the deletion (bound as for any loss).\n",
+                r.force_released,
+                r.force_released_lost,
+                fmt_ms(r.force_released_lost_p50_ms),
+                fmt_ms(r.force_released_lost_p99_ms),
             ));
         }
         let reg = &self.register;

@@ -2770,3 +2770,214 @@ fn an_empty_restart_of_the_lock_server_holding_the_register_excuses_its_lost_wri
     );
     assert_eq!(counted_of(&report, "lost_write").len(), 1);
 }
+
+/// An operator's force release of `lock:{name}` as the nemesis records it: the fence counter
+/// read before the start, and whether a live hold was deleted.
+fn force_release(
+    at: u64,
+    name: &str,
+    kind: &str,
+    counter: u64,
+    deleted: bool,
+    id: u64,
+) -> [Event; 2] {
+    let target = format!("lock:{{{name}}} {kind} counter {counter}");
+    [
+        fault_id(at, "force_release", "start", &target, id, Some(true)),
+        fault_id(
+            at + 1,
+            "force_release",
+            "heal",
+            &format!("{target} deleted {deleted}"),
+            id,
+            Some(true),
+        ),
+    ]
+}
+
+#[test]
+fn a_force_release_excuses_the_deleted_holders_overlap_only() {
+    // a holds from 100 ms (token 1); the operator deletes it at 500 ms; b takes the lock at
+    // 520 ms (token 2); a learns of it at 900 ms (within 1500/3 + 500 + 100 ms of the del).
+    let run = |a_start: u64, a_token: u64, deleted: bool, extra: &[Event]| {
+        let mut events = vec![acq(a_start, 1, "w1-t0-0", a_token)];
+        events.extend(force_release(500, NAME, "plain", 1, deleted, 1));
+        events.extend([
+            gone(500),
+            acq(520, 2, "w2-t0-0", 2),
+            lost(900, 1, "w1-t0-0", a_token),
+            rel(900, 1, "w1-t0-0", a_token, "lease_lost"),
+            rel(1200, 2, "w2-t0-0", 2, "ok"),
+        ]);
+        events.extend(extra.iter().cloned());
+        check(&events, None)
+    };
+    let report = run(100, 1, true, &[]);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("force_release"), Some(&1));
+    let row = report
+        .rows
+        .iter()
+        .find(|r| r.fault == "force_release")
+        .unwrap();
+    assert_eq!((row.force_released, row.force_released_lost), (1, 1));
+    assert_eq!(row.force_released_lost_p50_ms, Some(400.0));
+    // A grant recorded after the start with a token at or below the counter read before it
+    // was held at the deletion too; one above it was granted after: not deleted.
+    assert!(counted(&run(502, 1, true, &[])).is_empty());
+    assert_eq!(counted(&run(502, 3, true, &[])), ["overlap"]);
+    // Nothing deleted (the lock had gone already): no excuse.
+    assert_eq!(counted(&run(100, 1, false, &[])), ["overlap"]);
+    // Another holder overlapping the successor is not excused: it was not deleted.
+    let c = [acq(600, 3, "w3-t0-0", 3), rel(700, 3, "w3-t0-0", 3, "ok")];
+    let report = run(100, 1, true, &c);
+    assert_eq!(counted(&report), ["overlap"], "{:#?}", report.violations);
+    assert!(report
+        .violations
+        .iter()
+        .any(|v| v.kind == "overlap" && v.holds == ["w2-t0-0", "w3-t0-0"] && v.excused.is_none()));
+    // Two holders before the deletion overlapped before it: not excused.
+    let early = [acq(300, 3, "w3-t0-0", 1), rel(450, 3, "w3-t0-0", 1, "ok")];
+    let report = run(100, 1, true, &early);
+    assert!(report
+        .violations
+        .iter()
+        .any(|v| v.holds == ["w1-t0-0", "w3-t0-0"] && v.kind == "overlap" && v.excused.is_none()));
+}
+
+#[test]
+fn a_force_released_holders_late_lost_and_fencing_stay_violations() {
+    // lost() 1500 ms after the deletion: past the bound, whatever deleted the lock.
+    let mut events = vec![acq(100, 1, "w1-t0-0", 1)];
+    events.extend(force_release(500, NAME, "plain", 1, true, 1));
+    events.extend([
+        gone(500),
+        acq(520, 2, "w2-t0-0", 2),
+        rel(1200, 2, "w2-t0-0", 2, "ok"),
+        lost(2000, 1, "w1-t0-0", 1),
+        rel(2000, 1, "w1-t0-0", 1, "lease_lost"),
+    ]);
+    let report = check(&events, None);
+    assert_eq!(counted(&report), ["late_lost"], "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("force_release"), Some(&1));
+    // The successor got the deleted holder's token: a duplicate, not excused.
+    let mut events = vec![acq(100, 1, "w1-t0-0", 1)];
+    events.extend(force_release(500, NAME, "plain", 1, true, 1));
+    events.extend([
+        gone(500),
+        acq(520, 2, "w2-t0-0", 1),
+        lost(900, 1, "w1-t0-0", 1),
+        rel(900, 1, "w1-t0-0", 1, "lease_lost"),
+        rel(1200, 2, "w2-t0-0", 1, "ok"),
+    ]);
+    let report = check(&events, None);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.kind == "duplicate_token" && v.excused.is_none()),
+        "{:#?}",
+        report.violations
+    );
+}
+
+#[test]
+fn a_force_released_semaphore_excuses_only_the_deleted_permits() {
+    use LockKind::Permit;
+    // Two permits: p1 and p2 hold them; the operator deletes both at 500 ms; p3 and p4 take
+    // them again at once.
+    let mut events = history(&[
+        hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 800)),
+        hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 800)),
+        hold_of(Permit, "sem-0", "p3", "c", 2, 3, (510, 520, 900)),
+        hold_of(Permit, "sem-0", "p4", "d", 3, 4, (510, 530, 900)),
+    ]);
+    events.extend(force_release(500, "sem-0", "semaphore", 2, true, 1));
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("force_release"), Some(&2));
+    // A fifth holder is one too many beside p3 and p4: a violation.
+    events.extend(hold_of(Permit, "sem-0", "p5", "e", 4, 5, (510, 540, 900)));
+    assert_eq!(counted(&check(&events, None)), ["permits_exceeded"]);
+    // A force release of another primitive of the name deletes no permit.
+    let mut other = history(&[
+        hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 800)),
+        hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 800)),
+        hold_of(Permit, "sem-0", "p3", "c", 2, 3, (510, 520, 900)),
+    ]);
+    other.extend(force_release(500, "sem-0", "read_write", 2, true, 1));
+    assert_eq!(counted(&check(&other, None)), ["permits_exceeded"]);
+}
+
+#[test]
+fn a_force_released_reader_is_excused_beside_the_next_writer() {
+    use LockKind::{Read, Write};
+    let mut events = history(&[
+        hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 800)),
+        hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 520, 900)),
+    ]);
+    events.extend(force_release(500, "rw-0", "read_write", 1, true, 1));
+    let report = check(&events, None);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("force_release"), Some(&1));
+}
+
+#[test]
+fn a_forward_clock_jump_excuses_the_familys_holds_as_a_plain_locks_a_backward_one_does_not() {
+    use LockKind::{Fair, Permit, Read, Write};
+    // The lock family's holders expire one by one inside a key, by the server's clock: a
+    // forward jump of it ends them early as it ends a plain lock's TTL.
+    for (fault, ms, excused) in [
+        ("clock_jump_forward", 1500, true),
+        ("clock_jump_back", -1500, false),
+    ] {
+        let target = format!("server port 1 pid 2 {ms:+} ms");
+        let jump = [
+            fault_id(300, fault, "start", &target, 1, None),
+            fault_id(301, fault, "heal", &target, 1, None),
+        ];
+        // Both permits held at the jump; a third holder gets one at 400 ms.
+        let mut sem = history(&[
+            hold_of(Permit, "sem-0", "p1", "a", 0, 1, (100, 100, 800)),
+            hold_of(Permit, "sem-0", "p2", "b", 1, 2, (150, 150, 800)),
+            hold_of(Permit, "sem-0", "p3", "c", 2, 3, (350, 400, 900)),
+        ]);
+        // A reader at the jump; a writer at 400 ms.
+        let mut rw = history(&[
+            hold_of(Read, "rw-0", "r1", "a", 0, 1, (100, 100, 800)),
+            hold_of(Write, "rw-0", "w1", "b", 1, 2, (200, 400, 900)),
+        ]);
+        // A fair waiter that asked at 100 ms is served after one that asked at 250 ms (its
+        // place ran out early: its waiting spans the jump).
+        let mut fair = history(&[
+            hold_of(Fair, "fair-0", "h", "h", 0, 1, (0, 0, 390)),
+            hold_of(Fair, "fair-0", "b", "b", 2, 2, (250, 400, 800)),
+            hold_of(Fair, "fair-0", "a", "a", 1, 3, (100, 900, 1000)),
+        ]);
+        for (events, kind) in [
+            (&mut sem, "permits_exceeded"),
+            (&mut rw, "overlap"),
+            (&mut fair, "fifo_inversion"),
+        ] {
+            events.extend(jump.iter().cloned());
+            let report = check(events, None);
+            if excused {
+                assert!(
+                    counted(&report).is_empty(),
+                    "{fault} {kind}: {:#?}",
+                    report.violations
+                );
+                assert!(
+                    report
+                        .violations
+                        .iter()
+                        .any(|v| v.kind == kind && v.excused.as_deref() == Some("data_loss")),
+                    "{fault} {kind}: {:#?}",
+                    report.violations
+                );
+            } else {
+                assert_eq!(counted(&report), [kind], "{fault}");
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@ use super::holds::{hold_key, Hold};
 use super::FAILOVER_SLACK;
 use crate::event::LockKind;
 use crate::nemesis::Fault;
+use crate::trigger::TargetKind;
 
 /// One fault injection as the nemesis recorded it.
 #[derive(Debug, Clone)]
@@ -16,6 +17,8 @@ pub(super) struct Window {
     pub(super) target: String,
     pub(super) start: u64,
     pub(super) heal: u64,
+    /// The target its heal recorded (a force release's says whether it deleted a hold).
+    pub(super) heal_target: String,
     pub(super) end: u64,
     /// The injection's number (pairs its heal), if recorded.
     pub(super) id: Option<u64>,
@@ -375,6 +378,61 @@ pub(super) fn server_clock_back(
         *net.entry((port, pid)).or_default() += ms;
     }
     net.values().any(|&ms| ms != 0)
+}
+
+/// An operator's force release as the nemesis recorded it: the start's target
+/// `lock:{name} <kind> counter <n|?>` (the fence counter read just before the start) and the
+/// heal's, which ends `deleted true` when a live hold was deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ForceRelease {
+    pub(super) name: String,
+    pub(super) kind: TargetKind,
+    pub(super) counter: Option<u64>,
+    pub(super) deleted: bool,
+}
+
+/// The force release `w` records, if it is one.
+pub(super) fn force_release_of(w: &Window) -> Option<ForceRelease> {
+    if w.kind() != Some(Fault::ForceRelease) {
+        return None;
+    }
+    let rest = w.target.strip_prefix("lock:{")?;
+    let (name, rest) = rest.split_once('}')?;
+    let mut words = rest.split_whitespace();
+    let kind = TargetKind::from_name(words.next()?)?;
+    let counter = match (words.next(), words.next()) {
+        (Some("counter"), Some(n)) => n.parse().ok(),
+        _ => None,
+    };
+    Some(ForceRelease {
+        name: name.to_owned(),
+        kind,
+        counter,
+        deleted: w.heal_target.ends_with(" deleted true"),
+    })
+}
+
+/// Whether hold `h` was deleted by the force release `w` while it was held: `w` deleted a
+/// live hold of `h`'s name and primitive, `h` was still believed at `w`'s start, and it had
+/// been granted before the deletion: it began before `w`'s start, or its token is at or
+/// below the fence counter read just before (a grant recorded late). A hold granted between
+/// that read and the deletion and recorded after the start is not counted (its overlaps stay
+/// violations, to be read); the successors (granted after the deletion) never are.
+pub(super) fn force_released(w: &Window, h: &Hold) -> bool {
+    let Some(f) = force_release_of(w) else {
+        return false;
+    };
+    let primitive = match f.kind {
+        TargetKind::Plain => hold_key(h.kind, &h.name) == super::holds::lock_key(&h.name),
+        TargetKind::Fair => h.kind == LockKind::Fair,
+        TargetKind::ReadWrite => matches!(h.kind, LockKind::Read | LockKind::Write),
+        TargetKind::Semaphore => h.kind == LockKind::Permit,
+    };
+    f.deleted
+        && primitive
+        && h.name == f.name
+        && h.end > w.start
+        && (h.start < w.start || f.counter.is_some_and(|c| h.token <= c))
 }
 
 /// Which window a time falls in (`None`: before the first fault).
