@@ -310,6 +310,19 @@ pub enum Event {
         /// The worker, or `None` for the harness (nemesis, proxies, key-event subscribers).
         worker: Option<u32>,
     },
+    /// A worker's async runtime ran a 10 ms timer late (more than the stall threshold):
+    /// its tasks did not run from `t_start` to about `t`, while its OS-thread probe (which
+    /// records [`Event::Stall`]) may have run on. Only the liveness figure takes it into
+    /// account (a waiter whose runtime did not run cannot take a free lock); the safety
+    /// rules do not, so that a library that blocks the runtime is not excused by it.
+    RuntimeStall {
+        /// When the timer was set.
+        t_start: u64,
+        /// When it fired.
+        t: u64,
+        /// The worker.
+        worker: u32,
+    },
     /// A lock server reported that a key was removed (keyspace notification).
     KeyGone {
         /// When the harness received the notification.

@@ -118,6 +118,7 @@ fn span(event: &Event) -> (u64, u64) {
         | Event::AcquireFailed { t_start, t, .. }
         | Event::Released { t_start, t, .. }
         | Event::Stall { t_start, t, .. }
+        | Event::RuntimeStall { t_start, t, .. }
         | Event::ShutdownDone { t_start, t, .. }
         | Event::Harness { t_start, t, .. } => ((*t_start).min(*t), (*t_start).max(*t)),
         Event::Hello { t, .. }

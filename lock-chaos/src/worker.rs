@@ -75,6 +75,7 @@ pub async fn run(setup: WorkerSetup) {
         Some(setup.worker),
         setup.deadline_ns.clone(),
     );
+    spawn_runtime_probe(setup.sink.clone(), setup.worker, setup.deadline_ns.clone());
     let mut jobs: Vec<(TaskMode, Option<Workload>)> = (0..setup.tasks)
         .map(|task| (TaskMode::for_task(task), None))
         .collect();
@@ -471,6 +472,25 @@ pub fn spawn_stall_probe(
             }
         }
     })
+}
+
+/// Probes the worker's async runtime: a task in a 10 ms timer loop that records a
+/// [`Event::RuntimeStall`] when its timer fires more than [`STALL_THRESHOLD`] late (the
+/// runtime's threads did not run its tasks meanwhile: blocked, or descheduled). Stops at
+/// the deadline.
+fn spawn_runtime_probe(sink: EventSink, worker: u32, deadline: Arc<AtomicU64>) {
+    tokio::spawn(async move {
+        let threshold = STALL_THRESHOLD.as_nanos() as u64;
+        let period = PROBE_PERIOD.as_nanos() as u64;
+        while now_ns() < deadline.load(Ordering::Relaxed) {
+            let t_start = now_ns();
+            tokio::time::sleep(PROBE_PERIOD).await;
+            let t = now_ns();
+            if t.saturating_sub(t_start) > period + threshold {
+                sink.emit(&Event::RuntimeStall { t_start, t, worker });
+            }
+        }
+    });
 }
 
 /// One round with `acquire()` and a guard.

@@ -1,5 +1,5 @@
 //! Liveness: how long a lock sat free while another task was asking for it, outside
-//! faults and stalls of the waiter. A gap above its kind's bound ([`bound`]) is a
+//! faults and stalls of the waiter (its process, or its async runtime: `RuntimeStall`). A gap above its kind's bound ([`bound`]) is a
 //! violation (`liveness_gap`).
 
 use std::collections::BTreeMap;

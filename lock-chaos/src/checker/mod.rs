@@ -285,6 +285,8 @@ pub fn analyze(
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut stalls: Vec<(Option<u32>, u64, u64)> = Vec::new();
+    // A worker's async runtime that ran a timer late (liveness only; see `RuntimeStall`).
+    let mut runtime_stalls: Vec<(Option<u32>, u64, u64)> = Vec::new();
     let mut gone: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
     let mut key_events = 0;
     for event in events {
@@ -337,6 +339,9 @@ pub fn analyze(
                 }
             }
             Event::Stall { t_start, t, worker } => stalls.push((*worker, *t_start, *t)),
+            Event::RuntimeStall { t_start, t, worker } => {
+                runtime_stalls.push((Some(*worker), *t_start, *t));
+            }
             Event::KeyGone { t, server, .. }
                 if demoted
                     .iter()
@@ -1793,8 +1798,17 @@ pub fn analyze(
         }
     }
     // Liveness: locks free while wanted; a gap above its kind's bound is a violation.
+    let waiter_stalls: Vec<(Option<u32>, u64, u64)> =
+        stalls.iter().chain(&runtime_stalls).copied().collect();
     let (liveness, liveness_by_kind, gaps_over) = liveness::free_while_wanted(
-        events, &holds, &windows, &repairs, &stalls, run_start, run_end, lease,
+        events,
+        &holds,
+        &windows,
+        &repairs,
+        &waiter_stalls,
+        run_start,
+        run_end,
+        lease,
     );
     for over in gaps_over {
         let row = row_at(over.from);
@@ -1830,6 +1844,10 @@ pub fn analyze(
         row.fill_bounds();
     }
     let mut stall_figures = Stalls::default();
+    for &(_, s0, s1) in &runtime_stalls {
+        stall_figures.runtimes += 1;
+        stall_figures.runtimes_max_ms = stall_figures.runtimes_max_ms.max(ms_between(s0, s1));
+    }
     for &(w, s0, s1) in &stalls {
         let ms = ms_between(s0, s1);
         if w.is_some() {

@@ -372,6 +372,10 @@ pub struct Stalls {
     pub harness: usize,
     /// Longest harness stall, ms.
     pub harness_max_ms: f64,
+    /// Late timers of workers' async runtimes (liveness only).
+    pub runtimes: usize,
+    /// Longest of those, ms.
+    pub runtimes_max_ms: f64,
 }
 
 /// Errors, with the `NotReplicated` answers among them when there were any.
@@ -561,13 +565,16 @@ impl BackendReport {
         ));
         let s = &self.stalls;
         out.push_str(&format!(
-            "Stalls (woke > {} ms late): workers {} (max {:.0} ms), harness {} (max {:.0} ms). \
+            "Stalls (woke > {} ms late): workers {} (max {:.0} ms), harness {} (max {:.0} ms); \
+             workers' async runtimes {} (max {:.0} ms, liveness only). \
              Key removals reported by the servers: {}.\n",
             crate::worker::STALL_THRESHOLD.as_millis(),
             s.workers,
             s.workers_max_ms,
             s.harness,
             s.harness_max_ms,
+            s.runtimes,
+            s.runtimes_max_ms,
             self.key_events
         ));
         out.push_str(&format!(

@@ -469,7 +469,12 @@ fn a_fault_of_one_cluster_shard_reaches_every_shards_liveness() {
             rel(5_000, 2, "w2-t0-0", 2, "ok"),
         ];
         if with_fault {
-            events.push(fault(2_500, "failover", "start", "lock:{x} old master port 2"));
+            events.push(fault(
+                2_500,
+                "failover",
+                "start",
+                "lock:{x} old master port 2",
+            ));
             events.push(fault(3_000, "failover", "heal", "node 12"));
         }
         analyze("cluster", &events, None, LEASE, 0, 100_000 * MS)
@@ -2271,6 +2276,31 @@ fn a_gap_while_the_waiting_worker_stalled_is_not_counted() {
         worker: Some(3),
     });
     assert!(gap_ms(&check(&events, None)).is_some_and(|ms| ms > 29_000.0));
+}
+
+/// A late timer of the waiting worker's async runtime excuses a liveness gap (the waiter
+/// could not run), but not a safety anomaly.
+#[test]
+fn a_runtime_stall_of_the_waiter_excuses_only_its_liveness_gap() {
+    let mut events = thirty_second_gap();
+    events.push(Event::RuntimeStall {
+        t_start: 5_000 * MS,
+        t: 6_000 * MS,
+        worker: 2,
+    });
+    assert_eq!(gap_ms(&check(&events, None)), None);
+    let mut overlap = vec![
+        acq(1_000, 1, "w1-t0-0", 1),
+        acq(1_500, 2, "w2-t0-0", 2),
+        rel(2_000, 1, "w1-t0-0", 1, "ok"),
+        rel(2_500, 2, "w2-t0-0", 2, "ok"),
+    ];
+    overlap.push(Event::RuntimeStall {
+        t_start: 1_000 * MS,
+        t: 3_000 * MS,
+        worker: 1,
+    });
+    assert_eq!(counted(&check(&overlap, None)), ["overlap"]);
 }
 
 #[test]
