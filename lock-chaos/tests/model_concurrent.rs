@@ -80,7 +80,7 @@
 //! the lease deadline), so no lease runs out unless the model says the lock was taken away.
 //!
 //! Stalls: a case that fails while this process stalled (a probe thread in a 10 ms sleep
-//! loop woke more than 150 ms late: a loaded machine descheduled it past a renewal of the
+//! loop woke more than 100 ms late: a loaded machine descheduled it past a renewal of the
 //! 900 ms memory lease, which the model cannot tell from a lock lost for no reason) is run
 //! again, at most three times in all, and counted (`reruns_after_stall` in the printed
 //! stats); a failure without a stall, or a third one, fails the test. The long run of
@@ -1150,7 +1150,7 @@ impl Stats {
 /// How late the stall probe may wake before a case that failed meanwhile is run again: a
 /// process descheduled that long (a loaded machine) can miss a renewal of a 900 ms lease,
 /// which the model cannot tell from a lock lost for no reason.
-const STALL: Duration = Duration::from_millis(150);
+const STALL: Duration = Duration::from_millis(100);
 
 /// When each stall of this process ended (see [`STALL`]).
 static STALLS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
