@@ -362,6 +362,98 @@ fn role(server: &RedisServer) -> String {
     }
 }
 
+/// While the client connects to the master the sentinels just named (here it hangs: the
+/// promoted replica is paused), no command goes to the old master, which still takes locks:
+/// before, commands sent during that first connection attempt (up to the connect timeout)
+/// locked on the old master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_one() {
+    let mut set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(1500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let listening = Instant::now();
+    while set.sentinels().iter().any(|s| subscribers(s) == 0) {
+        assert!(
+            listening.elapsed() < Duration::from_secs(5),
+            "not listening"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for sentinel in set.sentinels() {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(MASTER)
+            .arg("down-after-milliseconds")
+            .arg(60_000)
+            .query(&mut sentinel.conn())
+            .unwrap();
+    }
+    let mut events = set.sentinel(0).conn();
+    let mut events = events.as_pubsub();
+    events.subscribe("+promoted-slave").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _: () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query(&mut set.sentinel(0).conn())
+        .unwrap();
+    events.get_message().expect("the replica was promoted");
+    set.replica().pause();
+    drop(events);
+    let new_port = set.replica().port();
+    let announcing = Instant::now();
+    while set.current_master_port() != new_port {
+        assert!(
+            announcing.elapsed() < Duration::from_secs(10),
+            "the sentinels do not name the promoted replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The client hears the announcement within milliseconds (pub/sub on loopback) and
+    // starts connecting to the paused new master: that attempt lasts the connect timeout.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Lock attempts of names of their own, every 10 ms, from now until well past the
+    // client's first connection attempt to the paused new master.
+    let started = Instant::now();
+    let mut i = 0u32;
+    let mut taken = Vec::new();
+    while started.elapsed() < Duration::from_secs(4) {
+        // Kept: a dropped guard would release the lock it got.
+        if let Ok(Some(guard)) = client.lock(format!("race:{i}")).try_acquire().await {
+            taken.push(guard);
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        role(set.master()),
+        "master",
+        "the old master was demoted: the test proves nothing"
+    );
+    // Only the old master answered: every lock taken was taken there.
+    let tokens: Vec<u64> = taken.iter().take(5).map(|g| g.fencing_token()).collect();
+    assert!(
+        taken.is_empty(),
+        "{} of {i} attempts locked on the old master after the switch (first tokens {tokens:?})",
+        taken.len()
+    );
+}
+
 /// A forced failover (`SENTINEL FAILOVER`) whose promoted replica is paused
 /// right after its promotion, before the sentinels announce it: the client
 /// hears `+switch-master` but cannot connect to the new master, while the old

@@ -342,6 +342,16 @@ impl Follower {
             *self.unreached.lock() = None;
             return current;
         }
+        // Deposed from now on: while the connection to the new master is being made
+        // (up to the connect timeout), a command must not go to the old one, which may
+        // still take locks (a client that was cut off from the new master, or from the
+        // sentinels, when the failover happened). Commands wait for this move (they take
+        // `resolving`, held by the caller) and then go to the new master, or fail.
+        *self.unreached.lock() = Some(Unreached {
+            client: client.clone(),
+            server: server.clone(),
+            reason: "the client is connecting to it".into(),
+        });
         match Node::connect(client.clone(), &self.settings, &self.scripts).await {
             Ok(node) => {
                 tracing::warn!(from = %current.server, to = %node.server, "lock backend follows the new master");
