@@ -718,7 +718,9 @@ async fn in_client_hand_off_child() {
 
 /// A kept hot lock is taken again and released with no command to the
 /// server: 100 uses after the first cost nothing there. Its field in Redis
-/// is the keeper's own (`~k`), not a scope's owner.
+/// is the keeper's own (`~k`), not a scope's owner. (The first release,
+/// which makes the lock idle, has the keeper cut its lease to the short one
+/// in the background: one renewal script, sent before the count starts.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_lock_uses_cost_no_round_trip() {
     let server = RedisServer::start();
@@ -729,6 +731,19 @@ async fn hot_lock_uses_cost_no_round_trip() {
         .unwrap();
     let first = client.lock("hot:free").acquire().await.unwrap();
     first.release().await.unwrap();
+    // The short lease: the linger plus twice the 2 s response timeout.
+    let cut = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg("lock:{hot:free}")
+            .query(&mut server.conn())
+            .unwrap();
+        if ttl <= 24_000 {
+            break;
+        }
+        assert!(Instant::now() < cut, "the idle lock's lease was not cut: {ttl} ms");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let field: Vec<String> = redis::cmd("HKEYS")
         .arg("lock:{hot:free}")
         .query(&mut server.conn())
