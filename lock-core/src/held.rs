@@ -540,6 +540,41 @@ mod tests {
         assert!(plain.lost_error().is_none());
     }
 
+    /// A kept lock's renewals mix the short lease (idle) and the full one
+    /// (in use); the store keeps the expiry of the one it ran last. A cut
+    /// counts at once; the answer to a full renewal sent before the last
+    /// cut (a watchdog round in flight when the lock went idle) proves only
+    /// the short lease; one sent after it proves the full lease, unless a
+    /// cut failed without an answer (it may still run after it).
+    #[tokio::test(start_paused = true)]
+    async fn a_short_lease_bounds_what_earlier_renewals_prove() {
+        let full = Duration::from_secs(30);
+        let short = Duration::from_secs(1);
+        let lock = held(Lease::Watchdog(full));
+        let in_flight = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let cut = Instant::now();
+        lock.shorten(short, cut);
+        assert!(lock.valid_until() <= cut + short, "counted from the cut's send");
+        lock.renewed_for(in_flight, full);
+        assert!(lock.valid_until() <= cut + short, "sent before the cut");
+        lock.renewed_for(cut, short);
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let extended = Instant::now();
+        lock.renewed_for(extended, full);
+        assert!(lock.valid_until() > extended + Duration::from_secs(20));
+        // A cut that failed without an answer: nothing proves more than
+        // the short lease from then on.
+        let lock = held(Lease::Watchdog(full));
+        lock.shorten(short, Instant::now());
+        lock.short_unsure();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let after = Instant::now();
+        lock.renewed_for(after, full);
+        assert!(lock.valid_until() <= after + short);
+        assert!(lock.valid_until() > after, "still extended by the short lease");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn renewals_move_the_deadline() {
         let lock = held(Lease::Watchdog(Duration::from_secs(1)));
