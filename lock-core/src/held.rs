@@ -73,11 +73,12 @@ struct Status {
     live: usize,
     /// The last short lease sent for the hold (a kept hot lock idle, see
     /// `hot/`), which bounds what the answers of longer renewals prove.
-    short: Option<ShortLease>,
+    /// (Boxed: every other lock carries only the pointer.)
+    short: Option<Box<ShortLease>>,
 }
 
 /// A short lease sent for a hold whose other renewals send a longer one.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct ShortLease {
     lease: Duration,
     /// When the last one was sent.
@@ -281,7 +282,7 @@ impl HeldLock {
     pub(crate) fn renewed_for(&self, sent: Instant, lease: Duration) {
         let mut until = lease::valid_until(sent, lease);
         let mut status = self.cell.status.lock();
-        if let Some(short) = status.short {
+        if let Some(short) = status.short.as_deref() {
             if short.unsure || short.sent >= sent {
                 until = until.min(lease::valid_until(sent.max(short.sent), short.lease));
             }
@@ -301,13 +302,19 @@ impl HeldLock {
     pub(crate) fn shorten(&self, lease: Duration, sent: Instant) {
         let mut status = self.cell.status.lock();
         status.valid_until = status.valid_until.min(lease::valid_until(sent, lease));
-        let unsure = status.short.is_some_and(|short| short.unsure);
-        let sent = status.short.map_or(sent, |short| short.sent.max(sent));
-        status.short = Some(ShortLease {
-            lease,
-            sent,
-            unsure,
-        });
+        match status.short.as_deref_mut() {
+            Some(short) => {
+                short.lease = lease;
+                short.sent = short.sent.max(sent);
+            }
+            None => {
+                status.short = Some(Box::new(ShortLease {
+                    lease,
+                    sent,
+                    unsure: false,
+                }));
+            }
+        }
     }
 
     /// A renewal with a short lease failed without an answer: it may still
