@@ -741,7 +741,10 @@ async fn hot_lock_uses_cost_no_round_trip() {
         if ttl <= 24_000 {
             break;
         }
-        assert!(Instant::now() < cut, "the idle lock's lease was not cut: {ttl} ms");
+        assert!(
+            Instant::now() < cut,
+            "the idle lock's lease was not cut: {ttl} ms"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let field: Vec<String> = redis::cmd("HKEYS")
@@ -862,7 +865,7 @@ async fn hot_keeper_process() {
     let guard = client.lock("hot:crash").acquire().await.unwrap();
     let token = guard.fencing_token();
     guard.release().await.unwrap(); // kept
-    // Idle a moment (well within the linger), as between two jobs.
+                                    // Idle a moment (well within the linger), as between two jobs.
     tokio::time::sleep(Duration::from_millis(100)).await;
     println!("idle with token {token}");
     std::future::pending::<()>().await;

@@ -562,7 +562,10 @@ mod tests {
         tokio::time::advance(Duration::from_millis(100)).await;
         let cut = Instant::now();
         lock.shorten(short, cut);
-        assert!(lock.valid_until() <= cut + short, "counted from the cut's send");
+        assert!(
+            lock.valid_until() <= cut + short,
+            "counted from the cut's send"
+        );
         lock.renewed_for(in_flight, full);
         assert!(lock.valid_until() <= cut + short, "sent before the cut");
         lock.renewed_for(cut, short);
@@ -579,7 +582,10 @@ mod tests {
         let after = Instant::now();
         lock.renewed_for(after, full);
         assert!(lock.valid_until() <= after + short);
-        assert!(lock.valid_until() > after, "still extended by the short lease");
+        assert!(
+            lock.valid_until() > after,
+            "still extended by the short lease"
+        );
     }
 
     #[tokio::test(start_paused = true)]

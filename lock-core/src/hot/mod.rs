@@ -73,7 +73,11 @@ pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
 /// within the response timeout, reaches a use that starts on it before it
 /// runs out), at least the shortest watchdog lease and at most `lease` (a
 /// linger that long keeps the lock for the lease, as without this).
-pub(crate) fn short_lease(linger: Duration, lease: Duration, response_timeout: Duration) -> Duration {
+pub(crate) fn short_lease(
+    linger: Duration,
+    lease: Duration,
+    response_timeout: Duration,
+) -> Duration {
     linger
         .saturating_add(response_timeout.saturating_mul(2))
         .max(MIN_WATCHDOG_LEASE)

@@ -102,11 +102,15 @@ pub(super) async fn send(inner: Arc<Inner>, round: Round) -> bool {
             .collect()
     };
     let (short_items, long_items) = (items(&short), items(&long));
+    // A round dropped unanswered (the task stopped, or its runtime went) may
+    // have sent its cuts all the same.
+    let mut unanswered = Unanswered(Some(&short));
     let (short_out, long_out) = futures_util::future::join(
         renew(&inner, &short_items, inner.short),
         renew(&inner, &long_items, inner.lease),
     )
     .await;
+    unanswered.0 = None;
     metric_points::renewal_round(sent.elapsed());
     let mut failed = false;
     let answers = short
@@ -156,4 +160,15 @@ async fn renew(inner: &Inner, items: &[RenewItem], lease: Duration) -> Vec<Renew
         return Vec::new();
     }
     inner.backend.renew(items, lease).await
+}
+
+/// The idle locks of a round whose cuts were sent and not answered yet.
+struct Unanswered<'a>(Option<&'a [Arc<HeldLock>]>);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        for lock in self.0.into_iter().flatten() {
+            lock.short_unsure();
+        }
+    }
 }
