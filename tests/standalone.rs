@@ -764,6 +764,26 @@ async fn hot_lock_uses_cost_no_round_trip() {
     for command in ["evalsha", "eval", "hdel", "publish"] {
         assert_eq!(command_calls(&server, command), 0, "{command}");
     }
+    // A linger so long that the short lease is the lease (60 s + 4 s >
+    // 30 s): nothing to cut, and nothing sent either.
+    let long = LockClient::builder()
+        .keep_hot(Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let first = long.lock("hot:free-long").acquire().await.unwrap();
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    for _ in 0..100 {
+        let guard = long.lock("hot:free-long").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        tokio::task::yield_now().await; // the keeper's task may run
+    }
+    assert_eq!(command_calls(&server, "evalsha"), 0, "full-lease keeper");
 }
 
 /// The environment of [`hot_keeper_process`]: the Redis URL.

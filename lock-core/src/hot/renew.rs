@@ -62,15 +62,16 @@ impl Inner {
                 continue; // lost: the next acquisition or the linger forgets it
             }
             if kept.idle_since.is_some() {
-                if !(all || kept.long) {
-                    continue;
-                }
-                if shortens {
+                if !shortens {
+                    // The short lease is the full one: nothing to cut.
+                    kept.long = false;
+                    if all {
+                        round.long.push(kept.lock.clone());
+                    }
+                } else if all || kept.long {
                     kept.lock.shorten(self.short, sent);
                     kept.long = false;
                     round.short.push(kept.lock.clone());
-                } else {
-                    round.long.push(kept.lock.clone());
                 }
             } else if all {
                 kept.long = shortens;
