@@ -718,7 +718,9 @@ async fn in_client_hand_off_child() {
 
 /// A kept hot lock is taken again and released with no command to the
 /// server: 100 uses after the first cost nothing there. Its field in Redis
-/// is the keeper's own (`~k`), not a scope's owner.
+/// is the keeper's own (`~k`), not a scope's owner. (The first release,
+/// which makes the lock idle, has the keeper cut its lease to the short one
+/// in the background: one renewal script, sent before the count starts.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_lock_uses_cost_no_round_trip() {
     let server = RedisServer::start();
@@ -729,6 +731,22 @@ async fn hot_lock_uses_cost_no_round_trip() {
         .unwrap();
     let first = client.lock("hot:free").acquire().await.unwrap();
     first.release().await.unwrap();
+    // The short lease: the linger plus twice the 2 s response timeout.
+    let cut = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg("lock:{hot:free}")
+            .query(&mut server.conn())
+            .unwrap();
+        if ttl <= 24_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < cut,
+            "the idle lock's lease was not cut: {ttl} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let field: Vec<String> = redis::cmd("HKEYS")
         .arg("lock:{hot:free}")
         .query(&mut server.conn())
@@ -746,6 +764,131 @@ async fn hot_lock_uses_cost_no_round_trip() {
     for command in ["evalsha", "eval", "hdel", "publish"] {
         assert_eq!(command_calls(&server, command), 0, "{command}");
     }
+    // A linger so long that the short lease is the lease (60 s + 4 s >
+    // 30 s): nothing to cut, and nothing sent either.
+    let long = LockClient::builder()
+        .keep_hot(Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let first = long.lock("hot:free-long").acquire().await.unwrap();
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    for _ in 0..100 {
+        let guard = long.lock("hot:free-long").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        tokio::task::yield_now().await; // the keeper's task may run
+    }
+    assert_eq!(command_calls(&server, "evalsha"), 0, "full-lease keeper");
+}
+
+/// The environment of [`hot_keeper_process`]: the Redis URL.
+const HOT_KEEPER_URL: &str = "HOT_KEEPER_URL";
+/// The keeper process's settings: a 20 s lease, a 2 s linger and a 250 ms
+/// response timeout, so a short lease of 2.5 s for its idle locks.
+const HOT_KEEPER_LEASE: Duration = Duration::from_secs(20);
+const HOT_KEEPER_LINGER: Duration = Duration::from_secs(2);
+const HOT_KEEPER_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// A child process, SIGKILLed if the test ends before it was.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process takes a hot lock, uses it, keeps it idle and is SIGKILLed
+/// within its linger (it cannot give the lock up): another client that asks
+/// right after the kill gets the lock once the idle lock's short lease runs
+/// out (the linger plus twice the response timeout: 2.5 s), far from the
+/// 20 s lease.
+///
+/// Old code: the idle lock kept the lease it was last renewed with, and the
+/// other client got it after about 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_keepers_idle_lock_frees_within_its_short_lease() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let server = RedisServer::start();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "hot_keeper_process", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(HOT_KEEPER_URL, server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = Child(child);
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let token: u64 = loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the keeper exited before keeping the lock"
+        );
+        // (After the harness's `test hot_keeper_process ... `.)
+        if let Some((_, token)) = line.trim().split_once("idle with token ") {
+            break token.parse().unwrap();
+        }
+    };
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("lock:{hot:crash}")
+        .query(&mut server.conn())
+        .unwrap();
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
+    let killed = Instant::now();
+    let guard = other
+        .lock("hot:crash")
+        .wait(Duration::from_secs(40))
+        .acquire()
+        .await
+        .unwrap();
+    let took = killed.elapsed();
+    println!("another client got the SIGKILLed keeper's idle lock {took:?} after the kill ({ttl} ms of its lease left at the kill)");
+    let short = HOT_KEEPER_LINGER + HOT_KEEPER_TIMEOUT * 2;
+    assert!(
+        took < short + Duration::from_secs(4),
+        "the SIGKILLed keeper's idle lock was taken {took:?} after the kill ({ttl} ms of its \
+         lease left at the kill; short lease {short:?}, lease {HOT_KEEPER_LEASE:?})"
+    );
+    assert!(guard.fencing_token() > token);
+    guard.release().await.unwrap();
+}
+
+/// The keeper of [`a_sigkilled_keepers_idle_lock_frees_within_its_short_lease`],
+/// in a child process: takes `hot:crash`, uses it, keeps it idle, says so
+/// and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in a child process by a_sigkilled_keepers_idle_lock_frees_within_its_short_lease"]
+async fn hot_keeper_process() {
+    let Ok(url) = std::env::var(HOT_KEEPER_URL) else {
+        eprintln!("this test only runs as a child of a_sigkilled_keepers_idle_lock_frees_within_its_short_lease");
+        return;
+    };
+    let client = LockClient::builder()
+        .lease(HOT_KEEPER_LEASE)
+        .keep_hot(HOT_KEEPER_LINGER)
+        .response_timeout(HOT_KEEPER_TIMEOUT)
+        .connect(&url)
+        .await
+        .unwrap();
+    let guard = client.lock("hot:crash").acquire().await.unwrap();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap(); // kept
+                                    // Idle a moment (well within the linger), as between two jobs.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    println!("idle with token {token}");
+    std::future::pending::<()>().await;
 }
 
 /// A client dropped without a shutdown gives up the locks it kept idle

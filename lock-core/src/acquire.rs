@@ -654,12 +654,11 @@ impl Request<'_> {
             keeper.give_up(idle);
             return Err(core.shutting_down(&self.key.name));
         };
+        // Renewed by the keeper, with the full lease while in use.
         keeper.in_use(&lock, None);
         if first {
             lock.meter.entered();
-            core.watchdog.track(&lock);
         }
-        core.watchdog.forget(&idle);
         tracing::debug!(key = %self.key.name, token = lock.token, owner = %lock.owner, "kept lock taken");
         Ok(lock)
     }

@@ -101,8 +101,17 @@ impl ClientCore {
     /// Keeps hot locks for `linger` (see `hot/`), where the backend
     /// offers them.
     pub(crate) fn with_keeper(mut self, linger: Option<Duration>, give_up: GiveUp) -> Self {
-        self.keeper =
-            linger.and_then(|linger| Some(Keeper::new(linger, self.wakeups.keeper()?, give_up)));
+        let timing = (self.lease, self.response_timeout);
+        let backend = self.backend.clone();
+        self.keeper = linger.and_then(|linger| {
+            Some(Keeper::new(
+                linger,
+                timing,
+                backend,
+                self.wakeups.keeper()?,
+                give_up,
+            ))
+        });
         self
     }
 

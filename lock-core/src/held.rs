@@ -71,6 +71,22 @@ struct Status {
     /// Uses of the hold not released yet: a loss found once all are
     /// released (a late renewal answer) concerns nobody.
     live: usize,
+    /// The last short lease sent for the hold (a kept hot lock idle, see
+    /// `hot/`), which bounds what the answers of longer renewals prove.
+    /// (Boxed: every other lock carries only the pointer.)
+    short: Option<Box<ShortLease>>,
+}
+
+/// A short lease sent for a hold whose other renewals send a longer one.
+#[derive(Debug)]
+struct ShortLease {
+    lease: Duration,
+    /// When the last one was sent.
+    sent: Instant,
+    /// One of them failed without an answer: it may still reach the store
+    /// after any later renewal (a command left on a connection that was
+    /// replaced), so no answer proves more than the short lease any more.
+    unsure: bool,
 }
 
 /// One lock held by one owner.
@@ -134,6 +150,7 @@ impl HeldLock {
                     valid_until: lease::valid_until(sent, lease.duration()),
                     surrendered: false,
                     live: 1,
+                    short: None,
                 }),
                 lost: Notify::new(),
             }),
@@ -254,13 +271,61 @@ impl HeldLock {
     /// The renewal extends the hold in the store, whichever use of it the
     /// renewal was sent for (a kept lock handed from use to use meanwhile).
     pub(crate) fn renewed(&self, sent: Instant) {
-        let until = lease::valid_until(sent, self.lease.duration());
+        self.renewed_for(sent, self.lease.duration());
+    }
+
+    /// Records a successful renewal for `lease`, sent at `sent`.
+    ///
+    /// A kept hot lock gets short leases while idle and the full one in
+    /// use: the key's expiry is set by whichever renewal the store runs
+    /// last. Commands on one connection run in the order they were sent, so
+    /// an answer to a renewal sent before the last short one (a watchdog
+    /// round in flight when the lock went idle) proves only the short
+    /// lease, counted from its send; and once a short one failed without an
+    /// answer, none proves more than the short lease from its own send.
+    pub(crate) fn renewed_for(&self, sent: Instant, lease: Duration) {
+        let mut until = lease::valid_until(sent, lease);
         let mut status = self.cell.status.lock();
+        if let Some(short) = status.short.as_deref() {
+            if short.unsure || short.sent >= sent {
+                until = until.min(lease::valid_until(sent.max(short.sent), short.lease));
+            }
+        }
         if status.lost.is_none()
             && Instant::now() < status.valid_until
             && until > status.valid_until
         {
             status.valid_until = until;
+        }
+    }
+
+    /// A renewal with the short `lease` is about to be sent (now, `sent`):
+    /// from the moment the store runs it, the key expires `lease` after, so
+    /// the lease is counted as running out then at the latest, for every
+    /// use of the hold, before the command can reach the store.
+    pub(crate) fn shorten(&self, lease: Duration, sent: Instant) {
+        let mut status = self.cell.status.lock();
+        status.valid_until = status.valid_until.min(lease::valid_until(sent, lease));
+        match status.short.as_deref_mut() {
+            Some(short) => {
+                short.lease = lease;
+                short.sent = short.sent.max(sent);
+            }
+            None => {
+                status.short = Some(Box::new(ShortLease {
+                    lease,
+                    sent,
+                    unsure: false,
+                }));
+            }
+        }
+    }
+
+    /// A renewal with a short lease failed without an answer: it may still
+    /// reach the store after later ones (see [`renewed_for`](HeldLock::renewed_for)).
+    pub(crate) fn short_unsure(&self) {
+        if let Some(short) = self.cell.status.lock().short.as_mut() {
+            short.unsure = true;
         }
     }
 
@@ -484,6 +549,47 @@ mod tests {
         plain.mark_lost("the lock was deleted, expired or taken over");
         assert!(matches!(plain.state(), HoldState::Released));
         assert!(plain.lost_error().is_none());
+    }
+
+    /// A kept lock's renewals mix the short lease (idle) and the full one
+    /// (in use); the store keeps the expiry of the one it ran last. A cut
+    /// counts at once; the answer to a full renewal sent before the last
+    /// cut (a watchdog round in flight when the lock went idle) proves only
+    /// the short lease; one sent after it proves the full lease, unless a
+    /// cut failed without an answer (it may still run after it).
+    #[tokio::test(start_paused = true)]
+    async fn a_short_lease_bounds_what_earlier_renewals_prove() {
+        let full = Duration::from_secs(30);
+        let short = Duration::from_secs(1);
+        let lock = held(Lease::Watchdog(full));
+        let in_flight = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let cut = Instant::now();
+        lock.shorten(short, cut);
+        assert!(
+            lock.valid_until() <= cut + short,
+            "counted from the cut's send"
+        );
+        lock.renewed_for(in_flight, full);
+        assert!(lock.valid_until() <= cut + short, "sent before the cut");
+        lock.renewed_for(cut, short);
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let extended = Instant::now();
+        lock.renewed_for(extended, full);
+        assert!(lock.valid_until() > extended + Duration::from_secs(20));
+        // A cut that failed without an answer: nothing proves more than
+        // the short lease from then on.
+        let lock = held(Lease::Watchdog(full));
+        lock.shorten(short, Instant::now());
+        lock.short_unsure();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let after = Instant::now();
+        lock.renewed_for(after, full);
+        assert!(lock.valid_until() <= after + short);
+        assert!(
+            lock.valid_until() > after,
+            "still extended by the short lease"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -133,12 +133,9 @@ fn keep(core: &ClientCore, lock: &HeldLock) -> Outcome {
         keeper.forget(lock);
         return Outcome::No;
     }
-    let kept = keeper.keep(lock, || {
-        // The same hold in the store, idle: renewing it renews the lock.
-        let idle = Arc::new(lock.next_use());
-        core.watchdog.track(&idle);
-        idle
-    });
+    // The same hold in the store, idle: the keeper renews it (with a short
+    // lease, see `hot/`), not the watchdog.
+    let kept = keeper.keep(lock, || Arc::new(lock.next_use()));
     if kept != Outcome::Kept {
         return kept;
     }

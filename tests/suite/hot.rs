@@ -337,6 +337,108 @@ pub async fn hot_lock_deleted_in_use_is_lost_within_a_renewal_period<F: Fixture>
     );
 }
 
+/// An idle kept lock's lease in the store is short (the linger plus twice
+/// the response timeout, here 1.6 s against a 20 s lease), so that a keeper
+/// that dies without giving it up holds the others up that long. A use that
+/// takes it on that short lease keeps it however long it lasts (the keeper
+/// extends it to the full lease while in use), and a lock kept over many
+/// short leases, with idle gaps of most of the linger, long uses and uses
+/// back to back, never leaves its keeper: one token throughout, no use
+/// lost, and the store shows it held by the keeper with that token at every
+/// look.
+///
+/// Old code: the idle lock kept the whole lease in the store.
+pub async fn hot_idle_lock_has_a_short_lease_and_its_uses_keep_it<F: Fixture>(fixture: &F) {
+    let linger = Duration::from_secs(1);
+    let timeout = Duration::from_millis(300);
+    let short = linger + timeout * 2;
+    let name = "hot:short";
+    let keeper = fixture
+        .client_with(
+            LockClient::builder()
+                .keep_hot(linger)
+                .lease(LONG)
+                .response_timeout(timeout),
+        )
+        .await;
+    let observer = fixture.client().await;
+    let token = use_once(&keeper, name).await;
+    // Idle: its lease is cut to the short one at once (in the background).
+    let kept = Instant::now();
+    let mut first = None;
+    loop {
+        let info = observer.admin().inspect(name).await.unwrap();
+        let ttl = info.holder.and_then(|holder| holder.ttl);
+        if ttl.is_some_and(|ttl| ttl <= short) {
+            break;
+        }
+        let first = *first.get_or_insert(ttl);
+        assert!(
+            kept.elapsed() < linger / 3,
+            "the idle kept lock's lease is not cut to {short:?}: {first:?} left at the first look, {ttl:?} at the last"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Reads only (an attempt would ask the keeper for it).
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let (mut looks, mut wrong) = (0u32, Vec::new());
+            while !stop.load(Ordering::Acquire) {
+                match observer.admin().inspect(name).await {
+                    Ok(info) => match info.holder {
+                        Some(holder) if holder.kept() && holder.fencing_token == token => {}
+                        other => wrong.push(format!("{other:?}")),
+                    },
+                    Err(err) => wrong.push(err.to_string()),
+                }
+                looks += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (looks, wrong, observer)
+        }
+    });
+    for _ in 0..2 {
+        // Idle for a while (within the linger, with room for a busy
+        // machine): it runs on a short lease.
+        tokio::time::sleep(linger / 3).await;
+        let guard = keeper.lock(name).acquire().await.unwrap();
+        assert_eq!(guard.fencing_token(), token, "taken from the keeper");
+        // A use longer than the short lease.
+        tokio::select! {
+            () = guard.lost() => panic!("a use that began on the short lease was lost"),
+            () = tokio::time::sleep(short * 3 / 2) => {}
+        }
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+    }
+    // Back to back for longer than the short lease: the store's lease goes
+    // from short to full and back under the uses.
+    let started = Instant::now();
+    let mut uses = 0u32;
+    while started.elapsed() < short * 3 / 2 {
+        let guard = keeper.lock(name).acquire().await.unwrap();
+        assert_eq!(guard.fencing_token(), token, "use {uses}");
+        tokio::task::yield_now().await;
+        guard.release().await.unwrap();
+        uses += 1;
+    }
+    stop.store(true, Ordering::Release);
+    let (looks, wrong, observer) = watcher.await.unwrap();
+    assert!(looks > 20 && uses > 100, "{looks} looks, {uses} uses");
+    assert!(
+        wrong.is_empty(),
+        "{} of {looks} looks did not find the keeper's hold: {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+    // Another client that asks gets it, with a higher token.
+    let taken = observer.lock(name).wait(LONG).acquire().await.unwrap();
+    assert!(taken.fencing_token() > token);
+    taken.release().await.unwrap();
+}
+
 /// Generates one test per hot-lock suite test, on the fixture `$make`.
 #[macro_export]
 macro_rules! hot_suite {
@@ -353,6 +455,7 @@ macro_rules! hot_suite {
             hot_tasks_of_the_keeper_take_turns,
             hot_lock_used_back_to_back_is_renewed_as_one,
             hot_lock_deleted_in_use_is_lost_within_a_renewal_period,
+            hot_idle_lock_has_a_short_lease_and_its_uses_keep_it,
         );
     };
 }

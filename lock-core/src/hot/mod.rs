@@ -16,26 +16,44 @@
 //!   meanwhile. Another client asks by trying the lock: the acquire script,
 //!   finding it held by a kept field (`~k`), publishes `w <field>` on the
 //!   lock's channel, which every keeper follows while it keeps the lock.
-//! - **Renewed** by the watchdog while kept, idle or not: a lease lost while
-//!   kept idle is found at the next acquisition, which then asks the store.
+//! - **Renewed** by the keeper's task while kept, idle or in use (not by the
+//!   client's watchdog, but as it does: every third of the lease it renews
+//!   with, `renew.rs`): a lease lost while kept idle is found at the next
+//!   acquisition, which then asks the store.
+//! - **Short-leased while idle.** An idle kept lock's key expires
+//!   [`short_lease`] (the linger plus twice the response timeout, at most
+//!   the lease) after its last renewal, so that a keeper that dies without
+//!   giving it up (SIGKILL, a crash) holds up the others that long, not a
+//!   whole lease. The release that makes a lock idle costs no round trip:
+//!   the keeper's task cuts its lease in the background, and the lock counts
+//!   as running out at the short deadline from the moment that command is
+//!   sent. A use that takes an idle lock starts with that short deadline,
+//!   which the store backs; the task's next round (within a third of the
+//!   short lease, so answered before it runs out when the store answers
+//!   within the response timeout) extends it to the full lease while it is
+//!   in use. No use sends anything.
 //!
-//! This folder holds the table of kept locks ([`Keeper`]) and the keeper's
-//! task (`task.rs`); the acquisition and the release consult the table
-//! through it, and hand the task a give-up callback, so the folder depends
-//! on nothing above the held-lock state and the waiters.
+//! This folder holds the table of kept locks ([`Keeper`]), the keeper's
+//! task (`task.rs`) and its renewal rounds (`renew.rs`); the acquisition
+//! and the release consult the table through it, and hand the task a
+//! give-up callback, so the folder depends on nothing above the held-lock
+//! state, the waiters and the backend.
 
+mod renew;
 mod task;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use crate::backend::Backend;
 use crate::held::HeldLock;
+use crate::lease::MIN_WATCHDOG_LEASE;
 use crate::supervised::Supervised;
 use crate::sync::Mutex;
 use crate::waiters::{Ask, WaitSet};
@@ -49,6 +67,22 @@ pub(crate) type GiveUp = Arc<dyn Fn(Vec<Arc<HeldLock>>) -> bool + Send + Sync>;
 
 /// The longest linger accepted.
 pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
+
+/// The lease of an idle kept lock in the store: the linger, plus twice the
+/// response timeout (a renewal round, every third of this lease, answered
+/// within the response timeout, reaches a use that starts on it before it
+/// runs out), at least the shortest watchdog lease and at most `lease` (a
+/// linger that long keeps the lock for the lease, as without this).
+pub(crate) fn short_lease(
+    linger: Duration,
+    lease: Duration,
+    response_timeout: Duration,
+) -> Duration {
+    linger
+        .saturating_add(response_timeout.saturating_mul(2))
+        .max(MIN_WATCHDOG_LEASE)
+        .min(lease)
+}
 
 /// The kept locks of one client.
 pub(crate) struct Keeper {
@@ -69,6 +103,15 @@ impl std::ops::Deref for Keeper {
 /// The keeper's state, shared with its task.
 pub(crate) struct Inner {
     pub(crate) linger: Duration,
+    /// The full lease: of a kept lock in use.
+    lease: Duration,
+    /// The lease of an idle kept lock ([`short_lease`]).
+    short: Duration,
+    /// Renews the kept locks.
+    backend: Arc<dyn Backend>,
+    /// A kept lock went idle whose lease in the store may be the full one:
+    /// the task cuts it now.
+    shorten: AtomicBool,
     /// By the lock's channel, on which other clients ask for it.
     table: Mutex<HashMap<Arc<str>, Kept>>,
     next: AtomicU64,
@@ -88,6 +131,9 @@ struct Kept {
     idle_since: Option<Instant>,
     /// Another client asked for it during the current use.
     wanted: bool,
+    /// The lease in the store may be longer than the short one (taken from
+    /// the store, or renewed while in use, since the last short renewal).
+    long: bool,
     /// Follows the lock's channel, where other clients ask for it.
     _listen: WaitSet,
 }
@@ -114,14 +160,22 @@ pub(crate) enum Take {
 }
 
 impl Keeper {
+    /// A keeper of locks idle for up to `linger`, renewed through
+    /// `backend` with `lease` in use and [`short_lease`] idle.
     pub(crate) fn new(
         linger: Duration,
+        (lease, response_timeout): (Duration, Duration),
+        backend: Arc<dyn Backend>,
         asked: mpsc::UnboundedReceiver<Ask>,
         give_up: GiveUp,
     ) -> Self {
         Keeper {
             inner: Arc::new(Inner {
                 linger,
+                lease,
+                short: short_lease(linger, lease, response_timeout),
+                backend,
+                shorten: AtomicBool::new(false),
                 table: Mutex::default(),
                 next: AtomicU64::new(1),
                 tick: Notify::new(),
@@ -204,6 +258,8 @@ impl Inner {
                     lock: lock.clone(),
                     idle_since: None,
                     wanted: false,
+                    // Taken with the full lease.
+                    long: true,
                     _listen: listen,
                 },
             );
@@ -229,6 +285,9 @@ impl Inner {
         }
         kept.lock = idle();
         kept.idle_since = Some(Instant::now());
+        if kept.long {
+            self.shorten.store(true, Ordering::Release);
+        }
         drop(table);
         self.tick.notify_one();
         Outcome::Kept
@@ -265,6 +324,9 @@ impl Inner {
     /// the end of the next linger.
     pub(crate) fn expired(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
         let mut table = self.table.lock();
+        if table.is_empty() {
+            return (Vec::new(), None);
+        }
         let mut gone = Vec::new();
         let mut next: Option<Instant> = None;
         table.retain(|_, kept| {
