@@ -113,7 +113,9 @@ struct Free {
 /// last as a failed one's. A fair lock's fault windows reach on past their heal by a waiter's
 /// place in the queue and a hand-over lease (`QUEUE_PRESENCE` + the smaller of the lease
 /// and `QUEUE_PRESENCE`): a waiter killed, paused or cut off keeps its place that long,
-/// and a release or a leaving waiter hands the lock to it when it is at the head.
+/// and a release or a leaving waiter hands the lock to it when it is at the head. A
+/// read-write lock's reach by `QUEUE_PRESENCE`: a waiting writer killed, paused or cut off
+/// keeps its place as long, and readers and writers wait behind it (writers first).
 ///
 /// Also returns the gaps longer than their kind's [`bound`].
 #[allow(clippy::too_many_arguments)]
@@ -132,6 +134,8 @@ pub(super) fn free_while_wanted(
     let fair_slack = slack
         .saturating_add(presence.as_nanos() as u64)
         .saturating_add(lease.min(presence).as_nanos() as u64);
+    // A read-write lock's waiting writer keeps its place as long (readers wait behind it).
+    let rw_slack = slack.saturating_add(presence.as_nanos() as u64);
     // The kinds each name was held as (a failed acquisition does not record its kind).
     let mut kinds_of: BTreeMap<&str, LockKind> = BTreeMap::new();
     // When each lock of a `lock_all` was granted (runs before these were recorded have none).
@@ -316,10 +320,10 @@ pub(super) fn free_while_wanted(
     // waiters of every shard (round 4's Cluster runs: renewals of locks on healthy shards
     // timed out together while one master was paused). Safety keeps the shard's reach.
     let excused = |kind: LockKind, worker: u32, from: u64, to: u64| {
-        let reach = if kind == LockKind::Fair {
-            fair_slack
-        } else {
-            slack
+        let reach = match kind {
+            LockKind::Fair => fair_slack,
+            LockKind::Read | LockKind::Write => rw_slack,
+            _ => slack,
         };
         windows
             .iter()
