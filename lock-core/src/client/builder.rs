@@ -186,9 +186,12 @@ impl LockClientBuilder {
     /// - **Given up after `linger` without a use**, at
     ///   [`shutdown`](LockClient::shutdown), and (in the background) when
     ///   the client is dropped.
-    /// - **Leases and `lost()` keep their meaning:** the watchdog renews a
-    ///   kept lock between uses; one lost meanwhile is found at the next
-    ///   acquisition, which asks the store.
+    /// - **Leases and `lost()` keep their meaning:** the client's keeper
+    ///   renews a kept lock, in use with the full lease and idle with a
+    ///   short one (the linger plus twice the response timeout, at most the
+    ///   lease), so that a process that dies without closing its client
+    ///   leaves an idle kept lock to others within about that; one lost
+    ///   meanwhile is found at the next acquisition, which asks the store.
     /// - **Fencing tokens:** every use of a kept lock has the token the
     ///   store gave when the client took it, until the client gives it up;
     ///   the next holder's token is higher. Tokens order holders across
