@@ -23,10 +23,16 @@ fn lock_class(kind: LockKind) -> LockKind {
 /// When a hold stopped occupying its lock: its release's return, or its loss (or kill,
 /// surrender, the run's end); a `hold_at_least` lock stays until its minimum hold is over,
 /// counted as the library counts it: from the grant (the acquire call's return; the
-/// minimum-hold rule counts from the call's start, the earliest it could be).
-fn freed_at(h: &Hold) -> u64 {
+/// minimum-hold rule counts from the call's start, the earliest it could be). A hold
+/// whose process died holding it (no loss, release or surrender) occupies its lock for a
+/// lease more: a crashed holder's lock is free after at most one lease, which the waiters
+/// sit out (a lease of 8 s outlasts the fault window's 2 s past the kill).
+fn freed_at(h: &Hold, lease: u64) -> u64 {
+    let died = h.lost.is_none() && h.surrendered.is_none() && h.release_start.is_none();
     let end = if h.lost.is_some() || h.surrendered.is_some() {
         h.end
+    } else if died {
+        h.end.saturating_add(lease)
     } else {
         h.release_end.map_or(h.end, |r| r.max(h.end))
     };
@@ -136,6 +142,7 @@ pub(super) fn free_while_wanted(
         .saturating_add(lease.min(presence).as_nanos() as u64);
     // A read-write lock's waiting writer keeps its place as long (readers wait behind it).
     let rw_slack = slack.saturating_add(presence.as_nanos() as u64);
+    let lease_ns = lease.as_nanos() as u64;
     // The kinds each name was held as (a failed acquisition does not record its kind).
     let mut kinds_of: BTreeMap<&str, LockKind> = BTreeMap::new();
     // When each lock of a `lock_all` was granted (runs before these were recorded have none).
@@ -234,7 +241,7 @@ pub(super) fn free_while_wanted(
             .or_default()
             .push(Taken {
                 from: granted_of(h).unwrap_or(h.start),
-                to: freed_at(h),
+                to: freed_at(h, lease_ns),
                 task: (h.worker, task_of_hold(&h.id)),
             });
     }
