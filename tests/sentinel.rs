@@ -368,7 +368,7 @@ fn role(server: &RedisServer) -> String {
 /// locked on the old master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_one() {
-    let mut set = RedisSentinels::start(MASTER);
+    let set = RedisSentinels::start(MASTER);
     let client = LockClient::builder()
         .lease(Duration::from_secs(2))
         .response_timeout(Duration::from_millis(500))
