@@ -362,36 +362,21 @@ fn role(server: &RedisServer) -> String {
     }
 }
 
-/// While the client connects to the master the sentinels just named (here it hangs: the
-/// promoted replica is paused), no command goes to the old master, which still takes locks:
-/// before, commands sent during that first connection attempt (up to the connect timeout)
-/// locked on the old master.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_one() {
-    let set = RedisSentinels::start(MASTER);
-    let client = LockClient::builder()
-        .lease(Duration::from_secs(2))
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(1500))
-        .connect_sentinel(set.sentinel_urls(), MASTER)
-        .await
-        .unwrap();
-    client
-        .lock("warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+/// Waits until `client` hears every sentinel, then has sentinel 0 fail over to the replica
+/// and pauses the promoted replica as soon as it is promoted (sentinels that would see it
+/// down are told to wait a minute), and waits until the sentinels name it. Returns its port.
+/// The old master stays a master, cut off from nothing: it takes whatever a client sends it.
+async fn fail_over_to_a_paused_replica(set: &RedisSentinels) -> u16 {
     let listening = Instant::now();
     while set.sentinels().iter().any(|s| subscribers(s) == 0) {
         assert!(
             listening.elapsed() < Duration::from_secs(5),
-            "not listening"
+            "not listening to every sentinel"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Sentinels that saw the paused new master down would fail over back
+    // to the old one while the test runs.
     for sentinel in set.sentinels() {
         let _: () = redis::cmd("SENTINEL")
             .arg("SET")
@@ -401,6 +386,8 @@ async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_
             .query(&mut sentinel.conn())
             .unwrap();
     }
+    // Sentinel 0 runs the forced failover and announces the promotion
+    // before it ends the failover and announces the new master.
     let mut events = set.sentinel(0).conn();
     let mut events = events.as_pubsub();
     events.subscribe("+promoted-slave").unwrap();
@@ -424,6 +411,32 @@ async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    new_port
+}
+
+/// While the client connects to the master the sentinels just named (here it hangs: the
+/// promoted replica is paused), no command goes to the old master, which still takes locks:
+/// before, commands sent during that first connection attempt (up to the connect timeout)
+/// locked on the old master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_goes_to_the_old_master_while_the_client_connects_to_the_new_one() {
+    let set = RedisSentinels::start(MASTER);
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(1500))
+        .connect_sentinel(set.sentinel_urls(), MASTER)
+        .await
+        .unwrap();
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    fail_over_to_a_paused_replica(&set).await;
     // The client hears the announcement within milliseconds (pub/sub on loopback) and
     // starts connecting to the paused new master: that attempt lasts the connect timeout.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -477,51 +490,7 @@ async fn a_client_cut_off_from_the_new_master_does_not_lock_on_the_old_one() {
         .await
         .unwrap();
     let held = client.lock("deposed:held").acquire().await.unwrap();
-    // The client hears the announcements of every sentinel.
-    let listening = Instant::now();
-    while set.sentinels().iter().any(|s| subscribers(s) == 0) {
-        assert!(
-            listening.elapsed() < Duration::from_secs(5),
-            "not listening to every sentinel"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Sentinels that saw the paused new master down would fail over back
-    // to the old one while the test runs.
-    for sentinel in set.sentinels() {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("SET")
-            .arg(MASTER)
-            .arg("down-after-milliseconds")
-            .arg(60_000)
-            .query(&mut sentinel.conn())
-            .unwrap();
-    }
-    // Sentinel 0 runs the forced failover and announces the promotion
-    // before it ends the failover and announces the new master.
-    let mut events = set.sentinel(0).conn();
-    let mut events = events.as_pubsub();
-    events.subscribe("+promoted-slave").unwrap();
-    events
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let _: () = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(MASTER)
-        .query(&mut set.sentinel(0).conn())
-        .unwrap();
-    events.get_message().expect("the replica was promoted");
-    set.replica().pause();
-    drop(events);
-    let new_port = set.replica().port();
-    let announcing = Instant::now();
-    while set.current_master_port() != new_port {
-        assert!(
-            announcing.elapsed() < Duration::from_secs(10),
-            "the sentinels do not name the promoted replica"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let new_port = fail_over_to_a_paused_replica(&set).await;
     // Until the client has heard the announcement, an admin read still
     // succeeds (on the old code, always: this only bounds the wait).
     let hearing = Instant::now();
