@@ -395,6 +395,7 @@ fn a_backend_imports_no_protocol_or_api_module() {
     let core = Crate::read("lock-core", "distlock-core", "lib.rs");
     let allowed = [
         "backend",
+        "layout",
         "name",
         "slot",
         "lease",

@@ -214,7 +214,7 @@ pub enum LockError {
         /// The server, as `host:port` (`memory` for the in-memory store).
         server: String,
         /// This client's layout.
-        layout: crate::Layout,
+        layout: crate::layout::Layout,
         /// The other layouts the registry records, by their registry names
         /// (`native`, `redisson`; a name this version does not know is kept
         /// as it is).

@@ -137,6 +137,7 @@ mod held;
 mod hot;
 mod info;
 mod janitor;
+mod layout;
 mod lease;
 mod lock;
 mod metric_points;
@@ -173,13 +174,14 @@ pub use info::{
     FairLockInfo, ListedLock, LockHolder, LockInfo, PermitHolder, QueuedWaiter, ReadWriteLockInfo,
     Reader, SemaphoreInfo,
 };
+pub use layout::Layout;
 pub use lease::{
     DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
     QUEUE_PRESENCE,
 };
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
-pub use name::{Layout, MAX_KEY_LEN};
+pub use name::MAX_KEY_LEN;
 pub use options::{LockOptions, Wait};
 pub use shutdown_state::ShutdownReport;
 
