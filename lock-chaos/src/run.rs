@@ -521,7 +521,8 @@ async fn run_backend(
         }
     } else {
         world.inspector = Some(world.connect_direct().await?);
-        world.admin = Some(world.connect_admin().await?);
+        // The operator's client: an admin tool takes no locks and records no layout.
+        world.admin = Some(world.connect_direct().await?);
         world.record_shards().await;
         for slot in 0..config.workers as usize {
             world.spawn_worker(slot).await?;
@@ -832,26 +833,11 @@ impl World {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A client that reaches the servers without proxies (to find holders).
+    /// A client that reaches the servers without proxies (to find holders; the operator's
+    /// force releases).
     async fn connect_direct(&self) -> anyhow::Result<LockClient> {
         let urls = self.servers().direct_urls();
         // It only looks: it neither records a layout nor is refused for the run's mix.
-        let builder = LockClient::builder()
-            .lease(self.config.lease)
-            .record_layout(false);
-        Ok(match self.backend {
-            Backend::Memory => anyhow::bail!("no servers"),
-            Backend::Standalone => builder.connect(&urls[0]).await?,
-            Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await?,
-            Backend::Cluster => builder.connect_cluster(urls).await?,
-            Backend::Redlock => builder.connect_redlock(urls).await?,
-        })
-    }
-
-    /// The operator's client: as [`World::connect_direct`], built with
-    /// `record_layout(false)` (an admin tool records no layout: it takes no locks).
-    async fn connect_admin(&self) -> anyhow::Result<LockClient> {
-        let urls = self.servers().direct_urls();
         let builder = LockClient::builder()
             .lease(self.config.lease)
             .record_layout(false);
