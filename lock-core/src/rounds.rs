@@ -13,23 +13,34 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use distlock::distributed_lock;
-//! use distlock::rounds::{Round, Schedule};
+//! use distlock_core::rounds::Schedule;
+//! use distlock_core::LockClient;
 //!
-//! // One lock per round: `report:2900123`. `at_least` covers the clock skew
-//! // between the hosts (NTP keeps it to milliseconds), not their start times.
-//! #[distributed_lock(key = "report:{round}", lease = "5m", at_least = "30s", on_busy = skip)]
-//! async fn build_report(round: Round) {
-//!     // ...
-//! }
-//!
-//! # async fn run() -> Result<(), distlock::rounds::ScheduleError> {
+//! # async fn run(client: LockClient) -> Result<(), Box<dyn std::error::Error>> {
 //! let mut rounds = Schedule::every(Duration::from_secs(600))?.rounds();
 //! loop {
 //!     let round = rounds.next().await?;
-//!     build_report(round).await;
+//!     // One lock per round: `report:2900123`. The at-least hold covers the
+//!     // clock skew between the hosts (NTP keeps it to milliseconds), not
+//!     // their start times.
+//!     let lock = client
+//!         .lock(format!("report:{round}"))
+//!         .hold_at_least(Duration::from_secs(30));
+//!     // `None`: another replica runs this round.
+//!     if let Some(guard) = lock.try_acquire().await? {
+//!         // ... build the report ...
+//!         guard.release().await?;
+//!     }
 //! }
 //! # }
+//! ```
+//!
+//! With the attribute of the `distlock` crate, `{round}` in the key reads
+//! the argument (a [`Round`] displays as its id):
+//!
+//! ```text
+//! #[distributed_lock(key = "report:{round}", lease = "5m", at_least = "30s", on_busy = skip)]
+//! async fn build_report(round: Round) { /* ... */ }
 //! ```
 //!
 //! The first round a [`Rounds`] yields is the first tick after it was made
