@@ -194,12 +194,13 @@ impl Schedule {
     #[cfg(feature = "cron")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub fn cron(expression: &str) -> Result<Self, ScheduleError> {
-        let cron = expression
-            .parse::<croner::Cron>()
-            .map_err(|err| ScheduleError::InvalidCron {
-                expression: expression.to_owned(),
-                reason: err.to_string(),
-            })?;
+        let cron =
+            expression
+                .parse::<croner::Cron>()
+                .map_err(|err| ScheduleError::InvalidCron {
+                    expression: expression.to_owned(),
+                    reason: err.to_string(),
+                })?;
         Ok(Schedule {
             kind: Kind::Cron {
                 expression: expression.to_owned(),
@@ -240,9 +241,11 @@ impl Schedule {
             #[cfg(feature = "cron")]
             Kind::Cron { cron, .. } => {
                 let secs = i64::try_from(since_epoch.as_secs()).map_err(|_| none())?;
-                let start =
-                    chrono::DateTime::<chrono::Utc>::from_timestamp(secs, since_epoch.subsec_nanos())
-                        .ok_or_else(none)?;
+                let start = chrono::DateTime::<chrono::Utc>::from_timestamp(
+                    secs,
+                    since_epoch.subsec_nanos(),
+                )
+                .ok_or_else(none)?;
                 let next = cron
                     .find_next_occurrence(&start, false)
                     .map_err(|_| none())?;
@@ -387,11 +390,16 @@ mod tests {
         // 1970-01-01T02:30:00Z
         let round = daily.round_after(at(0, 0)).unwrap();
         assert_eq!(round.id(), 2 * 3600 + 30 * 60);
-        assert_eq!(daily.round_after(round.at()).unwrap().id(), round.id() + 86_400);
+        assert_eq!(
+            daily.round_after(round.at()).unwrap().id(),
+            round.id() + 86_400
+        );
         let seconds = Schedule::cron("*/5 * * * * *").unwrap();
         assert_eq!(seconds.round_after(at(7, 300)).unwrap().id(), 10);
         match Schedule::cron("61 * * * *") {
-            Err(ScheduleError::InvalidCron { expression, .. }) => assert_eq!(expression, "61 * * * *"),
+            Err(ScheduleError::InvalidCron { expression, .. }) => {
+                assert_eq!(expression, "61 * * * *")
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
