@@ -126,7 +126,7 @@
 // `tests/architecture.rs` checks it):
 //
 //   layer    -> config, service, flavour, http, grpc, plain, mode
-//   service  -> config, future, flavour, extract, mode, http (type default)
+//   service  -> config, future, flavour, extract, mode, status, http (type default)
 //   future   -> flavour, release, status, http and plain (type defaults)
 //   http, grpc, plain -> flavour, body, status (each builds its own answers)
 //   flavour  -> body, status, token
