@@ -1,15 +1,21 @@
 //! A scheduled job that runs on one replica per round (the ShedLock use
-//! case): three replicas of a service fire the same schedule, but their
-//! timers are a little apart (clock skew, start-up jitter: 0, 60 and 150 ms
-//! here) and the job itself takes a millisecond.
-//! `#[distributed_lock(on_busy = skip)]` alone is not enough then: the first
-//! replica runs the job and releases the lock long before the second one's
-//! timer fires, so every replica runs every round. `at_least = "500ms"`
-//! (ShedLock's `lockAtLeastFor`) keeps the lock held until 500 ms after it
-//! was taken, however soon the job returns: the late replicas find it busy
-//! and skip. The example runs both versions and counts the runs; the fixed
-//! `lease` plays `lockAtMostFor` (a replica that dies mid-run holds the job
-//! for at most that long).
+//! case): three replicas of a service fire the same schedule, but they
+//! started at different times (0, 300 and 700 ms apart here) and the job
+//! itself takes a millisecond.
+//!
+//! The old recipe, `tokio::time::interval` from each replica's start with
+//! `#[distributed_lock(on_busy = skip, at_least = ..)]`, ticks at each start
+//! time plus multiples of the period: the first replica runs the job and
+//! its at-least hold ends before the last replica's timer fires, so a round
+//! runs twice. The rounds of `distlock::rounds` come from the wall clock
+//! instead: every replica ticks at the same instants (multiples of the
+//! period since the Unix epoch, or a cron expression with
+//! `Schedule::cron`), whatever its start time, and each tick is a `Round`
+//! whose id names the round's lock (`key = "job:report:{round}"`). The
+//! at-least hold then only covers the clock skew between hosts (and timer
+//! jitter), not the start skew; the fixed `lease` plays `lockAtMostFor` (a
+//! replica that dies mid-run holds the round for at most that long). The
+//! example runs both and counts the runs.
 //!
 //! Uses Redis when `REDIS_URL` is set (then run it in several terminals at
 //! once to see the replicas of different processes exclude each other),
@@ -17,8 +23,7 @@
 //!
 //! Ctrl-C shuts the replicas down gracefully: no new round starts, a report
 //! being built may finish within the grace period, and the job's lock is
-//! released before the process exits, so the replicas of other processes
-//! take the next round at once instead of after the lock's 30 s lease.
+//! released before the process exits (once its minimum hold is over).
 //!
 //! ```sh
 //! cargo run --example nightly_job
@@ -29,40 +34,48 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock::rounds::{Round, Schedule};
 use distlock::{distributed_lock, LockClient, LockError, MemoryStore};
 
 const REPLICAS: usize = 3;
-const ROUNDS: usize = 4;
+const ROUNDS: u64 = 4;
 const PERIOD: Duration = Duration::from_millis(1000);
-/// How far each replica's timer is behind the first one's.
-const SKEW: [Duration; REPLICAS] = [
+/// How long after the first replica each one starts.
+const STARTS: [Duration; REPLICAS] = [
     Duration::ZERO,
-    Duration::from_millis(60),
-    Duration::from_millis(150),
+    Duration::from_millis(300),
+    Duration::from_millis(700),
 ];
 /// How long a run in progress may take to finish after Ctrl-C.
 const GRACE: Duration = Duration::from_secs(2);
 
-/// The job as many first write it: `on_busy = skip` only. With skewed
-/// timers every replica runs it (the lock is free again by the time the
-/// next timer fires).
-#[distributed_lock(key = "job:report-naive", lease = "10s", on_busy = skip, client = client)]
-async fn naive_report(client: &LockClient, replica: usize) -> Option<u64> {
-    build_report(replica).await
-}
-
-/// The job with ShedLock's pair: held at least 500 ms after it started
-/// (half the period: longer than any skew, shorter than the schedule), at
-/// most 10 s. When another replica holds the lock this returns `None` at
-/// once and the body does not run.
+/// The old recipe: one key, held at least half the period, fired by a timer
+/// started with the replica. With replicas started 700 ms apart the hold
+/// ends before the last one's timer fires: it runs the round again.
 #[distributed_lock(
-    key = "job:nightly-report",
+    key = "job:report-on-timers",
     lease = "10s",
     at_least = "500ms",
     on_busy = skip,
     client = client
 )]
-async fn nightly_report(client: &LockClient, replica: usize) -> Option<u64> {
+async fn report_on_timers(client: &LockClient, replica: usize) -> Option<u64> {
+    build_report(replica).await
+}
+
+/// The job with rounds from the wall clock: one lock per round
+/// (`job:report:29012345`), held at least 500 ms after it was taken (longer
+/// than the clock skew between the hosts; as rounds do not share a lock, a
+/// longer hold than the period is fine too), at most 10 s. When another
+/// replica holds the round's lock this returns `None` at once.
+#[distributed_lock(
+    key = "job:report:{round}",
+    lease = "10s",
+    at_least = "500ms",
+    on_busy = skip,
+    client = client
+)]
+async fn nightly_report(client: &LockClient, round: Round, replica: usize) -> Option<u64> {
     build_report(replica).await
 }
 
@@ -75,27 +88,52 @@ async fn build_report(replica: usize) -> Option<u64> {
     Some(token)
 }
 
-/// One replica: its own client (as a separate process would have), firing
-/// the schedule every period, `skew` after the first replica.
-async fn replica(client: LockClient, replica: usize, naive: bool, runs: Arc<AtomicUsize>) {
-    tokio::time::sleep(SKEW[replica]).await;
-    let mut schedule = tokio::time::interval(PERIOD);
-    for _ in 0..ROUNDS {
-        schedule.tick().await;
-        let ran = if naive {
-            naive_report(&client, replica).await
+/// One replica: its own client (as a separate process would have), started
+/// `STARTS[replica]` after the first, running rounds `first..first + ROUNDS`
+/// of the schedule (on timers of its own when `on_timers`).
+async fn replica(
+    client: LockClient,
+    replica: usize,
+    on_timers: bool,
+    first: u64,
+    runs: Arc<AtomicUsize>,
+) -> Result<(), distlock::rounds::ScheduleError> {
+    tokio::time::sleep(STARTS[replica]).await;
+    let schedule = Schedule::every(PERIOD)?;
+    let mut rounds = schedule.rounds();
+    let mut timer = tokio::time::interval(PERIOD);
+    for _ in 0..ROUNDS * 3 {
+        let ran = if on_timers {
+            timer.tick().await;
+            // Counted in the round of the wall clock it fired in.
+            let now = schedule.round_after(std::time::SystemTime::now())?.id() - 1;
+            if now < first {
+                continue;
+            }
+            if now >= first + ROUNDS {
+                break;
+            }
+            report_on_timers(&client, replica).await
         } else {
-            nightly_report(&client, replica).await
+            let round = rounds.next().await?;
+            if round.id() < first {
+                continue;
+            }
+            if round.id() >= first + ROUNDS {
+                break;
+            }
+            nightly_report(&client, round, replica).await
         };
         match ran {
             Some(_) => {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
             // After Ctrl-C the client refuses new locks: the round is skipped.
-            None if client.is_shutting_down() => return,
+            None if client.is_shutting_down() => return Ok(()),
             None => println!("  replica {replica}: skipped, another replica runs this round"),
         }
     }
+    Ok(())
 }
 
 #[tokio::main]
@@ -118,28 +156,36 @@ async fn main() -> Result<(), LockError> {
     }
 
     println!(
-        "{REPLICAS} replicas, timers {SKEW:?} apart, {ROUNDS} rounds of the schedule (Ctrl-C to stop)"
+        "{REPLICAS} replicas started {STARTS:?} after the first, {ROUNDS} rounds of {PERIOD:?} (Ctrl-C to stop)"
     );
     let mut interrupted = false;
     let mut counted = Vec::new();
-    for naive in [true, false] {
+    for on_timers in [true, false] {
         println!(
             "{}:",
-            if naive {
-                "on_busy = skip alone"
+            if on_timers {
+                "timers from each replica's start, at_least = \"500ms\""
             } else {
-                "with at_least = \"500ms\""
+                "rounds from the wall clock (distlock::rounds), at_least = \"500ms\""
             }
         );
+        // Two periods ahead: every replica has started by then.
+        let first = Schedule::every(PERIOD)
+            .and_then(|s| s.round_after(std::time::SystemTime::now()))
+            .map_or(0, |round| round.id() + 1);
         let runs = Arc::new(AtomicUsize::new(0));
         let mut replicas: Vec<_> = clients
             .iter()
             .enumerate()
-            .map(|(n, client)| tokio::spawn(replica(client.clone(), n, naive, runs.clone())))
+            .map(|(n, client)| {
+                tokio::spawn(replica(client.clone(), n, on_timers, first, runs.clone()))
+            })
             .collect();
         let all_rounds = async {
             for handle in &mut replicas {
-                handle.await.expect("replica task");
+                if let Ok(Err(err)) = handle.await {
+                    eprintln!("a replica stopped: {err}");
+                }
             }
         };
         interrupted = tokio::select! {
@@ -152,8 +198,6 @@ async fn main() -> Result<(), LockError> {
         if interrupted {
             break;
         }
-        // Let the last round's minimum hold end before the next version.
-        tokio::time::sleep(PERIOD).await;
     }
     if interrupted {
         println!("Ctrl-C or SIGTERM: shutting down (a run in progress has {GRACE:?} to finish)");
@@ -170,12 +214,11 @@ async fn main() -> Result<(), LockError> {
             println!("  replica {n}: {report:?}");
         }
     }
-    // With one process the skew is all there is: the naive version runs on
-    // every replica, the fixed one exactly once per round. (Replicas in
-    // other processes may take some of the rounds.)
+    // With one process the start skew is all there is: the rounds run exactly
+    // once each. (Replicas in other processes may take some of the rounds.)
     if url.is_none() && !interrupted {
-        assert_eq!(counted, [REPLICAS * ROUNDS, ROUNDS], "runs per version");
-        println!("at_least made it one run per round");
+        assert_eq!(counted.get(1), Some(&(ROUNDS as usize)), "runs per round");
+        println!("rounds from the wall clock made it one run per round");
     }
     Ok(())
 }

@@ -102,8 +102,25 @@ async fn a_stale_holder_is_aborted_before_the_handler() {
             .contains("stale fencing token 5 for order:1"),
         "{stale:?}"
     );
+    // Told apart from a busy lock (also ABORTED) by the reason metadata.
+    assert_eq!(
+        stale
+            .metadata()
+            .get("distlock-reason")
+            .map(|v| v.to_str().unwrap()),
+        Some("stale-token"),
+        "{stale:?}"
+    );
     let missing = pay(&mut client, None).await.unwrap_err();
     assert_eq!(missing.code(), Code::InvalidArgument, "{missing:?}");
+    assert_eq!(
+        missing
+            .metadata()
+            .get("distlock-reason")
+            .map(|v| v.to_str().unwrap()),
+        Some("bad-token"),
+        "{missing:?}"
+    );
     assert_eq!(
         calls.load(Ordering::SeqCst),
         2,

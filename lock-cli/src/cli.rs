@@ -19,6 +19,7 @@ Exit codes:
   66       a TLS file cannot be read
   69       Redis unreachable, credentials refused, or a Redis error
   70       internal error
+  73       man --dir: a page cannot be written
   75       run: the lock is busy (--conflict-exit-code)
   80       run: the lease was lost while the command ran (--lost-exit-code)
   126/127  run: the command cannot be executed / was not found";
@@ -53,8 +54,10 @@ SIGKILL after --kill-after, and exits with --lost-exit-code (80).";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
-  # Run the nightly report on one host only; other hosts skip it (exit 0).
-  lockctl run --key report:nightly --on-busy skip -- /usr/local/bin/report --date today
+  # Run the nightly report on one host only; other hosts skip it (exit 0). --at-least
+  # keeps the lock 10 minutes even when the report takes seconds, so a host whose cron
+  # fires a little later skips the night instead of running it again.
+  lockctl run --key report:nightly --on-busy skip --at-least 10m -- /usr/local/bin/report --date today
 
   # Wait up to 10 minutes for the lock; exit 75 if it stays busy.
   lockctl run --key db:migrate --wait 10m -- ./migrate.sh
@@ -168,6 +171,17 @@ Examples:
   lockctl top --json | jq '.[] | select(.waiters > 0)'
   lockctl top --json | jq '.[] | select(.kind == \"rw\") | .readers'
   lockctl top > snapshot.txt               # one snapshot, no terminal";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  lockctl completions bash > /etc/bash_completion.d/lockctl
+  lockctl completions zsh > /usr/local/share/zsh/site-functions/_lockctl
+  lockctl completions fish > ~/.config/fish/completions/lockctl.fish";
+
+const MAN_EXAMPLES: &str = "\
+Examples:
+  lockctl man | man -l -
+  lockctl man --dir /usr/local/share/man/man1     # lockctl.1, lockctl-run.1, ...";
 
 /// Run a command under a distributed lock on Redis (a distributed flock), and
 /// inspect or force-release locks.
@@ -317,6 +331,14 @@ pub(crate) enum Command {
     /// terminal).
     #[command(visible_alias = "watch", long_about = TOP_HELP, after_help = TOP_VIEW_EXAMPLES)]
     Top(TopArgs),
+    /// Print the shell completion script of SHELL (bash, zsh, fish, elvish, powershell), made
+    /// from this command line. Touches no Redis.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+    /// Print the man page lockctl(1), or write it and a page per command into --dir. Touches
+    /// no Redis.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man(ManArgs),
 }
 
 /// Options of `lockctl run`.
@@ -339,6 +361,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value_t = OnBusy::Fail)]
     pub(crate) on_busy: OnBusy,
 
+    /// Keep the lock at least this long after it was taken, even when the command exits
+    /// sooner (ShedLock's lockAtLeastFor): the release cuts the lease to what is left, so a
+    /// host whose cron fires a little later in the same window finds it busy. Longer than
+    /// the hosts' clock skew and timer jitter, shorter than the schedule's period.
+    #[arg(long, value_name = "DURATION", value_parser = parse_at_least)]
+    pub(crate) at_least: Option<Duration>,
+
     /// Exit code when the lock stays busy (with --on-busy fail).
     #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
     pub(crate) conflict_exit_code: u8,
@@ -358,13 +387,16 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "K", requires = "permits", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) take: Option<u32>,
 
-    /// The command to run and its arguments (after `--`).
+    /// The command to run and its arguments (after `--`). An option lockctl does not know
+    /// before the command is a usage error (exit 64), never the command.
+    // No `allow_hyphen_values`: with it an unknown `--option` became the
+    // command, after the lock was taken. `trailing_var_arg` still passes
+    // the command's own options (`ls -la`) once the command has started.
     #[arg(
         value_name = "COMMAND",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     pub(crate) command: Vec<OsString>,
 }
@@ -411,7 +443,11 @@ impl RunArgs {
     /// the watchdog's lease, renewed while the command runs, a setting of
     /// the client rather than a fixed lease of this lock.
     pub(crate) fn lock_options(&self) -> LockOptions {
-        LockOptions::new().wait(self.wait)
+        let options = LockOptions::new().wait(self.wait);
+        match self.at_least {
+            Some(at_least) => options.hold_at_least(at_least),
+            None => options,
+        }
     }
 
     /// The lock to take, from the options (which clap made exclusive).
@@ -527,7 +563,8 @@ pub(crate) struct TopArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive)]
     pub(crate) interval: Duration,
 
-    /// The lease the lease-left bar is drawn against (default: 30s, or the longest TTL seen).
+    /// The lease every lease-left bar is drawn against (default: each lock's own lease, the
+    /// longest TTL the view has seen of its current holder).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive)]
     pub(crate) lease: Option<Duration>,
 
@@ -542,6 +579,23 @@ pub(crate) struct TopArgs {
     /// Print one snapshot as JSON and exit (also without a terminal).
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `lockctl completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+/// Options of `lockctl man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write lockctl.1 and one page per command (lockctl-run.1, ...) into this directory
+    /// instead of printing lockctl.1.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// Options of `lockctl release`.
@@ -686,6 +740,18 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
+/// `--at-least`: a duration of at most the longest lease (`0s` is no minimum).
+fn parse_at_least(text: &str) -> Result<Duration, String> {
+    let at_least = parse_duration(text)?;
+    if at_least > distlock_core::MAX_LEASE {
+        return Err(format!(
+            "a minimum hold must be at most {}",
+            humantime::format_duration(distlock_core::MAX_LEASE)
+        ));
+    }
+    Ok(at_least)
+}
+
 /// `--layout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum LayoutArg {
@@ -740,6 +806,57 @@ mod tests {
         }
         assert_eq!(by, SortBy::Name, "s comes back to the first column");
         assert_eq!(SortBy::Waiters.label(), "waiters");
+    }
+
+    #[test]
+    fn an_unknown_option_before_the_command_is_a_usage_error() {
+        use clap::error::ErrorKind;
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["lockctl", "run", "--key", "k"];
+            argv.extend_from_slice(args);
+            match Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(Command::Run(run)) => Ok(run.command),
+                Ok(other) => panic!("{other:?}"),
+                Err(err) => Err(err.kind()),
+            }
+        };
+        // Before the fix this parsed, with `--no-such-option 1s -- true` as the command.
+        assert_eq!(
+            parse(&["--no-such-option", "1s", "--", "true"]),
+            Err(ErrorKind::UnknownArgument)
+        );
+        assert_eq!(
+            parse(&["-Z", "--", "true"]),
+            Err(ErrorKind::UnknownArgument)
+        );
+        // The command's own options pass once the command has started, with or without `--`.
+        let argv = |v: &[&str]| Ok(v.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(parse(&["ls", "-la", "--x"]), argv(&["ls", "-la", "--x"]));
+        assert_eq!(parse(&["--", "ls", "-la"]), argv(&["ls", "-la"]));
+        assert_eq!(parse(&["--", "--weird-name"]), argv(&["--weird-name"]));
+    }
+
+    #[test]
+    fn at_least_is_the_locks_minimum_hold() {
+        let cli = Cli::try_parse_from([
+            "lockctl",
+            "run",
+            "-k",
+            "k",
+            "--at-least",
+            "900ms",
+            "--",
+            "true",
+        ]);
+        match cli.map(|cli| cli.command) {
+            Ok(Command::Run(run)) => assert_eq!(
+                run.lock_options(),
+                LockOptions::new().hold_at_least(Duration::from_millis(900))
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_at_least("400days").is_err());
+        assert!(parse_at_least("soon").unwrap_err().contains("soon"));
     }
 
     #[test]

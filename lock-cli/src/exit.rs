@@ -12,6 +12,8 @@ pub(crate) const USAGE: u8 = 64;
 pub(crate) const DATA: u8 = 65;
 /// A file named on the command line cannot be read (`EX_NOINPUT`).
 pub(crate) const NO_INPUT: u8 = 66;
+/// An output file cannot be created (`EX_CANTCREAT`): `man --dir`.
+pub(crate) const CANT_CREATE: u8 = 73;
 /// The backend is unreachable, refused the credentials or failed (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// An internal error of lockctl (`EX_SOFTWARE`).

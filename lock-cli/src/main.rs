@@ -14,6 +14,7 @@ mod child;
 mod cli;
 mod connect;
 mod exit;
+mod generate;
 mod output;
 mod run;
 mod top;
@@ -38,6 +39,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return ExitCode::from(usage_error(err)),
     };
+    // Generated from the command line alone: no runtime, no Redis.
+    match &cli.command {
+        Command::Completions(args) => return finish(generate::completions(args)),
+        Command::Man(args) => return finish(generate::man(args)),
+        _ => {}
+    }
     // One thread: lockctl waits on a child, a socket and signals, and the
     // child's parent-death signal is tied to the thread that spawned it.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -59,8 +66,15 @@ fn main() -> ExitCode {
             Command::Release(args) => admin::release(connection, args).await,
             Command::Layouts(args) => admin::layouts(connection, args).await,
             Command::Top(args) => top::top(connection, args).await,
+            Command::Completions(args) => generate::completions(&args),
+            Command::Man(args) => generate::man(&args),
         }
     });
+    finish(result)
+}
+
+/// lockctl's exit code for `result`, with the failure's line on stderr.
+fn finish(result: Result<u8, Failure>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

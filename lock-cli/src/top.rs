@@ -33,10 +33,6 @@ use crate::connect::connect;
 use crate::exit::{self, Failure};
 use crate::output::{count, millis, print_out, to_json};
 
-/// The lease the bar is drawn against when neither `--lease` nor a longer
-/// TTL says otherwise (the client's default lease).
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-
 /// Width of the lease-left bar, brackets included.
 const BAR: usize = 12;
 
@@ -66,6 +62,11 @@ pub(crate) struct Row {
     ttl: Option<Duration>,
     #[serde(skip)]
     hold: Option<Hold>,
+    /// The lock's own lease, as the bar is drawn against it: the longest
+    /// TTL the view has seen of the current holder (a watchdog renews the
+    /// full lease every third of it, a fixed lease starts full).
+    #[serde(skip)]
+    lease: Option<Duration>,
     /// Clients waiting (see [`Row::count_waiters`]); `None` when they could not be
     /// counted.
     waiters: Option<u64>,
@@ -219,6 +220,7 @@ impl Row {
             fencing_token,
             ttl,
             hold: None,
+            lease: None,
             waiters: None,
             detail,
         })
@@ -269,7 +271,8 @@ pub(crate) fn sort_rows(rows: &mut [Row], by: SortBy, reverse: bool) {
             // No expiry sorts after every TTL.
             SortBy::Ttl => (a.ttl.is_none(), a.ttl).cmp(&(b.ttl.is_none(), b.ttl)),
             SortBy::Hold => a.hold.map(|h| h.held).cmp(&b.hold.map(|h| h.held)),
-            SortBy::Waiters => a.waiters.cmp(&b.waiters),
+            // The most waiters first (the busiest lock on top); uncounted last.
+            SortBy::Waiters => b.waiters.cmp(&a.waiters),
         };
         let order = if reverse { order.reverse() } else { order };
         order
@@ -325,9 +328,19 @@ fn truncate(text: &str, width: usize) -> String {
     }
 }
 
+/// The lease `row`'s bar is drawn against: `--lease` when given, else the
+/// lock's own (see [`Row::lease`]).
+fn lease_of(row: &Row, option: Option<Duration>) -> Duration {
+    option
+        .or(row.lease)
+        .or(row.ttl)
+        .unwrap_or(Duration::from_secs(1))
+}
+
 /// The TTL column: the bar and the seconds; `-` for a fair lock nobody
 /// holds (only queued).
-fn ttl_text(row: &Row, lease: Duration) -> String {
+fn ttl_text(row: &Row, option: Option<Duration>) -> String {
+    let lease = lease_of(row, option);
     match (row.ttl, &row.detail) {
         (None, Detail::Plain {} | Detail::Hot { .. }) => format!("{} {:>6}", bar(None, lease), "-"),
         (None, _) => "-".into(),
@@ -351,7 +364,7 @@ fn widths(rows: &[&Row]) -> [u16; 7] {
 
 /// The table of `rows` (a header, a line per row, in their order), its
 /// columns `widths` wide.
-fn table<'a>(rows: &[&Row], widths: [u16; 7], lease: Duration) -> Table<'a> {
+fn table<'a>(rows: &[&Row], widths: [u16; 7], lease: Option<Duration>) -> Table<'a> {
     let right = |text: String| Cell::from(Line::from(text).right_aligned());
     let [_, name_w, holder_w, ..] = widths;
     let lines = rows.iter().map(|row| {
@@ -386,7 +399,8 @@ fn table<'a>(rows: &[&Row], widths: [u16; 7], lease: Duration) -> Table<'a> {
 }
 
 /// The lines of the detail pane for `row`.
-fn detail(row: &Row, lease: Duration) -> Vec<Line<'static>> {
+fn detail(row: &Row, option: Option<Duration>) -> Vec<Line<'static>> {
+    let lease = lease_of(row, option);
     let left = |ttl: Option<Duration>| ttl.map_or_else(|| "no expiry".into(), seconds);
     let token = row
         .fencing_token
@@ -492,18 +506,22 @@ fn detail(row: &Row, lease: Duration) -> Vec<Line<'static>> {
     lines.into_iter().map(Line::from).collect()
 }
 
-/// The lease the bars are drawn against: `--lease`, else the longer of 30 s
-/// and the longest TTL seen.
-fn lease_of(option: Option<Duration>, longest_seen: Duration) -> Duration {
-    option.unwrap_or(DEFAULT_LEASE.max(longest_seen))
-}
-
 /// When the view first saw each lock's current token (a lock without one,
-/// read by readers or held in permits: since it was first seen in use).
+/// read by readers or held in permits: since it was first seen in use), and
+/// the longest TTL it has seen of that holder: the lock's own lease.
 #[derive(Debug, Default)]
 struct HoldClock {
-    seen: HashMap<(LockKind, String), (Option<u64>, Instant, bool)>,
+    seen: HashMap<(LockKind, String), Seen>,
     refreshed: bool,
+}
+
+/// What [`HoldClock`] remembers of a lock's current holder.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    token: Option<u64>,
+    since: Instant,
+    at_least: bool,
+    longest_ttl: Option<Duration>,
 }
 
 impl HoldClock {
@@ -513,15 +531,22 @@ impl HoldClock {
         let mut seen = HashMap::with_capacity(rows.len());
         for row in rows.iter_mut() {
             let id = (row.kind, row.name.clone());
-            let (since, at_least) = match self.seen.get(&id) {
-                Some(&(token, since, at_least)) if token == row.fencing_token => (since, at_least),
-                _ => (now, first),
+            let mut this = match self.seen.get(&id) {
+                Some(seen) if seen.token == row.fencing_token => *seen,
+                _ => Seen {
+                    token: row.fencing_token,
+                    since: now,
+                    at_least: first,
+                    longest_ttl: None,
+                },
             };
+            this.longest_ttl = this.longest_ttl.max(row.ttl);
             row.hold = Some(Hold {
-                held: now.saturating_duration_since(since),
-                at_least,
+                held: now.saturating_duration_since(this.since),
+                at_least: this.at_least,
             });
-            seen.insert(id, (row.fencing_token, since, at_least));
+            row.lease = this.longest_ttl;
+            seen.insert(id, this);
         }
         self.seen = seen;
     }
@@ -605,7 +630,7 @@ fn buffer_lines(buffer: &Buffer) -> Vec<String> {
 }
 
 /// The table of `rows` as text: the header, then a line per row.
-fn table_lines(rows: &[&Row], lease: Duration) -> Vec<String> {
+fn table_lines(rows: &[&Row], lease: Option<Duration>) -> Vec<String> {
     let columns = widths(rows);
     let width: u16 = columns.iter().map(|w| w + 2).sum();
     // A buffer's height is a u16: the rows go through it a thousand at a
@@ -640,8 +665,11 @@ async fn snapshot(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure
         print_out(&format!("{}\n", to_json(&rows)?))?;
         return Ok(exit::SUCCESS);
     }
-    let longest = rows.iter().filter_map(|r| r.ttl).max().unwrap_or_default();
-    let lease = lease_of(args.lease, longest);
+    // One look: each lock's own lease is what it has left now.
+    for row in &mut rows {
+        row.lease = row.ttl;
+    }
+    let lease = args.lease;
     let shown: Vec<&Row> = rows.iter().collect();
     let mut out = format!(
         "lockctl top: {} lock(s) in use at {}, prefix `{}`\n",
@@ -672,7 +700,6 @@ struct View {
     table: TableState,
     error: Option<String>,
     server: String,
-    longest_ttl: Duration,
     interval: Duration,
     lease: Option<Duration>,
 }
@@ -699,7 +726,6 @@ impl View {
             table: TableState::default(),
             error: None,
             server: "(connecting)".into(),
-            longest_ttl: Duration::ZERO,
             interval: args.interval,
             lease: args.lease,
         }
@@ -799,7 +825,7 @@ impl View {
     /// Draws the view on `frame`: a title, a status line, the table, the
     /// detail pane of the selected lock, the keys.
     fn render(&mut self, frame: &mut Frame) {
-        let lease = lease_of(self.lease, self.longest_ttl);
+        let lease = self.lease;
         let shown = self.shown();
         let index = self
             .selected_index(&shown)
@@ -992,9 +1018,6 @@ async fn live(source: &mut Source<'_>, args: &TopArgs) -> Result<u8, Failure> {
                     waiter_error,
                 }) => {
                     clock.update(&mut rows, Instant::now());
-                    if let Some(longest) = rows.iter().filter_map(|r| r.ttl).max() {
-                        view.longest_ttl = view.longest_ttl.max(longest);
-                    }
                     view.rows = rows;
                     view.resort();
                     view.error = waiter_error
@@ -1046,6 +1069,7 @@ mod tests {
                 held: Duration::from_secs(hold_s),
                 at_least: false,
             }),
+            lease: None,
             waiters: Some(waiters),
             detail: Detail::Plain {},
         }
@@ -1167,10 +1191,17 @@ mod tests {
         assert_eq!(names(&rows), ["c", "b", "a"]);
         sort_rows(&mut rows, SortBy::Hold, true);
         assert_eq!(names(&rows), ["a", "c", "b"]);
-        sort_rows(&mut rows, SortBy::Waiters, true);
-        assert_eq!(names(&rows), ["a", "c", "b"]);
+        // `w`: the most waiters first (the busiest lock on top); again: fewest first.
         sort_rows(&mut rows, SortBy::Waiters, false);
+        assert_eq!(names(&rows), ["a", "c", "b"]);
+        sort_rows(&mut rows, SortBy::Waiters, true);
         assert_eq!(names(&rows), ["b", "c", "a"]);
+        let mut uncounted = row("d", 1, None, 0, 0);
+        uncounted.waiters = None;
+        rows.push(uncounted);
+        sort_rows(&mut rows, SortBy::Waiters, false);
+        assert_eq!(names(&rows), ["a", "c", "b", "d"], "uncounted last");
+        rows.pop();
         // A name's kinds in their order.
         let mut fair = row("a", 1, None, 0, 0);
         fair.kind = LockKind::Fair;
@@ -1191,7 +1222,7 @@ mod tests {
         plain.hold = None;
         rows.push(plain);
         let shown: Vec<&Row> = rows.iter().collect();
-        let lines = table_lines(&shown, Duration::from_secs(30));
+        let lines = table_lines(&shown, Some(Duration::from_secs(30)));
 
         assert_eq!(
             lines,
@@ -1208,7 +1239,7 @@ mod tests {
 
         // A token of today (the server's clock in microseconds) is shown whole.
         let today = row("job:now", 1_795_908_654_457_602, Some(1_000), 0, 0);
-        let lines = table_lines(&[&today], Duration::from_secs(30));
+        let lines = table_lines(&[&today], Some(Duration::from_secs(30)));
         assert!(lines[1].contains(" 1795908654457602  "), "{lines:?}");
     }
 
@@ -1218,11 +1249,11 @@ mod tests {
             .map(|n| row(&format!("job:{n:04}"), n, Some(1_000), 0, 0))
             .collect();
         let shown: Vec<&Row> = rows.iter().collect();
-        let lines = table_lines(&shown, DEFAULT_LEASE);
+        let lines = table_lines(&shown, None);
         assert_eq!(lines.len(), 2501);
         assert_eq!(lines.iter().filter(|l| l.starts_with("KIND")).count(), 1);
         assert!(lines[2500].starts_with("lock  job:2499"), "{}", lines[2500]);
-        let none = table_lines(&[], DEFAULT_LEASE);
+        let none = table_lines(&[], None);
         assert_eq!(none.len(), 1);
         assert!(none[0].starts_with("KIND  NAME"), "{none:?}");
     }
@@ -1396,15 +1427,34 @@ mod tests {
         assert_eq!(bar(Some(Duration::from_secs(60)), lease), "[##########]");
         assert_eq!(bar(Some(Duration::from_millis(10)), lease), "[#.........]");
         assert_eq!(bar(Some(Duration::ZERO), lease), "[..........]");
-        assert_eq!(lease_of(None, Duration::from_secs(10)), lease);
+        // Each lock's bar is drawn against its own lease: the longest TTL seen
+        // of its holder; `--lease` draws every bar against one.
+        let mut clock = HoldClock::default();
+        let now = Instant::now();
+        let mut rows = vec![
+            row("short", 1, Some(1_000), 0, 0),
+            row("long", 2, Some(60_000), 0, 0),
+        ];
+        clock.update(&mut rows, now);
+        // A second later: a second of the short lease is gone, the long one renewed.
+        let mut later = vec![
+            row("short", 1, Some(500), 0, 0),
+            row("long", 2, Some(60_000), 0, 0),
+        ];
+        clock.update(&mut later, now + Duration::from_secs(1));
+        assert_eq!(later[0].lease, Some(Duration::from_secs(1)));
+        assert_eq!(ttl_text(&later[0], None), "[#####.....]   0.5s");
+        // Before: against a fixed 30 s, a full one-second lease was one mark.
+        assert_eq!(ttl_text(&rows[0], None), "[##########]   1.0s");
+        assert_eq!(ttl_text(&later[1], None), "[##########]  60.0s");
         assert_eq!(
-            lease_of(None, Duration::from_secs(60)),
-            Duration::from_secs(60)
+            ttl_text(&later[1], Some(Duration::from_secs(120))),
+            "[#####.....]  60.0s"
         );
-        assert_eq!(
-            lease_of(Some(Duration::from_secs(5)), Duration::from_secs(60)),
-            Duration::from_secs(5)
-        );
+        // A new holder (a new token) starts its own lease.
+        let mut next = vec![row("short", 3, Some(300), 0, 0)];
+        clock.update(&mut next, now + Duration::from_secs(2));
+        assert_eq!(next[0].lease, Some(Duration::from_millis(300)));
     }
 
     #[test]

@@ -148,6 +148,7 @@ mod multi;
 mod name;
 mod options;
 mod release;
+pub mod rounds;
 mod scope;
 mod shutdown;
 mod shutdown_state;

@@ -97,9 +97,9 @@ enum Protocol {
 ///
 /// | request | HTTP answer | gRPC status |
 /// |---|---|---|
-/// | token lower than the highest seen for the key ([`FenceError::Stale`]) | `409 Conflict` | `ABORTED` (10) |
-/// | token header missing or not a `u64` | `400 Bad Request` | `INVALID_ARGUMENT` (3) |
-/// | the store failed | `503 Service Unavailable` | `UNAVAILABLE` (14) |
+/// | token lower than the highest seen for the key ([`FenceError::Stale`]) | `409 Conflict` | `ABORTED` (10), `distlock-reason: stale-token` |
+/// | token header missing or not a `u64` | `400 Bad Request` | `INVALID_ARGUMENT` (3), `distlock-reason: bad-token` |
+/// | the store failed | `503 Service Unavailable` | `UNAVAILABLE` (14), `distlock-reason: fence-unavailable` |
 /// | accepted | the inner service's, which gets a [`Fenced`] extension | |
 /// | no key (the extractor gave `None`) | the inner service's, unchecked | |
 ///
@@ -290,6 +290,13 @@ fn answer<B>(protocol: Protocol, refusal: Refusal, message: &str) -> Response<Fe
             let headers = response.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
             headers.insert("grpc-status", HeaderValue::from(code));
+            // As distlock-tower's `REASON_METADATA`: a machine-readable cause.
+            let reason = match refusal {
+                Refusal::Stale => "stale-token",
+                Refusal::BadToken => "bad-token",
+                Refusal::Unavailable => "fence-unavailable",
+            };
+            headers.insert("distlock-reason", HeaderValue::from_static(reason));
             if let Ok(value) = HeaderValue::from_str(&percent_encode(message)) {
                 headers.insert("grpc-message", value);
             }

@@ -33,6 +33,19 @@ pub trait KeyExtractor<R> {
     /// The lock name for `request`, or `None` to run it without a lock.
     fn extract_key(&self, request: &R) -> Option<String>;
 
+    /// For a request [`extract_key`](KeyExtractor::extract_key) gave no
+    /// name: `Some(what)` when it should have carried one and must be
+    /// refused rather than run unlocked, `what` naming the missing part
+    /// (`"x-order-id metadata of /orders.v1.Orders/Pay"`). The layer answers
+    /// it as an invalid lock name (400, `INVALID_ARGUMENT` with
+    /// `distlock-reason: missing-key`) and the handler does not run.
+    /// The default: `None`, run it unlocked. [`GrpcKey`] refuses calls of its
+    /// method without its metadata.
+    fn missing_key(&self, request: &R) -> Option<String> {
+        let _ = request;
+        None
+    }
+
     /// An extractor that asks `self` first and `other` when `self` gives
     /// `None`. (The built-in extractors have the same method inherently, as
     /// they work for any request body.)
@@ -95,6 +108,12 @@ where
         self.first
             .extract_key(request)
             .or_else(|| self.second.extract_key(request))
+    }
+
+    fn missing_key(&self, request: &R) -> Option<String> {
+        self.first
+            .missing_key(request)
+            .or_else(|| self.second.missing_key(request))
     }
 }
 
@@ -344,7 +363,12 @@ impl<B> KeyExtractor<Request<B>> for HeaderKey {
 /// Locks calls of one gRPC method on a metadata value:
 /// `GrpcKey::new("/orders.v1.Orders/Pay", "x-order-id").prefix("order:")`
 /// locks `order:42` for a `Pay` call whose metadata has `x-order-id: 42`.
-/// Other methods, and calls without the metadata, go through unlocked.
+/// Other methods go through unlocked. A call of the method without the
+/// metadata (or with a value that is not ASCII) is refused with
+/// `INVALID_ARGUMENT` and `distlock-reason: missing-key` before its handler
+/// runs, never run unlocked; [`optional`](GrpcKey::optional) lets such
+/// calls through unlocked instead (a per-tenant limit that calls without a
+/// tenant are exempt from).
 ///
 /// The method is the HTTP/2 path of the call, `/<package>.<Service>/<Method>`.
 /// Metadata is sent as HTTP headers, so the same rules as [`HeaderKey`]
@@ -358,11 +382,18 @@ impl<B> KeyExtractor<Request<B>> for HeaderKey {
 /// let call = |path| Request::builder().uri(path).header("x-order-id", "42").body(()).unwrap();
 /// assert_eq!(pay.extract_key(&call("/orders.v1.Orders/Pay")).as_deref(), Some("order:42"));
 /// assert_eq!(pay.extract_key(&call("/orders.v1.Orders/Status")), None);
+///
+/// // A Pay call without x-order-id is refused, not run unlocked.
+/// let bare = Request::builder().uri("/orders.v1.Orders/Pay").body(()).unwrap();
+/// assert_eq!(pay.extract_key(&bare), None);
+/// assert!(pay.missing_key(&bare).is_some());
+/// assert_eq!(pay.optional().missing_key(&bare), None);
 /// ```
 #[derive(Clone, Debug)]
 pub struct GrpcKey {
     method: String,
     metadata: HeaderKey,
+    required: bool,
 }
 
 impl GrpcKey {
@@ -390,7 +421,15 @@ impl GrpcKey {
         GrpcKey {
             method: method.to_owned(),
             metadata: HeaderKey::new(key),
+            required: true,
         }
+    }
+
+    /// Lets calls of the method without the metadata through unlocked,
+    /// instead of refusing them (`INVALID_ARGUMENT`, the default).
+    pub fn optional(mut self) -> Self {
+        self.required = false;
+        self
     }
 
     /// Puts `prefix` before the metadata value in the lock name.
@@ -406,6 +445,11 @@ impl<B> KeyExtractor<Request<B>> for GrpcKey {
             return None;
         }
         self.metadata.key(request.headers())
+    }
+
+    fn missing_key(&self, request: &Request<B>) -> Option<String> {
+        (self.required && request.uri().path() == self.method)
+            .then(|| format!("{} metadata of {}", self.metadata.header, self.method))
     }
 }
 

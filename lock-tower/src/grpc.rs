@@ -9,7 +9,7 @@ use http::{HeaderValue, Request, Response};
 
 use crate::body::ResponseBody;
 use crate::flavour::{sealed, Exchange, Flavour, HttpFlavour};
-use crate::status::{log_failure, message, Failure};
+use crate::status::{log_failure, message, reason, Failure, REASON_METADATA};
 
 /// The gRPC flavour of [`LockLayer`](crate::LockLayer), made by
 /// [`LockLayer::grpc`](crate::LockLayer::grpc), for tonic's
@@ -32,6 +32,13 @@ use crate::status::{log_failure, message, Failure};
 /// `RESOURCE_EXHAUSTED` is its code for a quota or a limit that was reached,
 /// kept apart from it so that a client can back off instead. gRPC has no
 /// `Retry-After`: the message names the semaphore and its limit.
+///
+/// Every answer of the layer also carries the metadata
+/// [`distlock-reason`](crate::REASON_METADATA) (`busy`, `limit`,
+/// `backend-unavailable`, `lease-lost`, `shutting-down`, `missing-key`,
+/// `invalid-key`, `internal`), so that a client tells the layer's
+/// `RESOURCE_EXHAUSTED` from HTTP/2's, and a busy lock from a stale token,
+/// without parsing the message.
 #[derive(Clone, Debug)]
 pub struct Grpc {
     pub(crate) exchange: Exchange,
@@ -80,6 +87,10 @@ fn status_response<B>(key: &str, error: &LockError, failure: Failure) -> Respons
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert("grpc-status", HeaderValue::from(code as u16));
+    headers.insert(
+        REASON_METADATA,
+        HeaderValue::from_static(reason(error, failure)),
+    );
     let encoded = percent_encode(&message(key, error, failure));
     if let Ok(value) = HeaderValue::from_str(&encoded) {
         headers.insert("grpc-message", value);
@@ -123,6 +134,7 @@ mod tests {
         let headers = response.headers();
         assert_eq!(headers["content-type"], "application/grpc");
         assert_eq!(headers["grpc-status"], "10");
+        assert_eq!(headers["distlock-reason"], "busy");
         let message = headers["grpc-message"].to_str().unwrap();
         assert!(message.contains("order:1"), "{message}");
     }
@@ -137,6 +149,7 @@ mod tests {
             status_response("exports:tenant:7", &error, failure);
         let headers = response.headers();
         assert_eq!(headers["grpc-status"], "8");
+        assert_eq!(headers["distlock-reason"], "limit");
         let message = headers["grpc-message"].to_str().unwrap();
         assert!(message.contains("exports:tenant:7"), "{message}");
         assert!(message.contains("at most 5"), "{message}");

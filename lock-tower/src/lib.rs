@@ -126,7 +126,7 @@
 // `tests/architecture.rs` checks it):
 //
 //   layer    -> config, service, flavour, http, grpc, plain, mode
-//   service  -> config, future, flavour, extract, mode, http (type default)
+//   service  -> config, future, flavour, extract, mode, status, http (type default)
 //   future   -> flavour, release, status, http and plain (type defaults)
 //   http, grpc, plain -> flavour, body, status (each builds its own answers)
 //   flavour  -> body, status, token
@@ -164,8 +164,8 @@ pub use layer::LockLayer;
 pub use mode::{Access, ConcurrencyLimit, Exclusive, Fair, ReadWrite, SafeMethods, SelectAccess};
 pub use plain::Plain;
 pub use service::LockService;
-pub use status::http_status;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use status::{grpc_code, grpc_status};
+pub use status::{http_status, REASON_METADATA};
 pub use token::FencingToken;

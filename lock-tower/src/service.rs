@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use distlock_core::LockError;
 use tower_service::Service;
 
 use crate::config::Config;
@@ -14,6 +15,7 @@ use crate::flavour::Flavour;
 use crate::future::ResponseFuture;
 use crate::http::Http;
 use crate::mode::{Exclusive, LockMode};
+use crate::status::MISSING_KEY;
 
 /// The service made by [`LockLayer`](crate::LockLayer): takes the lock its
 /// extractor names for each request, then calls the inner service while
@@ -101,6 +103,15 @@ where
     fn call(&mut self, request: R) -> Self::Future {
         let flavour = self.config.flavour.clone();
         let Some(key) = self.config.extractor.extract_key(&request) else {
+            // A request that should have named its lock is refused, never
+            // run unlocked (a gRPC call without its key metadata).
+            if let Some(missing) = self.config.extractor.missing_key(&request) {
+                let error = LockError::InvalidKey {
+                    key: missing,
+                    reason: MISSING_KEY,
+                };
+                return ResponseFuture::refused(error, flavour);
+            }
             return ResponseFuture::unlocked(self.inner.call(request), flavour);
         };
         if let Err(error) = self.config.check(&key) {

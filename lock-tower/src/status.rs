@@ -7,6 +7,51 @@
 use distlock_core::LockError;
 use http::StatusCode;
 
+/// The metadata key (an HTTP/2 header of the trailers-only answer) that
+/// says why the gRPC flavour of the layer refused a call, for clients to
+/// branch on without parsing messages. Its values:
+///
+/// | value | status | cause | retry? |
+/// |---|---|---|---|
+/// | `busy` | `ABORTED` | the lock is held by another call (after the wait) | yes, after a short back-off: the holder finishes |
+/// | `limit` | `RESOURCE_EXHAUSTED` | [`concurrency_limit`](crate::LockLayer::concurrency_limit): as many calls of this key run already | yes, backing off |
+/// | `backend-unavailable` | `UNAVAILABLE` | the lock backend did not answer or failed (Redis down, paused, failing over) | yes, backing off (an idempotent call) |
+/// | `lease-lost` | `UNAVAILABLE` | the lock was lost while it was taken, or (with `abort_on_lost`) while the handler ran | yes: the call did not complete under its lock |
+/// | `shutting-down` | `UNAVAILABLE` | the service's lock client is shutting down | yes, on another replica |
+/// | `missing-key` | `INVALID_ARGUMENT` | the call lacks the metadata that names its lock ([`GrpcKey`](crate::GrpcKey)) | no: send the metadata |
+/// | `invalid-key` | `INVALID_ARGUMENT` | the lock name is empty, too long, or refused by [`validate_key`](crate::LockLayer::validate_key) | no |
+/// | `internal` | `INTERNAL` | a bug or misconfiguration of the service | no |
+///
+/// `distlock-fence`'s `FenceLayer` adds `stale-token` (`ABORTED`: a newer
+/// holder has been seen; never retry with the same token), `bad-token` and
+/// `fence-unavailable`. An answer without this key did not come from the
+/// layers: `UNAVAILABLE` from the transport (the server is gone), or
+/// `RESOURCE_EXHAUSTED` from HTTP/2 flow control after a paused server
+/// resumes.
+pub const REASON_METADATA: &str = "distlock-reason";
+
+/// The reason of [`LockError::InvalidKey`] for a request that lacks its
+/// lock name (see `KeyExtractor::missing_key`).
+pub(crate) const MISSING_KEY: &str = "the request does not carry its lock name";
+
+/// The value of [`REASON_METADATA`] for a failure of class `failure`.
+pub(crate) fn reason(error: &LockError, failure: Failure) -> &'static str {
+    match failure {
+        Failure::Busy => "busy",
+        Failure::Limited { .. } => "limit",
+        Failure::Unavailable => match error {
+            LockError::LeaseLost { .. } => "lease-lost",
+            LockError::ShuttingDown { .. } => "shutting-down",
+            _ => "backend-unavailable",
+        },
+        Failure::BadKey => match error {
+            LockError::InvalidKey { reason, .. } if *reason == MISSING_KEY => "missing-key",
+            _ => "invalid-key",
+        },
+        Failure::Internal => "internal",
+    }
+}
+
 /// How the layer classifies a lock failure: one class per answer.
 ///
 /// `pub` because the sealed [`Flavour`](crate::Flavour)'s hidden `reject`
@@ -131,7 +176,12 @@ pub(crate) fn message(key: &str, error: &LockError, failure: Failure) -> String 
             }
             _ => format!("lock `{key}` is unavailable: the lock backend did not answer or failed"),
         },
-        Failure::BadKey => error.to_string(),
+        Failure::BadKey => match error {
+            LockError::InvalidKey { reason, .. } if *reason == MISSING_KEY => {
+                format!("the request must carry its lock name: the {key}")
+            }
+            _ => error.to_string(),
+        },
         Failure::Internal => format!("lock `{key}` could not be taken: internal error"),
     }
 }
@@ -207,7 +257,12 @@ pub fn grpc_code(error: &LockError) -> tonic::Code {
 pub fn grpc_status(error: &LockError) -> tonic::Status {
     let failure = Failure::of(error);
     let key = error.key().unwrap_or("*");
-    tonic::Status::new(grpc_code(error), message(key, error, failure))
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    metadata.insert(
+        REASON_METADATA,
+        tonic::metadata::MetadataValue::from_static(reason(error, failure)),
+    );
+    tonic::Status::with_metadata(grpc_code(error), message(key, error, failure), metadata)
 }
 
 #[cfg(test)]
@@ -374,6 +429,46 @@ mod tests {
         assert_eq!(Failure::of_request(&config, Some(0)), Failure::Internal);
     }
 
+    #[test]
+    fn every_failure_has_a_reason_for_machines() {
+        let reasons: Vec<&str> = table()
+            .iter()
+            .map(|(error, _, _)| reason(error, Failure::of(error)))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "busy",
+                "busy",
+                "lease-lost",
+                "internal",
+                "invalid-key",
+                "internal",
+                "internal",
+                "shutting-down",
+                "internal",
+                "backend-unavailable",
+                "backend-unavailable",
+                "backend-unavailable",
+                "backend-unavailable",
+                "internal",
+            ]
+        );
+        let busy = LockError::Busy { key: "t:1".into() };
+        assert_eq!(reason(&busy, Failure::of_request(&busy, Some(2))), "limit");
+        let missing = LockError::InvalidKey {
+            key: "x-order-id metadata of /orders.v1.Orders/Pay".into(),
+            reason: MISSING_KEY,
+        };
+        assert_eq!(reason(&missing, Failure::of(&missing)), "missing-key");
+        let text = message(
+            "x-order-id metadata of /o.v1.O/Pay",
+            &missing,
+            Failure::BadKey,
+        );
+        assert!(text.contains("x-order-id"), "{text}");
+    }
+
     #[cfg(feature = "tonic")]
     #[test]
     fn tonic_codes_match_the_table() {
@@ -381,6 +476,12 @@ mod tests {
             assert_eq!(grpc_code(&error) as u16, code, "{error:?}");
             let status = grpc_status(&error);
             assert_eq!(status.code() as u16, code);
+            let reason_sent = status.metadata().get(REASON_METADATA);
+            assert_eq!(
+                reason_sent.and_then(|v| v.to_str().ok()),
+                Some(reason(&error, Failure::of(&error))),
+                "{error:?}"
+            );
             assert!(
                 !status.message().contains("127.0.0.1"),
                 "no server address: {status:?}"
