@@ -365,6 +365,85 @@ impl RedisCluster {
             .collect())
     }
 
+    /// Moves `slot` from its master to master `to` as `redis-cli --cluster reshard` does, in
+    /// steps: `CLUSTER SETSLOT IMPORTING` on `to`, `MIGRATING` on the owner, the slot's keys
+    /// `MIGRATE`d `per_step` at a time with `pause` between steps (commands on the slot meanwhile
+    /// meet `ASK` and `TRYAGAIN`), then `SETSLOT NODE` on `to`, the old owner and every other
+    /// master. Returns the index of the old owner. `to` already serving the slot does nothing.
+    ///
+    /// # Panics
+    ///
+    /// Panics if a node does not answer or refuses a step (the message names the step).
+    pub fn move_slot(&self, slot: u16, to: usize, per_step: usize, pause: Duration) -> usize {
+        let from = self.master_of_slot(slot);
+        if from == to {
+            return from;
+        }
+        let id = |index: usize| -> String {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.node(index).conn())
+                .unwrap_or_else(|err| self.fail(&format!("CLUSTER MYID of node {index}: {err}")))
+        };
+        let (from_id, to_id) = (id(from), id(to));
+        let step = |index: usize, cmd: &mut redis::Cmd, what: &str| {
+            let done: redis::RedisResult<redis::Value> = cmd.query(&mut self.node(index).conn());
+            if let Err(err) = done {
+                self.fail(&format!("{what} on node {index}: {err}"));
+            }
+        };
+        step(
+            to,
+            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id),
+            "SETSLOT IMPORTING",
+        );
+        step(
+            from,
+            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id),
+            "SETSLOT MIGRATING",
+        );
+        let to_port = self.node(to).port();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(per_step.max(1))
+                .query(&mut self.node(from).conn())
+                .unwrap_or_else(|err| self.fail(&format!("GETKEYSINSLOT on node {from}: {err}")));
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate.arg("127.0.0.1").arg(to_port).arg("").arg(0).arg(5000).arg("KEYS");
+            for key in &keys {
+                migrate.arg(key);
+            }
+            step(from, &mut migrate, "MIGRATE");
+            std::thread::sleep(pause);
+        }
+        std::thread::sleep(pause);
+        step(
+            to,
+            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+            "SETSLOT NODE (new owner)",
+        );
+        step(
+            from,
+            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+            "SETSLOT NODE (old owner)",
+        );
+        for master in self.masters() {
+            if master != from && master != to {
+                step(
+                    master,
+                    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+                    "SETSLOT NODE",
+                );
+            }
+        }
+        from
+    }
+
     /// `CLUSTER FAILOVER TAKEOVER` on the replica at `replica`: it takes its master's slots
     /// at once, without the master's agreement nor the other masters' vote (the way to repair
     /// a shard whose replica was not promoted). Returns when the node accepted the command;
