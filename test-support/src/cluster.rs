@@ -394,12 +394,20 @@ impl RedisCluster {
         };
         step(
             to,
-            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id),
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("IMPORTING")
+                .arg(&from_id),
             "SETSLOT IMPORTING",
         );
         step(
             from,
-            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id),
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("MIGRATING")
+                .arg(&to_id),
             "SETSLOT MIGRATING",
         );
         let to_port = self.node(to).port();
@@ -414,7 +422,13 @@ impl RedisCluster {
                 break;
             }
             let mut migrate = redis::cmd("MIGRATE");
-            migrate.arg("127.0.0.1").arg(to_port).arg("").arg(0).arg(5000).arg("KEYS");
+            migrate
+                .arg("127.0.0.1")
+                .arg(to_port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS");
             for key in &keys {
                 migrate.arg(key);
             }
@@ -424,19 +438,31 @@ impl RedisCluster {
         std::thread::sleep(pause);
         step(
             to,
-            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id),
             "SETSLOT NODE (new owner)",
         );
         step(
             from,
-            redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id),
             "SETSLOT NODE (old owner)",
         );
         for master in self.masters() {
             if master != from && master != to {
                 step(
                     master,
-                    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id),
+                    redis::cmd("CLUSTER")
+                        .arg("SETSLOT")
+                        .arg(slot)
+                        .arg("NODE")
+                        .arg(&to_id),
                     "SETSLOT NODE",
                 );
             }
