@@ -373,24 +373,37 @@ impl RedisCluster {
     ///
     /// # Panics
     ///
-    /// Panics if a node does not answer or refuses a step (the message names the step).
+    /// Panics if a node does not answer or refuses a step (the message names the step);
+    /// [`RedisCluster::try_move_slot`] returns that as an error.
     pub fn move_slot(&self, slot: u16, to: usize, per_step: usize, pause: Duration) -> usize {
-        let from = self.master_of_slot(slot);
+        self.try_move_slot(slot, to, per_step, pause)
+            .unwrap_or_else(|reason| self.fail(&reason))
+    }
+
+    /// Like [`RedisCluster::move_slot`], but an error naming the step that failed instead of
+    /// a panic.
+    pub fn try_move_slot(
+        &self,
+        slot: u16,
+        to: usize,
+        per_step: usize,
+        pause: Duration,
+    ) -> Result<usize, String> {
+        let from = self.try_master_of_slot(slot)?;
         if from == to {
-            return from;
+            return Ok(from);
         }
-        let id = |index: usize| -> String {
+        let id = |index: usize| -> Result<String, String> {
             redis::cmd("CLUSTER")
                 .arg("MYID")
                 .query(&mut self.node(index).conn())
-                .unwrap_or_else(|err| self.fail(&format!("CLUSTER MYID of node {index}: {err}")))
+                .map_err(|err| format!("CLUSTER MYID of node {index}: {err}"))
         };
-        let (from_id, to_id) = (id(from), id(to));
-        let step = |index: usize, cmd: &mut redis::Cmd, what: &str| {
-            let done: redis::RedisResult<redis::Value> = cmd.query(&mut self.node(index).conn());
-            if let Err(err) = done {
-                self.fail(&format!("{what} on node {index}: {err}"));
-            }
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let step = |index: usize, cmd: &mut redis::Cmd, what: &str| -> Result<(), String> {
+            cmd.query::<redis::Value>(&mut self.node(index).conn())
+                .map(drop)
+                .map_err(|err| format!("{what} of slot {slot} on node {index}: {err}"))
         };
         step(
             to,
@@ -400,7 +413,7 @@ impl RedisCluster {
                 .arg("IMPORTING")
                 .arg(&from_id),
             "SETSLOT IMPORTING",
-        );
+        )?;
         step(
             from,
             redis::cmd("CLUSTER")
@@ -409,7 +422,7 @@ impl RedisCluster {
                 .arg("MIGRATING")
                 .arg(&to_id),
             "SETSLOT MIGRATING",
-        );
+        )?;
         let to_port = self.node(to).port();
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
@@ -417,7 +430,7 @@ impl RedisCluster {
                 .arg(slot)
                 .arg(per_step.max(1))
                 .query(&mut self.node(from).conn())
-                .unwrap_or_else(|err| self.fail(&format!("GETKEYSINSLOT on node {from}: {err}")));
+                .map_err(|err| format!("GETKEYSINSLOT {slot} on node {from}: {err}"))?;
             if keys.is_empty() {
                 break;
             }
@@ -432,28 +445,24 @@ impl RedisCluster {
             for key in &keys {
                 migrate.arg(key);
             }
-            step(from, &mut migrate, "MIGRATE");
+            step(from, &mut migrate, "MIGRATE")?;
             std::thread::sleep(pause);
         }
         std::thread::sleep(pause);
-        step(
-            to,
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&to_id),
-            "SETSLOT NODE (new owner)",
-        );
-        step(
-            from,
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&to_id),
-            "SETSLOT NODE (old owner)",
-        );
+        for (index, what) in [
+            (to, "SETSLOT NODE (new owner)"),
+            (from, "SETSLOT NODE (old owner)"),
+        ] {
+            step(
+                index,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+                what,
+            )?;
+        }
         for master in self.masters() {
             if master != from && master != to {
                 step(
@@ -464,10 +473,10 @@ impl RedisCluster {
                         .arg("NODE")
                         .arg(&to_id),
                     "SETSLOT NODE",
-                );
+                )?;
             }
         }
-        from
+        Ok(from)
     }
 
     /// `CLUSTER FAILOVER TAKEOVER` on the replica at `replica`: it takes its master's slots
