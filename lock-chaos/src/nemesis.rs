@@ -43,12 +43,17 @@ pub enum Fault {
     /// it. Its holder is no longer protected: a waiter may take the lock at once, and the
     /// holder must learn of it through `lost()` within the usual bound.
     ForceRelease,
+    /// Cluster: move the aimed lock's slot to another master in slow steps (`SETSLOT
+    /// IMPORTING`/`MIGRATING`, one key `MIGRATE`d per step, then `SETSLOT NODE`), as a
+    /// resharding does while services run. Held locks move with their TTL, the slot's fencing
+    /// counter with them; waiters' sharded subscriptions must follow the slot.
+    SlotMigration,
 }
 
 impl Fault {
     /// Every fault (the checker looks faults up by name here: a fault missing from this
     /// list would touch no hold, so everything under it would count as a violation).
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 16] = [
         Fault::PauseHolder,
         Fault::KillHolder,
         Fault::RestartPersistent,
@@ -64,6 +69,7 @@ impl Fault {
         Fault::ClockJumpForward,
         Fault::ClockJumpBack,
         Fault::ForceRelease,
+        Fault::SlotMigration,
     ];
 
     /// The name used in tables and JSON.
@@ -84,6 +90,7 @@ impl Fault {
             Fault::ClockJumpForward => "clock_jump_forward",
             Fault::ClockJumpBack => "clock_jump_back",
             Fault::ForceRelease => "force_release",
+            Fault::SlotMigration => "slot_migration",
         }
     }
 
@@ -158,7 +165,7 @@ impl Schedule {
                 ClockJumpBack,
                 ForceRelease,
             ],
-            (Backend::Sentinel | Backend::Cluster, false) => {
+            (Backend::Sentinel, false) => {
                 vec![
                     PauseHolder,
                     KillHolder,
@@ -168,6 +175,19 @@ impl Schedule {
                     ClockJumpBack,
                     ForceRelease,
                     Failover,
+                ]
+            }
+            (Backend::Cluster, false) => {
+                vec![
+                    PauseHolder,
+                    KillHolder,
+                    ClientKill,
+                    ScriptFlush,
+                    ClockJumpForward,
+                    ClockJumpBack,
+                    ForceRelease,
+                    Failover,
+                    SlotMigration,
                 ]
             }
             (Backend::Redlock, false) => vec![

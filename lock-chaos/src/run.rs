@@ -1515,6 +1515,15 @@ impl World {
                     .await?;
                 self.record(name, "heal", &target, aim);
             }
+            Fault::SlotMigration => {
+                let key = self.aimed_key(aim);
+                let start = self.failover_target(&key).await;
+                self.record(name, "start", &start, aim);
+                let target = self
+                    .with_servers(move |servers| servers.move_slot(&key))
+                    .await?;
+                self.record(name, "heal", &target, aim);
+            }
             Fault::StopMinority => {
                 self.record(name, "start", "masters 0, 1 (killed)", aim);
                 let dirs = self

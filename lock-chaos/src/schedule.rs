@@ -175,6 +175,7 @@ impl FaultKind {
                 Fault::RestartPersistent
                     | Fault::RestartEmpty
                     | Fault::Failover
+                    | Fault::SlotMigration
                     | Fault::StopMinority
                     | Fault::StopMajority
                     | Fault::ClockJumpForward
@@ -208,7 +209,7 @@ impl FaultKind {
                     TargetSelector::Holder
                 }
                 Fault::RestartPersistent | Fault::RestartEmpty => TargetSelector::LockMaster,
-                Fault::Failover => TargetSelector::LockMaster,
+                Fault::Failover | Fault::SlotMigration => TargetSelector::LockMaster,
                 Fault::StopMinority => TargetSelector::Masters(2),
                 Fault::StopMajority => TargetSelector::Masters(3),
                 Fault::ForceRelease => TargetSelector::Lock,

@@ -312,6 +312,37 @@ impl Servers {
     }
 }
 
+impl Servers {
+    /// Cluster: moves the slot of `key` from its master to the next master, one key per
+    /// 100 ms step (see `RedisCluster::try_move_slot`); returns `slot S: master P -> Q`.
+    pub fn move_slot(&mut self, key: &str) -> anyhow::Result<String> {
+        let Servers::Cluster(cluster) = self else {
+            anyhow::bail!("slot migration needs Cluster");
+        };
+        let slot = cluster.slot_of(key);
+        let from = cluster
+            .try_master_of_slot(slot)
+            .map_err(anyhow::Error::msg)?;
+        let masters = cluster.masters();
+        let to = masters
+            .iter()
+            .copied()
+            .cycle()
+            .skip_while(|&m| m != from)
+            .nth(1)
+            .filter(|&m| m != from)
+            .context("another master to move the slot to")?;
+        cluster
+            .try_move_slot(slot, to, 1, Duration::from_millis(100))
+            .map_err(anyhow::Error::msg)?;
+        Ok(format!(
+            "slot {slot}: master {} -> {}",
+            cluster.node(from).port(),
+            cluster.node(to).port()
+        ))
+    }
+}
+
 /// How long a forced or manual failover may take before the harness gives up waiting.
 const MANUAL_FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 

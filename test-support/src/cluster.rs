@@ -365,6 +365,120 @@ impl RedisCluster {
             .collect())
     }
 
+    /// Moves `slot` from its master to master `to` as `redis-cli --cluster reshard` does, in
+    /// steps: `CLUSTER SETSLOT IMPORTING` on `to`, `MIGRATING` on the owner, the slot's keys
+    /// `MIGRATE`d `per_step` at a time with `pause` between steps (commands on the slot meanwhile
+    /// meet `ASK` and `TRYAGAIN`), then `SETSLOT NODE` on `to`, the old owner and every other
+    /// master. Returns the index of the old owner. `to` already serving the slot does nothing.
+    ///
+    /// # Panics
+    ///
+    /// Panics if a node does not answer or refuses a step (the message names the step);
+    /// [`RedisCluster::try_move_slot`] returns that as an error.
+    pub fn move_slot(&self, slot: u16, to: usize, per_step: usize, pause: Duration) -> usize {
+        self.try_move_slot(slot, to, per_step, pause)
+            .unwrap_or_else(|reason| self.fail(&reason))
+    }
+
+    /// Like [`RedisCluster::move_slot`], but an error naming the step that failed instead of
+    /// a panic.
+    pub fn try_move_slot(
+        &self,
+        slot: u16,
+        to: usize,
+        per_step: usize,
+        pause: Duration,
+    ) -> Result<usize, String> {
+        let from = self.try_master_of_slot(slot)?;
+        if from == to {
+            return Ok(from);
+        }
+        let id = |index: usize| -> Result<String, String> {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.node(index).conn())
+                .map_err(|err| format!("CLUSTER MYID of node {index}: {err}"))
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let step = |index: usize, cmd: &mut redis::Cmd, what: &str| -> Result<(), String> {
+            cmd.query::<redis::Value>(&mut self.node(index).conn())
+                .map(drop)
+                .map_err(|err| format!("{what} of slot {slot} on node {index}: {err}"))
+        };
+        step(
+            to,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("IMPORTING")
+                .arg(&from_id),
+            "SETSLOT IMPORTING",
+        )?;
+        step(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("MIGRATING")
+                .arg(&to_id),
+            "SETSLOT MIGRATING",
+        )?;
+        let to_port = self.node(to).port();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(per_step.max(1))
+                .query(&mut self.node(from).conn())
+                .map_err(|err| format!("GETKEYSINSLOT {slot} on node {from}: {err}"))?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(to_port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS");
+            for key in &keys {
+                migrate.arg(key);
+            }
+            step(from, &mut migrate, "MIGRATE")?;
+            std::thread::sleep(pause);
+        }
+        std::thread::sleep(pause);
+        for (index, what) in [
+            (to, "SETSLOT NODE (new owner)"),
+            (from, "SETSLOT NODE (old owner)"),
+        ] {
+            step(
+                index,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+                what,
+            )?;
+        }
+        for master in self.masters() {
+            if master != from && master != to {
+                step(
+                    master,
+                    redis::cmd("CLUSTER")
+                        .arg("SETSLOT")
+                        .arg(slot)
+                        .arg("NODE")
+                        .arg(&to_id),
+                    "SETSLOT NODE",
+                )?;
+            }
+        }
+        Ok(from)
+    }
+
     /// `CLUSTER FAILOVER TAKEOVER` on the replica at `replica`: it takes its master's slots
     /// at once, without the master's agreement nor the other masters' vote (the way to repair
     /// a shard whose replica was not promoted). Returns when the node accepted the command;

@@ -281,6 +281,34 @@ pub fn analyze(
             s.as_deref().is_none_or(|s| s == server) && *start <= t && t <= *heal
         })
     };
+    // A slot migration (`slot S: master P -> Q`) `MIGRATE`s the slot's keys: the old owner
+    // (and its replica) report a `del` of each key that moved, which is no removal of the
+    // lock (it lives on at the new owner, with its TTL). Removals of that slot's keys from
+    // the start until a replica's repeat after the heal are not counted.
+    let repeat = REPLICA_REPEAT.as_nanos() as u64;
+    let mut migrations: Vec<(u16, u64, u64)> = Vec::new();
+    let mut migration_start = None;
+    for (t, fault, phase, target, _) in &faults {
+        if *fault != Fault::SlotMigration.name() {
+            continue;
+        }
+        if *phase == "start" {
+            migration_start = Some(*t);
+        } else if let Some(slot) = target
+            .strip_prefix("slot ")
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse::<u16>().ok())
+        {
+            migrations.push((slot, migration_start.take().unwrap_or(*t), t + repeat));
+        }
+    }
+    let migrated = |key: &str, how: &str, t: u64| {
+        how == "del"
+            && !migrations.is_empty()
+            && migrations.iter().any(|(slot, from, until)| {
+                *from <= t && t <= *until && lock_test_support::key_slot(key.as_bytes()) == *slot
+            })
+    };
     // Holds, stalls, key removals.
     let mut holds: Vec<Hold> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -347,6 +375,9 @@ pub fn analyze(
                     .iter()
                     .any(|(s, from, until)| s == server && t >= from && t <= until)
                     || replayed(server, *t) => {}
+            Event::KeyGone { t, key, how, .. } if migrated(key, how, *t) => {
+                key_events += 1;
+            }
             Event::KeyGone { t, key, server, .. } => {
                 key_events += 1;
                 if stale_master(&windows, server, *t) {

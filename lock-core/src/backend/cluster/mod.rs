@@ -512,16 +512,22 @@ impl ClusterBackend {
                 if sharded {
                     // One command per lock on its master, all in flight at once
                     // on the multiplexed connection.
+                    // Routed by the lock's key, so that a slot that moved is
+                    // counted on its new master (see `listeners::count_at`).
                     let counts = futures_util::future::join_all(keys.iter().map(|key| {
                         let mut target = Routed {
                             conn: conn.clone(),
-                            node: Some(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                                key.slot,
-                                SlotAddr::Master,
-                            ))),
+                            node: None,
                         };
                         async move {
-                            listeners::count(&mut target, &[&key.channel], true, timeout).await
+                            listeners::count_at(
+                                &mut target,
+                                Some(&key.lock),
+                                &[&key.channel],
+                                true,
+                                timeout,
+                            )
+                            .await
                         }
                     }))
                     .await;

@@ -1,9 +1,12 @@
 //! The task that owns the cluster's wake-up subscriptions: one RESP3
 //! connection per master (the cluster client's), `SSUBSCRIBE`d to the
 //! channels that have waiters (or, with classic pub/sub, `SUBSCRIBE`d on
-//! one node, which hears every node's `PUBLISH`). The client resubscribes after reconnects and
-//! slot moves by itself; since messages may be lost meanwhile, a
-//! disconnection wakes every waiter. Its state (the channels with waiters)
+//! one node, which hears every node's `PUBLISH`). The client resubscribes after reconnects by
+//! itself; since messages may be lost meanwhile, a disconnection wakes every waiter. A slot
+//! that moves to another master (resharding) loses its shard channels' subscriptions on the
+//! old owner, which says so with an unasked `SUNSUBSCRIBE`: the task subscribes again (routed
+//! to the new owner) and then wakes one waiter of the channel, since a release may have been
+//! published on the new owner meanwhile. Its state (the channels with waiters)
 //! lives in [`Waiters`], so a task started again subscribes to all of them.
 
 use std::collections::HashSet;
@@ -149,6 +152,10 @@ impl ShardedSubscriber {
         let mut subscribed: HashSet<Arc<str>> = HashSet::new();
         // Channels whose (un)subscription failed, retried on a timer.
         let mut pending: HashSet<Arc<str>> = HashSet::new();
+        // Channels the server unsubscribed (their slot moved to another
+        // master): once subscribed again, one of their waiters is woken, since
+        // a release may have been published on the new owner meanwhile.
+        let mut moved: HashSet<Arc<str>> = HashSet::new();
         if let Some(waiters) = self.waiters.upgrade() {
             pending.extend(waiters.channels());
         }
@@ -159,12 +166,20 @@ impl ShardedSubscriber {
                 };
                 let changed: Vec<Arc<str>> = pending.drain().collect();
                 for channel in changed {
-                    if let Err(err) = self
+                    match self
                         .reconcile(&mut conn, &waiters, &mut subscribed, &channel)
                         .await
                     {
-                        tracing::warn!(cluster = %self.label, channel = %channel, error = %err, "sharded subscription failed; retrying");
-                        pending.insert(channel);
+                        Ok(()) => {
+                            if moved.remove(&channel) && subscribed.contains(&channel) {
+                                tracing::debug!(cluster = %self.label, channel = %channel, "subscribed again on the slot's new owner");
+                                waiters.wake_one(&channel);
+                            }
+                        }
+                        Err(err) => {
+                            tracing::warn!(cluster = %self.label, channel = %channel, error = %err, "sharded subscription failed; retrying");
+                            pending.insert(channel);
+                        }
                     }
                 }
             }
@@ -192,6 +207,23 @@ impl ShardedSubscriber {
                                     _ => b"",
                                 };
                                 waiters.message(&channel, payload);
+                            }
+                        }
+                        // The server drops the shard channels of a slot that
+                        // moved to another master (`SUNSUBSCRIBE` pushed
+                        // unasked): subscribe again, routed to the new owner.
+                        PushKind::SUnsubscribe | PushKind::Unsubscribe => {
+                            let channel = push.data.first().and_then(channel_name);
+                            let channel = channel.and_then(|name| subscribed.take(name.as_str()));
+                            if let Some(channel) = channel {
+                                if waiters.is_wanted(&channel) {
+                                    tracing::debug!(cluster = %self.label, channel = %channel, "the server dropped a subscription (slot moved); subscribing again");
+                                    waiters.set_ready(&channel, false);
+                                    moved.insert(channel.clone());
+                                    pending.insert(channel);
+                                } else {
+                                    subscribed.insert(channel);
+                                }
                             }
                         }
                         PushKind::Disconnection => waiters.wake_all(),

@@ -18,7 +18,24 @@ pub(crate) async fn count<T: Target>(
     sharded: bool,
     timeout: Duration,
 ) -> Result<Vec<u64>, BackendError> {
+    count_at(target, None, channels, sharded, timeout).await
+}
+
+/// [`count`], on the node that serves `key` (a cluster routes the pipeline
+/// by it: a slot that moved is followed by its `MOVED`, where a command
+/// routed by the client's own slot map would ask the old owner, which has no
+/// subscriber of the moved slot's channels any more).
+pub(crate) async fn count_at<T: Target>(
+    target: &mut T,
+    key: Option<&str>,
+    channels: &[&str],
+    sharded: bool,
+    timeout: Duration,
+) -> Result<Vec<u64>, BackendError> {
     let mut pipe = redis::pipe();
+    if let Some(key) = key {
+        pipe.cmd("PTTL").arg(key).ignore();
+    }
     pipe.cmd("PUBSUB")
         .arg(if sharded { "SHARDNUMSUB" } else { "NUMSUB" })
         .arg(channels);
