@@ -38,6 +38,7 @@ behaviour_suite!(Standalone::new());
 family_suite!(Standalone::new());
 hot_suite!(Standalone::new());
 siblings_suite!(Standalone::new());
+leader_suite!(Standalone::new());
 
 use std::time::Duration;
 

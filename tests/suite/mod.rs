@@ -26,6 +26,9 @@ pub use hot::*;
 mod siblings;
 #[allow(unused_imports)]
 pub use siblings::*;
+mod leader;
+#[allow(unused_imports)]
+pub use leader::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {

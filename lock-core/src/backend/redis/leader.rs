@@ -65,6 +65,8 @@ async fn send<T: Target>(
         source,
     };
     let mut pipe = Pipeline::with_capacity(1);
+    // One reply per command, so that `NOSCRIPT` is seen and the script loaded.
+    pipe.ignore_errors();
     pipe.add_command(cmd);
     let replies = command::run(target, &pipe, 1, &scripts(), timeout)
         .await
