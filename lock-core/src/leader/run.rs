@@ -24,7 +24,9 @@ impl Election {
     /// campaign loop, client-go's `OnStartedLeading`/`OnStoppedLeading`):
     ///
     /// 1. campaigns, waiting as long as it takes;
-    /// 2. once elected, calls `work` with the [`Term`] and polls its future;
+    /// 2. once elected, calls `work` with the [`Term`] and polls its future
+    ///    (and proclaims the metadata again every lease, so that a record lost
+    ///    with a failover comes back);
     /// 3. when leadership is lost ([`Leadership::lost`](super::Leadership::lost):
     ///    by the lease's local deadline at the latest), **drops the future**
     ///    at once, without polling it again, and campaigns again after the
@@ -109,6 +111,22 @@ impl Election {
             let term = leadership.term_info();
             let ended = {
                 let future = work(term.clone());
+                // A record lost with a failover (written after the lock, so
+                // possibly not replicated when the lock was) comes back
+                // within a lease: proclaimed again every lease, beside the
+                // work, never in its way.
+                let refresh = async {
+                    let period = self.core.lease;
+                    loop {
+                        match Instant::now().checked_add(period) {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                        if let Err(err) = leadership.proclaim(&*self.metadata).await {
+                            tracing::debug!(role = %self.role, error = %err, "proclaiming again failed");
+                        }
+                    }
+                };
                 // `biased`: after a pause (a stopped process, a stalled
                 // runtime) the loss is seen before the future is polled again.
                 tokio::select! {
@@ -116,6 +134,7 @@ impl Election {
                     () = closing.started() => Ended::ShutDown,
                     () = leadership.lost() => Ended::Lost,
                     () = future => Ended::Returned,
+                    () = refresh => Ended::Returned,
                 }
                 // The future is dropped here, before anything else is awaited.
             };
