@@ -131,9 +131,8 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
-        match &self.guard {
-            Some(guard) => guard.lost().await,
-            None => {}
+        if let Some(guard) = &self.guard {
+            guard.lost().await;
         }
     }
 

@@ -110,7 +110,17 @@ impl Election {
             };
             let term = leadership.term_info();
             let ended = {
-                let future = work(term.clone());
+                // Polled in the role lock's scope: `distlock::current()` in the
+                // work is the role's lock (its token the term), a leader-only
+                // function it calls re-enters the term, and a campaign for the
+                // role from inside it is refused rather than waiting on itself.
+                let work = work(term.clone());
+                let future = async {
+                    match leadership.guard() {
+                        Some(guard) => guard.scope(work).await,
+                        None => work.await,
+                    }
+                };
                 // A record lost with a failover (written after the lock, so
                 // possibly not replicated when the lock was) comes back
                 // within a lease: proclaimed again every lease, beside the
