@@ -133,6 +133,8 @@
 //   body     -> release
 //   config   -> mode
 //   status, release, token, extract, mode: leaves
+//   leader   -> body, http, grpc (the leader-only layer, beside the lock's;
+//               nothing imports it)
 //
 // The layer builds a config and services from it; a service names each
 // request's lock and starts a future; the future takes the lock, calls the
@@ -147,6 +149,7 @@ mod future;
 mod grpc;
 mod http;
 mod layer;
+mod leader;
 pub mod mode;
 mod plain;
 mod release;
@@ -161,6 +164,7 @@ pub use future::{PlainResponseFuture, ResponseFuture};
 pub use grpc::Grpc;
 pub use http::Http;
 pub use layer::LockLayer;
+pub use leader::{LeaderFuture, LeaderLayer, LeaderSeat, LeaderService, LEADER_HEADER};
 pub use mode::{Access, ConcurrencyLimit, Exclusive, Fair, ReadWrite, SafeMethods, SelectAccess};
 pub use plain::Plain;
 pub use service::LockService;
