@@ -511,17 +511,13 @@ where
                 if self.config.term_extension {
                     request.extensions_mut().insert(term);
                 }
-                LeaderFuture::Leading {
-                    future: self.inner.call(request),
-                    header: self.config.term_header.clone().map(|name| (name, token)),
-                }
+                let header = self.config.term_header.clone().map(|name| (name, token));
+                LeaderFuture::leading(self.inner.call(request), header)
             }
             None => {
                 let leader = self.seat.leader();
                 let answer = follower_answer(&self.config, &self.seat, leader.as_ref(), &request);
-                LeaderFuture::Following {
-                    answer: Some(answer),
-                }
+                LeaderFuture::following(answer)
             }
         }
     }
@@ -530,25 +526,46 @@ where
 pin_project! {
     /// The response future of [`LeaderService`]: the inner service's on the
     /// leader (with the term header added), the follower's answer
-    /// otherwise.
+    /// otherwise. Polled again after it completed, it stays pending.
     ///
     /// # Cancel safety
     /// It holds nothing: dropping it drops the inner service's future.
-    #[project = LeaderFutureProj]
-    pub enum LeaderFuture<F, B> {
-        /// The leader serves.
+    pub struct LeaderFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B> {
+        // The leader serves: the inner service's future, and the term
+        // header to add.
         Leading {
-            /// The inner service's future.
             #[pin]
             future: F,
-            /// The term header to add, and the term.
             header: Option<(HeaderName, u64)>,
         },
-        /// A follower answers.
+        // A follower answers (until the answer is given).
         Following {
-            /// The answer, until it is given.
             answer: Option<Response<ResponseBody<B>>>,
         },
+    }
+}
+
+impl<F, B> LeaderFuture<F, B> {
+    fn leading(future: F, header: Option<(HeaderName, u64)>) -> Self {
+        LeaderFuture {
+            state: State::Leading { future, header },
+        }
+    }
+
+    fn following(answer: Response<ResponseBody<B>>) -> Self {
+        LeaderFuture {
+            state: State::Following {
+                answer: Some(answer),
+            },
+        }
     }
 }
 
@@ -559,8 +576,8 @@ where
     type Output = Result<Response<ResponseBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            LeaderFutureProj::Leading { future, header } => {
+        match self.project().state.project() {
+            StateProj::Leading { future, header } => {
                 let response = std::task::ready!(future.poll(cx))?;
                 let (mut parts, body) = response.into_parts();
                 if let Some((name, token)) = header.take() {
@@ -571,8 +588,7 @@ where
                     ResponseBody::inner(body, None),
                 )))
             }
-            // Polled again after it completed: stays pending.
-            LeaderFutureProj::Following { answer } => match answer.take() {
+            StateProj::Following { answer } => match answer.take() {
                 Some(answer) => Poll::Ready(Ok(answer)),
                 None => Poll::Pending,
             },
@@ -582,9 +598,9 @@ where
 
 impl<F, B> fmt::Debug for LeaderFuture<F, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self {
-            LeaderFuture::Leading { .. } => "leading",
-            LeaderFuture::Following { .. } => "following",
+        let state = match &self.state {
+            State::Leading { .. } => "leading",
+            State::Following { .. } => "following",
         };
         f.debug_tuple("LeaderFuture").field(&state).finish()
     }
