@@ -668,8 +668,9 @@ impl Args {
                     ),
                 ));
             }
-            if let (Some((at_least, at_least_lit)), Some((lease, lease_lit))) =
-                (literal, &seen.lease_literal)
+            // (With `leader`, both are refused above: no third message.)
+            if let (Some((at_least, at_least_lit)), Some((lease, lease_lit)), None) =
+                (literal, &seen.lease_literal, &seen.leader)
             {
                 if at_least > lease {
                     push(syn::Error::new(
@@ -975,6 +976,17 @@ mod tests {
     }
 
     #[test]
+    fn leader_names_a_role_in_place_of_a_key() {
+        let args = parse(quote::quote!(leader = "relay:{shard}", wait = "5s", abort_on_lost)).unwrap();
+        assert!(matches!(args.kind, Kind::Leader));
+        assert_eq!(args.keys.len(), 1);
+        assert!(!args.multi);
+        // Both refused, without the lease-vs-minimum message on top.
+        let message = error(quote::quote!(leader = "r", lease = "1s", at_least = "1m"));
+        assert!(!message.contains("is longer than"), "{message}");
+    }
+
+    #[test]
     fn a_bad_permits_is_one_error_not_two() {
         let message = error(quote::quote!(key = "x", permits = 0, take = 1));
         assert!(message.contains("`permits = 0`"), "{message}");
@@ -1049,6 +1061,27 @@ mod tests {
                 quote::quote!(key = "x", lease),
                 "expected `lease = \"10s\"`",
             ),
+            (
+                quote::quote!(leader = "r", key = "x"),
+                "`key` conflicts with `leader`",
+            ),
+            (
+                quote::quote!(key = "x", leader = "r"),
+                "`leader` conflicts with `key`",
+            ),
+            (
+                quote::quote!(leader = "r", lease = "1m"),
+                "`lease` does not apply to `leader`",
+            ),
+            (
+                quote::quote!(leader = "r", at_least = "1m"),
+                "`at_least` does not apply to `leader`",
+            ),
+            (
+                quote::quote!(leader = "r", permits = 2),
+                "`permits` conflicts with `leader`",
+            ),
+            (quote::quote!(leader), "expected `leader = \"...\"`"),
         ];
         for (tokens, expected) in cases {
             let message = error(tokens.clone());
