@@ -178,8 +178,9 @@ pub async fn acquire_all(
 /// or that of the calling chain, re-entered.
 #[derive(Debug)]
 pub enum LeaderCall {
-    /// Won by this call: resigned when the body is done.
-    Elected(Leadership),
+    /// Won by this call: resigned when the body is done (boxed: a
+    /// `Leadership` is several times a guard's size).
+    Elected(Box<Leadership>),
     /// The calling chain already leads the role: a re-entry of its lock
     /// (counted in the client), given back when the body is done.
     Reentered(LockGuard),
@@ -224,7 +225,7 @@ impl LeaderCall {
     /// Cancel safe, as [`Leadership::resign`] and [`LockGuard::release`].
     pub async fn release(self) -> Result<(), LockError> {
         match self {
-            LeaderCall::Elected(leadership) => leadership.resign().await,
+            LeaderCall::Elected(leadership) => (*leadership).resign().await,
             LeaderCall::Reentered(guard) => guard.release().await,
         }
     }
@@ -255,17 +256,13 @@ pub async fn campaign(
                 .is_some_and(|scope| scope.starts_with(':'))
     });
     if leads {
-        return client
-            .lock(name)
-            .acquire()
-            .await
-            .map(LeaderCall::Reentered);
+        return client.lock(name).acquire().await.map(LeaderCall::Reentered);
     }
     client
         .election(role)
         .campaign(options.wait_for())
         .await
-        .map(LeaderCall::Elected)
+        .map(|leadership| LeaderCall::Elected(Box::new(leadership)))
 }
 
 /// The `tracing` target of the events of generated code (documented in the

@@ -76,7 +76,10 @@ async fn follower_is_skipped_and_the_leader_runs_with_its_term(a: LockClient, b:
 
 async fn a_nested_call_reenters_the_term(a: LockClient) {
     let (outer_term, inner_term) = outer(&a).await.unwrap();
-    assert_eq!(outer_term, inner_term, "the nested call runs in the same term");
+    assert_eq!(
+        outer_term, inner_term,
+        "the nested call runs in the same term"
+    );
     assert!(a.election("cron").leader().await.unwrap().is_none());
 }
 
@@ -86,7 +89,10 @@ async fn a_waiting_call_runs_once_the_leader_resigns(a: LockClient, b: LockClien
     let call = tokio::spawn(async move { waiting(&b, 3).await });
     // The call is waiting: it cannot have run while A leads.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!call.is_finished(), "the call ran while another process led");
+    assert!(
+        !call.is_finished(),
+        "the call ran while another process led"
+    );
     leadership.resign().await.unwrap();
     let term = timeout(LONG, call).await.unwrap().unwrap().unwrap();
     assert!(term > first, "{first} then {term}");

@@ -100,9 +100,8 @@ async fn replica(client: &LockClient, configure: fn(LeaderLayer) -> LeaderLayer)
             .metadata(format!("http://{addr}")),
     );
     let served = Arc::new(AtomicUsize::new(0));
-    let layer = configure(
-        LeaderLayer::new(seat.clone()).term_header(HeaderName::from_static(TERM_HEADER)),
-    );
+    let layer =
+        configure(LeaderLayer::new(seat.clone()).term_header(HeaderName::from_static(TERM_HEADER)));
     let counter = served.clone();
     let router = Router::new()
         .route(
@@ -156,7 +155,11 @@ async fn follower_redirects_and_the_leader_serves_until_it_resigns() {
         Some(format!("http://{}", a.addr).as_str())
     );
     assert!(reply.header(TERM_HEADER).is_none(), "{reply:?}");
-    assert_eq!(b.served.load(Ordering::SeqCst), 0, "the follower's handler ran");
+    assert_eq!(
+        b.served.load(Ordering::SeqCst),
+        0,
+        "the follower's handler ran"
+    );
 
     let reply = send(a.addr, "POST", "/admin/compact").await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
@@ -166,7 +169,11 @@ async fn follower_redirects_and_the_leader_serves_until_it_resigns() {
     leadership.resign().await.unwrap();
     // At once, before any observer has caught up: A does not serve.
     let reply = send(a.addr, "POST", "/admin/compact").await;
-    assert_ne!(reply.status, StatusCode::OK, "a resigned leader served: {reply:?}");
+    assert_ne!(
+        reply.status,
+        StatusCode::OK,
+        "a resigned leader served: {reply:?}"
+    );
     assert_eq!(a.served.load(Ordering::SeqCst), 1);
 
     until("B's run loop leads", || b.seat.term().is_some()).await;

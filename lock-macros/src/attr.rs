@@ -155,7 +155,11 @@ const ALIASES: [(&str, &str, &str); 23] = [
         "abort_on_lost",
         "cancel the body when the lease is lost",
     ),
-    ("role", "leader", "run the function only on the role's leader"),
+    (
+        "role",
+        "leader",
+        "run the function only on the role's leader",
+    ),
     (
         "leaderonly",
         "leader",
@@ -977,7 +981,12 @@ mod tests {
 
     #[test]
     fn leader_names_a_role_in_place_of_a_key() {
-        let args = parse(quote::quote!(leader = "relay:{shard}", wait = "5s", abort_on_lost)).unwrap();
+        let args = parse(quote::quote!(
+            leader = "relay:{shard}",
+            wait = "5s",
+            abort_on_lost
+        ))
+        .unwrap();
         assert!(matches!(args.kind, Kind::Leader));
         assert_eq!(args.keys.len(), 1);
         assert!(!args.multi);

@@ -268,7 +268,11 @@ struct Unseat {
 impl Drop for Unseat {
     fn drop(&mut self) {
         let mut state = self.seat.state();
-        if state.entry.as_ref().is_some_and(|entry| entry.id == self.id) {
+        if state
+            .entry
+            .as_ref()
+            .is_some_and(|entry| entry.id == self.id)
+        {
             state.entry = None;
         }
     }
@@ -629,7 +633,11 @@ fn follower_answer<B, ResBody>(
         ),
         (None, _) => format!("this process does not lead role `{role}`, and no leader is known"),
     };
-    tracing::debug!(role, leader = address, "a leader-only request reached a follower");
+    tracing::debug!(
+        role,
+        leader = address,
+        "a leader-only request reached a follower"
+    );
     let leader_header = config
         .leader_header
         .clone()
@@ -673,9 +681,7 @@ fn unavailable<B>(config: &LeaderConfig, message: &str) -> Response<ResponseBody
 }
 
 fn text<B>(status: StatusCode, message: &str) -> Response<ResponseBody<B>> {
-    let mut response = Response::new(ResponseBody::rejection(Bytes::from(format!(
-        "{message}\n"
-    ))));
+    let mut response = Response::new(ResponseBody::rejection(Bytes::from(format!("{message}\n"))));
     *response.status_mut() = status;
     response
         .headers_mut()
