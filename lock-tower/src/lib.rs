@@ -33,6 +33,11 @@
 //!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
 //!   `grpc_status`) give the same answers to handlers that meet a
 //!   `LockError` themselves.
+//! - [`LeaderLayer`] is the other layer: routes only the leader of a role
+//!   serves. A [`LeaderSeat`] says whether this process leads (the code
+//!   that campaigns seats its leadership there); on the leader the request
+//!   carries the term, a follower redirects to the leader (307) or answers
+//!   503 with `Retry-After` (gRPC: `UNAVAILABLE`), naming the leader.
 //! - [`validate_key`](LockLayer::validate_key) refuses lock names built
 //!   from client input before anything is locked (400).
 //! - A lock lost while the handler runs (deleted, taken over, or not
