@@ -140,7 +140,9 @@ async fn follower_redirects_and_the_leader_serves_until_it_resigns() {
         async move { seat.run(|_term| std::future::pending()).await }
     });
     until("B observes A's term", || {
-        b.seat.leader().is_some_and(|leader| leader.term == first)
+        b.seat
+            .leader()
+            .is_some_and(|leader| leader.term == first && leader.metadata.is_some())
     })
     .await;
 
@@ -185,7 +187,9 @@ async fn follower_redirects_and_the_leader_serves_until_it_resigns() {
     assert_eq!(reply.header(TERM_HEADER), Some(second.to_string().as_str()));
 
     until("A observes B's term", || {
-        a.seat.leader().is_some_and(|leader| leader.term == second)
+        a.seat
+            .leader()
+            .is_some_and(|leader| leader.term == second && leader.metadata.is_some())
     })
     .await;
     let reply = send(a.addr, "POST", "/admin/compact").await;
@@ -232,7 +236,7 @@ async fn follower_answers_503_with_retry_after() {
     until("B observes A", || {
         b.seat
             .leader()
-            .is_some_and(|leader| leader.term == leadership.term())
+            .is_some_and(|leader| leader.term == leadership.term() && leader.metadata.is_some())
     })
     .await;
     let reply = send(b.addr, "POST", "/admin/compact").await;
@@ -368,7 +372,9 @@ async fn grpc_follower_is_unavailable_naming_the_leader() {
         async move { seat.run(|_term| std::future::pending()).await }
     });
     until("B observes A", || {
-        b.seat.leader().is_some_and(|leader| leader.term == first)
+        b.seat
+            .leader()
+            .is_some_and(|leader| leader.term == first && leader.metadata.is_some())
     })
     .await;
 
