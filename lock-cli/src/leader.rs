@@ -208,6 +208,11 @@ async fn watch(connection: &ConnectionArgs, args: LeaderWatchArgs) -> Result<u8,
             _ = signals.recv() => return Ok(exit::SUCCESS),
         };
         let leader = changed.map_err(|err| Failure::from_lock(&err, &name, &server, exit::USAGE))?;
+        // A term is shown once its leader proclaimed (a round trip after
+        // it won): the proclamation, or the term's end, follows.
+        if leader.as_ref().is_some_and(|l| l.since.is_none()) {
+            continue;
+        }
         let report = LeaderReport::new(role, &server, leader.as_ref());
         let line = if args.json {
             serde_json::to_string(&report)

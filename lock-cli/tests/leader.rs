@@ -196,7 +196,10 @@ fn three_leader_runs_take_turns_and_hand_over_at_once_on_sigterm() {
                 n,
                 "turns",
                 &["--lease", "20s", "--backoff", "50ms", "--grace", "20s"],
-                "0",
+                // Half a second between SIGTERM and the end: a lockctl that
+                // resigned before its command ended would let the next
+                // command start beside it.
+                "0.5",
             )
         })
         .collect();

@@ -59,7 +59,8 @@ Examples:
   lockctl leader watch scheduler --json | jq -c '{term, metadata}'
 
 Prints the leader (or `no leader`) at once, then one line per change, pushed by the store \
-(a new term, new metadata, the end of a term), in term order, until interrupted (exit 0).";
+(a new term, once its leader has published its metadata; new metadata; the end of a term), \
+in term order, until interrupted (exit 0).";
 
 /// Options of `lockctl leader`.
 #[derive(Debug, Args)]
