@@ -159,7 +159,7 @@ counted inside the keeper's process only and are not shown.
 
 Keys: q (or Esc, Ctrl-C) quits; Up, Down, PageUp, PageDown, Home, End select a lock; n, o, k, \
 t, h, w sort by name, holder, token, ttl, hold, waiters (again: reverse); s cycles the sort \
-column; f cycles the kind shown (all, lock, hot, fair, rw, sem); / edits the name-prefix filter \
+column; f cycles the kind shown (all, lock, hot, fair, rw, sem, leader); / edits the name-prefix filter \
 (Enter applies, Esc cancels). A Redis outage shows an error line and the view keeps retrying.
 
 When stdout is not a terminal, lockctl top prints one snapshot as a table (or JSON with \

@@ -521,4 +521,25 @@ mod tests {
         assert!(report.watch_line().ends_with("sched: no leader"));
     }
 
+    #[test]
+    fn top_shows_the_role_its_term_and_metadata() {
+        let leader = TopLeader {
+            role: "sched".into(),
+            term: Some(17),
+            since: Some("2026-11-29T04:30:12.123Z".into()),
+            metadata: Some("http://10.0.0.7:8080".into()),
+            error: None,
+        };
+        assert_eq!(
+            leader.lines(),
+            [
+                "role     sched  term 17  since 2026-11-29T04:30:12.123Z",
+                "metadata \"http://10.0.0.7:8080\"",
+            ]
+        );
+        let json = serde_json::to_value(&leader).unwrap();
+        assert_eq!(json["term"], 17);
+        assert!(json.get("error").is_none());
+    }
+
 }

@@ -1311,6 +1311,8 @@ mod tests {
         assert!(lines[0].contains("1 in use") && lines[0].contains("kind sem"));
         assert!(!lines.iter().any(|l| l.contains("job:a ")));
         view.key(key(KeyCode::Char('f')));
+        assert_eq!(view.kind, Some(LockKind::Leader));
+        view.key(key(KeyCode::Char('f')));
         assert_eq!(view.kind, None);
 
         // Nothing in use.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
-use lock_test_support::{free_port, RedisServer};
+use lock_test_support::{free_port, RedisServer, ServerOptions};
 
 /// The command every `leader run` of these tests runs. Before it says it
 /// started, it looks for any command that started before it and is still
@@ -479,4 +479,52 @@ fn usage_errors_exit_64_before_redis() {
     }
     let output = complete(bare_lockctl().arg("--url").arg(&url).args(["leader", "status", "r"]));
     assert_eq!(code(&output), 69, "the same port, reached: unreachable");
+}
+
+/// The client guide's ACL rule for a lock client is enough for `leader
+/// run`, `leader status` and `leader watch`.
+#[test]
+fn the_client_acl_rule_is_enough_for_leader_commands() {
+    let rule = "on >pw ~lock:* ~distlock:layouts &lock:* -@all +evalsha +script|load \
+                +subscribe +unsubscribe +hget +hkeys +pttl +incr +get +set +time +hset +pexpire \
+                +hexists +hdel +del +publish";
+    let mut options = ServerOptions::new().arg("--user").arg("locker");
+    for part in rule.split_whitespace() {
+        options = options.arg(part);
+    }
+    let server = RedisServer::start_with(options);
+    let url = server.url_with_auth("locker", "pw");
+    let dir = temp_dir();
+    let journal = dir.path().join("journal");
+    let watched = dir.path().join("watch.jsonl");
+    let err = File::create(journal.with_extension("err")).unwrap();
+    let run = bare_lockctl()
+        .args(["--url", &url, "leader", "run", "acl", "--", "sh", "-c", COMMAND])
+        .env("JOURNAL", &journal)
+        .env("STOP_DELAY", "0")
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let (started, _) = wait_for_starts(&journal, 1);
+    let output = complete(bare_lockctl().args(["--url", &url, "leader", "status", "acl", "--json"]));
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["term"], started[0].term);
+    let watch = bare_lockctl()
+        .args(["--url", &url, "leader", "watch", "acl", "--json"])
+        .stdout(File::create(&watched).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("watch to print the leader", || {
+        watch_lines(&watched)
+            .first()
+            .is_some_and(|l| l["term"] == started[0].term)
+    });
+    signal(watch.id(), libc::SIGTERM);
+    assert_eq!(code(&finish(watch, LONG)), 0);
+    signal(run.id(), libc::SIGTERM);
+    assert_eq!(code(&finish(run, LONG)), 0);
+    let err = read(&journal.with_extension("err"));
+    assert!(!err.contains("NOPERM"), "{err}");
 }
