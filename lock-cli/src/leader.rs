@@ -120,7 +120,10 @@ impl LeaderReport {
                 line("leader", &format!("term {term}"));
                 line("owner", self.owner.as_deref().unwrap_or("-"));
                 line("client", self.client_id.as_deref().unwrap_or("-"));
-                line("since", self.since.as_deref().unwrap_or("- (not proclaimed yet)"));
+                line(
+                    "since",
+                    self.since.as_deref().unwrap_or("- (not proclaimed yet)"),
+                );
                 line("metadata", &metadata_text(self.metadata.as_deref()));
                 let left = self.lease_left_ms.map(Duration::from_millis);
                 line("lease left", &left.map_or_else(|| "-".into(), seconds));
@@ -207,7 +210,8 @@ async fn watch(connection: &ConnectionArgs, args: LeaderWatchArgs) -> Result<u8,
             changed = observer.changed() => changed,
             _ = signals.recv() => return Ok(exit::SUCCESS),
         };
-        let leader = changed.map_err(|err| Failure::from_lock(&err, &name, &server, exit::USAGE))?;
+        let leader =
+            changed.map_err(|err| Failure::from_lock(&err, &name, &server, exit::USAGE))?;
         // A term is shown once its leader proclaimed (a round trip after
         // it won): the proclamation, or the term's end, follows.
         if leader.as_ref().is_some_and(|l| l.since.is_none()) {
@@ -305,8 +309,7 @@ async fn run(connection: &ConnectionArgs, args: LeaderRunArgs) -> Result<u8, Fai
         ];
         // SIGKILL when lockctl dies: nothing is left to give the command a
         // grace period, and it must not act past the term (one lease).
-        let mut child = match child::spawn_with_death_signal(&args.command, &env, libc::SIGKILL)
-        {
+        let mut child = match child::spawn_with_death_signal(&args.command, &env, libc::SIGKILL) {
             Ok(child) => child,
             Err(err) => {
                 let _ = leadership.resign().await;
@@ -322,7 +325,10 @@ async fn run(connection: &ConnectionArgs, args: LeaderRunArgs) -> Result<u8, Fai
         };
         eprintln!(
             "lockctl: leading role `{role}` at {server} in term {term}; started `{command}`{}",
-            child.id().map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+            child
+                .id()
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default()
         );
 
         let ended = tokio::select! {
@@ -517,7 +523,11 @@ mod tests {
         let report = LeaderReport::new("sched", "127.0.0.1:1", None);
         assert!(!report.led && report.term.is_none());
         assert_eq!(report.name, "leader:sched");
-        assert!(report.text().contains("leader      none"), "{}", report.text());
+        assert!(
+            report.text().contains("leader      none"),
+            "{}",
+            report.text()
+        );
         assert!(report.watch_line().ends_with("sched: no leader"));
     }
 
@@ -541,5 +551,4 @@ mod tests {
         assert_eq!(json["term"], 17);
         assert!(json.get("error").is_none());
     }
-
 }

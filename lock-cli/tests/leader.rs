@@ -185,7 +185,9 @@ fn three_leader_runs_take_turns_and_hand_over_at_once_on_sigterm() {
         .spawn()
         .unwrap();
     wait_until("watch to print that nobody leads", || {
-        watch_lines(&watched).first().is_some_and(|l| l["led"] == false)
+        watch_lines(&watched)
+            .first()
+            .is_some_and(|l| l["led"] == false)
     });
     let lease = Duration::from_secs(20);
     let mut runs: Vec<Child> = (0..3)
@@ -234,7 +236,11 @@ fn three_leader_runs_take_turns_and_hand_over_at_once_on_sigterm() {
         signal(run.id(), libc::SIGTERM);
         resigned = Some(Instant::now());
         let output = finish(run, LONG);
-        assert_eq!(code(&output), 0, "the command's own code (its trap exits 0)");
+        assert_eq!(
+            code(&output),
+            0,
+            "the command's own code (its trap exits 0)"
+        );
         assert!(!alive(leader.pid), "the command ended with its lockctl");
     }
     assert_eq!(handovers.len(), 2);
@@ -249,7 +255,9 @@ fn three_leader_runs_take_turns_and_hand_over_at_once_on_sigterm() {
     assert_eq!(terms.len(), 3);
 
     wait_until("watch to print that nobody leads any more", || {
-        watch_lines(&watched).last().is_some_and(|l| l["led"] == false)
+        watch_lines(&watched)
+            .last()
+            .is_some_and(|l| l["led"] == false)
     });
     signal(watch.id(), libc::SIGINT);
     let deadline = Instant::now() + LONG;
@@ -353,10 +361,7 @@ fn a_command_that_exits_resigns_and_once_exits_with_its_code() {
     wait_until("three terms", || read(&journal).lines().count() >= 3);
     signal(again.id(), libc::SIGKILL);
     let output = finish(again, LONG);
-    let terms: Vec<u64> = read(&journal)
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
+    let terms: Vec<u64> = read(&journal).lines().map(|l| l.parse().unwrap()).collect();
     assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
     assert!(
         stderr(&output).contains("exited with 3"),
@@ -365,11 +370,16 @@ fn a_command_that_exits_resigns_and_once_exits_with_its_code() {
     );
 
     let started = Instant::now();
-    let once = complete(lockctl(&server).args(["leader", "run", "once", "--once", "--", "sh", "-c", "exit 7"]));
+    let once = complete(lockctl(&server).args([
+        "leader", "run", "once", "--once", "--", "sh", "-c", "exit 7",
+    ]));
     assert_eq!(code(&once), 7, "{}", stderr(&once));
     let status = complete(lockctl(&server).args(["leader", "status", "once"]));
     assert_eq!(code(&status), 3, "resigned: nobody leads");
-    assert!(started.elapsed() < Duration::from_secs(15), "not by the lease's end");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "not by the lease's end"
+    );
 }
 
 /// `leader status` with and without a leader (its JSON fields, exit 0 and
@@ -452,7 +462,10 @@ fn humantime_millis(text: &str) -> u64 {
         .args(["-u", "-d", text, "+%s%3N"])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap()
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Usage errors exit 64 before anything touches Redis (here a port nobody
@@ -477,7 +490,12 @@ fn usage_errors_exit_64_before_redis() {
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(text.starts_with("lockctl: "), "{text}");
     }
-    let output = complete(bare_lockctl().arg("--url").arg(&url).args(["leader", "status", "r"]));
+    let output = complete(
+        bare_lockctl()
+            .arg("--url")
+            .arg(&url)
+            .args(["leader", "status", "r"]),
+    );
     assert_eq!(code(&output), 69, "the same port, reached: unreachable");
 }
 
@@ -499,7 +517,9 @@ fn the_client_acl_rule_is_enough_for_leader_commands() {
     let watched = dir.path().join("watch.jsonl");
     let err = File::create(journal.with_extension("err")).unwrap();
     let run = bare_lockctl()
-        .args(["--url", &url, "leader", "run", "acl", "--", "sh", "-c", COMMAND])
+        .args([
+            "--url", &url, "leader", "run", "acl", "--", "sh", "-c", COMMAND,
+        ])
         .env("JOURNAL", &journal)
         .env("STOP_DELAY", "0")
         .stdout(Stdio::null())
@@ -507,7 +527,8 @@ fn the_client_acl_rule_is_enough_for_leader_commands() {
         .spawn()
         .unwrap();
     let (started, _) = wait_for_starts(&journal, 1);
-    let output = complete(bare_lockctl().args(["--url", &url, "leader", "status", "acl", "--json"]));
+    let output =
+        complete(bare_lockctl().args(["--url", &url, "leader", "status", "acl", "--json"]));
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(status["term"], started[0].term);

@@ -73,7 +73,10 @@ pub(crate) struct LeaderArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum LeaderCommand {
     /// Campaign for a role and run a command while leading it; campaign again when it ends.
-    #[command(long_about = LEADER_RUN_HELP, after_help = LEADER_RUN_EXAMPLES)]
+    #[command(
+        long_about = LEADER_RUN_HELP,
+        after_help = format!("{LEADER_RUN_EXAMPLES}\n\n{}", super::EXIT_CODES)
+    )]
     Run(LeaderRunArgs),
     /// Show who leads a role: term, client, since when, metadata, lease left (exit 3: nobody).
     #[command(after_help = LEADER_STATUS_EXAMPLES)]
