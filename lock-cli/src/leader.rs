@@ -369,7 +369,7 @@ async fn run(connection: &ConnectionArgs, args: LeaderRunArgs) -> Result<u8, Fai
                 }
             }
             Ended::Signal(signo) => {
-                let status = stop(&mut child, signo, args.grace, &mut signals).await;
+                let (status, _) = stop(&mut child, signo, args.grace, &mut signals).await;
                 // Resign only once the command is gone: the next leader's
                 // command never runs beside it.
                 let _ = leadership.resign().await;
@@ -387,11 +387,16 @@ async fn run(connection: &ConnectionArgs, args: LeaderRunArgs) -> Result<u8, Fai
                      `{command}` was running; terminating it (SIGTERM, then SIGKILL after {})",
                     humantime::format_duration(args.grace)
                 );
-                let _ = stop(&mut child, libc::SIGTERM, args.grace, &mut signals).await;
+                let (_, signalled) =
+                    stop(&mut child, libc::SIGTERM, args.grace, &mut signals).await;
                 // Ends the term's record; the lock is not ours any more.
                 let _ = leadership.resign().await;
                 if args.once {
                     return Ok(exit::LEASE_LOST);
+                }
+                // Told to stop while stopping the command: no new campaign.
+                if let Some(signo) = signalled {
+                    return Err(interrupted(signo, role, &server));
                 }
             }
         }
@@ -407,23 +412,27 @@ fn retryable(err: &LockError) -> bool {
 
 /// Sends `signo` to the command's group, and SIGKILL once `grace` has
 /// passed; signals lockctl gets meanwhile are forwarded too. Returns once
-/// the command has exited.
+/// the command has exited, with the first signal lockctl got meanwhile.
 async fn stop(
     child: &mut Child,
     signo: i32,
     grace: Duration,
     signals: &mut Signals,
-) -> std::io::Result<ExitStatus> {
+) -> (std::io::Result<ExitStatus>, Option<i32>) {
     child::signal_group(child, signo);
     let kill = sleep_for(grace);
     tokio::pin!(kill);
+    let mut received = None;
     loop {
         tokio::select! {
-            status = child.wait() => return status,
-            signo = signals.recv() => child::signal_group(child, signo),
+            status = child.wait() => return (status, received),
+            signo = signals.recv() => {
+                child::signal_group(child, signo);
+                received = received.or(Some(signo));
+            }
             () = &mut kill => {
                 child::signal_group(child, libc::SIGKILL);
-                return child.wait().await;
+                return (child.wait().await, received);
             }
         }
     }

@@ -343,6 +343,29 @@ fn a_lost_leadership_stops_the_command_and_campaigns_again() {
     assert!(err.contains("lost the leadership of role `lost`"), "{err}");
 }
 
+/// A SIGTERM that reaches lockctl while it stops the command of a lost
+/// term (within --grace) ends lockctl (143) once the command is gone,
+/// instead of a new campaign.
+#[test]
+fn a_signal_while_stopping_a_lost_term_ends_lockctl() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let journal = dir.path().join("journal");
+    let options = ["--lease", "3s", "--backoff", "50ms", "--grace", "10s"];
+    let run = leader_run(&server, &journal, 0, "lost-stop", &options, "60");
+    wait_for_starts(&journal, 1);
+    let output = complete(lockctl(&server).args(["release", "--force", "leader:lost-stop"]));
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let err = journal.with_extension("0.err");
+    wait_until("lockctl to see the loss", || {
+        read(&err).contains("lost the leadership")
+    });
+    signal(run.id(), libc::SIGTERM);
+    let output = finish(run, LONG);
+    assert_eq!(code(&output), 143, "{}", read(&err));
+    assert_eq!(starts(&journal).len(), 1, "no new term after the signal");
+}
+
 /// A command that exits by itself: without --once the role is resigned and
 /// won again (a new term each time); with --once lockctl exits with the
 /// command's code and the role is resigned at once (nobody leads, long
