@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
-use lock_test_support::{free_port, RedisServer, ServerOptions};
+use lock_test_support::{free_port, RedisCluster, RedisSentinels, RedisServer, ServerOptions};
 
 /// The command every `leader run` of these tests runs. Before it says it
 /// started, it looks for any command that started before it and is still
@@ -77,8 +77,22 @@ fn leader_run(
     options: &[&str],
     stop_delay: &str,
 ) -> Child {
+    let backend = ["--url".to_owned(), server.url()];
+    leader_run_on(&backend, journal, n, role, options, stop_delay)
+}
+
+/// [`leader_run`] on the backend that the connection options `backend` name.
+fn leader_run_on(
+    backend: &[String],
+    journal: &Path,
+    n: usize,
+    role: &str,
+    options: &[&str],
+    stop_delay: &str,
+) -> Child {
     let err = File::create(journal.with_extension(format!("{n}.err"))).unwrap();
-    lockctl(server)
+    bare_lockctl()
+        .args(backend)
         .args(["leader", "run", role])
         .args(options)
         .args(["--", "sh", "-c", COMMAND])
@@ -571,4 +585,82 @@ fn the_client_acl_rule_is_enough_for_leader_commands() {
     assert_eq!(code(&finish(run, LONG)), 0);
     let err = read(&journal.with_extension("err"));
     assert!(!err.contains("NOPERM"), "{err}");
+}
+
+/// On a cluster and on Sentinel: a SIGTERMed leader hands over to the
+/// other `leader run` with a higher term, and `status`, `watch` and `top`
+/// show the leader.
+#[test]
+fn leader_commands_on_cluster_and_sentinel() {
+    let cluster = RedisCluster::start(3, 0);
+    let sentinels = RedisSentinels::start("leadermaster");
+    let backends = [
+        vec!["--cluster".to_owned(), cluster.urls()[0].clone()],
+        vec![
+            "--sentinel".to_owned(),
+            sentinels.sentinel_urls().join(","),
+            "--master".to_owned(),
+            "leadermaster".to_owned(),
+        ],
+    ];
+    for backend in &backends {
+        let dir = temp_dir();
+        let journal = dir.path().join("journal");
+        let watched = dir.path().join("watch.jsonl");
+        let mut watch = bare_lockctl()
+            .args(backend)
+            .args(["leader", "watch", "ha", "--json"])
+            .stdout(File::create(&watched).unwrap())
+            .spawn()
+            .unwrap();
+        wait_until("watch to start", || !watch_lines(&watched).is_empty());
+        let options = ["--lease", "20s", "--backoff", "50ms", "--metadata", "m"];
+        let mut runs: Vec<Child> = (0..2)
+            .map(|n| leader_run_on(backend, &journal, n, "ha", &options, "0"))
+            .collect();
+        let (started, _) = wait_for_starts(&journal, 1);
+        let first = started[0].clone();
+
+        let output = complete(
+            bare_lockctl()
+                .args(backend)
+                .args(["leader", "status", "ha", "--json"]),
+        );
+        assert_eq!(code(&output), 0, "{backend:?}: {}", stderr(&output));
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(status["term"], first.term, "{backend:?}");
+        assert_eq!(status["metadata"], "m", "{backend:?}");
+        let output = complete(bare_lockctl().args(backend).args(["top", "--json"]));
+        assert_eq!(code(&output), 0, "{backend:?}: {}", stderr(&output));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+        assert!(
+            rows.iter()
+                .any(|r| r["kind"] == "leader" && r["role"] == "ha" && r["term"] == first.term),
+            "{backend:?}: {rows:?}"
+        );
+
+        let at = runs.iter().position(|r| r.id() == first.lockctl).unwrap();
+        let leader = runs.remove(at);
+        signal(leader.id(), libc::SIGTERM);
+        assert_eq!(code(&finish(leader, LONG)), 0, "{backend:?}");
+        let (started, _) = wait_for_starts(&journal, 2);
+        assert!(started[1].term > first.term, "{backend:?}");
+        wait_until("watch to print the second term", || {
+            watch_lines(&watched)
+                .iter()
+                .any(|l| l["term"] == started[1].term)
+        });
+        for run in runs {
+            signal(run.id(), libc::SIGTERM);
+            assert_eq!(code(&finish(run, LONG)), 0, "{backend:?}");
+        }
+        assert_one_at_a_time(&journal, &[]);
+        let seen: Vec<u64> = watch_lines(&watched)
+            .iter()
+            .filter_map(|l| l["term"].as_u64())
+            .collect();
+        assert_eq!(seen[..2], [first.term, started[1].term], "{backend:?}");
+        signal(watch.id(), libc::SIGTERM);
+        let _ = watch.wait();
+    }
 }
