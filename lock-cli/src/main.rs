@@ -3,9 +3,10 @@
 //!
 //! See `lockctl --help` and the README's "lockctl" section.
 //!
-//! Modules import each other one way: the commands (`run`, `admin`, `top`)
-//! use `connect`, which uses the arguments (`cli`); `output`, `child` and
-//! `exit` are leaves below them.
+//! Modules import each other one way: the commands (`run`, `admin`, `top`,
+//! `leader`) use `connect`, which uses the arguments (`cli`); `output`,
+//! `child` and `exit` are leaves below them. `leader` borrows `run`'s
+//! command display, and `top` shows role locks with `leader`'s reader.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
 
@@ -14,6 +15,7 @@ mod child;
 mod cli;
 mod connect;
 mod exit;
+mod leader;
 mod output;
 mod run;
 mod top;
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             Command::Release(args) => admin::release(connection, args).await,
             Command::Layouts(args) => admin::layouts(connection, args).await,
             Command::Top(args) => top::top(connection, args).await,
+            Command::Leader(args) => leader::leader(connection, args).await,
         }
     });
     match result {
