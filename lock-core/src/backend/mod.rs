@@ -125,9 +125,9 @@ pub(crate) struct LeaderRecord {
     pub(crate) metadata: Option<String>,
 }
 
-/// How long a role's record outlives its last proclamation or read by an
-/// observer (a record is one small key per role; this bounds the ones of
-/// roles nobody uses any more).
+/// How long a role's record outlives its last proclamation (a record is one
+/// small key per role; this bounds the ones of roles nobody uses any more).
+/// The run loop proclaims again every lease; reads are read-only.
 pub(crate) const LEADER_RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The refusal of leadership by a backend that cannot order it.

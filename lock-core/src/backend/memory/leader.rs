@@ -85,17 +85,14 @@ pub(super) fn proclaim(
 }
 
 /// See `Backend::leader_read`.
-pub(super) fn read(state: &mut State, role: &LockKey, record: &LockKey) -> Option<LeaderRecord> {
+pub(super) fn read(state: &State, role: &LockKey, record: &LockKey) -> Option<LeaderRecord> {
     let now = Instant::now();
     let (owner, term, lease_left) = holder(state, role, now)?;
     let proclaimed = state
         .leaders
-        .get_mut(&*record.lock)
+        .get(&*record.lock)
         .filter(|r| r.term == term && r.owner == owner && r.expires_at > now)
-        .map(|r| {
-            r.expires_at = after(now, LEADER_RECORD_TTL);
-            (r.since_ms, r.metadata.clone())
-        });
+        .map(|r| (r.since_ms, r.metadata.clone()));
     Some(LeaderRecord {
         term,
         owner: owner.into(),

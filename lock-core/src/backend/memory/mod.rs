@@ -422,7 +422,7 @@ impl Backend for MemoryStore {
         role: &'a LockKey,
         record: &'a LockKey,
     ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
-        async move { Ok(leader::read(&mut self.inner.state.lock(), role, record)) }.boxed()
+        async move { Ok(leader::read(&self.inner.state.lock(), role, record)) }.boxed()
     }
 
     fn leader_vacate<'a>(

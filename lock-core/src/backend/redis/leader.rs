@@ -107,8 +107,7 @@ pub(crate) async fn read<T: Target>(
     timeout: Duration,
     server: &str,
 ) -> Result<Option<LeaderRecord>, LockError> {
-    let mut cmd = call(&READ, &[&role.lock, &record.lock]);
-    cmd.arg(lease::millis(LEADER_RECORD_TTL));
+    let cmd = call(&READ, &[&role.lock, &record.lock]);
     let reply = send(target, cmd, role, timeout, server).await?;
     parse(reply).map_err(|source| LockError::Backend {
         key: role.name.to_string(),

@@ -3,10 +3,9 @@
 --
 -- KEYS[1]  the role's lock (hash: field owner, value fencing token = term)
 -- KEYS[2]  the role's record: "<term> <since ms> <owner>\n<metadata>"
--- ARGV[1]  how long the record outlives its last read, ms
 --
--- A record of another term or owner is stale (its leader is gone) and is
--- not shown; the current term's record is kept alive by the read.
+-- Read-only. A record of another term or owner is stale (its leader is
+-- gone) and is not shown.
 --
 -- Returns {} when nobody holds the lock; else {term, owner, pttl, now,
 -- since, metadata}, with since and metadata '' before the leader proclaimed.
@@ -25,7 +24,6 @@ if record then
   local r_term, r_since, r_owner, r_metadata = string.match(record, '^(%d+) (%d+) (%S+)\n(.*)$')
   if r_term == term and r_owner == owner then
     since, metadata = r_since, r_metadata
-    redis.call('pexpire', KEYS[2], ARGV[1])
   end
 end
 return {term, owner, ttl, string.format('%.0f', now), since, metadata}
