@@ -48,6 +48,10 @@ const LEASE: Duration = Duration::from_secs(2);
 const BACKOFF: Duration = Duration::from_millis(200);
 /// How often a leader's work checks that the inside-marker is its own.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
+/// How long a leader's work takes to stop once its future is dropped
+/// (before it leaves the inside-marker): a run loop that resigned before
+/// the work was gone would let the next leader in while it is inside.
+const STOPPING: Duration = Duration::from_millis(30);
 const ROLE: &str = "processes:leader";
 
 // The worker's environment (besides the topology's).
@@ -679,8 +683,8 @@ impl Worker {
     }
 }
 
-/// Dropped with a leader's work: leaves the inside-marker (if still its
-/// own) before the run loop resigns, records the drop, and, when the term
+/// Dropped with a leader's work: stops (in [`STOPPING`]), leaves the
+/// inside-marker (if still its own), records the drop, and, when the term
 /// ended otherwise than by this process's shutdown, tries one fenced write
 /// with the ended term and records what the fence said.
 struct Dropped {
@@ -692,6 +696,7 @@ struct Dropped {
 impl Drop for Dropped {
     fn drop(&mut self) {
         let at = now_ms();
+        std::thread::sleep(STOPPING);
         {
             let mut conn = self
                 .worker
