@@ -7,7 +7,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{global_client, Lock, LockClient, LockError, LockGuard, LockOptions, MultiLockGuard};
+use crate::{
+    global_client, Leadership, Lock, LockClient, LockError, LockGuard, LockOptions, MultiLockGuard,
+    ROLE_LOCK_PREFIX,
+};
 
 /// The value of a `wait`, `lease` or `at_least` expression. A trait rather
 /// than a typed `let`, for the message a value of another type gets.
@@ -169,6 +172,97 @@ pub async fn acquire_all(
 ) -> Result<MultiLockGuard, LockError> {
     let client = client_or_global(client, || names.join(", "))?;
     client.lock_all(names).options(options).acquire().await
+}
+
+/// The leadership a `leader = "role"` function runs in: won by its call,
+/// or that of the calling chain, re-entered.
+#[derive(Debug)]
+pub enum LeaderCall {
+    /// Won by this call: resigned when the body is done (boxed: a
+    /// `Leadership` is several times a guard's size).
+    Elected(Box<Leadership>),
+    /// The calling chain already leads the role: a re-entry of its lock
+    /// (counted in the client), given back when the body is done.
+    Reentered(LockGuard),
+}
+
+impl LeaderCall {
+    fn guard(&self) -> Option<&LockGuard> {
+        match self {
+            LeaderCall::Elected(leadership) => leadership.guard(),
+            LeaderCall::Reentered(guard) => Some(guard),
+        }
+    }
+
+    /// Runs `fut` in the role lock's scope (inside, `current()` is the role
+    /// lock, its fencing token the term).
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        match self.guard() {
+            Some(guard) => guard.scope(fut).await,
+            None => fut.await,
+        }
+    }
+
+    /// Runs `fut` in the role lock's scope unless leadership is lost first
+    /// (then `fut` is dropped and `LeaseLost` returned).
+    ///
+    /// # Cancel safety
+    /// As [`LockGuard::scope_or_lost`].
+    pub async fn scope_or_lost<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        match self.guard() {
+            Some(guard) => guard.scope_or_lost(fut).await,
+            None => Err(LockError::LeaseLost {
+                key: String::new(),
+                reason: "leadership was lost before the function ran",
+            }),
+        }
+    }
+
+    /// Resigns a leadership won by the call (a follower takes over at once);
+    /// gives a re-entry back.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Leadership::resign`] and [`LockGuard::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        match self {
+            LeaderCall::Elected(leadership) => (*leadership).resign().await,
+            LeaderCall::Reentered(guard) => guard.release().await,
+        }
+    }
+}
+
+/// Campaigns for `role` (`leader = "role"`) as `options` say how long to
+/// wait, with `client` or the global client; when the calling chain already
+/// leads the role through this client (an annotated function called by
+/// another, or inside a leader's scope), re-enters its leadership instead:
+/// a campaign there would be refused (`InvalidConfig`).
+///
+/// # Cancel safety
+/// Cancel safe, as [`Election::campaign`](crate::Election::campaign).
+pub async fn campaign(
+    client: Option<&LockClient>,
+    role: String,
+    options: LockOptions,
+) -> Result<LeaderCall, LockError> {
+    let name = format!("{ROLE_LOCK_PREFIX}{role}");
+    let client = client_or_global(client, || name.clone())?;
+    let id = client.id();
+    let leads = crate::current_all().iter().any(|lock| {
+        lock.key() == name
+            && lock.is_held()
+            && lock
+                .owner()
+                .strip_prefix(id)
+                .is_some_and(|scope| scope.starts_with(':'))
+    });
+    if leads {
+        return client.lock(name).acquire().await.map(LeaderCall::Reentered);
+    }
+    client
+        .election(role)
+        .campaign(options.wait_for())
+        .await
+        .map(|leadership| LeaderCall::Elected(Box::new(leadership)))
 }
 
 /// The `tracing` target of the events of generated code (documented in the

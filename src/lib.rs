@@ -114,6 +114,7 @@ pub use distlock_core::*;
 /// | `fair` | the [fair lock](LockClient::fair_lock) named by `key` |
 /// | `read` / `write` | the read or write lock of the [read-write lock](LockClient::read_write_lock) named by `key` |
 /// | `permits = 5`, `take = 2` | `take` (default 1) permits of the [semaphore](LockClient::semaphore) named by `key` with `permits` in all; `u32` literals or expressions |
+/// | `leader = "scheduler"` | instead of `key`: runs the fn only on the role's leader. Each call campaigns for the role (template over the arguments, like `key`; `wait` as for a lock, default try once), runs the body with the term as `current()`'s fencing token, and resigns at its end; a follower's call is busy (`on_busy`); a call inside one that leads the role re-enters its term. Not with `lease`, `at_least` or another kind (see the [attribute guide](crate::guide::attribute#leader-only-functions)) |
 /// | `on_busy = error` | default: the fn returns `Result<T, E>` with `E: From<LockError>`; lock errors are returned as `Err` |
 /// | `on_busy = skip` | a busy lock (or a client that is shutting down) returns `Default::default()` (`()`, `None`, `Ok(Default::default())`) without running the body; other lock errors are `Err` for a `Result` (return `Result<Option<T>, E>` to tell busy from failed), and are logged at error level under the target `distlock` otherwise |
 /// | `client = expr` | the `LockClient` to use (or a `&LockClient`, `&mut LockClient`, `Arc`, `Rc` or `Box` of one); default: [`set_global_client`]'s |

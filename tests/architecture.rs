@@ -378,7 +378,7 @@ fn lock_core_rooms_depend_on_each_other_one_way() {
         "wire",
     ];
     let high = [
-        "client", "lock", "guard", "multi", "acquire", "release", "family",
+        "client", "lock", "guard", "multi", "acquire", "release", "family", "leader",
     ];
     for low in low {
         for high in high {

@@ -48,6 +48,7 @@ impl Fixture for Cluster {
 behaviour_suite!(Cluster(shared_cluster()));
 family_suite!(Cluster(shared_cluster()));
 hot_suite!(Cluster(shared_cluster()));
+leader_suite!(Cluster(shared_cluster()));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_spread_over_every_master_and_share_one_slot_each() {

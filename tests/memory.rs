@@ -41,6 +41,7 @@ behaviour_suite!(Memory::new());
 family_suite!(Memory::new());
 hot_suite!(Memory::new());
 siblings_suite!(Memory::new());
+leader_suite!(Memory::new());
 
 #[tokio::test]
 async fn memory_clients_are_isolated_unless_they_share_a_store() {
@@ -294,4 +295,36 @@ async fn a_client_of_another_layout_is_refused_unless_the_mix_is_declared() {
         .layout(Layout::Redisson)
         .memory(store)
         .unwrap();
+}
+
+/// A client in Redisson's layout refuses leader election (Redisson's lock
+/// hash keeps a hold count, not the fencing token a term is), naming why.
+#[tokio::test]
+async fn leader_election_is_refused_in_redissons_layout() {
+    let client = LockClient::builder()
+        .layout(distlock::Layout::Redisson)
+        .memory(MemoryStore::new())
+        .unwrap();
+    match client
+        .election("scheduler")
+        .campaign(distlock::Wait::Once)
+        .await
+    {
+        Err(distlock::LockError::Unsupported {
+            key,
+            backend,
+            reason,
+            ..
+        }) => {
+            assert_eq!(key, "leader:scheduler");
+            assert!(backend.contains("Redisson"), "{backend}");
+            assert!(reason.contains("fencing token"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // An empty role is a typed error too.
+    assert!(matches!(
+        client.election("").leader().await,
+        Err(distlock::LockError::InvalidKey { .. })
+    ));
 }

@@ -743,3 +743,44 @@ async fn the_rollback_of_an_abandoned_majority_wakes_the_other_waiters() {
     eprintln!("the waiter acquired {after:?} after the lock was free");
     drop(held);
 }
+
+/// Leader election is refused on Redlock with a typed error naming the
+/// role's lock and why (a term must come from one store), by every entry
+/// point: campaign, read, observe and the run loop; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_is_refused_on_redlock() {
+    let fixture = Redlock::new(3);
+    let client = fixture.client().await;
+    let election = client.election("scheduler");
+    let check = |result: Result<(), LockError>, entry: &str| match result {
+        Err(LockError::Unsupported {
+            key,
+            primitive,
+            backend,
+            reason,
+        }) => {
+            assert_eq!(key, "leader:scheduler", "{entry}");
+            assert_eq!(primitive, "leader election", "{entry}");
+            assert_eq!(backend, "Redlock", "{entry}");
+            assert!(reason.contains("Sentinel"), "{entry}: {reason}");
+        }
+        other => panic!("{entry}: {other:?}"),
+    };
+    check(
+        election.campaign(Duration::from_secs(1)).await.map(|_| ()),
+        "campaign",
+    );
+    check(election.leader().await.map(|_| ()), "leader");
+    check(election.observe().changed().await.map(|_| ()), "observe");
+    check(election.run(|_| std::future::pending::<()>()).await, "run");
+    for server in &fixture.servers {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(
+            keys.iter().all(|key| !key.contains("scheduler")),
+            "nothing written: {keys:?}"
+        );
+    }
+}

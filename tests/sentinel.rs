@@ -44,6 +44,7 @@ impl Fixture for Sentinel {
 
 behaviour_suite!(Sentinel(shared_set()));
 family_suite!(Sentinel(shared_set()));
+leader_suite!(Sentinel(shared_set()));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_resume_on_the_new_master_after_failover() {

@@ -38,6 +38,7 @@ behaviour_suite!(Standalone::new());
 family_suite!(Standalone::new());
 hot_suite!(Standalone::new());
 siblings_suite!(Standalone::new());
+leader_suite!(Standalone::new());
 
 use std::time::Duration;
 
@@ -1402,4 +1403,52 @@ async fn after_a_blackhole_heals_the_next_command_goes_out_on_a_new_connection()
     // And well under the 3 s the old connection would have taken.
     assert!(took < Duration::from_secs(1), "{took:?}");
     acquired.release().await.unwrap();
+}
+
+/// A leader's record lost behind its back (as a failover that replicated
+/// the role's lock but not the record written after it would lose it) comes
+/// back within a lease: the run loop proclaims again every lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_record_lost_behind_the_run_loop_comes_back_within_a_lease() {
+    let fixture = Standalone::new();
+    let client = suite::client_with_lease(&fixture, Duration::from_millis(600)).await;
+    let election = client.election("record").metadata("http://10.0.0.9:80");
+    let runner = tokio::spawn({
+        let election = election.clone();
+        async move { election.run(|_| std::future::pending::<()>()).await }
+    });
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while election
+        .leader()
+        .await
+        .unwrap()
+        .and_then(|l| l.metadata)
+        .is_none()
+    {
+        assert!(tokio::time::Instant::now() < until, "never proclaimed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("lock:{leader:record}:leader")
+        .query(&mut fixture.server.conn())
+        .unwrap();
+    assert_eq!(deleted, 1, "the record's key");
+    let gone = election.leader().await.unwrap().unwrap();
+    assert_eq!(gone.metadata, None, "a leader without its record");
+    let lost_at = tokio::time::Instant::now();
+    loop {
+        let seen = election.leader().await.unwrap().unwrap();
+        if seen.metadata.as_deref() == Some("http://10.0.0.9:80") {
+            assert_eq!(seen.term, gone.term);
+            break;
+        }
+        assert!(
+            lost_at.elapsed() < Duration::from_secs(5),
+            "the record did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("record back after {:?} (lease 600 ms)", lost_at.elapsed());
+    client.shutdown(Duration::from_secs(2)).await.unwrap();
+    runner.await.unwrap().unwrap();
 }

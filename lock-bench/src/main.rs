@@ -37,11 +37,18 @@
 //! against the unfenced commands on the same Redis, and against plain
 //! statements on a PostgreSQL this run starts (skipped with a message when
 //! the PostgreSQL binaries are missing), with ratios fenced / unfenced.
+//!
+//! W13 (leader election, distlock only, opt-in with `--only W13`) measures
+//! the fail-over when the leader's process is killed, the hand-over when it
+//! shuts down (and resigns), each against the lease, and how fast 100
+//! followers on clients of their own see a change of leader (see
+//! `leader.rs`).
 #![deny(unreachable_pub)]
 
 mod contenders;
 mod family;
 mod fence;
+mod leader;
 mod machine;
 mod processes;
 mod redisson;
@@ -70,7 +77,7 @@ struct Args {
     /// Redis to use; default: start a redis-server on a free loopback port.
     #[arg(long)]
     url: Option<String>,
-    /// Workloads to run, comma separated (W1..W12, W1h, W3h).
+    /// Workloads to run, comma separated (W1..W13, W1h, W3h).
     #[arg(
         long,
         value_delimiter = ',',
@@ -173,6 +180,18 @@ struct Args {
     /// W12: interleaved rounds the operations are split into.
     #[arg(long, default_value_t = 6)]
     w12_rounds: usize,
+    /// W13: kills of the leader's process, and as many terminations.
+    #[arg(long, default_value_t = 30)]
+    w13_runs: usize,
+    /// W13: the lease of every client, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    w13_lease_ms: u64,
+    /// W13: followers of the observe part, each on a client of its own.
+    #[arg(long, default_value_t = 100)]
+    w13_followers: usize,
+    /// W13: elections (and as many resignations) the followers observe.
+    #[arg(long, default_value_t = 50)]
+    w13_changes: usize,
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
@@ -195,14 +214,18 @@ fn main() -> Result<()> {
     if argv.get(1).map(String::as_str) == Some(processes::CHILD_FLAG) {
         return processes::child_main(argv.get(2..).unwrap_or_default());
     }
+    if argv.get(1).map(String::as_str) == Some(leader::CHILD_FLAG) {
+        return leader::child_main(argv.get(2..).unwrap_or_default());
+    }
     let mut args = Args::parse();
     for workload in &args.only {
         if ![
-            "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12",
+            "W1", "W1H", "W2", "W3", "W3H", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11",
+            "W12", "W13",
         ]
         .contains(&workload.to_uppercase().as_str())
         {
-            bail!("unknown workload {workload:?}: expected W1..W12, W1h or W3h");
+            bail!("unknown workload {workload:?}: expected W1..W13, W1h or W3h");
         }
     }
     for contender in &args.contenders {
@@ -755,6 +778,42 @@ async fn run(
                 ],
             });
         }
+    }
+
+    if wants(&args, "W13") && !runs(&args, "ours") {
+        eprintln!("# W13 measures distlock only: skipped without the `ours` contender");
+    } else if wants(&args, "W13") {
+        let settings = leader::Settings {
+            runs: args.w13_runs.max(1),
+            lease: Duration::from_millis(args.w13_lease_ms),
+            followers: args.w13_followers.max(1),
+            changes: args.w13_changes.max(1),
+        };
+        if !args.json {
+            eprintln!("# W13: {} (leader election) ...", CONTENDERS[0]);
+        }
+        let figures = ours_only(leader::w13(&url, &admin, settings, rtt).await?);
+        results.push(WorkloadResult {
+            id: "W13",
+            title: "leader election (ours only; references: the lease and the PING RTT)".into(),
+            figures,
+            notes: vec![
+                format!(
+                    "fail-over: two processes (this program in child mode, each one LockClient with a {:?} lease, on the client CPU) run `election(role).run(work)`; after a random 200-{} ms, the leader's process gets SIGKILL; measured: SIGKILL sent -> the standby's work future running (its first statement reads the system clock); a new standby process is started after each of {} runs",
+                    settings.lease,
+                    200 + settings.lease.as_millis() / 2,
+                    settings.runs
+                ),
+                format!(
+                    "hand-over: the same with SIGTERM, on which the child calls `client.shutdown(5 s)`: the run loop drops the work and resigns, and the standby is woken by the release; {} runs",
+                    settings.runs
+                ),
+                format!(
+                    "observe: {} followers in this process, each on a LockClient of its own, loop `observer.changed()`; two other clients take the role in turn with `campaign(Wait::Once)` and `resign()` it, {} times each; measured: campaign (or resign) called -> that view reported by every follower (all {}: the slowest follower per change; each follower: every follower's delay, over all elections)",
+                    settings.followers, settings.changes, settings.followers
+                ),
+            ],
+        });
     }
 
     if args.json {

@@ -48,6 +48,16 @@ impl Signals {
 /// pid. On Linux the command gets SIGTERM when lockctl dies, so it does not
 /// outlive the renewals of its lock.
 pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> {
+    spawn_with_death_signal(command, env, libc::SIGTERM)
+}
+
+/// [`spawn`], with `death_signal` as the signal the command gets (on Linux)
+/// when lockctl dies.
+pub(crate) fn spawn_with_death_signal(
+    command: &[OsString],
+    env: &[(&str, String)],
+    death_signal: i32,
+) -> io::Result<Child> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
@@ -66,7 +76,7 @@ pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<
                 // The signal is tied to the thread that forks: lockctl runs
                 // on one thread (a current-thread runtime) that lives until
                 // it exits.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal) == -1 {
                     return Err(io::Error::last_os_error());
                 }
                 // lockctl died before prctl took effect.
@@ -79,6 +89,8 @@ pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<
             });
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = death_signal;
     cmd.spawn()
 }
 

@@ -10,6 +10,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use distlock_core::{LockOptions, Wait, MIN_WATCHDOG_LEASE};
 
+mod leader;
+pub(crate) use self::leader::{
+    LeaderArgs, LeaderCommand, LeaderRunArgs, LeaderStatusArgs, LeaderWatchArgs,
+};
+
 const EXIT_CODES: &str = "\
 Exit codes:
   0        success: the command exited 0, or the lock was busy with --on-busy skip
@@ -136,7 +141,8 @@ with SCAN, read with pipelines and the read-only inspection scripts, never a blo
 one row each, and a detail pane for the selected one.
 
 KIND is lock (a plain lock), hot (a plain lock a hot lock's keeper keeps between its uses), \
-fair, rw (a read-write lock) or sem (a semaphore). HOLDER is the owner of a lock, of a fair lock \
+fair, rw (a read-write lock) sem (a semaphore) or leader (the lock `leader:ROLE` of a role's leader election: \
+its term is TOKEN; the detail pane and the JSON add the role, since when and the metadata). HOLDER is the owner of a lock, of a fair lock \
 and a read-write lock's writer; a hot lock's keeper (its client id, then `(kept)`); `N readers` \
 of a read-write lock without a writer; `N permits` in use of a semaphore (its total is not \
 stored: each acquirer passes its own). TOKEN is the holder's fencing token (a hot lock's stays \
@@ -156,7 +162,7 @@ counted inside the keeper's process only and are not shown.
 
 Keys: q (or Esc, Ctrl-C) quits; Up, Down, PageUp, PageDown, Home, End select a lock; n, o, k, \
 t, h, w sort by name, holder, token, ttl, hold, waiters (again: reverse); s cycles the sort \
-column; f cycles the kind shown (all, lock, hot, fair, rw, sem); / edits the name-prefix filter \
+column; f cycles the kind shown (all, lock, hot, fair, rw, sem, leader); / edits the name-prefix filter \
 (Enter applies, Esc cancels). A Redis outage shows an error line and the view keeps retrying.
 
 When stdout is not a terminal, lockctl top prints one snapshot as a table (or JSON with \
@@ -339,6 +345,9 @@ pub(crate) enum Command {
     /// no Redis.
     #[command(after_help = MAN_EXAMPLES)]
     Man(ManArgs),
+    /// Leader election: run a command only while leading a role, show or watch who leads.
+    #[command(long_about = leader::LEADER_HELP)]
+    Leader(LeaderArgs),
 }
 
 /// Options of `lockctl run`.
@@ -637,6 +646,8 @@ pub(crate) enum LockKind {
     Rw,
     /// A semaphore.
     Sem,
+    /// A role's lock of leader election (`leader:<role>`), shown with its term and metadata.
+    Leader,
 }
 
 impl LockKind {

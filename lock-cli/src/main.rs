@@ -3,9 +3,10 @@
 //!
 //! See `lockctl --help` and the README's "lockctl" section.
 //!
-//! Modules import each other one way: the commands (`run`, `admin`, `top`)
-//! use `connect`, which uses the arguments (`cli`); `output`, `child` and
-//! `exit` are leaves below them.
+//! Modules import each other one way: the commands (`run`, `admin`, `top`,
+//! `leader`) use `connect`, which uses the arguments (`cli`); `output`,
+//! `child` and `exit` are leaves below them. `leader` borrows `run`'s
+//! command display, and `top` shows role locks with `leader`'s reader.
 #![deny(unsafe_code, unreachable_pub)]
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ mod cli;
 mod connect;
 mod exit;
 mod generate;
+mod leader;
 mod output;
 mod run;
 mod top;
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::top(connection, args).await,
             Command::Completions(args) => generate::completions(&args),
             Command::Man(args) => generate::man(&args),
+            Command::Leader(args) => leader::leader(connection, args).await,
         }
     });
     finish(result)

@@ -222,7 +222,7 @@ async fn read_write_detail(client: &LockClient, key: &str) -> Result<Option<Stri
 }
 
 /// The command line, for messages, cut to a readable length.
-fn display_command(command: &[OsString]) -> String {
+pub(crate) fn display_command(command: &[OsString]) -> String {
     const SHOWN: usize = 80;
     let text = exit::one_line(
         &command

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use crate::cli::{ConnectionArgs, LockKind, SortBy, TopArgs};
 use crate::connect::connect;
 use crate::exit::{self, Failure};
+use crate::leader::TopLeader;
 use crate::output::{count, millis, print_out, to_json};
 
 /// Width of the lease-left bar, brackets included.
@@ -97,6 +98,8 @@ enum Detail {
         holders: Vec<Holding>,
         in_use: u32,
     },
+    /// A role's lock of leader election.
+    Leader(TopLeader),
 }
 
 /// A waiter holding a place (a fair lock's queue, a waiting writer).
@@ -359,7 +362,8 @@ fn widths(rows: &[&Row]) -> [u16; 7] {
     // Tokens are the server's clock in microseconds (16 digits): a narrower column
     // would cut them.
     let token = widest(&|r| r.fencing_token.map_or(1, |t| t.to_string().len()), 5);
-    [4, name, holder, token, (BAR + 7) as u16, 8, 7]
+    let kind = widest(&|r| r.kind.label().len(), 4);
+    [kind, name, holder, token, (BAR + 7) as u16, 8, 7]
 }
 
 /// The table of `rows` (a header, a line per row, in their order), its
@@ -497,6 +501,11 @@ fn detail(row: &Row, option: Option<Duration>) -> Vec<Line<'static>> {
             }
             lines.push(format!("waiting  {waiting} client(s) subscribed"));
         }
+        Detail::Leader(leader) => {
+            lines.push(holder("leader"));
+            lines.extend(leader.lines());
+            lines.push(format!("waiting  {waiting} campaign(s) subscribed"));
+        }
     }
     lines.push(format!(
         "key      {}  lease bar against {}",
@@ -584,7 +593,7 @@ impl Source<'_> {
             Ok(counts) => (counts.into_iter().map(Some).collect(), None),
             Err(err) => (vec![None; locks.len()], Some(err.to_string())),
         };
-        let rows = locks
+        let mut rows: Vec<Row> = locks
             .into_iter()
             .zip(counts)
             .filter_map(|(lock, subscribers)| {
@@ -593,6 +602,13 @@ impl Source<'_> {
                 Some(row)
             })
             .collect();
+        // A role's lock shows its leader's record (one read per role).
+        for row in rows.iter_mut().filter(|row| row.kind == LockKind::Lock) {
+            if let Some(leader) = TopLeader::read(client, &row.name).await {
+                row.kind = LockKind::Leader;
+                row.detail = Detail::Leader(leader);
+            }
+        }
         Ok(Snapshot { rows, waiter_error })
     }
 
@@ -1325,6 +1341,8 @@ mod tests {
         let lines = screen(&mut view, 120, 30);
         assert!(lines[0].contains("1 in use") && lines[0].contains("kind sem"));
         assert!(!lines.iter().any(|l| l.contains("job:a ")));
+        view.key(key(KeyCode::Char('f')));
+        assert_eq!(view.kind, Some(LockKind::Leader));
         view.key(key(KeyCode::Char('f')));
         assert_eq!(view.kind, None);
 

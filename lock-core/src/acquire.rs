@@ -138,7 +138,10 @@ pub(crate) fn acquire<'a>(
         let labels = Labels::new(&core.meter_names, &key);
         let hot = match &core.keeper {
             Some(keeper)
-                if kind == Kind::Exclusive && lease.is_watchdog() && at_least.is_none() =>
+                if kind == Kind::Exclusive
+                    && lease.is_watchdog()
+                    && at_least.is_none()
+                    && !options.is_cold() =>
             {
                 keeper.ensure_running();
                 true

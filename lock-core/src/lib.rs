@@ -138,6 +138,7 @@ mod hot;
 mod info;
 mod janitor;
 mod layout;
+mod leader;
 mod lease;
 mod lock;
 mod metric_points;
@@ -176,6 +177,10 @@ pub use info::{
     Reader, SemaphoreInfo,
 };
 pub use layout::Layout;
+pub use leader::{
+    Election, Leader, Leadership, Observer, Term, DEFAULT_BACKOFF as DEFAULT_LEADER_BACKOFF,
+    ROLE_LOCK_PREFIX,
+};
 pub use lease::{
     DEFAULT_LEASE, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, MIN_WATCHDOG_LEASE,
     QUEUE_PRESENCE,

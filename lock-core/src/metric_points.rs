@@ -19,8 +19,9 @@ mod on {
     use tokio::time::Instant;
 
     use crate::metrics::{
-        NameLabel, ACQUISITIONS, HAND_OFFS, HELD, HOLD_SECONDS, LEASE_SLACK_SECONDS, LOST,
-        RENEWALS, RENEWAL_SECONDS, WAITERS, WAIT_SECONDS,
+        NameLabel, ACQUISITIONS, HAND_OFFS, HELD, HOLD_SECONDS, IS_LEADER, LEADERSHIP_ENDED,
+        LEADERSHIP_GAINED, LEADER_SECONDS, LEADER_TERM, LEASE_SLACK_SECONDS, LOST, RENEWALS,
+        RENEWAL_SECONDS, WAITERS, WAIT_SECONDS,
     };
     use crate::name::{Kind, LockKey};
     use crate::LockError;
@@ -117,6 +118,25 @@ mod on {
         metrics::histogram!(RENEWAL_SECONDS).record(elapsed.as_secs_f64());
     }
 
+    /// This process won `role` with `term`.
+    pub(crate) fn leadership_gained(role: &str, term: u64) {
+        let role = Label::new("role", role.to_owned());
+        metrics::counter!(LEADERSHIP_GAINED, vec![role.clone()]).increment(1);
+        metrics::gauge!(IS_LEADER, vec![role.clone()]).set(1.0);
+        #[allow(clippy::cast_precision_loss)] // terms stay below 2^53 (microseconds)
+        metrics::gauge!(LEADER_TERM, vec![role]).set(term as f64);
+    }
+
+    /// This process's term of `role` ended (`outcome`) after `lasted`.
+    pub(crate) fn leadership_ended(role: &str, outcome: &'static str, lasted: Duration) {
+        let role = Label::new("role", role.to_owned());
+        let labels = vec![role.clone(), Label::from_static_parts("outcome", outcome)];
+        metrics::counter!(LEADERSHIP_ENDED, labels).increment(1);
+        metrics::histogram!(LEADER_SECONDS, vec![role.clone()]).record(lasted.as_secs_f64());
+        metrics::gauge!(IS_LEADER, vec![role.clone()]).set(0.0);
+        metrics::gauge!(LEADER_TERM, vec![role]).set(0.0);
+    }
+
     /// The metrics of one held lock: counted in `distributed_lock_held`
     /// from [`entered`](HoldMeter::entered) until it is released or lost.
     #[derive(Debug)]
@@ -204,6 +224,12 @@ mod off {
 
     #[inline]
     pub(crate) fn renewal_round(_elapsed: Duration) {}
+
+    #[inline]
+    pub(crate) fn leadership_gained(_role: &str, _term: u64) {}
+
+    #[inline]
+    pub(crate) fn leadership_ended(_role: &str, _outcome: &'static str, _lasted: Duration) {}
 
     #[derive(Debug)]
     pub(crate) struct HoldMeter;

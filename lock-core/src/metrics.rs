@@ -20,7 +20,15 @@
 //! | `distributed_lock_lease_slack_seconds` | histogram | seconds | `kind` | How much of the lease was left, on the local clock, when a renewal was sent: near zero means locks come close to being lost. |
 //! | `distributed_lock_lost_total` | counter | | `kind` | Locks lost while held: their lease ran out, the lock was deleted or taken over, or the client's shutdown took them. |
 //!
+//! | `distributed_lock_leadership_gained_total` | counter | | `role` | Campaigns this process won (leader election, [`Election`](crate::Election)). |
+//! | `distributed_lock_leadership_ended_total` | counter | | `role`, `outcome` | Terms of this process that ended: `resigned`, `lost` (the lease ran out or the lock was taken or deleted), `dropped` (the `Leadership` was dropped: resigned in the background). |
+//! | `distributed_lock_leader_seconds` | histogram | seconds | `role` | How long each term of this process lasted. |
+//! | `distributed_lock_is_leader` | gauge | | `role` | 1 while this process leads the role, else 0. |
+//! | `distributed_lock_leader_term` | gauge | | `role` | The term this process leads with (0 when it does not lead). |
+//!
 //! `kind` is the primitive: `lock`, `fair`, `read`, `write` or `permits`.
+//! `role` is the role of a leader election: roles are a program's
+//! configuration, so their number is fixed.
 //!
 //! # Cardinality
 //!
@@ -71,6 +79,17 @@ pub const RENEWAL_SECONDS: &str = "distributed_lock_renewal_seconds";
 pub const LEASE_SLACK_SECONDS: &str = "distributed_lock_lease_slack_seconds";
 /// `distributed_lock_lost_total`: counter, label `kind`.
 pub const LOST: &str = "distributed_lock_lost_total";
+
+/// `distributed_lock_leadership_gained_total`: counter, label `role`.
+pub const LEADERSHIP_GAINED: &str = "distributed_lock_leadership_gained_total";
+/// `distributed_lock_leadership_ended_total`: counter, labels `role`, `outcome`.
+pub const LEADERSHIP_ENDED: &str = "distributed_lock_leadership_ended_total";
+/// `distributed_lock_leader_seconds`: histogram, label `role`.
+pub const LEADER_SECONDS: &str = "distributed_lock_leader_seconds";
+/// `distributed_lock_is_leader`: gauge, label `role`.
+pub const IS_LEADER: &str = "distributed_lock_is_leader";
+/// `distributed_lock_leader_term`: gauge, label `role`.
+pub const LEADER_TERM: &str = "distributed_lock_leader_term";
 
 /// Whether, and how, the per-lock metrics carry the lock's name as label
 /// `name` (see [`LockClientBuilder::metrics_names`](crate::LockClientBuilder::metrics_names)).

@@ -494,6 +494,25 @@ impl LockKey {
             .unwrap_or(&self.lock)
     }
 
+    /// The record of the role whose lock this is (leadership, `leader/`):
+    /// the key `<lock>:leader` and its channel `<lock>:leader:changed`, in
+    /// the lock's slot. Native layout only (leadership refuses Redisson's).
+    pub(crate) fn leader_record(&self) -> LockKey {
+        let channel: Arc<str> = format!("{}:leader:changed", self.lock).into();
+        let lock = KeyStr::part(&channel, 0..self.lock.len().saturating_add(":leader".len()));
+        LockKey {
+            name: self.name.clone(),
+            lock,
+            channel,
+            kind: Kind::Exclusive,
+            slot: self.slot,
+            layout: self.layout,
+            queue: false,
+            prefix_len: self.prefix_len,
+            extra: None,
+        }
+    }
+
     /// Another key of the lock's family: its stem plus `suffix`
     /// (`:queue`, `:read`, ...), in the same slot.
     pub(crate) fn aux(&self, suffix: &str) -> String {

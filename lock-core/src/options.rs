@@ -87,6 +87,9 @@ pub struct LockOptions {
     wait: Wait,
     lease: Option<Duration>,
     at_least: Option<Duration>,
+    /// Never kept hot (`keep_hot`): a role's lock (leadership) must change
+    /// hands at its release, not stay with the client.
+    cold: bool,
 }
 
 impl LockOptions {
@@ -96,6 +99,7 @@ impl LockOptions {
             wait: Wait::Once,
             lease: None,
             at_least: None,
+            cold: false,
         }
     }
 
@@ -144,6 +148,17 @@ impl LockOptions {
     /// The minimum hold, if any.
     pub fn min_hold(&self) -> Option<Duration> {
         self.at_least
+    }
+
+    /// Never kept hot, whatever the client's `keep_hot` (a role's lock).
+    pub(crate) fn cold(mut self) -> Self {
+        self.cold = true;
+        self
+    }
+
+    /// Whether the lock is never kept hot.
+    pub(crate) fn is_cold(&self) -> bool {
+        self.cold
     }
 }
 

@@ -23,6 +23,7 @@ enum Opt {
     Write,
     Permits,
     Take,
+    Leader,
     OnBusy,
     Client,
     Crate,
@@ -32,7 +33,7 @@ enum Opt {
 /// Every option of the attribute by name, in the order messages list them:
 /// the one table the parser and the "expected one of" message read, and the
 /// documentation's tables are checked against (see the tests).
-const OPTIONS: [(&str, Opt); 14] = [
+const OPTIONS: [(&str, Opt); 15] = [
     ("key", Opt::Key),
     ("keys", Opt::Keys),
     ("wait", Opt::Wait),
@@ -43,6 +44,7 @@ const OPTIONS: [(&str, Opt); 14] = [
     ("write", Opt::Write),
     ("permits", Opt::Permits),
     ("take", Opt::Take),
+    ("leader", Opt::Leader),
     ("on_busy", Opt::OnBusy),
     ("client", Opt::Client),
     ("crate", Opt::Crate),
@@ -72,7 +74,7 @@ fn option_list() -> String {
 /// `leaseTime`, ShedLock's `lockAtMostFor`, lock4j's `acquireTimeout`, ...)
 /// or guess, and the option that does it here, with what that option is.
 /// Compared with underscores removed and in lower case.
-const ALIASES: [(&str, &str, &str); 20] = [
+const ALIASES: [(&str, &str, &str); 23] = [
     ("timeout", "wait", "how long a call waits for a busy lock"),
     ("waittime", "wait", "how long a call waits for a busy lock"),
     (
@@ -152,6 +154,21 @@ const ALIASES: [(&str, &str, &str); 20] = [
         "onlost",
         "abort_on_lost",
         "cancel the body when the lease is lost",
+    ),
+    (
+        "role",
+        "leader",
+        "run the function only on the role's leader",
+    ),
+    (
+        "leaderonly",
+        "leader",
+        "run the function only on the role's leader",
+    ),
+    (
+        "election",
+        "leader",
+        "run the function only on the role's leader",
     ),
 ];
 
@@ -255,6 +272,9 @@ pub(crate) enum Kind {
         total: Setting<u32>,
         take: Setting<u32>,
     },
+    /// `leader = "role"`: the role's leadership (its key template is the
+    /// role's name).
+    Leader,
 }
 
 /// What to do when the lock cannot be had.
@@ -337,6 +357,10 @@ struct Seen {
     lease_literal: Option<(Duration, LitStr)>,
     /// `at_least`'s name, and its literal when it is one.
     at_least: Option<(Ident, Option<(Duration, LitStr)>)>,
+    /// `lease`'s name.
+    lease: Option<Ident>,
+    /// `leader`'s name.
+    leader: Option<Ident>,
 }
 
 impl Args {
@@ -384,7 +408,7 @@ impl Args {
         }
         let named_a_key = names
             .iter()
-            .any(|name| matches!(Opt::named(name), Some(Opt::Key | Opt::Keys)));
+            .any(|name| matches!(Opt::named(name), Some(Opt::Key | Opt::Keys | Opt::Leader)));
         if args.keys.is_empty() && !named_a_key {
             push(syn::Error::new(
                 Span::call_site(),
@@ -403,6 +427,14 @@ impl Args {
     fn apply(&mut self, opt: Opt, item: Item, seen: &mut Seen) -> syn::Result<()> {
         let span = item.name.span();
         match opt {
+            Opt::Leader if !self.keys.is_empty() => {
+                let key = if self.multi { "keys" } else { "key" };
+                Err(syn::Error::new(span, leader_conflict("leader", key)))
+            }
+            Opt::Key | Opt::Keys if seen.leader.is_some() => Err(syn::Error::new(
+                span,
+                leader_conflict(&item.name.to_string(), "leader"),
+            )),
             Opt::Key | Opt::Keys if !self.keys.is_empty() => Err(syn::Error::new(
                 span,
                 "give either `key` or `keys`, not both",
@@ -441,6 +473,7 @@ impl Args {
                 Ok(())
             }
             Opt::Lease => {
+                seen.lease = Some(item.name.clone());
                 self.lease = Some(match duration_value(&item.name, item.value)? {
                     Setting::Runtime(expr) => Setting::Runtime(expr),
                     Setting::Literal(lit) => {
@@ -512,6 +545,12 @@ impl Args {
                 }
                 seen.take = Some((item.name, take, value_span));
                 Ok(())
+            }
+            Opt::Leader => {
+                self.keys.push(string_value(&item.name, item.value)?);
+                self.kind = Kind::Leader;
+                seen.leader = Some(item.name.clone());
+                kind_once(seen, item.name)
             }
             Opt::OnBusy => {
                 let ident = match item.value {
@@ -598,6 +637,24 @@ impl Args {
             )),
             (None, _) => {}
         }
+        if let Some(leader) = &seen.leader {
+            if let Some(lease) = &seen.lease {
+                push(syn::Error::new(
+                    lease.span(),
+                    format!(
+                        "`{lease}` does not apply to `{leader}`: a term is held in watchdog mode with the client's lease (`LockClient::builder().lease(..)`), renewed while the function runs; remove `{lease}`"
+                    ),
+                ));
+            }
+            if let Some((at_least, _)) = &seen.at_least {
+                push(syn::Error::new(
+                    at_least.span(),
+                    format!(
+                        "`{at_least}` does not apply to `{leader}`: a term ends when the function returns (the role is resigned, a follower takes over at once); remove `{at_least}`"
+                    ),
+                ));
+            }
+        }
         if let (Some(keys), Some(kind)) = (&seen.keys, &seen.kind) {
             push(syn::Error::new(
                 kind.span(),
@@ -615,8 +672,9 @@ impl Args {
                     ),
                 ));
             }
-            if let (Some((at_least, at_least_lit)), Some((lease, lease_lit))) =
-                (literal, &seen.lease_literal)
+            // (With `leader`, both are refused above: no third message.)
+            if let (Some((at_least, at_least_lit)), Some((lease, lease_lit)), None) =
+                (literal, &seen.lease_literal, &seen.leader)
             {
                 if at_least > lease {
                     push(syn::Error::new(
@@ -637,6 +695,14 @@ impl Args {
     }
 }
 
+/// The message for `option` given with `other`, where one of them is
+/// `leader`.
+fn leader_conflict(option: &str, other: &str) -> String {
+    format!(
+        "`{option}` conflicts with `{other}`: `leader = \"role\"` runs the function only on the role's leader, taking the role's own lock instead of a `key`; give one of `key`, `keys` or `leader`"
+    )
+}
+
 /// Records `name` as the function's kind of lock; an error at `name` when
 /// another kind was given before.
 fn kind_once(seen: &mut Seen, name: Ident) -> syn::Result<()> {
@@ -644,7 +710,7 @@ fn kind_once(seen: &mut Seen, name: Ident) -> syn::Result<()> {
         Some(first) => Err(syn::Error::new(
             name.span(),
             format!(
-                "`{name}` conflicts with `{first}`: a function takes one kind of lock, plain (the default), `fair`, `read`, `write` or `permits = N`; keep one"
+                "`{name}` conflicts with `{first}`: a function takes one kind of lock, plain (the default), `fair`, `read`, `write`, `permits = N` or `leader = \"role\"`; keep one"
             ),
         )),
         None => {
@@ -914,6 +980,22 @@ mod tests {
     }
 
     #[test]
+    fn leader_names_a_role_in_place_of_a_key() {
+        let args = parse(quote::quote!(
+            leader = "relay:{shard}",
+            wait = "5s",
+            abort_on_lost
+        ))
+        .unwrap();
+        assert!(matches!(args.kind, Kind::Leader));
+        assert_eq!(args.keys.len(), 1);
+        assert!(!args.multi);
+        // Both refused, without the lease-vs-minimum message on top.
+        let message = error(quote::quote!(leader = "r", lease = "1s", at_least = "1m"));
+        assert!(!message.contains("is longer than"), "{message}");
+    }
+
+    #[test]
     fn a_bad_permits_is_one_error_not_two() {
         let message = error(quote::quote!(key = "x", permits = 0, take = 1));
         assert!(message.contains("`permits = 0`"), "{message}");
@@ -988,6 +1070,27 @@ mod tests {
                 quote::quote!(key = "x", lease),
                 "expected `lease = \"10s\"`",
             ),
+            (
+                quote::quote!(leader = "r", key = "x"),
+                "`key` conflicts with `leader`",
+            ),
+            (
+                quote::quote!(key = "x", leader = "r"),
+                "`leader` conflicts with `key`",
+            ),
+            (
+                quote::quote!(leader = "r", lease = "1m"),
+                "`lease` does not apply to `leader`",
+            ),
+            (
+                quote::quote!(leader = "r", at_least = "1m"),
+                "`at_least` does not apply to `leader`",
+            ),
+            (
+                quote::quote!(leader = "r", permits = 2),
+                "`permits` conflicts with `leader`",
+            ),
+            (quote::quote!(leader), "expected `leader = \"...\"`"),
         ];
         for (tokens, expected) in cases {
             let message = error(tokens.clone());

@@ -247,8 +247,16 @@ fn expand(
             }
         }
     };
-    // One key: a `LockGuard` (any kind of lock); `keys`: a `MultiLockGuard`.
-    let (acquire, guard_type) = if args.multi {
+    // One key: a `LockGuard` (any kind of lock); `keys`: a `MultiLockGuard`;
+    // `leader`: a `LeaderCall` (the role's leadership, won or re-entered).
+    let (acquire, guard_type) = if matches!(args.kind, Kind::Leader) {
+        (
+            quote! {
+                #krate::__private::campaign(#client, #(#keys)*, #options)
+            },
+            quote!(#krate::__private::LeaderCall),
+        )
+    } else if args.multi {
         (
             quote! {
                 #krate::__private::acquire_all(#client, ::std::vec![#(#keys),*], #options)
@@ -390,6 +398,8 @@ fn settings(args: &Args, krate: &TokenStream) -> (TokenStream, Settings) {
         Kind::Fair => quote!(#krate::__private::Kind::Fair),
         Kind::Read => quote!(#krate::__private::Kind::Read),
         Kind::Write => quote!(#krate::__private::Kind::Write),
+        // Not a member of the family: the expansion campaigns instead.
+        Kind::Leader => TokenStream::new(),
         Kind::Permits { total, take } => {
             let mut count = |setting: &Setting<u32>, name: &str| match setting {
                 Setting::Literal(n) => quote!(#n),

@@ -100,7 +100,7 @@ fn status_response<B>(key: &str, error: &LockError, failure: Failure) -> Respons
 
 /// Percent-encodes a `grpc-message` as the gRPC spec asks: every byte
 /// outside printable ASCII, and `%` itself.
-fn percent_encode(message: &str) -> String {
+pub(crate) fn percent_encode(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     for &byte in message.as_bytes() {
         if (0x20..0x7f).contains(&byte) && byte != b'%' {

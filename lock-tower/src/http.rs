@@ -142,11 +142,11 @@ impl Answer {
     }
 }
 
-const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+pub(crate) const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 
 /// `Retry-After` is in whole seconds: round up, and never 0 (which would
 /// invite an immediate retry storm).
-fn retry_after_secs(after: Duration) -> u64 {
+pub(crate) fn retry_after_secs(after: Duration) -> u64 {
     let secs = after
         .as_secs()
         .saturating_add(u64::from(after.subsec_nanos() > 0));

@@ -33,6 +33,11 @@
 //!   [`http_status`] (and, with the `tonic` feature, `grpc_code` and
 //!   `grpc_status`) give the same answers to handlers that meet a
 //!   `LockError` themselves.
+//! - [`LeaderLayer`] is the other layer: routes only the leader of a role
+//!   serves. A [`LeaderSeat`] says whether this process leads (the code
+//!   that campaigns seats its leadership there); on the leader the request
+//!   carries the term, a follower redirects to the leader (307) or answers
+//!   503 with `Retry-After` (gRPC: `UNAVAILABLE`), naming the leader.
 //! - [`validate_key`](LockLayer::validate_key) refuses lock names built
 //!   from client input before anything is locked (400).
 //! - A lock lost while the handler runs (deleted, taken over, or not
@@ -133,6 +138,8 @@
 //   body     -> release
 //   config   -> mode
 //   status, release, token, extract, mode: leaves
+//   leader   -> body, http, grpc (the leader-only layer, beside the lock's;
+//               nothing imports it)
 //
 // The layer builds a config and services from it; a service names each
 // request's lock and starts a future; the future takes the lock, calls the
@@ -147,6 +154,7 @@ mod future;
 mod grpc;
 mod http;
 mod layer;
+mod leader;
 pub mod mode;
 mod plain;
 mod release;
@@ -161,6 +169,7 @@ pub use future::{PlainResponseFuture, ResponseFuture};
 pub use grpc::Grpc;
 pub use http::Http;
 pub use layer::LockLayer;
+pub use leader::{LeaderFuture, LeaderLayer, LeaderSeat, LeaderService, LEADER_HEADER};
 pub use mode::{Access, ConcurrencyLimit, Exclusive, Fair, ReadWrite, SafeMethods, SelectAccess};
 pub use plain::Plain;
 pub use service::LockService;

@@ -151,6 +151,13 @@ fn arrows_run_from_the_layer_down() {
     ] {
         below("future", low);
     }
+    // The leader-only layer stands beside the lock's: nothing imports it.
+    for file in graph
+        .keys()
+        .filter(|file| *file != "lib" && *file != "leader")
+    {
+        below("leader", file);
+    }
     // The leaves import nothing of the crate.
     for leaf in ["status", "release", "token", "extract", "mode"] {
         assert!(

@@ -27,6 +27,9 @@ pub mod deployments {}
 #[doc = include_str!("hot.md")]
 pub mod hot {}
 
+#[doc = include_str!("leader.md")]
+pub mod leader {}
+
 #[doc = include_str!("redisson.md")]
 pub mod redisson {}
 

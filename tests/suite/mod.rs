@@ -26,6 +26,9 @@ pub use hot::*;
 mod siblings;
 #[allow(unused_imports)]
 pub use siblings::*;
+mod leader;
+#[allow(unused_imports)]
+pub use leader::*;
 
 /// A backend under test: hands out independent clients on one store.
 pub trait Fixture: Send + Sync {
@@ -1037,7 +1040,8 @@ impl Topology {
         .unwrap_or_else(|err| panic!("connecting to {self:?}: {err}"))
     }
 
-    fn env(&self) -> Vec<(&'static str, String)> {
+    /// The environment that names this topology to a worker process.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
         let standalone;
         let (kind, urls, master) = match self {
             Topology::Standalone(url) => {
@@ -1056,7 +1060,8 @@ impl Topology {
         env
     }
 
-    fn from_env() -> Option<Self> {
+    /// The topology named in this (worker) process's environment.
+    pub fn from_env() -> Option<Self> {
         let kind = std::env::var(WORKER_BACKEND).ok()?;
         let urls: Vec<String> = std::env::var(WORKER_URLS)
             .unwrap()

@@ -99,6 +99,51 @@ pub(crate) struct Unsupported {
     pub(crate) reason: &'static str,
 }
 
+/// The refusal of a backend that does not say why it has no leadership.
+const NO_LEADERSHIP: Unsupported = Unsupported {
+    backend: "this backend",
+    reason: "it does not implement leader election",
+};
+
+/// The leader of a role as its store records it (leadership, `leader/`):
+/// the holder of the role's lock, its fencing token (the term), and what
+/// the leader proclaimed in that term, if the record matches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaderRecord {
+    /// The term: the fencing token of the role's lock.
+    pub(crate) term: u64,
+    /// The owner that holds the role's lock.
+    pub(crate) owner: String,
+    /// What is left of the lock's lease, by the store's clock.
+    pub(crate) lease_left: Duration,
+    /// The store's clock when read, ms since the Unix epoch.
+    pub(crate) now_ms: u64,
+    /// When the term's leader first proclaimed, by the store's clock (ms
+    /// since the Unix epoch); `None` before it proclaimed.
+    pub(crate) since_ms: Option<u64>,
+    /// The metadata of the term's last proclamation.
+    pub(crate) metadata: Option<String>,
+}
+
+/// How long a role's record outlives its last proclamation (a record is one
+/// small key per role; this bounds the ones of roles nobody uses any more).
+/// The run loop proclaims again every lease; reads are read-only.
+pub(crate) const LEADER_RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The refusal of leadership by a backend that cannot order it.
+pub(crate) fn no_leadership<T: Send + 'static>(
+    role: &LockKey,
+    why: Unsupported,
+) -> BoxFuture<'static, Result<T, LockError>> {
+    let err = LockError::Unsupported {
+        key: role.name.to_string(),
+        primitive: "leader election",
+        backend: why.backend,
+        reason: why.reason,
+    };
+    Box::pin(async move { Err(err) })
+}
+
 /// What a backend supports beyond the plain lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Capabilities {
@@ -111,6 +156,8 @@ pub(crate) struct Capabilities {
     /// Redisson's layout,
     /// unless this says why not.
     pub(crate) redisson_family: Option<Unsupported>,
+    /// Leader election (`leader/`), unless this says why not.
+    pub(crate) leadership: Option<Unsupported>,
 }
 
 /// A lock to renew: its key and owner.
@@ -251,6 +298,56 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
                 reason: "it keeps no registry of layouts that can be edited",
             })
         })
+    }
+
+    /// Records `metadata` as what the leader of `role` proclaims, only
+    /// while `owner` holds `role`'s lock, in `record` (see
+    /// [`LockKey::leader_record`]), keeping the term's first proclamation
+    /// time, and tells the record's observers (a message on its channel).
+    /// `None` when `owner` does not hold the lock. By default refused.
+    fn leader_proclaim<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        owner: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        let _ = (record, owner, metadata);
+        no_leadership(
+            role,
+            self.capabilities().leadership.unwrap_or(NO_LEADERSHIP),
+        )
+    }
+
+    /// The leader of `role` (the holder of its lock, with the term's record
+    /// when it has one), or `None` when nobody holds the lock. By default
+    /// refused.
+    fn leader_read<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        let _ = record;
+        no_leadership(
+            role,
+            self.capabilities().leadership.unwrap_or(NO_LEADERSHIP),
+        )
+    }
+
+    /// Term `term` of `role` ended (its leader resigned): deletes `record`
+    /// if it is that term's, and tells the record's observers. By default
+    /// refused.
+    fn leader_vacate<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        term: u64,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let _ = (record, term);
+        no_leadership(
+            role,
+            self.capabilities().leadership.unwrap_or(NO_LEADERSHIP),
+        )
     }
 
     /// Every held lock of `prefix` whose name starts with `name_prefix`.

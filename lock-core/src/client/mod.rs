@@ -366,6 +366,11 @@ impl LockClient {
         self.core.is_closing()
     }
 
+    /// The client's shared core.
+    pub(crate) fn core(&self) -> &Arc<ClientCore> {
+        &self.core
+    }
+
     /// The client on `core`.
     pub(crate) fn from_core(core: Arc<ClientCore>) -> Self {
         LockClient { core }

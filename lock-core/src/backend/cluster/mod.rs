@@ -30,9 +30,12 @@ use self::subscriber::ClusterSubscription;
 use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, layouts, listeners, version, RedisSettings};
+use super::redis::{inspect, layouts, leader, listeners, version, RedisSettings};
 use super::standalone::node::connect_error;
-use super::{names, Attempt, Backend, DataConnection, Released, RenewItem, Renewal, Unsupported};
+use super::{
+    names, Attempt, Backend, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
+    Unsupported,
+};
 use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::sync::Mutex;
@@ -786,6 +789,78 @@ impl Backend for ClusterBackend {
             let (cut, _) = self.exec_int(key, &pipe).await?;
             Ok(cut == 1)
         }
+        .boxed()
+    }
+
+    fn leader_proclaim<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        owner: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        let (publish, timeout) = (self.scripts.publish(), self.settings.response_timeout);
+        // The role's lock, record and channel share a slot: the script goes
+        // to its master. Safe to send twice (the same record, its first time kept).
+        self.read(
+            || role.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                leader::proclaim(
+                    &mut target,
+                    role,
+                    record,
+                    owner,
+                    metadata,
+                    publish,
+                    timeout,
+                    &self.label,
+                )
+                .await
+            },
+        )
+        .boxed()
+    }
+
+    fn leader_read<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        let timeout = self.settings.response_timeout;
+        self.read(
+            || role.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                leader::read(&mut target, role, record, timeout, &self.label).await
+            },
+        )
+        .boxed()
+    }
+
+    fn leader_vacate<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        term: u64,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let (publish, timeout) = (self.scripts.publish(), self.settings.response_timeout);
+        self.read(
+            || role.name.to_string(),
+            move |conn| async move {
+                let mut target = Routed { conn, node: None };
+                leader::vacate(
+                    &mut target,
+                    role,
+                    record,
+                    term,
+                    publish,
+                    timeout,
+                    &self.label,
+                )
+                .await
+            },
+        )
         .boxed()
     }
 

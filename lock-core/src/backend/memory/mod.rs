@@ -13,6 +13,7 @@
 
 mod fair;
 mod inspect;
+mod leader;
 mod plain;
 mod read_write;
 mod semaphore;
@@ -28,7 +29,9 @@ use self::fair::Fair;
 use self::read_write::{rw_stem, ReadWrite};
 use self::semaphore::Permits;
 use super::DataConnection;
-use super::{Attempt, Backend, Capabilities, Released, RenewItem, Renewal, Unsupported};
+use super::{
+    Attempt, Backend, Capabilities, LeaderRecord, Released, RenewItem, Renewal, Unsupported,
+};
 use crate::info::FamilyState;
 use crate::name::{KeyStr, Kind, LockKey};
 use crate::sync::Mutex;
@@ -88,6 +91,8 @@ struct State {
     swept: usize,
     /// The layouts of the clients built on the store.
     layouts: std::collections::BTreeSet<String>,
+    /// The records of leader election, by their key (`<prefix>{role}:leader`).
+    leaders: HashMap<KeyStr, leader::Record>,
 }
 
 /// One holder: of a plain or fair lock, or the writer of a read-write lock.
@@ -392,6 +397,47 @@ impl Backend for MemoryStore {
 
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         async move { Ok(self.inspect_now(key)) }.boxed()
+    }
+
+    fn leader_proclaim<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        owner: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        async move {
+            let proclaimed =
+                leader::proclaim(&mut self.inner.state.lock(), role, record, owner, metadata);
+            if proclaimed.is_some() {
+                self.inner.waiters.wake_one(&record.channel);
+            }
+            Ok(proclaimed)
+        }
+        .boxed()
+    }
+
+    fn leader_read<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        async move { Ok(leader::read(&self.inner.state.lock(), role, record)) }.boxed()
+    }
+
+    fn leader_vacate<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        term: u64,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let _ = role;
+        async move {
+            leader::vacate(&mut self.inner.state.lock(), record, term);
+            self.inner.waiters.wake_one(&record.channel);
+            Ok(())
+        }
+        .boxed()
     }
 
     fn inspect_family<'a>(

@@ -2,15 +2,17 @@
 //! Cluster and Redlock backends: the scripts (`scripts.rs`, their Lua in
 //! `lua/`, one file per script), the one path every command takes, with its
 //! timeout and `NOSCRIPT` reload (`command.rs`), reply parsing and error
-//! mapping (`reply.rs`), and read-only inspection (`inspect.rs`).
+//! mapping (`reply.rs`), read-only inspection (`inspect.rs`), and the
+//! records of leader election (`leader.rs`).
 //!
 //! These files depend on each other one way: `inspect` uses `reply`,
-//! `command` and `scripts`; `reply` uses `command` and `scripts`; `command`,
+//! `command` and `scripts`; `leader` uses `command` and `reply`; `reply` uses `command` and `scripts`; `command`,
 //! `scripts` and `version` use none of the others.
 
 pub(crate) mod command;
 pub(crate) mod inspect;
 pub(crate) mod layouts;
+pub(crate) mod leader;
 pub(crate) mod listeners;
 pub(crate) mod reply;
 pub(crate) mod scripts;

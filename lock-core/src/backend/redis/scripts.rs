@@ -196,6 +196,12 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD`.
+    /// The command that publishes wake-ups: `PUBLISH`, or `SPUBLISH`
+    /// (sharded pub/sub, the cluster).
+    pub(crate) fn publish(&self) -> &'static str {
+        self.publish
+    }
+
     pub(crate) fn all(&self) -> [&Script; 29] {
         [
             &self.acquire,

@@ -36,6 +36,13 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
         backend: "Redlock",
         reason: "Redlock cannot use Redisson's layout",
     }),
+    leadership: Some(Unsupported {
+        backend: "Redlock",
+        reason: "a term must be one fencing token that every observer reads from one store, \
+                 and Redlock's masters are independent (each issues its own tokens and keeps \
+                 its own record), so no one of them orders the terms for all; use a single \
+                 node, Sentinel or Cluster for leader election",
+    }),
 };
 
 /// The random delay, in milliseconds, before a waiter tries again after a

@@ -24,8 +24,11 @@ use self::subscriber::NodeSubscription;
 use super::redis::command::{self, Replies};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
-use super::redis::{inspect, layouts, listeners, RedisSettings};
-use super::{names, Attempt, Backend, DataConnection, Released, RenewItem, Renewal, Unsupported};
+use super::redis::{inspect, layouts, leader, listeners, RedisSettings};
+use super::{
+    names, Attempt, Backend, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
+    Unsupported,
+};
 use crate::info::{FamilyState, Found};
 use crate::name::LockKey;
 use crate::supervised::Supervised;
@@ -515,6 +518,68 @@ impl RedisBackend {
         .await
     }
 
+    /// See `Backend::leader_proclaim` (safe to send twice: the same owner
+    /// proclaims the same record, its first time kept).
+    pub(crate) async fn leader_proclaim(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+        owner: &str,
+        metadata: &str,
+    ) -> Result<Option<LeaderRecord>, LockError> {
+        let (publish, timeout) = (self.scripts.publish(), self.settings.response_timeout);
+        self.read(&role.name, |mut conn, node| async move {
+            leader::proclaim(
+                &mut conn,
+                role,
+                record,
+                owner,
+                metadata,
+                publish,
+                timeout,
+                &node.server,
+            )
+            .await
+        })
+        .await
+    }
+
+    /// See `Backend::leader_read`.
+    pub(crate) async fn leader_read(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+    ) -> Result<Option<LeaderRecord>, LockError> {
+        let timeout = self.settings.response_timeout;
+        self.read(&role.name, |mut conn, node| async move {
+            leader::read(&mut conn, role, record, timeout, &node.server).await
+        })
+        .await
+    }
+
+    /// See `Backend::leader_vacate` (safe to send twice).
+    pub(crate) async fn leader_vacate(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+        term: u64,
+    ) -> Result<(), LockError> {
+        let (publish, timeout) = (self.scripts.publish(), self.settings.response_timeout);
+        self.read(&role.name, |mut conn, node| async move {
+            leader::vacate(
+                &mut conn,
+                role,
+                record,
+                term,
+                publish,
+                timeout,
+                &node.server,
+            )
+            .await
+        })
+        .await
+    }
+
     pub(crate) async fn inspect_family(&self, key: &LockKey) -> Result<FamilyState, LockError> {
         let (scripts, timeout) = (&*self.scripts, self.settings.response_timeout);
         self.read(&key.name, |mut conn, node| async move {
@@ -733,6 +798,33 @@ impl Backend for RedisBackend {
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
         RedisBackend::inspect_family(self, key).boxed()
+    }
+
+    fn leader_proclaim<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        owner: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        RedisBackend::leader_proclaim(self, role, record, owner, metadata).boxed()
+    }
+
+    fn leader_read<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        RedisBackend::leader_read(self, role, record).boxed()
+    }
+
+    fn leader_vacate<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        term: u64,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        RedisBackend::leader_vacate(self, role, record, term).boxed()
     }
 
     fn list<'a>(
