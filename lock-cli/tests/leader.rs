@@ -519,6 +519,8 @@ fn usage_errors_exit_64_before_redis() {
         &["--layout", "redisson", "leader", "status", "r"],
         &["--redlock", &url, "leader", "watch", "r"],
         &["leader", "status", ""],
+        // An option lockctl does not know, before the command: never the command.
+        &["leader", "run", "r", "--no-such-option", "1s", "--", "true"],
     ];
     for args in cases {
         let output = complete(bare_lockctl().arg("--url").arg(&url).args(*args));

@@ -114,13 +114,14 @@ pub(crate) struct LeaderRunArgs {
     #[arg(long)]
     pub(crate) once: bool,
 
-    /// The command to run while leading, and its arguments (after `--`).
+    /// The command to run while leading, and its arguments (after `--`). An option lockctl
+    /// does not know before the command is a usage error (exit 64), never the command.
+    // No `allow_hyphen_values` (as `run`): with it an unknown `--option` became the command.
     #[arg(
         value_name = "COMMAND",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     pub(crate) command: Vec<OsString>,
 }
