@@ -208,5 +208,5 @@ cargo test --workspace --all-targets
 # The root package's own features: the metrics scrape of the axum example.
 # (--workspace keeps the dependencies' features those of the run above, so
 # that only the root crate is built again, with `metrics`.)
-cargo test --workspace --features distlock/metrics --test metrics_http
+cargo test --workspace --features distlock/metrics --test metrics_http --test leader_metrics
 cargo test --workspace --doc
