@@ -64,8 +64,10 @@ pub struct LeaderFigures {
     /// term, or within a lease after its work ended and before another term began, without
     /// a deletion first), or an untouched successor began during the term.
     pub judged: usize,
-    /// The latest end of a judged term's work relative to that expiry, ms (negative: before
-    /// it, as the local deadline comes first), over the terms no fault touched.
+    /// Of those, terms whose work was dropped at a loss (or saw `lost()`).
+    pub judged_lost: usize,
+    /// The latest end of such a lost term's work relative to that expiry, ms (negative:
+    /// before it, as the local deadline comes first), over the terms no fault touched.
     pub end_after_expiry_max_ms: Option<f64>,
     /// Fault injections whose window met a term they could reach.
     pub faults_hit: usize,
@@ -214,7 +216,10 @@ pub(super) fn check(
         };
         figures.judged += 1;
         let ms = ms_between(x, h.end);
-        if reason(h).is_none() {
+        if h.lost.is_some() {
+            figures.judged_lost += 1;
+        }
+        if reason(h).is_none() && h.lost.is_some() {
             figures.end_after_expiry_max_ms =
                 Some(figures.end_after_expiry_max_ms.map_or(ms, |m: f64| m.max(ms)));
         }

@@ -1919,11 +1919,12 @@ pub fn analyze(
     }
     if let Some(figures) = &mut leader_figures {
         let of_leaders = |v: &&Violation| {
-            v.kind.starts_with("observer_")
+            v.kind != "lost_update"
+                && (v.kind.starts_with("observer_")
                 || v.holds
                     .first()
                     .and_then(|id| index.get(id))
-                    .is_some_and(|&i| holds[i].kind == LockKind::Leader)
+                    .is_some_and(|&i| holds[i].kind == LockKind::Leader))
         };
         for v in violations.iter().filter(of_leaders) {
             if v.excused.is_some() {

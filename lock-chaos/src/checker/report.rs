@@ -622,12 +622,13 @@ impl BackendReport {
         }
         if let Some(l) = &self.leader {
             out.push_str(&format!(
-                "Leader election: {} terms ({} by the run loop, {} of them dropped at a loss), {} faults met a term; {} terms ended by the store (expiry or successor), work ended at most {} ms after the expiry (untouched terms; allowance {} ms); no leader while a campaigner waited: max {} ms; {} observers, {} changes, grant->view p50 / max {} / {} ms, {} skipped (coalesced); {} violations, {} excused.\n",
+                "Leader election: {} terms ({} by the run loop, {} of them dropped at a loss), {} faults met a term; {} terms ended by the store (expiry or successor), {} of them lost: work dropped at most {} ms after the expiry (untouched terms; allowance {} ms); no leader while a campaigner waited: max {} ms; {} observers, {} changes, grant->view p50 / max {} / {} ms, {} skipped (coalesced); {} violations, {} excused.\n",
                 l.terms,
                 l.run_terms,
                 l.dropped_at_loss,
                 l.faults_hit,
                 l.judged,
+                l.judged_lost,
                 fmt_ms(l.end_after_expiry_max_ms),
                 super::leader::DROP_ALLOWANCE.as_millis(),
                 fmt_ms(l.no_leader_max_ms),
