@@ -4,8 +4,10 @@
 //! campaign's return (or the run loop's call of the work) to the work's drop, its return, or
 //! the `lost()` a careless leader saw. The shared hold rules judge them with a leader's
 //! names: two terms of different owners overlapping on the harness's clock are
-//! `two_leaders` (excused by a pause only of the earlier leader, and only when the fence
-//! refused every fenced write it sent after the later term began), a term granted to two
+//! `two_leaders` (excused by a data loss, a stall of either worker or a force release, but
+//! when the earlier leader's worker was paused, only if the fence refused every fenced
+//! write it sent after the later term began; a pause of the later one excuses nothing: it
+//! only delays its record of the grant), a term granted to two
 //! owners is `term_granted_twice`, a term at or below one granted before its campaign could
 //! have won is `term_order`; the fencing, `lost()`, liveness (`liveness_gap`, a role with a
 //! campaigner and no leader) and register rules are those of every lock. This module adds:

@@ -232,6 +232,12 @@ fn a_paused_leader_overlapping_the_next_is_excused_only_if_its_later_writes_were
     ] {
         let mut events = vec![hello(0), hello(1), term(0, 100, 0, "w0-t0-0", 7, TaskMode::GuardNaive)];
         events.extend(pause(500, 4_000, 0));
+        // Its stall probe stops with it: the pause, not the stall, decides.
+        events.push(Event::Stall {
+            t_start: 500 * MS,
+            t: 4_000 * MS,
+            worker: Some(0),
+        });
         events.push(term(3_000, 3_100, 1, "w1-t0-0", 8, TaskMode::LeaderRun));
         events.push(fenced_intent(4_010, 0, "w0-t0-0", 7));
         events.push(fenced_write(4_012, 0, "w0-t0-0", 7, outcome));

@@ -654,25 +654,28 @@ pub fn analyze(
                     // terms (a data loss, a stall, a force release), but by a pause only of
                     // the earlier leader, and only if the fence refused every fenced write it
                     // sent after the later term began.
-                    let excuse = if leaders {
+                    // (A paused process is also a stalled one: its stall probe stops with
+                    // it, so the pause decides.)
+                    let excuse = if leaders && a.touched.contains("pause") {
                         let paused_wrote = unrefused
                             .get(a.id.as_str())
                             .is_some_and(|ts| ts.iter().any(|&t| t > b.start));
-                        if reason(a) == Some("pause") && paused_wrote {
+                        if paused_wrote {
                             detail.push_str(&format!(
                                 "; {} was paused and a fenced write it sent after the later term began was not refused",
                                 a.id
                             ));
+                            None
+                        } else {
+                            Some("pause")
                         }
+                    } else if leaders {
                         let by_touch = |h: &Hold| {
                             ["data_loss", "stall"]
                                 .into_iter()
                                 .find(|r| h.touched.contains(r))
                         };
-                        by_touch(a)
-                            .or(by_touch(b))
-                            .or((reason(a) == Some("pause") && !paused_wrote).then_some("pause"))
-                            .or(excuse)
+                        by_touch(a).or(by_touch(b)).or(excuse)
                     } else {
                         excuse
                     };
