@@ -14,7 +14,9 @@
 //!
 //! - `leader_overrun`: a term's work still running more than [`DROP_ALLOWANCE`] after the
 //!   role's lock expired on the server (the first `expired` event of its key during the
-//!   term, or an untouched successor's grant when the key was not deleted first). The run
+//!   term, no sooner than a lease after the term's earliest grant: an earlier one is the
+//!   previous key's, recorded late; or an untouched successor's grant), when the key was
+//!   not deleted first. The run
 //!   loop polls `lost()` first (`biased`), and `lost()` is a timer at the lease's local
 //!   deadline (the last renewal's send + lease - drift), which is never after the server's
 //!   expiry (Redis starts the TTL when the renewal arrives): so the work is dropped by the
@@ -39,7 +41,7 @@ use serde::Serialize;
 use crate::clock::ms_between;
 use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 
-use super::holds::{reason, Hold};
+use super::holds::{granted_from, reason, Hold};
 use super::report::{percentile, push_anomaly, push_fencing_anomaly, Row, Violation};
 use super::windows::{intersects, Window};
 
@@ -180,6 +182,8 @@ pub(super) fn check(
     let allowance = DROP_ALLOWANCE.as_nanos() as u64;
     let lookback = STALL_LOOKBACK.as_nanos() as u64;
     let lease = input.lease.as_nanos() as u64;
+    // The library's drift allowance on a lease (1 % + 2 ms).
+    let drift = lease / 100 + 2_000_000;
     for h in &terms {
         if h.touched.contains("data_loss") || h.forced.is_some() {
             continue;
@@ -197,15 +201,20 @@ pub(super) fn check(
             .map(|b| b.start)
             .min();
         let horizon = next.unwrap_or(u64::MAX).min(h.end.saturating_add(lease));
-        let first = |how: &str| {
+        // The term's key was written with a lease's TTL at its grant (renewals only extend
+        // it): an expiry reported sooner is the previous key's, recorded late.
+        let earliest_expiry = granted_from(h)
+            .saturating_add(lease)
+            .saturating_sub(drift);
+        let first = |how: &str, from: u64| {
             removals
                 .iter()
-                .filter(|(t, w)| *w == how && *t > h.start + guard && *t <= horizon)
+                .filter(|(t, w)| *w == how && *t > from && *t <= horizon)
                 .map(|(t, _)| *t)
                 .min()
         };
-        let expired = first("expired");
-        let deleted = first("del");
+        let expired = first("expired", earliest_expiry.max(h.start + guard));
+        let deleted = first("del", h.start + guard);
         let successor = terms
             .iter()
             .filter(|b| b.owner != h.owner && b.start > h.start && b.start < h.end)

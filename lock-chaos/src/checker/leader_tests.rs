@@ -326,3 +326,15 @@ fn an_observer_never_goes_back_to_an_older_or_ended_term_nor_names_another_leade
         assert!(kinds[0].starts_with("observer_"), "{kinds:?}");
     }
 }
+
+#[test]
+fn an_expiry_reported_within_a_lease_of_a_grant_is_the_previous_keys() {
+    // Worker 0's term began at 1,000 ms; the harness recorded an expiry at 1,080 ms (the
+    // killed previous holder's key, its notification late): not this term's loss.
+    let mut events = vec![hello(0), term(1_000, 1_000, 0, "w0-t0-0", 7, TaskMode::LeaderRun)];
+    events.push(expired(1_080));
+    events.push(returned(1_300, 0, "w0-t0-0", 7));
+    let report = check(&events);
+    assert_eq!(counted(&report), Vec::<&str>::new(), "{:#?}", report.violations);
+    assert_eq!(report.leader.as_ref().unwrap().judged, 0);
+}
