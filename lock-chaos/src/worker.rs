@@ -69,13 +69,15 @@ impl From<LockError> for RoundError {
 /// Runs every task of the worker until the deadline.
 pub async fn run(setup: WorkerSetup) {
     let names = Arc::new(setup.names);
-    // Stops by itself at the deadline (within one period).
+    // The probes run until every task has ended, not until the deadline: a task's last
+    // round (a wait of up to 2 s) goes on past it, and its waits are judged too.
+    let probes_until = Arc::new(AtomicU64::new(u64::MAX));
     let _probe = spawn_stall_probe(
         setup.sink.clone(),
         Some(setup.worker),
-        setup.deadline_ns.clone(),
+        probes_until.clone(),
     );
-    spawn_runtime_probe(setup.sink.clone(), setup.worker, setup.deadline_ns.clone());
+    spawn_runtime_probe(setup.sink.clone(), setup.worker, probes_until.clone());
     let mut jobs: Vec<(TaskMode, Option<Workload>)> = (0..setup.tasks)
         .map(|task| (TaskMode::for_task(task), None))
         .collect();
@@ -228,6 +230,7 @@ pub async fn run(setup: WorkerSetup) {
     for task in tasks {
         let _ = task.await;
     }
+    probes_until.store(0, Ordering::Relaxed);
     if let Some(server) = server {
         server.abort();
     }
