@@ -1127,7 +1127,8 @@ impl World {
         };
         if step.kind.triggered() {
             if let Some(inspector) = &self.inspector {
-                let mut trigger_config = TriggerConfig::new(self.trigger_names(), self.config.lease);
+                let mut trigger_config =
+                    TriggerConfig::new(self.trigger_names(), self.config.lease);
                 if self.config.quick {
                     trigger_config.bound = self.config.lease * 2;
                 }

@@ -72,11 +72,7 @@ pub async fn run(setup: WorkerSetup) {
     // The probes run until every task has ended, not until the deadline: a task's last
     // round (a wait of up to 2 s) goes on past it, and its waits are judged too.
     let probes_until = Arc::new(AtomicU64::new(u64::MAX));
-    let _probe = spawn_stall_probe(
-        setup.sink.clone(),
-        Some(setup.worker),
-        probes_until.clone(),
-    );
+    let _probe = spawn_stall_probe(setup.sink.clone(), Some(setup.worker), probes_until.clone());
     spawn_runtime_probe(setup.sink.clone(), setup.worker, probes_until.clone());
     let mut jobs: Vec<(TaskMode, Option<Workload>)> = (0..setup.tasks)
         .map(|task| (TaskMode::for_task(task), None))

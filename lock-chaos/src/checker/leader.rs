@@ -128,6 +128,9 @@ pub(super) fn unrefused_fenced_writes(events: &[Event]) -> HashMap<&str, Vec<u64
     out
 }
 
+/// One change an observer was given: when, the term (`None`: no leader), its client id.
+type View<'a> = (u64, Option<u64>, Option<&'a str>);
+
 /// What the leader checks need from the rest of the checker.
 pub(super) struct Inputs<'a> {
     pub(super) backend: &'a str,
@@ -203,9 +206,7 @@ pub(super) fn check(
         let horizon = next.unwrap_or(u64::MAX).min(h.end.saturating_add(lease));
         // The term's key was written with a lease's TTL at its grant (renewals only extend
         // it): an expiry reported sooner is the previous key's, recorded late.
-        let earliest_expiry = granted_from(h)
-            .saturating_add(lease)
-            .saturating_sub(drift);
+        let earliest_expiry = granted_from(h).saturating_add(lease).saturating_sub(drift);
         let first = |how: &str, from: u64| {
             removals
                 .iter()
@@ -231,8 +232,11 @@ pub(super) fn check(
             figures.judged_lost += 1;
         }
         if reason(h).is_none() && h.lost.is_some() {
-            figures.end_after_expiry_max_ms =
-                Some(figures.end_after_expiry_max_ms.map_or(ms, |m: f64| m.max(ms)));
+            figures.end_after_expiry_max_ms = Some(
+                figures
+                    .end_after_expiry_max_ms
+                    .map_or(ms, |m: f64| m.max(ms)),
+            );
         }
         if h.end <= x + allowance {
             continue;
@@ -311,7 +315,7 @@ pub(super) fn check(
     for h in &terms {
         granted.entry(h.token).or_default().push(h);
     }
-    let mut by_observer: BTreeMap<u32, Vec<(u64, Option<u64>, Option<&str>)>> = BTreeMap::new();
+    let mut by_observer: BTreeMap<u32, Vec<View<'_>>> = BTreeMap::new();
     for e in &observed {
         if let Event::Observed {
             t,

@@ -173,14 +173,21 @@ fn pause(start: u64, heal: u64, worker: u32) -> [Event; 2] {
 fn a_term_dropped_by_its_local_deadline_is_fine_and_one_running_past_the_expiry_is_an_overrun() {
     // Worker 0's term lost its renewals; the server expired the key at 3,000 ms.
     for (drop_at, overrun) in [(2_990, false), (3_050, false), (3_400, true)] {
-        let mut events = vec![hello(0), hello(1), term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun)];
+        let mut events = vec![
+            hello(0),
+            hello(1),
+            term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun),
+        ];
         events.push(expired(3_000));
         events.extend(dropped(drop_at, 0, "w0-t0-0", 7));
         events.push(term(3_100, 3_100, 1, "w1-t0-0", 8, TaskMode::LeaderRun));
         events.push(returned(3_300, 1, "w1-t0-0", 8));
         let report = check(&events);
         let l = report.leader.as_ref().expect("leader figures");
-        assert_eq!((l.terms, l.run_terms, l.dropped_at_loss, l.judged), (2, 2, 1, 1));
+        assert_eq!(
+            (l.terms, l.run_terms, l.dropped_at_loss, l.judged),
+            (2, 2, 1, 1)
+        );
         let after = l.end_after_expiry_max_ms.expect("judged");
         assert!((after - (drop_at as f64 - 3_000.0)).abs() < 1e-6, "{after}");
         if overrun {
@@ -192,7 +199,12 @@ fn a_term_dropped_by_its_local_deadline_is_fine_and_one_running_past_the_expiry_
             );
             assert_eq!(l.violations, 2);
         } else {
-            assert_eq!(counted(&report), Vec::<&str>::new(), "{:#?}", report.violations);
+            assert_eq!(
+                counted(&report),
+                Vec::<&str>::new(),
+                "{:#?}",
+                report.violations
+            );
         }
     }
 }
@@ -230,7 +242,11 @@ fn a_paused_leader_overlapping_the_next_is_excused_only_if_its_later_writes_were
         (WriteOutcome::RejectedWrite, true),
         (WriteOutcome::Accepted, false),
     ] {
-        let mut events = vec![hello(0), hello(1), term(0, 100, 0, "w0-t0-0", 7, TaskMode::GuardNaive)];
+        let mut events = vec![
+            hello(0),
+            hello(1),
+            term(0, 100, 0, "w0-t0-0", 7, TaskMode::GuardNaive),
+        ];
         events.extend(pause(500, 4_000, 0));
         // Its stall probe stops with it: the pause, not the stall, decides.
         events.push(Event::Stall {
@@ -263,7 +279,11 @@ fn a_paused_leader_overlapping_the_next_is_excused_only_if_its_later_writes_were
 fn a_term_below_one_granted_before_its_campaign_is_out_of_order_even_while_both_run() {
     // Worker 1's term 5 was granted (asked at 1,000) after worker 0's term 7 had been
     // granted at 100: out of order. It also overlaps: two leaders.
-    let mut events = vec![hello(0), hello(1), term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun)];
+    let mut events = vec![
+        hello(0),
+        hello(1),
+        term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun),
+    ];
     events.push(term(1_000, 1_010, 1, "w1-t0-0", 5, TaskMode::LeaderRun));
     events.push(returned(1_100, 1, "w1-t0-0", 5));
     events.push(returned(1_200, 0, "w0-t0-0", 7));
@@ -272,7 +292,11 @@ fn a_term_below_one_granted_before_its_campaign_is_out_of_order_even_while_both_
     assert!(kinds.contains(&"term_order"), "{kinds:?}");
     assert!(kinds.contains(&"two_leaders"), "{kinds:?}");
     // The same term granted to two owners.
-    let mut events = vec![hello(0), hello(1), term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun)];
+    let mut events = vec![
+        hello(0),
+        hello(1),
+        term(0, 100, 0, "w0-t0-0", 7, TaskMode::LeaderRun),
+    ];
     events.push(returned(200, 0, "w0-t0-0", 7));
     events.push(term(300, 310, 1, "w1-t0-0", 7, TaskMode::LeaderRun));
     events.push(returned(400, 1, "w1-t0-0", 7));
@@ -304,15 +328,29 @@ fn an_observer_never_goes_back_to_an_older_or_ended_term_nor_names_another_leade
         observed(401, 2, None),
     ]);
     let report = check(&events);
-    assert_eq!(counted(&report), Vec::<&str>::new(), "{:#?}", report.violations);
+    assert_eq!(
+        counted(&report),
+        Vec::<&str>::new(),
+        "{:#?}",
+        report.violations
+    );
     let l = report.leader.as_ref().unwrap();
-    assert_eq!((l.observers, l.observed_changes, l.observe_skipped), (1, 6, 0));
+    assert_eq!(
+        (l.observers, l.observed_changes, l.observe_skipped),
+        (1, 6, 0)
+    );
     // An older term after a newer one; an ended term again; a term named with another
     // client than the one granted it.
     for views in [
-        [observed(211, 2, Some((9, 1))), observed(212, 2, Some((7, 0)))],
+        [
+            observed(211, 2, Some((9, 1))),
+            observed(212, 2, Some((7, 0))),
+        ],
         [observed(101, 2, Some((7, 0))), observed(150, 2, None)],
-        [observed(101, 2, Some((7, 1))), observed(150, 2, Some((9, 1)))],
+        [
+            observed(101, 2, Some((7, 1))),
+            observed(150, 2, Some((9, 1))),
+        ],
     ] {
         let mut events = base();
         let ended_again = matches!(views[1], Event::Observed { term: None, .. });
@@ -331,10 +369,18 @@ fn an_observer_never_goes_back_to_an_older_or_ended_term_nor_names_another_leade
 fn an_expiry_reported_within_a_lease_of_a_grant_is_the_previous_keys() {
     // Worker 0's term began at 1,000 ms; the harness recorded an expiry at 1,080 ms (the
     // killed previous holder's key, its notification late): not this term's loss.
-    let mut events = vec![hello(0), term(1_000, 1_000, 0, "w0-t0-0", 7, TaskMode::LeaderRun)];
+    let mut events = vec![
+        hello(0),
+        term(1_000, 1_000, 0, "w0-t0-0", 7, TaskMode::LeaderRun),
+    ];
     events.push(expired(1_080));
     events.push(returned(1_300, 0, "w0-t0-0", 7));
     let report = check(&events);
-    assert_eq!(counted(&report), Vec::<&str>::new(), "{:#?}", report.violations);
+    assert_eq!(
+        counted(&report),
+        Vec::<&str>::new(),
+        "{:#?}",
+        report.violations
+    );
     assert_eq!(report.leader.as_ref().unwrap().judged, 0);
 }

@@ -43,8 +43,8 @@ mod report;
 mod windows;
 
 use effects::decide_effects;
-pub use leader::LeaderFigures;
 use holds::*;
+pub use leader::LeaderFigures;
 pub use report::*;
 use windows::*;
 
@@ -352,7 +352,11 @@ pub fn analyze(
                     .any(|(s, from, until)| s == server && t >= from && t <= until)
                     || replayed(server, *t) => {}
             Event::KeyGone {
-                t, key, server, how, ..
+                t,
+                key,
+                server,
+                how,
+                ..
             } => {
                 key_events += 1;
                 if stale_master(&windows, server, *t) {
@@ -1924,10 +1928,10 @@ pub fn analyze(
         let of_leaders = |v: &&Violation| {
             v.kind != "lost_update"
                 && (v.kind.starts_with("observer_")
-                || v.holds
-                    .first()
-                    .and_then(|id| index.get(id))
-                    .is_some_and(|&i| holds[i].kind == LockKind::Leader))
+                    || v.holds
+                        .first()
+                        .and_then(|id| index.get(id))
+                        .is_some_and(|&i| holds[i].kind == LockKind::Leader))
         };
         for v in violations.iter().filter(of_leaders) {
             if v.excused.is_some() {
