@@ -15,6 +15,9 @@ pub enum TaskMode {
     GuardNaive,
     /// `#[distributed_lock]` without `abort_on_lost`.
     MacroPlain,
+    /// A leader's work run by `Election::run`: the run loop drops it when leadership is
+    /// lost (its hold ends at the drop, recorded by the work's drop guard).
+    LeaderRun,
 }
 
 impl TaskMode {
@@ -62,6 +65,10 @@ pub enum LockKind {
     /// scope of another lock: each branch is its own owner, so two holds with different
     /// ids exclude each other even if they report one owner.
     Sibling,
+    /// A term of leader election (`client.election(role)`): the hold is the interval in
+    /// which the term's work ran (from the campaign's return, or the run loop's call of the
+    /// work, to its drop, its return or the loss `lost()` reported), its token the term.
+    Leader,
 }
 
 impl LockKind {
@@ -80,6 +87,7 @@ impl LockKind {
             LockKind::Shutdown => "shutdown",
             LockKind::Redisson => "redisson",
             LockKind::Sibling => "sibling",
+            LockKind::Leader => "leader",
         }
     }
 }
@@ -414,6 +422,20 @@ pub enum Event {
         detail: String,
         /// Whether it succeeded (a repair: the shard has a master and the cluster is ok).
         ok: bool,
+    },
+    /// An observer of a role (`Election::observe`) saw a change of who leads.
+    Observed {
+        /// When `changed()` returned it.
+        t: u64,
+        /// Worker number.
+        worker: u32,
+        /// The role's lock name (`leader:<role>`).
+        name: String,
+        /// The leader's term (`None`: nobody leads).
+        term: Option<u64>,
+        /// The leader's client id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<String>,
     },
     /// A fault began or was healed.
     Fault {

@@ -16,6 +16,7 @@ mod clock;
 mod clockshim;
 mod event;
 mod http;
+mod leader;
 mod nemesis;
 mod netns;
 mod proxy;
@@ -120,7 +121,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 300)]
     hold_max_ms: u64,
     /// Workloads beside the plain lock (comma-separated; each runs on names of its own:
-    /// fair, rw, sem, multi, at-least, hot, layer, shutdown, redisson, siblings). Default: all, or
+    /// fair, rw, sem, multi, at-least, hot, layer, shutdown, redisson, siblings, leader). Default: all, or
     /// with --quick the CI subset. `--plain-only` runs none.
     #[arg(long, value_enum, value_delimiter = ',')]
     workloads: Option<Vec<workload::Workload>>,

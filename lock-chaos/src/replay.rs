@@ -130,6 +130,7 @@ fn span(event: &Event) -> (u64, u64) {
         | Event::ReleaseStarted { t, .. }
         | Event::Claim { t, .. }
         | Event::Granted { t, .. }
+        | Event::Observed { t, .. }
         | Event::Fault { t, .. } => (*t, *t),
     }
 }

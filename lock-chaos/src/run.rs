@@ -889,6 +889,23 @@ impl World {
         choices.swap_remove((turn % choices.len() as u64) as usize)
     }
 
+    /// The plain locks a state-triggered step watches: the run's names and, with the leader
+    /// workload, the role's lock (first when it is the only workload, so that a run of it
+    /// aims its faults at the leader).
+    fn trigger_names(&self) -> Vec<String> {
+        let workloads = self.config.workloads_on(self.backend);
+        let mut names = self.names.clone();
+        if workloads.contains(&crate::workload::Workload::Leader) {
+            let role = crate::leader::lock_name();
+            if workloads.len() == 1 {
+                names.insert(0, role);
+            } else {
+                names.push(role);
+            }
+        }
+        names
+    }
+
     /// The memory baseline: workers are clients of one store in this process.
     async fn start_memory_workers(
         &self,
@@ -1110,7 +1127,8 @@ impl World {
         };
         if step.kind.triggered() {
             if let Some(inspector) = &self.inspector {
-                let mut trigger_config = TriggerConfig::new(self.names.clone(), self.config.lease);
+                let mut trigger_config =
+                    TriggerConfig::new(self.trigger_names(), self.config.lease);
                 if self.config.quick {
                     trigger_config.bound = self.config.lease * 2;
                 }

@@ -69,19 +69,23 @@ impl From<LockError> for RoundError {
 /// Runs every task of the worker until the deadline.
 pub async fn run(setup: WorkerSetup) {
     let names = Arc::new(setup.names);
-    // Stops by itself at the deadline (within one period).
-    let _probe = spawn_stall_probe(
-        setup.sink.clone(),
-        Some(setup.worker),
-        setup.deadline_ns.clone(),
-    );
-    spawn_runtime_probe(setup.sink.clone(), setup.worker, setup.deadline_ns.clone());
+    // The probes run until every task has ended, not until the deadline: a task's last
+    // round (a wait of up to 2 s) goes on past it, and its waits are judged too.
+    let probes_until = Arc::new(AtomicU64::new(u64::MAX));
+    let _probe = spawn_stall_probe(setup.sink.clone(), Some(setup.worker), probes_until.clone());
+    spawn_runtime_probe(setup.sink.clone(), setup.worker, probes_until.clone());
     let mut jobs: Vec<(TaskMode, Option<Workload>)> = (0..setup.tasks)
         .map(|task| (TaskMode::for_task(task), None))
         .collect();
     for &w in &setup.workloads {
-        for _ in 0..w.tasks() {
-            jobs.push((TaskMode::GuardAbort, Some(w)));
+        for i in 0..w.tasks() {
+            // The leader workload's first task runs `Election::run`, its second campaigns.
+            let mode = if w == Workload::Leader && i == 0 {
+                TaskMode::LeaderRun
+            } else {
+                TaskMode::GuardAbort
+            };
+            jobs.push((mode, Some(w)));
         }
     }
     // The workloads' own clients: hot, and Redisson's layout beside the native one.
@@ -140,6 +144,27 @@ pub async fn run(setup: WorkerSetup) {
         }
     }
     let mut tasks = Vec::new();
+    if setup.workloads.contains(&Workload::Leader) {
+        let ctx = TaskCtx {
+            client: setup.client.clone(),
+            registers: setup.registers.clone(),
+            sink: setup.sink.clone(),
+            worker: setup.worker,
+            task: OBSERVER_TASK,
+            mode: TaskMode::GuardAbort,
+            workload: Some(Workload::Leader),
+            other: setup.client.clone(),
+            connect: None,
+            http_dir: None,
+            seq: AtomicU64::new(0),
+            held: Mutex::new(None),
+            body_end: Mutex::new(0),
+        };
+        let deadline = setup.deadline_ns.clone();
+        tasks.push(tokio::spawn(async move {
+            crate::leader::observe(&ctx, &deadline).await;
+        }));
+    }
     for (task, (mode, workload)) in (0u32..).zip(jobs) {
         let other = match workload {
             Some(Workload::Hot) => hot.clone(),
@@ -168,6 +193,10 @@ pub async fn run(setup: WorkerSetup) {
             .unwrap_or(u64::MAX / 4)
             .max(1);
         tasks.push(tokio::spawn(async move {
+            if ctx.mode == TaskMode::LeaderRun {
+                crate::leader::run_loop(&ctx, &deadline, hold_max, lease_ms).await;
+                return;
+            }
             while now_ns() < deadline.load(Ordering::Relaxed) {
                 let (name, hold, gap) = {
                     let mut rng = rand::rng();
@@ -183,7 +212,7 @@ pub async fn run(setup: WorkerSetup) {
                 };
                 match (ctx.workload, ctx.mode) {
                     (Some(w), _) => workload_round(&ctx, w, hold).await,
-                    (None, TaskMode::GuardAbort | TaskMode::GuardNaive) => {
+                    (None, TaskMode::GuardAbort | TaskMode::GuardNaive | TaskMode::LeaderRun) => {
                         guard_round(&ctx, &name, hold).await
                     }
                     (None, TaskMode::MacroAbort | TaskMode::MacroPlain) => {
@@ -197,6 +226,7 @@ pub async fn run(setup: WorkerSetup) {
     for task in tasks {
         let _ = task.await;
     }
+    probes_until.store(0, Ordering::Relaxed);
     if let Some(server) = server {
         server.abort();
     }
@@ -204,6 +234,8 @@ pub async fn run(setup: WorkerSetup) {
 
 /// The task number of the HTTP handler's holds.
 const HTTP_TASK: u32 = 1000;
+/// The task number of the leader workload's observer.
+const OBSERVER_TASK: u32 = 1001;
 
 /// One round of a workload.
 async fn workload_round(ctx: &TaskCtx, workload: Workload, hold: Duration) {
@@ -251,6 +283,10 @@ async fn workload_round(ctx: &TaskCtx, workload: Workload, hold: Duration) {
         Workload::Siblings => siblings_round(ctx, &name, hold).await,
         Workload::Layer => crate::http::request(ctx, &name).await,
         Workload::Shutdown => shutdown_round(ctx, &name, hold).await,
+        Workload::Leader => {
+            let careless = rand::rng().random_ratio(1, 2);
+            crate::leader::campaign_round(ctx, hold, careless).await;
+        }
     }
 }
 

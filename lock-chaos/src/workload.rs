@@ -28,7 +28,14 @@ pub enum Workload {
     /// Two branches polled together (`join!`) inside the scope of a lock of their task,
     /// each taking `sib-0`: sibling futures are different owners.
     Siblings,
+    /// Leader election of role [`LEADER_ROLE`] (lock `leader:lead-0`), two tasks per
+    /// worker: one runs `Election::run`, one campaigns and resigns itself; every worker
+    /// also observes the role (see `leader.rs`).
+    Leader,
 }
+
+/// The role the leader workload elects a leader of.
+pub const LEADER_ROLE: &str = "lead-0";
 
 /// Permits of the semaphore workload.
 pub const SEM_TOTAL: u32 = 2;
@@ -41,10 +48,10 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_millis(50);
 
 impl Workload {
     /// The `--quick` subset.
-    pub const QUICK: [Workload; 10] = Workload::ALL;
+    pub const QUICK: [Workload; 11] = Workload::ALL;
 
     /// Every workload.
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 11] = [
         Workload::Fair,
         Workload::Rw,
         Workload::Sem,
@@ -55,6 +62,7 @@ impl Workload {
         Workload::Shutdown,
         Workload::Redisson,
         Workload::Siblings,
+        Workload::Leader,
     ];
 
     /// The name on the command line.
@@ -70,13 +78,14 @@ impl Workload {
             Workload::Shutdown => "shutdown",
             Workload::Redisson => "redisson",
             Workload::Siblings => "siblings",
+            Workload::Leader => "leader",
         }
     }
 
     /// Tasks per worker.
     pub(crate) fn tasks(self) -> u32 {
         match self {
-            Workload::Fair | Workload::Rw | Workload::Sem => 2,
+            Workload::Fair | Workload::Rw | Workload::Sem | Workload::Leader => 2,
             _ => 1,
         }
     }
@@ -94,12 +103,13 @@ impl Workload {
             Workload::Shutdown => &["shut-0"],
             Workload::Redisson => &["rdsn-0"],
             Workload::Siblings => &["sib-0"],
+            Workload::Leader => &["leader:lead-0"],
         };
         names.iter().map(|n| (*n).to_owned()).collect()
     }
 
-    /// Whether the backend supports it (Redlock refuses the lock family, hot locks and
-    /// Redisson's layout).
+    /// Whether the backend supports it (Redlock refuses the lock family, hot locks,
+    /// Redisson's layout and leader election).
     pub fn supported(self, backend_is_redlock: bool) -> bool {
         !backend_is_redlock
             || matches!(

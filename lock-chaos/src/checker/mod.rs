@@ -37,12 +37,14 @@ use crate::workload::SHUTDOWN_GRACE;
 
 mod effects;
 mod holds;
+mod leader;
 mod liveness;
 mod report;
 mod windows;
 
 use effects::decide_effects;
 use holds::*;
+pub use leader::LeaderFigures;
 pub use report::*;
 use windows::*;
 
@@ -316,6 +318,8 @@ pub fn analyze(
     // A worker's async runtime that ran a timer late (liveness only; see `RuntimeStall`).
     let mut runtime_stalls: Vec<(Option<u32>, u64, u64)> = Vec::new();
     let mut gone: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
+    // The same removals with how the key went (`expired`, `del`), for the leader rules.
+    let mut removals: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
     let mut key_events = 0;
     for event in events {
         match event {
@@ -378,11 +382,21 @@ pub fn analyze(
             Event::KeyGone { t, key, how, .. } if migrated(key, how, *t) => {
                 key_events += 1;
             }
-            Event::KeyGone { t, key, server, .. } => {
+            Event::KeyGone {
+                t,
+                key,
+                server,
+                how,
+                ..
+            } => {
                 key_events += 1;
                 if stale_master(&windows, server, *t) {
                     continue;
                 }
+                removals
+                    .entry(key.as_str())
+                    .or_default()
+                    .push((*t, how.as_str()));
                 gone.entry(key.as_str())
                     .or_default()
                     .push((*t, server.as_str()));
@@ -648,12 +662,16 @@ pub fn analyze(
         by_name.entry(h.name.as_str()).or_default().push(h);
     }
     let mut overlapped: BTreeSet<&str> = BTreeSet::new();
+    // The leader workload: when each hold sent fenced writes that were not refused (see
+    // `two_leaders` below).
+    let unrefused = leader::unrefused_fenced_writes(events);
     for (name, list) in &mut by_name {
         list.sort_by_key(|h| h.start);
         // Overlaps: a hold that began while another owner's was still believed.
         for (j, b) in list.iter().enumerate() {
             for a in &list[..j] {
                 if excludes(a, b) && a.end > b.start {
+                    let leaders = a.kind == LockKind::Leader && b.kind == LockKind::Leader;
                     let row = row_at(b.start);
                     rows[row].overlaps += 1;
                     let ms = ms_between(b.start, a.end.min(b.end));
@@ -666,8 +684,43 @@ pub fn analyze(
                         .forced
                         .filter(|&f| f <= b.start && b.forced != Some(f))
                         .map(|_| "force_release");
-                    push_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
-                        kind: "overlap".into(),
+                    let mut detail = String::new();
+                    // Two leaders at once (`a` the earlier term): excused by what touched the
+                    // terms (a data loss, a stall, a force release), but by a pause only of
+                    // the earlier leader, and only if the fence refused every fenced write it
+                    // sent after the later term began.
+                    // (A paused process is also a stalled one: its stall probe stops with
+                    // it, so the pause decides.)
+                    let excuse = if leaders && a.touched.contains("pause") {
+                        let paused_wrote = unrefused
+                            .get(a.id.as_str())
+                            .is_some_and(|ts| ts.iter().any(|&t| t > b.start));
+                        if paused_wrote {
+                            detail.push_str(&format!(
+                                "; {} was paused and a fenced write it sent after the later term began was not refused",
+                                a.id
+                            ));
+                            None
+                        } else {
+                            Some("pause")
+                        }
+                    } else if leaders {
+                        let by_touch = |h: &Hold| {
+                            ["data_loss", "stall"]
+                                .into_iter()
+                                .find(|r| h.touched.contains(r))
+                        };
+                        by_touch(a).or(by_touch(b)).or(excuse)
+                    } else {
+                        excuse
+                    };
+                    let push = if leaders {
+                        push_fencing_anomaly
+                    } else {
+                        push_anomaly
+                    };
+                    push(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
+                        kind: if leaders { "two_leaders" } else { "overlap" }.into(),
                         backend: backend.into(),
                         fault: fault_at(b.start),
                         name: (*name).into(),
@@ -685,7 +738,7 @@ pub fn analyze(
                             b.token,
                             b.worker,
                             a.lost.map_or("never".to_owned(), |l| format!("{:.0} ms after", ms_between(b.start, l)))
-                        ),
+                        ) + &detail,
                     });
                 }
             }
@@ -694,10 +747,20 @@ pub fn analyze(
         // before (readers, and permits, are granted side by side: a reader whose
         // acquisition was on its way while another came and went may return the lower
         // token, which fences nothing).
+        // A leader's term is above every term granted before its campaign's grant could
+        // have been made (grant order: the earlier grant's return came before the earliest
+        // moment of the later one), whether or not the earlier leader had ended.
         for b in list.iter() {
             let prior = list
                 .iter()
-                .filter(|a| displaces(a, b) && a.end <= b.start)
+                .filter(|a| {
+                    displaces(a, b)
+                        && if a.kind == LockKind::Leader && b.kind == LockKind::Leader {
+                            a.start < granted_from(b)
+                        } else {
+                            a.end <= b.start
+                        }
+                })
                 .max_by_key(|a| a.token);
             if let Some(a) = prior {
                 if b.token <= a.token {
@@ -725,7 +788,7 @@ pub fn analyze(
                             && server_clock_back(&windows, b.kind, name, from, to))
                         .then_some("server_clock_back"));
                     push_fencing_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
-                        kind: "token_regression".into(),
+                        kind: if b.kind == LockKind::Leader { "term_order" } else { "token_regression" }.into(),
                         backend: backend.into(),
                         fault: fault_at(b.start),
                         name: (*name).into(),
@@ -768,7 +831,12 @@ pub fn analyze(
                     && server_clock_back(&windows, b.kind, name, from, to))
                 .then_some("server_clock_back");
                 push_fencing_anomaly(&mut rows, &mut violations, row, &[a, b], excuse, Violation {
-                    kind: "duplicate_token".into(),
+                    kind: if a.kind == LockKind::Leader && b.kind == LockKind::Leader {
+                        "term_granted_twice"
+                    } else {
+                        "duplicate_token"
+                    }
+                    .into(),
                     backend: backend.into(),
                     fault: fault_at(b.start),
                     name: (*name).into(),
@@ -1243,6 +1311,24 @@ pub fn analyze(
             });
         }
     }
+
+    // Leader election: the rules of its own (the shared ones ran above).
+    let mut leader_figures = leader::check(
+        &leader::Inputs {
+            backend,
+            events,
+            holds: &holds,
+            windows: &windows,
+            removals: &removals,
+            runtime_stalls: &runtime_stalls,
+            run_start,
+            lease,
+        },
+        &mut rows,
+        &mut violations,
+        &row_at,
+        &fault_at,
+    );
 
     // Both layouts in one store: the registry lists both.
     let mut layouts = LayoutCheck::default();
@@ -1869,6 +1955,26 @@ pub fn analyze(
     for (kind, figures) in liveness_by_kind {
         kinds.entry(kind.name().to_owned()).or_default().liveness = figures;
     }
+    if let Some(figures) = &mut leader_figures {
+        let of_leaders = |v: &&Violation| {
+            v.kind != "lost_update"
+                && (v.kind.starts_with("observer_")
+                    || v.holds
+                        .first()
+                        .and_then(|id| index.get(id))
+                        .is_some_and(|&i| holds[i].kind == LockKind::Leader))
+        };
+        for v in violations.iter().filter(of_leaders) {
+            if v.excused.is_some() {
+                figures.excused += 1;
+            } else {
+                figures.violations += 1;
+            }
+        }
+        figures.no_leader_max_ms = kinds
+            .get(LockKind::Leader.name())
+            .and_then(|k| k.liveness.free_while_wanted_max_ms);
+    }
     decide_effects(&mut rows, &row_of_fault, &windows, &holds, events, lease);
     for row in &mut rows {
         row.finish();
@@ -1903,6 +2009,7 @@ pub fn analyze(
         kinds,
         layouts,
         harness,
+        leader: leader_figures,
     }
 }
 
@@ -1922,3 +2029,6 @@ fn lineage(log: &[Option<LoggedWrite>]) -> Option<BTreeSet<&str>> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod leader_tests;

@@ -430,6 +430,8 @@ pub struct BackendReport {
     pub layouts: LayoutCheck,
     /// What the harness recorded beside the faults (shard repairs, skipped steps).
     pub harness: Vec<HarnessNote>,
+    /// The leader workload's figures (`None`: it did not run).
+    pub leader: Option<super::LeaderFigures>,
 }
 
 impl BackendReport {
@@ -618,6 +620,27 @@ impl BackendReport {
                 ));
             }
         }
+        if let Some(l) = &self.leader {
+            out.push_str(&format!(
+                "Leader election: {} terms ({} by the run loop, {} of them dropped at a loss), {} faults met a term; {} terms ended by the store (expiry or successor), {} of them lost: work dropped at most {} ms after the expiry (untouched terms; allowance {} ms); no leader while a campaigner waited: max {} ms; {} observers, {} changes, grant->view p50 / max {} / {} ms, {} skipped (coalesced); {} violations, {} excused.\n",
+                l.terms,
+                l.run_terms,
+                l.dropped_at_loss,
+                l.faults_hit,
+                l.judged,
+                l.judged_lost,
+                fmt_ms(l.end_after_expiry_max_ms),
+                super::leader::DROP_ALLOWANCE.as_millis(),
+                fmt_ms(l.no_leader_max_ms),
+                l.observers,
+                l.observed_changes,
+                fmt_ms(l.observe_latency_p50_ms),
+                fmt_ms(l.observe_latency_max_ms),
+                l.observe_skipped,
+                l.violations,
+                l.excused,
+            ));
+        }
         if self.layouts.checks > 0 {
             out.push_str(&format!(
                 "Layout registry (native + Redisson clients in one worker): {} checks, {} listed both, {} failed calls.\n",
@@ -697,6 +720,7 @@ impl BackendReport {
             "kinds": self.kinds,
             "layouts": self.layouts,
             "harness": self.harness,
+            "leader": self.leader,
         });
         value["duration_s"] = self.duration_s.into();
         writeln!(file, "{value}")?;
