@@ -3014,3 +3014,37 @@ fn a_forward_clock_jump_excuses_the_familys_holds_as_a_plain_locks_a_backward_on
         }
     }
 }
+
+#[test]
+fn a_migrated_slots_del_on_the_old_owner_is_not_the_locks_removal() {
+    let slot = lock_test_support::key_slot(lock_key(NAME).as_bytes());
+    let migrate_del = |t: u64| Event::KeyGone {
+        t: t * MS,
+        server: "127.0.0.1:1".into(),
+        key: lock_key(NAME),
+        how: "del".into(),
+    };
+    let events = |target: &str| {
+        vec![
+            acq(100, 0, "w0-t0-0", 5),
+            fault(
+                500,
+                "slot_migration",
+                "start",
+                "lock:{chaos-0} master port 1",
+            ),
+            // MIGRATE moved the held key to the new owner: the old owner reports a `del`.
+            migrate_del(700),
+            fault(900, "slot_migration", "heal", target),
+            rel(5000, 0, "w0-t0-0", 5, "ok"),
+        ]
+    };
+    let moved = check(&events(&format!("slot {slot}: master 1 -> 2")), None);
+    assert_eq!(moved.unexcused(), 0, "{:#?}", moved.violations);
+    // A migration of another slot excuses nothing: the `del` is the lock's removal.
+    let other = check(
+        &events(&format!("slot {}: master 1 -> 2", (slot + 1) % 16384)),
+        None,
+    );
+    assert_eq!(counted(&other), ["late_lost"], "{:#?}", other.violations);
+}
