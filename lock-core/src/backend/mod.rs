@@ -17,6 +17,8 @@
 pub(crate) mod cluster;
 pub(crate) mod data;
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod standalone;

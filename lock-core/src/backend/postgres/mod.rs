@@ -169,3 +169,630 @@
 //!   clients skip the `CREATE OR REPLACE FUNCTION`s when the schema is
 //!   current, and a migration the README gives for operators who do not let
 //!   clients run DDL.
+
+mod connection;
+mod schema;
+mod subscriber;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt};
+use tokio_postgres::types::Type;
+use tokio_postgres::Config;
+
+use self::connection::Connection;
+pub(crate) use self::connection::PgSettings;
+use self::schema::Names;
+pub(crate) use self::schema::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
+use self::subscriber::PgSubscription;
+use super::{
+    Attempt, Backend, Capabilities, DataConnection, Released, RenewItem, Renewal, Unsupported,
+};
+use crate::info::FamilyState;
+use crate::name::{self, Kind, LockKey};
+use crate::wakeups::Wakeups;
+use crate::wire::RELEASE_PREFIX;
+use crate::{BackendError, LockError, LockHolder, LockInfo};
+
+/// The backend's name in refusals.
+const BACKEND: &str = "PostgreSQL";
+
+/// How long a layout's record counts as in use after the client that made
+/// it connected (as the Redis registry's expiry).
+const LAYOUT_IN_USE: Duration = Duration::from_secs(24 * 3600);
+
+/// What this backend refuses, and why.
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    family: Some(Unsupported {
+        backend: BACKEND,
+        reason: "the PostgreSQL backend has the plain lock only so far; the fair lock, \
+                 read-write lock and semaphore need Redis or the in-memory store",
+    }),
+    hot_locks: Some(Unsupported {
+        backend: BACKEND,
+        reason: "keep_hot is not available on PostgreSQL yet: its acquire statement does not \
+                 ask a keeper to give a lock up",
+    }),
+    redisson_family: Some(Unsupported {
+        backend: BACKEND,
+        reason: "Redisson's layout is a Redis layout",
+    }),
+    leadership: Some(Unsupported {
+        backend: BACKEND,
+        reason: "leader election is not available on PostgreSQL yet",
+    }),
+};
+
+/// The plain lock in a PostgreSQL database (see the module's design note).
+#[derive(Debug)]
+pub(crate) struct PostgresBackend {
+    conn: Connection,
+    names: Arc<Names>,
+    store: String,
+    subscription: Arc<PgSubscription>,
+    statements: Statements,
+}
+
+/// The statements, built once.
+#[derive(Debug)]
+struct Statements {
+    acquire: String,
+    release: String,
+    rollback: String,
+    force_release: String,
+    cut: String,
+    renew: String,
+    inspect: String,
+    list: String,
+    record_layout: String,
+    layouts: String,
+    forget_layout: String,
+}
+
+/// A duration in whole microseconds, as the statements take it (saturating:
+/// leases are range-checked long before).
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// A non-negative count of microseconds from the server, as a duration.
+fn from_micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+/// A token from the server (never negative: it is at least the clock).
+fn token_of(token: i64) -> u64 {
+    u64::try_from(token).unwrap_or(0)
+}
+
+impl PostgresBackend {
+    /// Connects to `config` and creates the schema (one transaction, see
+    /// the design note). Fails with [`LockError::Connect`] (or
+    /// [`LockError::Authentication`]) when the server cannot be reached or
+    /// the DDL fails.
+    pub(crate) async fn connect(
+        config: Config,
+        settings: PgSettings,
+        schema: &str,
+        table_prefix: &str,
+    ) -> Result<Self, LockError> {
+        let names = Arc::new(Names::new(schema, table_prefix)?);
+        let conn = Connection::new(config, settings);
+        let server = conn.server().to_owned();
+        let failed = |source: BackendError| match &source {
+            BackendError::Protocol(message)
+                if message.starts_with("postgres error 28P01")
+                    || message.starts_with("postgres error 28000") =>
+            {
+                LockError::Authentication {
+                    server: server.clone(),
+                    message: message.clone(),
+                }
+            }
+            _ => LockError::Connect {
+                server: server.clone(),
+                source,
+            },
+        };
+        conn.client().await.map_err(failed)?;
+        conn.batch(&names.ddl()).await.map_err(failed)?;
+        let subscription = Arc::new(PgSubscription::new(
+            conn.config().clone(),
+            conn.settings().clone(),
+            names.clone(),
+            server.clone(),
+        ));
+        let dbname = conn.config().get_dbname().unwrap_or("postgres");
+        let store = format!(
+            "postgres://{server}/{dbname}#{}.{}",
+            names.schema, names.prefix
+        );
+        let statements = Statements {
+            acquire: names.acquire_sql(),
+            release: names.release_sql(),
+            rollback: names.rollback_sql(),
+            force_release: names.force_release_sql(),
+            cut: names.cut_sql(),
+            renew: names.renew_sql(),
+            inspect: names.inspect_sql(),
+            list: names.list_sql(),
+            record_layout: names.record_layout_sql(),
+            layouts: names.layouts_sql(),
+            forget_layout: names.forget_layout_sql(),
+        };
+        Ok(PostgresBackend {
+            conn,
+            names,
+            store,
+            subscription,
+            statements,
+        })
+    }
+
+    /// How a client of this backend hears its releases: the `LISTEN`
+    /// connection's subscriber.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::subscribed(
+            self.subscription.waiters().clone(),
+            self.subscription.clone(),
+        )
+    }
+
+    /// A backend error on `key`.
+    fn error(&self, key: &str, source: BackendError) -> LockError {
+        LockError::Backend {
+            key: key.to_owned(),
+            server: self.conn.server().to_owned(),
+            source,
+        }
+    }
+
+    /// The server channel of `key`'s wake-ups and the payload of `message`.
+    fn wake(&self, key: &LockKey, message: &str) -> (String, String) {
+        (
+            schema::server_channel(&self.names, &key.channel),
+            schema::payload(&key.channel, message),
+        )
+    }
+
+    /// The release message of `owner`'s release (`0 <owner>`), or a bare
+    /// `0` when nobody in particular released it.
+    fn release_message(owner: Option<&str>) -> String {
+        match owner {
+            Some(owner) => format!("{RELEASE_PREFIX}{owner}"),
+            None => "0".to_owned(),
+        }
+    }
+
+    /// One boolean answer of a function call.
+    async fn boolean(
+        &self,
+        key: &LockKey,
+        sql: &str,
+        params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+    ) -> Result<bool, LockError> {
+        let rows = self
+            .conn
+            .query(sql, params)
+            .await
+            .map_err(|e| self.error(&key.name, e))?;
+        let first = rows.first().ok_or_else(|| {
+            self.error(
+                &key.name,
+                BackendError::Protocol("no row from the lock function".into()),
+            )
+        })?;
+        first
+            .try_get::<_, bool>(0)
+            .map_err(|e| self.error(&key.name, connection::backend_error(&e)))
+    }
+
+    async fn acquire_now(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
+        if key.lock.contains('\0') {
+            return Err(LockError::InvalidKey {
+                key: name::display_name(&key.name),
+                reason: "a lock name on PostgreSQL must not contain a NUL character (text \
+                         cannot hold one)",
+            });
+        }
+        let lock: &str = &key.lock;
+        let fence = key.fence();
+        let lease_us = micros(lease);
+        let rows = self
+            .conn
+            .query(
+                &self.statements.acquire,
+                &[
+                    (&lock, Type::TEXT),
+                    (&fence, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(|e| self.error(&key.name, e))?;
+        let parsed = rows.first().map(|row| {
+            (
+                row.try_get::<_, Option<i64>>(0),
+                row.try_get::<_, Option<i64>>(1),
+            )
+        });
+        match parsed {
+            Some((Ok(Some(token)), _)) => Ok(Attempt::Acquired {
+                token: token_of(token),
+            }),
+            Some((Ok(None), Ok(ttl))) => Ok(Attempt::busy(ttl.map(from_micros))),
+            _ => Err(self.error(
+                &key.name,
+                BackendError::Protocol(format!("unexpected answer to acquire: {rows:?}")),
+            )),
+        }
+    }
+
+    async fn release_now(&self, key: &LockKey, owner: &str, sql: &str) -> Result<bool, LockError> {
+        let lock: &str = &key.lock;
+        let (channel, payload) = self.wake(key, &Self::release_message(Some(owner)));
+        self.boolean(
+            key,
+            sql,
+            &[
+                (&lock, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&channel, Type::TEXT),
+                (&payload, Type::TEXT),
+            ],
+        )
+        .await
+    }
+
+    async fn renew_now(&self, items: &[RenewItem], lease: Duration) -> Vec<Renewal> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<&str> = items.iter().map(|(key, _)| &*key.lock).collect();
+        let owners: Vec<&str> = items.iter().map(|(_, owner)| &**owner).collect();
+        let lease_us = micros(lease);
+        let result = self
+            .conn
+            .query(
+                &self.statements.renew,
+                &[
+                    (&keys, Type::TEXT_ARRAY),
+                    (&owners, Type::TEXT_ARRAY),
+                    (&lease_us, Type::INT8),
+                ],
+            )
+            .await;
+        match result {
+            Ok(rows) => {
+                let renewed: std::collections::HashSet<(String, String)> = rows
+                    .iter()
+                    .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
+                    .collect();
+                items
+                    .iter()
+                    .map(|(key, owner)| {
+                        if renewed.contains(&(key.lock.to_string(), owner.to_string())) {
+                            Renewal::Renewed
+                        } else {
+                            Renewal::Gone
+                        }
+                    })
+                    .collect()
+            }
+            Err(err) => {
+                let message = err.to_string();
+                items
+                    .iter()
+                    .map(|_| {
+                        Renewal::Failed(match &err {
+                            BackendError::Timeout(d) => BackendError::Timeout(*d),
+                            _ => BackendError::Protocol(message.clone()),
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    async fn inspect_now(&self, key: &LockKey) -> Result<LockInfo, LockError> {
+        let lock: &str = &key.lock;
+        let fence = key.fence();
+        let rows = self
+            .conn
+            .query(
+                &self.statements.inspect,
+                &[(&lock, Type::TEXT), (&fence, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| self.error(&key.name, e))?;
+        let row = rows.first().ok_or_else(|| {
+            self.error(
+                &key.name,
+                BackendError::Protocol("no row from inspect".into()),
+            )
+        })?;
+        let read = || -> Result<_, tokio_postgres::Error> {
+            Ok((
+                row.try_get::<_, Option<String>>(0)?,
+                row.try_get::<_, Option<i64>>(1)?,
+                row.try_get::<_, Option<i64>>(2)?,
+                row.try_get::<_, Option<i64>>(3)?,
+            ))
+        };
+        let (owner, token, ttl, last) =
+            read().map_err(|e| self.error(&key.name, connection::backend_error(&e)))?;
+        let holder = match (owner, token) {
+            (Some(owner), Some(token)) => Some(LockHolder {
+                owner,
+                fencing_token: token_of(token),
+                ttl: ttl.map(from_micros),
+                holds: 1,
+            }),
+            _ => None,
+        };
+        Ok(LockInfo {
+            name: key.name.to_string(),
+            key: key.lock.to_string(),
+            fence_key: fence,
+            holder,
+            last_fencing_token: last.map(token_of),
+        })
+    }
+
+    async fn list_now(&self, prefix: &str, name_prefix: &str) -> Result<Vec<LockInfo>, LockError> {
+        let start = format!("{prefix}{{{}", name::escape(name_prefix));
+        let pattern = format!("{}*", name::display_name(name_prefix));
+        let rows = self
+            .conn
+            .query(&self.statements.list, &[(&start, Type::TEXT)])
+            .await
+            .map_err(|e| self.error(&pattern, e))?;
+        let mut locks = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let read = || -> Result<_, tokio_postgres::Error> {
+                Ok((
+                    row.try_get::<_, String>(0)?,
+                    row.try_get::<_, String>(1)?,
+                    row.try_get::<_, String>(2)?,
+                    row.try_get::<_, i64>(3)?,
+                    row.try_get::<_, i64>(4)?,
+                    row.try_get::<_, Option<i64>>(5)?,
+                ))
+            };
+            let (key, fence, owner, token, ttl, last) =
+                read().map_err(|e| self.error(&pattern, connection::backend_error(&e)))?;
+            let Some(name) = name::name_of(prefix, &key) else {
+                continue;
+            };
+            locks.push(LockInfo {
+                name,
+                key,
+                fence_key: fence,
+                holder: Some(LockHolder {
+                    owner,
+                    fencing_token: token_of(token),
+                    ttl: Some(from_micros(ttl)),
+                    holds: 1,
+                }),
+                last_fencing_token: last.map(token_of),
+            });
+        }
+        Ok(locks)
+    }
+
+    /// The layouts of `rows` (one text column).
+    fn layout_rows(&self, rows: &[tokio_postgres::Row]) -> Result<Vec<String>, LockError> {
+        rows.iter()
+            .map(|row| row.try_get::<_, String>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error("*", connection::backend_error(&e)))
+    }
+
+    async fn record_layout_now(&self, mine: &str, mixed: bool) -> Result<Vec<String>, LockError> {
+        let in_use = micros(LAYOUT_IN_USE);
+        let rows = self
+            .conn
+            .query(
+                &self.statements.record_layout,
+                &[
+                    (&mine, Type::TEXT),
+                    (&mixed, Type::BOOL),
+                    (&in_use, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(|e| self.error("*", e))?;
+        self.layout_rows(&rows)
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn server(&self) -> &str {
+        self.conn.server()
+    }
+
+    /// The server, the database, the schema and the table prefix: clients
+    /// share locks when all four (and the key prefix) are the same.
+    fn store_id(&self) -> String {
+        self.store.clone()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+        self.acquire_now(key, owner, lease).boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Released, LockError>> {
+        async move {
+            let deleted = self
+                .release_now(key, owner, &self.statements.release)
+                .await?;
+            Ok(Released::deleted(deleted))
+        }
+        .boxed()
+    }
+
+    fn rollback<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        self.release_now(key, owner, &self.statements.rollback)
+            .boxed()
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let lock: &str = &key.lock;
+            let (channel, payload) = self.wake(key, &Self::release_message(None));
+            self.boolean(
+                key,
+                &self.statements.force_release,
+                &[
+                    (&lock, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn renew<'a>(&'a self, items: &'a [RenewItem], lease: Duration) -> BoxFuture<'a, Vec<Renewal>> {
+        self.renew_now(items, lease).boxed()
+    }
+
+    fn cut<'a>(
+        &'a self,
+        key: &'a LockKey,
+        owner: &'a str,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let lock: &str = &key.lock;
+            let left_us = micros(left);
+            let (channel, payload) = self.wake(key, &Self::release_message(Some(owner)));
+            self.boolean(
+                key,
+                &self.statements.cut,
+                &[
+                    (&lock, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&left_us, Type::INT8),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn data_connection(&self) -> Result<DataConnection, Unsupported> {
+        Err(Unsupported {
+            backend: BACKEND,
+            reason: "the data connection is a Redis connection; on PostgreSQL, use your own \
+                     connection or pool to the same database",
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        self.inspect_now(key).boxed()
+    }
+
+    fn inspect_family<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<FamilyState, LockError>> {
+        async move {
+            if !matches!(key.kind, Kind::Exclusive) {
+                // The family is refused (see `CAPABILITIES`): nothing is stored.
+                return Ok(FamilyState::default());
+            }
+            let info = self.inspect_now(key).await?;
+            Ok(FamilyState {
+                holder: info.holder,
+                ..FamilyState::default()
+            })
+        }
+        .boxed()
+    }
+
+    /// 0 for every lock: PostgreSQL shows a session only its own `LISTEN`s
+    /// (`pg_listening_channels()`), so the clients that wait for a lock
+    /// cannot be counted from the server.
+    fn subscribers<'a>(
+        &'a self,
+        keys: &'a [LockKey],
+    ) -> BoxFuture<'a, Result<Vec<u64>, LockError>> {
+        let counts = vec![0; keys.len()];
+        async move { Ok(counts) }.boxed()
+    }
+
+    fn layouts<'a>(
+        &'a self,
+        mine: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        async move {
+            if let Some(mine) = mine {
+                return self.record_layout_now(mine, true).await;
+            }
+            let in_use = micros(LAYOUT_IN_USE);
+            let rows = self
+                .conn
+                .query(&self.statements.layouts, &[(&in_use, Type::INT8)])
+                .await
+                .map_err(|e| self.error("*", e))?;
+            self.layout_rows(&rows)
+        }
+        .boxed()
+    }
+
+    fn record_layout<'a>(
+        &'a self,
+        mine: &'a str,
+        mixed: bool,
+    ) -> BoxFuture<'a, Result<Vec<String>, LockError>> {
+        self.record_layout_now(mine, mixed).boxed()
+    }
+
+    fn forget_layout<'a>(&'a self, layout: &'a str) -> BoxFuture<'a, Result<bool, LockError>> {
+        async move {
+            let rows = self
+                .conn
+                .query(&self.statements.forget_layout, &[(&layout, Type::TEXT)])
+                .await
+                .map_err(|e| self.error("*", e))?;
+            Ok(!rows.is_empty())
+        }
+        .boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        name_prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockInfo>, LockError>> {
+        self.list_now(prefix, name_prefix).boxed()
+    }
+}
