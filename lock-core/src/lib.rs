@@ -162,6 +162,9 @@ mod watchdog;
 mod wire;
 
 pub use backend::{DataConnection, MemoryStore};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use client::PostgresConnect;
 pub use client::{
     ClientStats, ClusterConnect, LockAdmin, LockClient, LockClientBuilder, RedisConnect,
     RedlockConnect, SentinelConnect, ShardedPubSub, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,

@@ -8,6 +8,8 @@
 mod admin;
 mod builder;
 mod connect;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 use std::fmt;
 use std::future::Future;
@@ -21,6 +23,9 @@ pub use self::builder::{
 pub use self::connect::{
     ClusterConnect, RedisConnect, RedlockConnect, SentinelConnect, ShardedPubSub,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::postgres::PostgresConnect;
 use crate::backend::{DataConnection, MemoryStore};
 use crate::client_core::ClientCore;
 use crate::error::LockError;

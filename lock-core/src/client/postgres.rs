@@ -1,0 +1,137 @@
+//! The connection to PostgreSQL (feature `postgres`): [`PostgresConnect`],
+//! with the options of that backend only (the schema and table prefix of
+//! its tables).
+
+use std::str::FromStr;
+
+use super::builder::LockClientBuilder;
+use super::LockClient;
+use crate::backend::postgres::{
+    PgSettings, PostgresBackend, CAPABILITIES, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX,
+};
+use crate::error::LockError;
+use crate::name::Layout;
+
+impl LockClientBuilder {
+    /// A PostgreSQL database at `url` (see [`LockClient::postgres`] for the
+    /// forms), with the options of that backend ([`PostgresConnect`]).
+    pub fn postgres(self, url: &str) -> PostgresConnect {
+        PostgresConnect {
+            builder: self,
+            url: url.to_owned(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+        }
+    }
+}
+
+impl LockClient {
+    /// Connects to a PostgreSQL database with the default settings (feature
+    /// `postgres`): `postgres://user:password@host:port/dbname`, or a libpq
+    /// key-value string (`host=... port=... user=... dbname=...`), as
+    /// tokio-postgres parses them. The client creates its tables in schema
+    /// `public` under the prefix `distlock_` on first use; see
+    /// [`LockClientBuilder::postgres`] for other names.
+    ///
+    /// The plain lock has the same semantics as on Redis (leases and the
+    /// watchdog, re-entry, fencing tokens that strictly increase per lock and
+    /// survive restarts, wake-ups by `LISTEN`/`NOTIFY`); every statement is
+    /// one implicit transaction with nothing kept in the session, so the
+    /// command connection may go through PgBouncer's transaction pooling.
+    /// The lock family, hot locks and leader election are refused
+    /// ([`LockError::Unsupported`], [`LockError::InvalidConfig`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no lock is taken; a connection made so far is dropped.
+    pub async fn postgres(url: &str) -> Result<Self, LockError> {
+        Self::builder().postgres(url).connect().await
+    }
+}
+
+/// A connection to a PostgreSQL database, made by
+/// [`LockClientBuilder::postgres`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock_core::LockError> {
+/// let client = distlock_core::LockClient::builder()
+///     .postgres("postgres://app@127.0.0.1:5432/app")
+///     .schema("locks")
+///     .table_prefix("svc_")
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a PostgresConnect does nothing until `connect` is awaited"]
+pub struct PostgresConnect {
+    builder: LockClientBuilder,
+    url: String,
+    schema: String,
+    table_prefix: String,
+}
+
+impl PostgresConnect {
+    /// The schema of the lock tables (default `public`; created if missing).
+    /// A lower-case SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
+    /// else [`LockError::InvalidConfig`] at [`connect`](Self::connect).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The prefix of the lock tables' and functions' names (default
+    /// `distlock_`: `distlock_locks`, `distlock_fences`, ...). Empty or a
+    /// lower-case SQL identifier of at most 40 bytes, else
+    /// [`LockError::InvalidConfig`] at [`connect`](Self::connect). Clients
+    /// share locks when they use the same database, schema, table prefix
+    /// and key prefix.
+    pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.table_prefix = prefix.into();
+        self
+    }
+
+    /// Connects, and creates the tables and functions when they are missing
+    /// (one transaction). Fails within the connect timeout with
+    /// [`LockError::Connect`], [`LockError::Authentication`] when the server
+    /// refuses the credentials, and [`LockError::InvalidConfig`] for a bad
+    /// URL or setting (naming it and its value), for
+    /// [Redisson's layout](Layout::Redisson) and for `keep_hot`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no lock is taken; a connection made so far is dropped.
+    /// The schema's transaction, if it was on its way, commits or rolls
+    /// back as a whole.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let builder = self.builder;
+        builder.validate()?;
+        if builder.layout_in_use() == Layout::Redisson {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "the PostgreSQL backend cannot use Redisson's layout: it is a Redis \
+                         layout"
+                    .into(),
+            });
+        }
+        if let Some(refused) = builder.hot_locks_refused(CAPABILITIES) {
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: refused.reason.into(),
+            });
+        }
+        let config = tokio_postgres::Config::from_str(&self.url).map_err(|err| {
+            LockError::InvalidConfig {
+                key: "*".into(),
+                reason: format!("invalid PostgreSQL URL: {err}"),
+            }
+        })?;
+        let redis = builder.settings(None);
+        let settings = PgSettings {
+            connect_timeout: redis.connect_timeout,
+            response_timeout: redis.response_timeout,
+        };
+        let backend =
+            PostgresBackend::connect(config, settings, &self.schema, &self.table_prefix).await?;
+        let wakeups = backend.wakeups();
+        builder.connected_checked(backend, wakeups).await
+    }
+}

@@ -1,0 +1,322 @@
+//! The behavioural suite against a real PostgreSQL (feature `postgres`),
+//! and the Postgres-only checks: the refusals of what the backend does not
+//! offer yet, the schema options, tokens across clients and schemas.
+//!
+//! One server (`initdb` into a temporary directory, a free loopback port)
+//! serves the tests that run at the same time; each test has a schema of its
+//! own, so their locks never meet.
+
+mod suite;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use distlock::{LockClient, LockClientBuilder, LockError};
+use lock_test_support::PostgresServer;
+use suite::Fixture;
+
+/// The server of the tests running now (started again when none runs).
+fn server() -> Arc<PostgresServer> {
+    static SERVER: Mutex<Weak<PostgresServer>> = Mutex::new(Weak::new());
+    let mut shared = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(server) = shared.upgrade() {
+        return server;
+    }
+    let server = Arc::new(PostgresServer::start());
+    *shared = Arc::downgrade(&server);
+    server
+}
+
+/// Clients on one schema of their own, on the shared server.
+struct Postgres {
+    server: Arc<PostgresServer>,
+    schema: String,
+}
+
+impl Postgres {
+    fn new() -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Postgres {
+            server: server(),
+            schema: format!("t{}_{n}", std::process::id()),
+        }
+    }
+
+    /// A plain tokio-postgres client of the server, for the tests' own statements.
+    async fn sql(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.server.connection_string(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+}
+
+impl Fixture for Postgres {
+    async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
+        builder
+            .postgres(&self.server.url())
+            .schema(&self.schema)
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn delete_lock(&self, name: &str) {
+        let deleted = self
+            .sql()
+            .await
+            .execute(
+                &format!("DELETE FROM {}.distlock_locks WHERE key = $1", self.schema),
+                &[&format!("lock:{{{name}}}")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1, "{name} was not held");
+    }
+}
+
+// Every test of the suite but `admin_counts_the_clients_waiting_for_a_lock`:
+// PostgreSQL shows a session only its own LISTENs, so the backend cannot count
+// the clients that wait for a lock and answers 0 (see
+// `the_waiters_of_a_lock_are_not_counted_on_postgres`).
+behaviour_suite!(Postgres::new();
+    exclusion_holds_for_concurrent_tasks,
+    busy_lock_is_busy_for_another_owner,
+    release_after_expiry_does_not_delete_new_holder,
+    another_owner_cannot_renew,
+    reentrant_in_scope_needs_as_many_releases,
+    spawned_task_is_another_owner,
+    watchdog_keeps_lock_past_lease,
+    renewals_are_batched_per_period,
+    fixed_lease_is_not_renewed,
+    deleted_lock_is_lost_within_a_period,
+    waiter_is_woken_by_release,
+    waiters_of_the_holders_client_are_woken_in_turn,
+    crashed_holder_is_replaced_after_its_lease,
+    waiter_times_out_at_its_wait,
+    wait_forever_gets_the_lock,
+    cancelled_acquire_never_leaves_lock_held,
+    cancelled_waiter_leaves_no_trace,
+    dropped_guard_is_released_in_background,
+    panicking_holder_releases,
+    fencing_tokens_increase_and_survive_expiry,
+    bad_input_gets_typed_errors,
+    force_release_wakes_a_waiter,
+    multi_lock_is_sorted_and_all_or_nothing,
+    multi_lock_in_swapped_order_does_not_deadlock,
+    multi_lock_never_hands_out_a_lock_lost_while_awaiting_the_others,
+    current_reports_the_locks_of_the_scope,
+    scope_or_lost_cancels_work_when_the_lease_is_lost,
+    reentry_through_another_client_fails_at_once,
+    edges_fixed_lease_out_of_range_is_invalid_config,
+    edges_multi_lock_lease_out_of_range_is_invalid_config,
+    edges_wait_duration_max_waits_until_release,
+    edges_odd_lock_names_work_end_to_end,
+    edges_bad_names_get_typed_errors_everywhere,
+    edges_siblings_racing_for_one_lock_in_one_scope_exclude_each_other,
+    shutdown_releases_locks_for_other_clients,
+    shutdown_wakes_waiters_at_once,
+    shutdown_grace_lets_bodies_finish,
+    shutdown_refuses_new_locks_and_stops_renewing,
+);
+
+#[tokio::test]
+async fn the_family_hot_locks_and_leadership_are_refused_with_typed_errors() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    let refused = client.fair_lock("p:fair").acquire().await.unwrap_err();
+    assert!(
+        matches!(&refused, LockError::Unsupported { key, backend: "PostgreSQL", .. } if key == "p:fair"),
+        "{refused:?}"
+    );
+    let refused = client
+        .read_write_lock("p:rw")
+        .write()
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, LockError::Unsupported { .. }),
+        "{refused:?}"
+    );
+    let hot = LockClient::builder()
+        .keep_hot(Duration::from_secs(1))
+        .postgres(&fixture.server.url())
+        .schema(&fixture.schema)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&hot, LockError::InvalidConfig { reason, .. } if reason.contains("keep_hot")),
+        "{hot:?}"
+    );
+    let redisson = LockClient::builder()
+        .layout(distlock::Layout::Redisson)
+        .postgres(&fixture.server.url())
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&redisson, LockError::InvalidConfig { reason, .. } if reason.contains("Redisson")),
+        "{redisson:?}"
+    );
+    let data = client.data_connection().unwrap_err();
+    assert!(matches!(data, LockError::Unsupported { .. }), "{data:?}");
+}
+
+#[tokio::test]
+async fn bad_schema_and_table_prefix_are_invalid_config_naming_them() {
+    let fixture = Postgres::new();
+    for (schema, prefix, named) in [
+        ("Bad-Schema", "distlock_", "Bad-Schema"),
+        ("public", "x; DROP TABLE y", "x; DROP TABLE y"),
+    ] {
+        let err = LockClient::builder()
+            .postgres(&fixture.server.url())
+            .schema(schema)
+            .table_prefix(prefix)
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidConfig { reason, .. } if reason.contains(named)),
+            "{err:?}"
+        );
+    }
+    let err = LockClient::postgres("postgres://nobody@127.0.0.1:1/x?connect_timeout=bad")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_connect_error() {
+    let port = lock_test_support::free_port();
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .postgres(&format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Connect { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn tables_are_created_once_under_the_schema_and_prefix_given() {
+    let fixture = Postgres::new();
+    let connect = || {
+        LockClient::builder()
+            .postgres(&fixture.server.url())
+            .schema(&fixture.schema)
+            .table_prefix("svc_")
+            .connect()
+    };
+    // Clients connecting at once: the DDL is serialised, none fails.
+    let (a, b, c) = tokio::join!(connect(), connect(), connect());
+    let (a, _b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    let guard = a.lock("p:tables").acquire().await.unwrap();
+    let rows = fixture
+        .sql()
+        .await
+        .query(
+            &format!(
+                "SELECT owner, token FROM {}.svc_locks WHERE key = 'lock:{{p:tables}}'",
+                fixture.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let token: i64 = rows[0].get(1);
+    assert_eq!(u64::try_from(token).unwrap(), guard.fencing_token());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_rise_past_a_lost_counter_by_the_servers_clock() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    let first = client.lock("p:floor").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    // The counters are lost (a restore from an old backup, an asynchronous
+    // standby promoted): the next token still lies above.
+    fixture
+        .sql()
+        .await
+        .execute(
+            &format!("DELETE FROM {}.distlock_fences", fixture.schema),
+            &[],
+        )
+        .await
+        .unwrap();
+    let next = client.lock("p:floor").acquire().await.unwrap();
+    assert!(
+        next.fencing_token() > token,
+        "{} after {token}",
+        next.fencing_token()
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_rows_are_cleaned_by_later_acquisitions() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    for i in 0..40 {
+        let guard = client
+            .lock(format!("p:gone:{i}"))
+            .lease(Duration::from_millis(10))
+            .acquire()
+            .await
+            .unwrap();
+        std::mem::forget(guard); // expires unreleased, as a crashed holder's
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..40 {
+        let guard = client.lock(format!("p:new:{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let rows: i64 = fixture
+        .sql()
+        .await
+        .query_one(
+            &format!("SELECT count(*) FROM {}.distlock_locks", fixture.schema),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(rows <= 2, "{rows} rows left of 40 expired locks");
+}
+
+#[tokio::test]
+async fn a_nul_in_a_lock_name_is_invalid_key() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    let err = client.lock("a\0b").acquire().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidKey { key, reason } if key == "a\0b" && reason.contains("NUL")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_waiters_of_a_lock_are_not_counted_on_postgres() {
+    let fixture = Postgres::new();
+    let [holder, waiter] = suite::clients::<Postgres, 2>(&fixture).await;
+    let guard = holder.lock("p:waited").acquire().await.unwrap();
+    let waiting = suite::spawn_waiter(waiter, "p:waited");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Documented: 0, not a count (PostgreSQL does not show other sessions'
+    // LISTENs), and not an error.
+    assert_eq!(holder.admin().waiters(["p:waited"]).await.unwrap(), [0]);
+    guard.release().await.unwrap();
+    let (_, got) = waiting.await.unwrap();
+    got.release().await.unwrap();
+}
