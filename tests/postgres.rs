@@ -271,13 +271,14 @@ async fn expired_rows_are_cleaned_by_later_acquisitions() {
     for i in 0..40 {
         let guard = client
             .lock(format!("p:gone:{i}"))
-            .lease(Duration::from_millis(10))
+            .lease(Duration::from_millis(300))
             .acquire()
             .await
             .unwrap();
         std::mem::forget(guard); // expires unreleased, as a crashed holder's
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Well past every lease (each taken within the last 300 ms or earlier).
+    tokio::time::sleep(Duration::from_millis(600)).await;
     for i in 0..40 {
         let guard = client.lock(format!("p:new:{i}")).acquire().await.unwrap();
         guard.release().await.unwrap();
