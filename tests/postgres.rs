@@ -44,6 +44,27 @@ impl Postgres {
         }
     }
 
+    /// The server's URL, with the test's schema as the application name of
+    /// its sessions (to find them in `pg_stat_activity`).
+    fn url(&self) -> String {
+        format!("{}?application_name={}", self.server.url(), self.schema)
+    }
+
+    /// The pids of this test's sessions whose last statement was a
+    /// `LISTEN` (`listen`: true) or anything else.
+    async fn sessions(&self, sql: &tokio_postgres::Client, listen: bool) -> Vec<i32> {
+        sql.query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+             AND (query LIKE 'LISTEN %') = $2",
+            &[&self.schema, &listen],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+    }
+
     /// A plain tokio-postgres client of the server, for the tests' own statements.
     async fn sql(&self) -> tokio_postgres::Client {
         let (client, connection) =
@@ -58,7 +79,7 @@ impl Postgres {
 impl Fixture for Postgres {
     async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
         builder
-            .postgres(&self.server.url())
+            .postgres(&self.url())
             .schema(&self.schema)
             .connect()
             .await
@@ -320,4 +341,80 @@ async fn the_waiters_of_a_lock_are_not_counted_on_postgres() {
     guard.release().await.unwrap();
     let (_, got) = waiting.await.unwrap();
     got.release().await.unwrap();
+}
+
+/// Terminates session `pid` (`pg_terminate_backend`).
+async fn terminate(sql: &tokio_postgres::Client, pid: i32) {
+    let done: bool = sql
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(done, "session {pid} terminated");
+}
+
+/// Waits (at most 10 s) until `found` gives something.
+async fn eventually<T>(mut found: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(found) = found().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The waiter's LISTEN connection is terminated while it waits: its
+/// subscriber connects again and listens again, and the release that comes
+/// after wakes it at once (its lease is 30 s, its wait 20 s: without the
+/// new connection it would sleep until one of them ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_listen_connection_is_made_again_and_wakes_its_waiter() {
+    let fixture = Postgres::new();
+    let sql = fixture.sql().await;
+    let [holder, waiter] = suite::clients::<Postgres, 2>(&fixture).await;
+    let guard = holder.lock("p:listen").acquire().await.unwrap();
+    let waiting = suite::spawn_waiter(waiter, "p:listen");
+    let old = eventually(async || fixture.sessions(&sql, true).await.first().copied()).await;
+    terminate(&sql, old).await;
+    eventually(async || {
+        let now = fixture.sessions(&sql, true).await;
+        (!now.is_empty() && !now.contains(&old)).then_some(())
+    })
+    .await;
+    let released = tokio::time::Instant::now();
+    guard.release().await.unwrap();
+    let (at, got) = waiting.await.unwrap();
+    let took = at.duration_since(released);
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter took {took:?} after the release"
+    );
+    got.release().await.unwrap();
+}
+
+/// The command connection is terminated between two acquisitions: the
+/// next statements connect again.
+#[tokio::test]
+async fn a_terminated_command_connection_is_made_again() {
+    let fixture = Postgres::new();
+    let sql = fixture.sql().await;
+    let client = fixture.client().await;
+    let first = client.lock("p:command").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    let sessions = fixture.sessions(&sql, false).await;
+    assert_eq!(sessions.len(), 1, "one command connection: {sessions:?}");
+    terminate(&sql, sessions[0]).await;
+    // The first statement after the termination may still meet the closed
+    // connection (an error); the ones after it connect again.
+    let again = eventually(async || client.lock("p:command").acquire().await.ok()).await;
+    assert!(again.fencing_token() > token);
+    again.release().await.unwrap();
+    let now = fixture.sessions(&sql, false).await;
+    assert!(
+        now.len() == 1 && now[0] != sessions[0],
+        "{now:?} after {sessions:?}"
+    );
 }
