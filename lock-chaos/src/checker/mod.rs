@@ -44,7 +44,6 @@ mod windows;
 
 use effects::decide_effects;
 use holds::*;
-pub use leader::LeaderFigures;
 pub use report::*;
 use windows::*;
 
