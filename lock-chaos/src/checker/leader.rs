@@ -36,7 +36,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-
 use crate::clock::ms_between;
 use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 
