@@ -697,7 +697,7 @@ const EVALSHA_ARGS_ROOM: usize = 7 + 40 + 3 + 96;
 
 /// `EVALSHA` of `script` with `keys`, as one command; the caller appends the
 /// arguments.
-fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
     // Sized up front for the keys and the usual arguments (owner, lease and
     // a few more): no reallocation while the caller appends them.
     let data = keys.iter().map(|key| key.len()).sum::<usize>() + EVALSHA_ARGS_ROOM;
