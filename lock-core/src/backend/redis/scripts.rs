@@ -554,10 +554,11 @@ impl Scripts {
         one(cmd)
     }
 
-    /// Raises the fencing counter of `key`'s slot to `token`, as a pipeline of one.
-    pub(crate) fn fence_floor(&self, key: &LockKey, token: u64) -> Pipeline {
-        let mut cmd = evalsha(&self.fence_floor, &[&key.fence()]);
-        cmd.arg(token);
+    /// Raises the fencing counter of `key`'s slot to `token` and records
+    /// `token` as `owner`'s in the lock's hash, as a pipeline of one.
+    pub(crate) fn fence_floor(&self, key: &LockKey, owner: &str, token: u64) -> Pipeline {
+        let mut cmd = evalsha(&self.fence_floor, &[&key.fence(), &key.lock]);
+        cmd.arg(token).arg(owner);
         one(cmd)
     }
 
