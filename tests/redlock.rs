@@ -351,7 +351,17 @@ impl ConnectForTest for LockClient {
 async fn inspect_and_list_report_the_majority_holder() {
     let mut fixture = Redlock::new(3);
     let client = LockClient::connect_redlock_for_test(&fixture.urls()).await;
+    // The master about to die issues the highest token of the quorum (the
+    // one the holder is given): the survivors must report that token, not
+    // their own lower ones.
+    let fence_key = client.admin().inspect("rl:listed").await.unwrap().fence_key;
+    let () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(8_000_000_000_000_000_u64)
+        .query(&mut fixture.servers[0].conn())
+        .unwrap();
     let guard = client.lock("rl:listed").acquire().await.unwrap();
+    assert!(guard.fencing_token() > 8_000_000_000_000_000);
     fixture.servers[0].kill(); // a minority down: still answered
     let info = client.admin().inspect("rl:listed").await.unwrap();
     let holder = info.holder.expect("held on a majority");

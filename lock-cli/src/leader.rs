@@ -2,7 +2,7 @@
 //! (`run`), and show (`status`) or follow (`watch`) who leads it; and what
 //! `lockctl top` shows of a role's lock.
 //!
-//! Built on `distlock_core`'s [`Election`]: a role is the plain lock
+//! Built on `distlock_core`'s `Election`: a role is the plain lock
 //! `leader:<role>`, its term that lock's fencing token. `run` drives the
 //! campaign itself (rather than `Election::run`) because a term's end here
 //! is a process to stop, with a grace period, before the role is resigned.

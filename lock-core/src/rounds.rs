@@ -7,7 +7,7 @@
 //! that lets a round run twice. A [`Schedule`] takes its ticks from the Unix
 //! clock instead: [`Schedule::every`] at whole multiples of the period since
 //! the Unix epoch (every 10 minutes is :00, :10, :20, ... on every host), and
-//! [`Schedule::cron`] (feature `cron`) at the times of a cron expression, in
+//! `Schedule::cron` (feature `cron`) at the times of a cron expression, in
 //! UTC. Each tick is a [`Round`] with an id that is the same on every
 //! replica, so it can name the round's lock:
 //!
@@ -63,7 +63,7 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(1);
 
 /// When a scheduled job's rounds are: every period since the Unix epoch, or
 /// at the times of a cron expression (UTC). Made by [`Schedule::every`] or
-/// [`Schedule::cron`]; [`rounds`](Schedule::rounds) waits for them.
+/// `Schedule::cron`; [`rounds`](Schedule::rounds) waits for them.
 #[derive(Clone)]
 pub struct Schedule {
     kind: Kind,
@@ -135,7 +135,7 @@ pub enum ScheduleError {
 ///
 /// Its id is the round's number since the Unix epoch for
 /// [`Schedule::every`] (tick time / period), and the tick's Unix time in
-/// seconds for [`Schedule::cron`]. It displays as its id, so `{round}` in a
+/// seconds for `Schedule::cron`. It displays as its id, so `{round}` in a
 /// `#[distributed_lock]` key names the round's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Round {

@@ -36,13 +36,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::clock::ms_between;
 use crate::event::{Event, LockKind, Register, TaskMode, WriteOutcome};
 
 use super::holds::{granted_from, reason, Hold};
-use super::report::{percentile, push_anomaly, push_fencing_anomaly, Row, Violation};
+use super::report::{
+    percentile, push_anomaly, push_fencing_anomaly, LeaderFigures, Row, Violation,
+};
 use super::windows::{intersects, Window};
 
 /// How long after the role's lock expired on the server a term's work may still run: the
@@ -54,47 +54,6 @@ pub(super) const DROP_ALLOWANCE: Duration = Duration::from_millis(100);
 /// local deadline is before the expiry by the drift allowance and a one-way trip, and the
 /// server reports an expiry up to an active-expiry cycle late).
 pub(super) const STALL_LOOKBACK: Duration = Duration::from_millis(200);
-
-/// The leader workload's figures.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct LeaderFigures {
-    /// Terms granted and recorded (every campaign that won).
-    pub terms: usize,
-    /// Of those, run by `Election::run`.
-    pub run_terms: usize,
-    /// Of the run loop's terms, those whose work it dropped at a loss.
-    pub dropped_at_loss: usize,
-    /// Terms the store dated the end of: the role's key expired on the server (during the
-    /// term, or within a lease after its work ended and before another term began, without
-    /// a deletion first), or an untouched successor began during the term.
-    pub judged: usize,
-    /// Of those, terms whose work was dropped at a loss (or saw `lost()`).
-    pub judged_lost: usize,
-    /// The latest end of such a lost term's work relative to that expiry, ms (negative:
-    /// before it, as the local deadline comes first), over the terms no fault touched.
-    pub end_after_expiry_max_ms: Option<f64>,
-    /// Fault injections whose window met a term they could reach.
-    pub faults_hit: usize,
-    /// Observers (workers) and the changes they were given.
-    pub observers: usize,
-    /// See above.
-    pub observed_changes: usize,
-    /// From a term's grant (as its worker recorded it) to an observer's view of it, ms:
-    /// median and maximum over (term, observer) pairs where the observer saw the term.
-    pub observe_latency_p50_ms: Option<f64>,
-    /// See above.
-    pub observe_latency_max_ms: Option<f64>,
-    /// (term, observer) pairs the observer never saw (coalesced: a later change came first).
-    pub observe_skipped: usize,
-    /// The longest time the role had a campaigner and no leader, outside faults and the
-    /// campaigner's stalls, ms (the liveness figure of kind `leader`).
-    pub no_leader_max_ms: Option<f64>,
-    /// Anomalies of leader terms (their first hold a term) and observers that count, and
-    /// excused ones.
-    pub violations: usize,
-    /// See above.
-    pub excused: usize,
-}
 
 /// For each hold, the times (its `WriteIntent`) of the fenced writes it sent that the fence
 /// did not refuse: accepted, or whose outcome is unknown (an error, no answer).
@@ -179,6 +138,7 @@ pub(super) fn check(
             .iter()
             .filter(|h| h.mode == TaskMode::LeaderRun && h.release.as_deref() == Some("dropped"))
             .count(),
+        drop_allowance_ms: DROP_ALLOWANCE.as_millis(),
         ..LeaderFigures::default()
     };
     let guard = super::KEY_EVENT_GUARD.as_nanos() as u64;

@@ -44,7 +44,6 @@ mod windows;
 
 use effects::decide_effects;
 use holds::*;
-pub use leader::LeaderFigures;
 pub use report::*;
 use windows::*;
 
@@ -200,8 +199,20 @@ pub fn analyze(
         }
     }
     harness.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    // Slots a `slot_migration` moved (`slot S: master P -> Q`) and when the move began: a
+    // later fault of Q's shard reaches them too (the layout at the start does not know).
+    let moved: Vec<(u16, u16, u64)> = windows
+        .iter()
+        .filter(|w| w.kind() == Some(Fault::SlotMigration))
+        .filter_map(|w| {
+            let rest = w.heal_target.strip_prefix("slot ")?;
+            let (slot, ports) = rest.split_once(": master ")?;
+            let (_, to) = ports.split_once(" -> ")?;
+            Some((slot.parse().ok()?, to.trim().parse().ok()?, w.start))
+        })
+        .collect();
     for w in &mut windows {
-        w.confine(&shards);
+        w.confine(&shards, &moved);
     }
     // (start, heal, worker): the nemesis records the start before it sends `SIGKILL` and
     // the heal after it reaped the process.

@@ -10,6 +10,50 @@ use serde::Serialize;
 use super::holds::{reason, Hold};
 use super::LISTED_VIOLATIONS;
 
+/// The leader workload's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LeaderFigures {
+    /// Terms granted and recorded (every campaign that won).
+    pub terms: usize,
+    /// Of those, run by `Election::run`.
+    pub run_terms: usize,
+    /// Of the run loop's terms, those whose work it dropped at a loss.
+    pub dropped_at_loss: usize,
+    /// Terms the store dated the end of: the role's key expired on the server (during the
+    /// term, or within a lease after its work ended and before another term began, without
+    /// a deletion first), or an untouched successor began during the term.
+    pub judged: usize,
+    /// Of those, terms whose work was dropped at a loss (or saw `lost()`).
+    pub judged_lost: usize,
+    /// The latest end of such a lost term's work relative to that expiry, ms (negative:
+    /// before it, as the local deadline comes first), over the terms no fault touched.
+    pub end_after_expiry_max_ms: Option<f64>,
+    /// Fault injections whose window met a term they could reach.
+    pub faults_hit: usize,
+    /// Observers (workers) and the changes they were given.
+    pub observers: usize,
+    /// See above.
+    pub observed_changes: usize,
+    /// From a term's grant (as its worker recorded it) to an observer's view of it, ms:
+    /// median and maximum over (term, observer) pairs where the observer saw the term.
+    pub observe_latency_p50_ms: Option<f64>,
+    /// See above.
+    pub observe_latency_max_ms: Option<f64>,
+    /// (term, observer) pairs the observer never saw (coalesced: a later change came first).
+    pub observe_skipped: usize,
+    /// The longest time the role had a campaigner and no leader, outside faults and the
+    /// campaigner's stalls, ms (the liveness figure of kind `leader`).
+    pub no_leader_max_ms: Option<f64>,
+    /// Anomalies of leader terms (their first hold a term) and observers that count, and
+    /// excused ones.
+    pub violations: usize,
+    /// See above.
+    pub excused: usize,
+    /// How long after the role's expiry a term's work may still run (the checker's
+    /// allowance), ms.
+    pub drop_allowance_ms: u128,
+}
+
 /// What the harness recorded beside the faults (repairs, skipped or failed steps).
 #[derive(Debug, Clone, Serialize)]
 pub struct HarnessNote {
@@ -431,7 +475,7 @@ pub struct BackendReport {
     /// What the harness recorded beside the faults (shard repairs, skipped steps).
     pub harness: Vec<HarnessNote>,
     /// The leader workload's figures (`None`: it did not run).
-    pub leader: Option<super::LeaderFigures>,
+    pub leader: Option<LeaderFigures>,
 }
 
 impl BackendReport {
@@ -630,7 +674,7 @@ impl BackendReport {
                 l.judged,
                 l.judged_lost,
                 fmt_ms(l.end_after_expiry_max_ms),
-                super::leader::DROP_ALLOWANCE.as_millis(),
+                l.drop_allowance_ms,
                 fmt_ms(l.no_leader_max_ms),
                 l.observers,
                 l.observed_changes,

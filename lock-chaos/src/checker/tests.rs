@@ -448,6 +448,68 @@ fn a_fault_of_one_cluster_shard_touches_only_the_locks_of_that_shard() {
     assert!(run("lock:{x} old master port 2", false).is_empty());
 }
 
+/// A slot that a `slot_migration` moved to another shard is reached by that shard's later
+/// faults: the layout recorded at the start no longer places it (seen: a forward clock jump
+/// of the receiving master expired a moved lock early, and the overlap was counted).
+#[test]
+fn a_migrated_slot_is_reached_by_its_new_shards_faults() {
+    let slot = lock_test_support::key_slot(lock_key(NAME).as_bytes());
+    let mut rest = Vec::new();
+    if slot > 0 {
+        rest.push((0, slot - 1));
+    }
+    if slot < 16383 {
+        rest.push((slot + 1, 16383));
+    }
+    let run = |migrated: bool| {
+        let mut events = vec![
+            shard(vec![(slot, slot)], vec![1, 11]),
+            shard(rest.clone(), vec![2, 12]),
+        ];
+        if migrated {
+            events.push(fault(
+                200,
+                "slot_migration",
+                "start",
+                "lock:{x} old master port 1",
+            ));
+            events.push(fault(
+                300,
+                "slot_migration",
+                "heal",
+                &format!("slot {slot}: master 1 -> 2"),
+            ));
+        }
+        events.extend([
+            acq(400, 0, "w0-t0-0", 5),
+            // The receiving master's clock jumps forward: the moved lock expires early.
+            fault(
+                500,
+                "clock_jump_forward",
+                "start",
+                "server port 2 pid 9 +2000 ms",
+            ),
+            fault(
+                510,
+                "clock_jump_forward",
+                "heal",
+                "server port 2 pid 9 +2000 ms",
+            ),
+            acq(1000, 1, "w1-t0-0", 6),
+            rel(3000, 0, "w0-t0-0", 5, "ok"),
+            rel(3100, 1, "w1-t0-0", 6, "ok"),
+        ]);
+        let report = analyze("cluster", &events, None, LEASE, 0, 100_000 * MS);
+        counted(&report)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(run(true).is_empty(), "{:?}", run(true));
+    // Without the move, the jump of the other shard's master excuses nothing.
+    assert!(run(false).contains(&"overlap".to_owned()));
+}
+
 /// The cluster client holds every request while it recovers from one shard's hung master:
 /// a liveness gap on another shard's lock during that shard's fault is not counted (an
 /// overlap there still is, as above).

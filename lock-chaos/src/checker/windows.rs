@@ -84,7 +84,12 @@ impl Window {
     /// Confines the fault to the shard it hit, when the target names one of its servers
     /// (`old master port N`, `server port N`, a master moved `to port N`) or only a lock key
     /// (`lock:{name} ...`). Faults of workers or of every server stay unconfined.
-    pub(super) fn confine(&mut self, shards: &[Shard]) {
+    ///
+    /// `moved` lists the slots a slot migration moved, with the port they moved to and when
+    /// the move began: a fault of a shard that received a slot before the fault ended
+    /// reaches that slot's locks too (its old shard's faults still do as well: the side of
+    /// more excuses, since a move's exact end on every node is not recorded).
+    pub(super) fn confine(&mut self, shards: &[Shard], moved: &[(u16, u16, u64)]) {
         if shards.is_empty() || self.worker().is_some() {
             return;
         }
@@ -109,7 +114,16 @@ impl Window {
                         .find(|s| in_slots(&s.slots, LockKind::Plain, name))
                 }),
         };
-        self.slots = shard.map(|s| s.slots.clone());
+        self.slots = shard.map(|s| {
+            let mut slots = s.slots.clone();
+            slots.extend(
+                moved
+                    .iter()
+                    .filter(|(_, to, began)| s.ports.contains(to) && *began <= self.end)
+                    .map(|&(slot, _, _)| (slot, slot)),
+            );
+            slots
+        });
     }
 
     /// The worker a fault targeted (`worker N pid P`).

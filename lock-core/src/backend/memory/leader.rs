@@ -4,7 +4,7 @@
 //! first proclaimed and the leader's metadata; it is shown only while its
 //! owner holds the role's lock with that token.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -22,13 +22,10 @@ pub(super) struct Record {
     expires_at: Instant,
 }
 
-/// The wall clock in ms since the Unix epoch (the store's "server time").
+/// The wall clock in ms since the Unix epoch (the store's "server time"),
+/// from the clock the store's fencing tokens are floored by.
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
+    super::clock_micros() / 1000
 }
 
 /// The holder of `role`'s lock and its token, with its remaining lease.

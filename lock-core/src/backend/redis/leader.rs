@@ -7,10 +7,10 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Pipeline, Script, Value};
+use redis::{Script, Value};
 
 use super::command::{self, Target};
-use super::reply;
+use super::{reply, scripts};
 use crate::backend::{LeaderRecord, LEADER_RECORD_TTL};
 use crate::lease;
 use crate::name::LockKey;
@@ -41,37 +41,24 @@ fn scripts() -> [&'static Script; 3] {
     [&*PROCLAIM, &*READ, &*VACATE]
 }
 
-/// One script call as a pipeline of one.
-fn call(script: &Script, keys: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len());
-    for key in keys {
-        cmd.arg(*key);
-    }
-    cmd
-}
-
-/// Sends `cmd` to `target` and returns its reply, errors naming `role`.
-async fn send<T: Target>(
-    target: &mut T,
-    cmd: redis::Cmd,
-    role: &LockKey,
-    timeout: Duration,
-    server: &str,
-) -> Result<Value, LockError> {
-    let backend_error = |source: BackendError| LockError::Backend {
+/// A failure of `role`'s record at `server`, as a lock error naming the role.
+fn failed<'a>(role: &'a LockKey, server: &'a str) -> impl Fn(BackendError) -> LockError + 'a {
+    move |source| LockError::Backend {
         key: role.name.to_string(),
         server: server.to_owned(),
         source,
-    };
-    let mut pipe = Pipeline::with_capacity(1);
-    // One reply per command, so that `NOSCRIPT` is seen and the script loaded.
-    pipe.ignore_errors();
-    pipe.add_command(cmd);
-    let replies = command::run(target, &pipe, 1, &scripts(), timeout)
-        .await
-        .map_err(backend_error)?;
-    reply::first(replies).map_err(backend_error)
+    }
+}
+
+/// Sends `cmd` (one script call, its error its reply, so that `NOSCRIPT`
+/// loads the scripts) to `target` and returns its reply.
+async fn send<T: Target>(
+    target: &mut T,
+    cmd: redis::Cmd,
+    timeout: Duration,
+) -> Result<Value, BackendError> {
+    let replies = command::run(target, &scripts::one(cmd), 1, &scripts(), timeout).await?;
+    reply::first(replies)
 }
 
 /// See `Backend::leader_proclaim`; `publish` is `PUBLISH` or `SPUBLISH`.
@@ -86,17 +73,13 @@ pub(crate) async fn proclaim<T: Target>(
     timeout: Duration,
     server: &str,
 ) -> Result<Option<LeaderRecord>, LockError> {
-    let mut cmd = call(&PROCLAIM, &[&role.lock, &record.lock, &record.channel]);
+    let mut cmd = scripts::evalsha(&PROCLAIM, &[&role.lock, &record.lock, &record.channel]);
     cmd.arg(owner)
         .arg(metadata)
         .arg(publish)
         .arg(lease::millis(LEADER_RECORD_TTL));
-    let reply = send(target, cmd, role, timeout, server).await?;
-    parse(reply).map_err(|source| LockError::Backend {
-        key: role.name.to_string(),
-        server: server.to_owned(),
-        source,
-    })
+    let reply = send(target, cmd, timeout).await;
+    reply.and_then(parse).map_err(failed(role, server))
 }
 
 /// See `Backend::leader_read`.
@@ -107,13 +90,9 @@ pub(crate) async fn read<T: Target>(
     timeout: Duration,
     server: &str,
 ) -> Result<Option<LeaderRecord>, LockError> {
-    let cmd = call(&READ, &[&role.lock, &record.lock]);
-    let reply = send(target, cmd, role, timeout, server).await?;
-    parse(reply).map_err(|source| LockError::Backend {
-        key: role.name.to_string(),
-        server: server.to_owned(),
-        source,
-    })
+    let cmd = scripts::evalsha(&READ, &[&role.lock, &record.lock]);
+    let reply = send(target, cmd, timeout).await;
+    reply.and_then(parse).map_err(failed(role, server))
 }
 
 /// See `Backend::leader_vacate`; `publish` is `PUBLISH` or `SPUBLISH`.
@@ -126,9 +105,12 @@ pub(crate) async fn vacate<T: Target>(
     timeout: Duration,
     server: &str,
 ) -> Result<(), LockError> {
-    let mut cmd = call(&VACATE, &[&record.lock, &record.channel]);
+    let mut cmd = scripts::evalsha(&VACATE, &[&record.lock, &record.channel]);
     cmd.arg(term).arg(publish);
-    send(target, cmd, role, timeout, server).await.map(drop)
+    send(target, cmd, timeout)
+        .await
+        .map(drop)
+        .map_err(failed(role, server))
 }
 
 /// `{}` (nobody holds the lock) or `{term, owner, pttl, now, since,

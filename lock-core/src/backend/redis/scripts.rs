@@ -554,10 +554,11 @@ impl Scripts {
         one(cmd)
     }
 
-    /// Raises the fencing counter of `key`'s slot to `token`, as a pipeline of one.
-    pub(crate) fn fence_floor(&self, key: &LockKey, token: u64) -> Pipeline {
-        let mut cmd = evalsha(&self.fence_floor, &[&key.fence()]);
-        cmd.arg(token);
+    /// Raises the fencing counter of `key`'s slot to `token` and records
+    /// `token` as `owner`'s in the lock's hash, as a pipeline of one.
+    pub(crate) fn fence_floor(&self, key: &LockKey, owner: &str, token: u64) -> Pipeline {
+        let mut cmd = evalsha(&self.fence_floor, &[&key.fence(), &key.lock]);
+        cmd.arg(token).arg(owner);
         one(cmd)
     }
 
@@ -697,7 +698,7 @@ const EVALSHA_ARGS_ROOM: usize = 7 + 40 + 3 + 96;
 
 /// `EVALSHA` of `script` with `keys`, as one command; the caller appends the
 /// arguments.
-fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
     // Sized up front for the keys and the usual arguments (owner, lease and
     // a few more): no reallocation while the caller appends them.
     let data = keys.iter().map(|key| key.len()).sum::<usize>() + EVALSHA_ARGS_ROOM;

@@ -164,9 +164,13 @@ impl RedlockBackend {
         if tokens.len() >= self.quorum() && valid {
             // The strongest sound fencing token: the highest of the quorum's,
             // written back as a floor to the counters of a majority, so any
-            // later quorum (which overlaps that majority) issues a higher one.
+            // later quorum (which overlaps that majority) issues a higher one,
+            // and as the holder's token on each master, so that inspect and a
+            // re-entry read it from any majority.
             let token = tokens.iter().copied().max().unwrap_or(0);
-            let floors = self.on_all(|node| node.fence_floor(key, token)).await;
+            let floors = self
+                .on_all(|node| node.fence_floor(key, owner, token))
+                .await;
             if floors.iter().filter(|r| r.is_ok()).count() >= self.quorum() {
                 return Ok(Attempt::Acquired { token });
             }

@@ -395,9 +395,15 @@ impl RedisBackend {
         }
     }
 
-    /// Raises the fencing counter of `key`'s slot to at least `token` (Redlock).
-    pub(crate) async fn fence_floor(&self, key: &LockKey, token: u64) -> Result<(), LockError> {
-        self.exec_int(key, &self.scripts.fence_floor(key, token))
+    /// Raises the fencing counter of `key`'s slot to at least `token` and
+    /// records `token` as `owner`'s on this node (Redlock).
+    pub(crate) async fn fence_floor(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        token: u64,
+    ) -> Result<(), LockError> {
+        self.exec_int(key, &self.scripts.fence_floor(key, owner, token))
             .await
             .map(drop)
     }
