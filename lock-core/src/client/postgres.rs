@@ -19,6 +19,7 @@ impl LockClientBuilder {
         PostgresConnect {
             builder: self,
             url: url.to_owned(),
+            listen_url: None,
             schema: DEFAULT_SCHEMA.to_owned(),
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
         }
@@ -66,6 +67,7 @@ impl LockClient {
 pub struct PostgresConnect {
     builder: LockClientBuilder,
     url: String,
+    listen_url: Option<String>,
     schema: String,
     table_prefix: String,
 }
@@ -87,6 +89,18 @@ impl PostgresConnect {
     /// and key prefix.
     pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.table_prefix = prefix.into();
+        self
+    }
+
+    /// The database for the wake-ups' `LISTEN` connection, when it is not
+    /// `url`'s: give the server's own address here when `url` goes through
+    /// PgBouncer in transaction pooling mode, which runs the lock's
+    /// statements (each is a transaction of its own) but cannot keep a
+    /// `LISTEN`, a session's state. It must reach the same database (the
+    /// `NOTIFY`s of the lock's statements are delivered there). Without it,
+    /// the `LISTEN` connection uses `url`.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
         self
     }
 
@@ -118,19 +132,25 @@ impl PostgresConnect {
                 reason: refused.reason.into(),
             });
         }
-        let config = tokio_postgres::Config::from_str(&self.url).map_err(|err| {
-            LockError::InvalidConfig {
+        let parse = |url: &str, what: &str| {
+            tokio_postgres::Config::from_str(url).map_err(|err| LockError::InvalidConfig {
                 key: "*".into(),
-                reason: format!("invalid PostgreSQL URL: {err}"),
-            }
-        })?;
+                reason: format!("invalid PostgreSQL {what}: {err}"),
+            })
+        };
+        let config = parse(&self.url, "URL")?;
+        let listen = match &self.listen_url {
+            Some(url) => Some(parse(url, "listen URL")?),
+            None => None,
+        };
         let redis = builder.settings(None);
         let settings = PgSettings {
             connect_timeout: redis.connect_timeout,
             response_timeout: redis.response_timeout,
         };
         let backend =
-            PostgresBackend::connect(config, settings, &self.schema, &self.table_prefix).await?;
+            PostgresBackend::connect(config, listen, settings, &self.schema, &self.table_prefix)
+                .await?;
         let wakeups = backend.wakeups();
         builder.connected_checked(backend, wakeups).await
     }

@@ -271,8 +271,12 @@ impl PostgresBackend {
     /// the design note). Fails with [`LockError::Connect`] (or
     /// [`LockError::Authentication`]) when the server cannot be reached or
     /// the DDL fails.
+    /// `listen` is the connection for `LISTEN` when it differs from
+    /// `config` (the command path goes through a transaction-mode
+    /// PgBouncer, which cannot carry a `LISTEN`).
     pub(crate) async fn connect(
         config: Config,
+        listen: Option<Config>,
         settings: PgSettings,
         schema: &str,
         table_prefix: &str,
@@ -298,7 +302,7 @@ impl PostgresBackend {
         conn.client().await.map_err(failed)?;
         conn.batch(&names.ddl()).await.map_err(failed)?;
         let subscription = Arc::new(PgSubscription::new(
-            conn.config().clone(),
+            listen.unwrap_or_else(|| conn.config().clone()),
             conn.settings().clone(),
             names.clone(),
             server.clone(),
