@@ -145,8 +145,22 @@ behaviour_suite!(Postgres::new();
     shutdown_refuses_new_locks_and_stops_renewing,
 );
 
+// Leader election, but `leader_role_lock_is_never_kept_hot`: a client that
+// keeps locks hot is refused at connect on PostgreSQL (see below).
+behaviour_suite!(Postgres::new();
+    leader_one_at_a_time_with_rising_terms,
+    leader_resignation_hands_over_at_once,
+    leader_is_read_by_any_client,
+    leader_observer_sees_every_change_in_order,
+    leader_observers_never_see_an_older_term,
+    leader_run_loop_drops_work_on_loss_and_campaigns_again,
+    leader_shutdown_hands_over_at_once,
+    leader_second_campaign_in_one_chain_is_refused,
+    leader_dropped_leadership_resigns,
+);
+
 #[tokio::test]
-async fn the_family_hot_locks_and_leadership_are_refused_with_typed_errors() {
+async fn the_family_and_hot_locks_are_refused_with_typed_errors() {
     let fixture = Postgres::new();
     let client = fixture.client().await;
     let refused = client.fair_lock("p:fair").acquire().await.unwrap_err();

@@ -187,7 +187,8 @@ use self::schema::Names;
 pub(crate) use self::schema::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 use self::subscriber::PgSubscription;
 use super::{
-    Attempt, Backend, Capabilities, DataConnection, Released, RenewItem, Renewal, Unsupported,
+    Attempt, Backend, Capabilities, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
+    Unsupported, LEADER_RECORD_TTL,
 };
 use crate::info::FamilyState;
 use crate::name::{self, Kind, LockKey};
@@ -218,10 +219,7 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
         backend: BACKEND,
         reason: "Redisson's layout is a Redis layout",
     }),
-    leadership: Some(Unsupported {
-        backend: BACKEND,
-        reason: "leader election is not available on PostgreSQL yet",
-    }),
+    leadership: None,
 };
 
 /// The plain lock in a PostgreSQL database (see the module's design note).
@@ -248,6 +246,9 @@ struct Statements {
     record_layout: String,
     layouts: String,
     forget_layout: String,
+    leader_proclaim: String,
+    leader_read: String,
+    leader_vacate: String,
 }
 
 /// A duration in whole microseconds, as the statements take it (saturating:
@@ -324,6 +325,9 @@ impl PostgresBackend {
             record_layout: names.record_layout_sql(),
             layouts: names.layouts_sql(),
             forget_layout: names.forget_layout_sql(),
+            leader_proclaim: names.leader_proclaim_sql(),
+            leader_read: names.leader_read_sql(),
+            leader_vacate: names.leader_vacate_sql(),
         };
         Ok(PostgresBackend {
             conn,
@@ -615,6 +619,131 @@ impl PostgresBackend {
             .map_err(|e| self.error("*", e))?;
         self.layout_rows(&rows)
     }
+
+    /// See `Backend::leader_proclaim`.
+    async fn leader_proclaim_now(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+        owner: &str,
+        metadata: &str,
+    ) -> Result<Option<LeaderRecord>, LockError> {
+        if metadata.contains('\0') {
+            return Err(LockError::InvalidConfig {
+                key: name::display_name(&role.name),
+                reason: "a leader's metadata on PostgreSQL must not contain a NUL character \
+                         (text cannot hold one)"
+                    .into(),
+            });
+        }
+        let (lock, record_key): (&str, &str) = (&role.lock, &record.lock);
+        let keep = micros(LEADER_RECORD_TTL);
+        let (channel, payload) = self.wake(record, "");
+        let rows = self
+            .conn
+            .query(
+                &self.statements.leader_proclaim,
+                &[
+                    (&lock, Type::TEXT),
+                    (&record_key, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&metadata, Type::TEXT),
+                    (&keep, Type::INT8),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+            )
+            .await
+            .map_err(|e| self.error(&role.name, e))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let read = || -> Result<_, tokio_postgres::Error> {
+            Ok((
+                row.try_get::<_, i64>(0)?,
+                row.try_get::<_, i64>(1)?,
+                row.try_get::<_, i64>(2)?,
+                row.try_get::<_, i64>(3)?,
+            ))
+        };
+        let (term, ttl, now_ms, since_ms) =
+            read().map_err(|e| self.error(&role.name, connection::backend_error(&e)))?;
+        Ok(Some(LeaderRecord {
+            term: token_of(term),
+            owner: owner.to_owned(),
+            lease_left: from_micros(ttl),
+            now_ms: token_of(now_ms),
+            since_ms: Some(token_of(since_ms)),
+            metadata: Some(metadata.to_owned()),
+        }))
+    }
+
+    /// See `Backend::leader_read` (one read-only statement).
+    async fn leader_read_now(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+    ) -> Result<Option<LeaderRecord>, LockError> {
+        let (lock, record_key): (&str, &str) = (&role.lock, &record.lock);
+        let rows = self
+            .conn
+            .query(
+                &self.statements.leader_read,
+                &[(&lock, Type::TEXT), (&record_key, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| self.error(&role.name, e))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let read = || -> Result<_, tokio_postgres::Error> {
+            Ok((
+                row.try_get::<_, Option<String>>(0)?,
+                row.try_get::<_, Option<i64>>(1)?,
+                row.try_get::<_, Option<i64>>(2)?,
+                row.try_get::<_, i64>(3)?,
+                row.try_get::<_, Option<i64>>(4)?,
+                row.try_get::<_, Option<String>>(5)?,
+            ))
+        };
+        let (owner, term, ttl, now_ms, since_ms, metadata) =
+            read().map_err(|e| self.error(&role.name, connection::backend_error(&e)))?;
+        let (Some(owner), Some(term)) = (owner, term) else {
+            return Ok(None);
+        };
+        Ok(Some(LeaderRecord {
+            term: token_of(term),
+            owner,
+            lease_left: ttl.map(from_micros).unwrap_or_default(),
+            now_ms: token_of(now_ms),
+            since_ms: since_ms.map(token_of),
+            metadata,
+        }))
+    }
+
+    /// See `Backend::leader_vacate`.
+    async fn leader_vacate_now(
+        &self,
+        role: &LockKey,
+        record: &LockKey,
+        term: u64,
+    ) -> Result<(), LockError> {
+        let record_key: &str = &record.lock;
+        let term_sql = i64::try_from(term).unwrap_or(i64::MAX);
+        let (channel, payload) = self.wake(record, &format!("v {term}"));
+        self.boolean(
+            role,
+            &self.statements.leader_vacate,
+            &[
+                (&record_key, Type::TEXT),
+                (&term_sql, Type::INT8),
+                (&channel, Type::TEXT),
+                (&payload, Type::TEXT),
+            ],
+        )
+        .await
+        .map(drop)
+    }
 }
 
 impl Backend for PostgresBackend {
@@ -790,6 +919,34 @@ impl Backend for PostgresBackend {
             Ok(!rows.is_empty())
         }
         .boxed()
+    }
+
+    fn leader_proclaim<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        owner: &'a str,
+        metadata: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        self.leader_proclaim_now(role, record, owner, metadata)
+            .boxed()
+    }
+
+    fn leader_read<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LeaderRecord>, LockError>> {
+        self.leader_read_now(role, record).boxed()
+    }
+
+    fn leader_vacate<'a>(
+        &'a self,
+        role: &'a LockKey,
+        record: &'a LockKey,
+        term: u64,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        self.leader_vacate_now(role, record, term).boxed()
     }
 
     fn list<'a>(

@@ -10,7 +10,7 @@ pub(crate) const DEFAULT_SCHEMA: &str = "public";
 pub(crate) const DEFAULT_TABLE_PREFIX: &str = "distlock_";
 
 /// The longest table prefix: the longest name built on it
-/// (`<prefix>force_release`, `<prefix>locks_expires`) stays within
+/// (`<prefix>leader_proclaim`, `<prefix>locks_expires`) stays within
 /// PostgreSQL's 63 bytes.
 const MAX_TABLE_PREFIX: usize = 40;
 /// PostgreSQL's longest identifier.
@@ -57,6 +57,9 @@ pub(crate) struct Names {
     pub(crate) force_release: String,
     pub(crate) cut: String,
     pub(crate) record_layout: String,
+    pub(crate) leaders: String,
+    pub(crate) leader_proclaim: String,
+    pub(crate) leader_vacate: String,
 }
 
 impl Names {
@@ -77,6 +80,9 @@ impl Names {
             force_release: q("force_release"),
             cut: q("cut"),
             record_layout: q("record_layout"),
+            leaders: q("leaders"),
+            leader_proclaim: q("leader_proclaim"),
+            leader_vacate: q("leader_vacate"),
         })
     }
 
@@ -96,6 +102,9 @@ impl Names {
             force_release,
             cut,
             record_layout,
+            leaders,
+            leader_proclaim,
+            leader_vacate,
         } = self;
         format!(
             r#"BEGIN;
@@ -116,6 +125,14 @@ CREATE TABLE IF NOT EXISTS {fences} (
 CREATE TABLE IF NOT EXISTS {layouts} (
   layout text PRIMARY KEY,
   seen_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {leaders} (
+  key text PRIMARY KEY,
+  term bigint NOT NULL,
+  owner text NOT NULL,
+  since timestamptz NOT NULL,
+  metadata text NOT NULL,
+  expires_at timestamptz NOT NULL
 );
 
 CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_fence text, p_owner text, p_lease_us bigint)
@@ -209,6 +226,56 @@ BEGIN
   END IF;
   RETURN QUERY SELECT layout FROM {layouts} ORDER BY layout;
 END $f$;
+
+CREATE OR REPLACE FUNCTION {leader_proclaim}(p_lock text, p_record text, p_owner text,
+                                             p_metadata text, p_keep_us bigint, p_channel text,
+                                             p_payload text)
+RETURNS TABLE (out_term bigint, out_ttl_us bigint, out_now_ms bigint, out_since_ms bigint)
+LANGUAGE plpgsql AS $f$
+DECLARE
+  v_now timestamptz := clock_timestamp();
+  v_term bigint;
+  v_expires timestamptz;
+  v_since timestamptz;
+BEGIN
+  -- Only while p_owner holds the role's lock; FOR SHARE keeps the row from
+  -- being released or taken over until this transaction commits.
+  SELECT l.token, l.expires_at INTO v_term, v_expires FROM {locks} l
+  WHERE l.key = p_lock AND l.owner = p_owner AND l.expires_at > v_now FOR SHARE;
+  IF NOT FOUND THEN RETURN; END IF;
+  INSERT INTO {leaders} AS r (key, term, owner, since, metadata, expires_at)
+  VALUES (p_record, v_term, p_owner, v_now, p_metadata,
+          v_now + p_keep_us * interval '1 microsecond')
+  ON CONFLICT (key) DO UPDATE
+    SET term = excluded.term, owner = excluded.owner, metadata = excluded.metadata,
+        expires_at = excluded.expires_at,
+        since = CASE WHEN r.term = excluded.term AND r.owner = excluded.owner
+                          AND r.expires_at > v_now
+                     THEN r.since ELSE excluded.since END
+  RETURNING r.since INTO v_since;
+  -- Clean up to 2 records of roles nobody proclaimed for a long time.
+  DELETE FROM {leaders} WHERE key IN (
+    SELECT e.key FROM {leaders} e WHERE e.expires_at < v_now
+    ORDER BY e.expires_at LIMIT 2 FOR UPDATE SKIP LOCKED
+  ) AND expires_at < v_now;
+  PERFORM pg_notify(p_channel, p_payload || v_term::text);
+  RETURN QUERY SELECT v_term,
+    greatest(1, ceil(extract(epoch FROM v_expires - v_now) * 1000000))::bigint,
+    floor(extract(epoch FROM v_now) * 1000)::bigint,
+    floor(extract(epoch FROM v_since) * 1000)::bigint;
+END $f$;
+
+CREATE OR REPLACE FUNCTION {leader_vacate}(p_record text, p_term bigint, p_channel text,
+                                           p_payload text)
+RETURNS boolean LANGUAGE plpgsql AS $f$
+DECLARE
+  v_deleted boolean;
+BEGIN
+  DELETE FROM {leaders} WHERE key = p_record AND term = p_term;
+  v_deleted := FOUND;
+  PERFORM pg_notify(p_channel, p_payload);
+  RETURN v_deleted;
+END $f$;
 COMMIT;
 "#
         )
@@ -297,6 +364,44 @@ COMMIT;
              WHERE seen_at >= clock_timestamp() - $1 * interval '1 microsecond' ORDER BY layout",
             self.layouts
         )
+    }
+
+    /// `$1` role lock key, `$2` record key, `$3` owner, `$4` metadata, `$5`
+    /// how long the record is kept in µs, `$6` channel, `$7` payload
+    /// without the message (the term is appended): one row `(term,
+    /// ttl_us, now_ms, since_ms)` when `$3` holds the lock, else none.
+    pub(crate) fn leader_proclaim_sql(&self) -> String {
+        format!(
+            "SELECT out_term, out_ttl_us, out_now_ms, out_since_ms \
+             FROM {}($1, $2, $3, $4, $5, $6, $7)",
+            self.leader_proclaim
+        )
+    }
+
+    /// `$1` role lock key, `$2` record key: one row, `(owner, term, ttl_us,
+    /// now_ms, since_ms, metadata)`, owner null when nobody holds the
+    /// lock, since and metadata null when the record is not the holder's
+    /// term's.
+    pub(crate) fn leader_read_sql(&self) -> String {
+        format!(
+            "SELECT l.owner, l.token, {ttl} AS ttl_us, \
+                    floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms, \
+                    floor(extract(epoch FROM r.since) * 1000)::bigint AS since_ms, \
+                    r.metadata \
+             FROM (SELECT 1) AS one \
+             LEFT JOIN {locks} l ON l.key = $1 AND l.expires_at > clock_timestamp() \
+             LEFT JOIN {leaders} r ON r.key = $2 AND r.term = l.token AND r.owner = l.owner \
+                                   AND r.expires_at > clock_timestamp()",
+            ttl = TTL_US,
+            locks = self.locks,
+            leaders = self.leaders
+        )
+    }
+
+    /// `$1` record key, `$2` term, `$3` channel, `$4` payload: whether it
+    /// deleted the record (it tells the observers either way).
+    pub(crate) fn leader_vacate_sql(&self) -> String {
+        format!("SELECT {}($1, $2, $3, $4)", self.leader_vacate)
     }
 
     /// `$1` layout: the layouts deleted (0 or 1 row).
