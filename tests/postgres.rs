@@ -432,3 +432,104 @@ async fn a_terminated_command_connection_is_made_again() {
         "{now:?} after {sessions:?}"
     );
 }
+
+/// `hold_in`: a transaction that confirmed the hold keeps the lock from
+/// changing hands until it commits, even past the lease; its write then
+/// commits, and the next holder gets the lock after the commit, with a
+/// higher token.
+#[tokio::test]
+async fn hold_in_keeps_the_lock_until_the_transaction_commits() {
+    let fixture = Postgres::new();
+    let (client, other) = (fixture.client().await, fixture.client().await);
+    let mut db = fixture.sql().await;
+    let table = format!("{}.orders", fixture.schema);
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (id int PRIMARY KEY, state text NOT NULL); \
+         INSERT INTO {table} VALUES (42, 'new')"
+    ))
+    .await
+    .unwrap();
+    let guard = client
+        .lock("p:order:42")
+        .lease(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    let tx = db.transaction().await.unwrap();
+    guard.hold_in(&tx).await.unwrap();
+    let committed = Arc::new(Mutex::new(None::<std::time::Instant>));
+    let taker = tokio::spawn(async move {
+        let next = other
+            .lock("p:order:42")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        (std::time::Instant::now(), next.fencing_token())
+    });
+    // Well past the 400 ms lease: the lock cannot change hands while `tx` is open.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        !taker.is_finished(),
+        "the lock changed hands under an open hold_in"
+    );
+    tx.execute(
+        &format!("UPDATE {table} SET state = 'paid' WHERE id = 42"),
+        &[],
+    )
+    .await
+    .unwrap();
+    *committed.lock().unwrap() = Some(std::time::Instant::now());
+    tx.commit().await.unwrap();
+    let (taken_at, token) = taker.await.unwrap();
+    assert!(taken_at >= committed.lock().unwrap().unwrap());
+    assert!(token > guard.fencing_token());
+    let state: String = db
+        .query_one(&format!("SELECT state FROM {table} WHERE id = 42"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "paid");
+}
+
+/// `hold_in` refuses a lease that ran out, a lock taken over by another
+/// owner, and a backend that is not PostgreSQL, each with its typed error.
+#[tokio::test]
+async fn hold_in_refuses_a_lost_lease_a_new_holder_and_other_backends() {
+    let fixture = Postgres::new();
+    let (client, other) = (fixture.client().await, fixture.client().await);
+    let mut db = fixture.sql().await;
+    let expired = client
+        .lock("p:hold:expired")
+        .lease(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tx = db.transaction().await.unwrap();
+    let err = expired.hold_in(&tx).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::LeaseLost { key, .. } if key == "p:hold:expired"),
+        "{err:?}"
+    );
+    tx.rollback().await.unwrap();
+    let next = other
+        .lock("p:hold:expired")
+        .acquire()
+        .await
+        .expect("free after the lease");
+    let tx = db.transaction().await.unwrap();
+    let err = expired.hold_in(&tx).await.unwrap_err();
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err:?}");
+    next.hold_in(&tx).await.unwrap();
+    tx.commit().await.unwrap();
+    next.release().await.unwrap();
+    let memory = LockClient::memory();
+    let guard = memory.lock("p:hold:memory").acquire().await.unwrap();
+    let tx = db.transaction().await.unwrap();
+    let err = guard.hold_in(&tx).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::Unsupported { key, primitive: "hold_in", .. } if key == "p:hold:memory"),
+        "{err:?}"
+    );
+}

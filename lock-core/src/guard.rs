@@ -77,6 +77,79 @@ impl LockGuard {
         &self.lock.owner
     }
 
+    /// Confirms, inside the caller's transaction `tx` on the lock's own
+    /// PostgreSQL database (feature `postgres`), that this guard still
+    /// holds its lock by the server's clock, and keeps the lock's row locked
+    /// (`FOR SHARE`) until `tx` commits or rolls back.
+    ///
+    /// What that buys, beyond a fencing token: the writes `tx` makes after
+    /// this call commit only if no other owner could take the lock first.
+    /// Another client's acquisition (even of a lease that has expired
+    /// meanwhile) waits on the row until `tx` ends, and a release or a lease
+    /// lost before this call fails it. The rows need no fence column, and
+    /// a holder paused past its lease cannot write: one database, one
+    /// commit. Keep such transactions short: while `tx` is open, the lock
+    /// cannot change hands, and other clients' statements on it wait (each
+    /// up to its response timeout, then it tries again).
+    ///
+    /// Fails with [`LockError::LeaseLost`] when the lock is no longer
+    /// held by this guard's owner with this guard's token (`tx` should then
+    /// roll back), [`LockError::Unsupported`] when the client's backend is
+    /// not PostgreSQL, and [`LockError::Backend`] when the statement fails.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     client: distlock_core::LockClient,
+    /// #     db: &mut tokio_postgres::Client,
+    /// # ) -> Result<(), Box<dyn std::error::Error>> {
+    /// let guard = client.lock("order:42").acquire().await?;
+    /// let tx = db.transaction().await?;
+    /// guard.hold_in(&tx).await?; // the lock is ours until the commit
+    /// tx.execute("UPDATE orders SET state = 'paid' WHERE id = 42", &[]).await?;
+    /// tx.commit().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// One statement in `tx`: dropped, `tx` decides (its row lock, if taken,
+    /// ends with it). The lock itself is not touched.
+    #[cfg(feature = "postgres")]
+    pub async fn hold_in<C>(&self, tx: &C) -> Result<(), LockError>
+    where
+        C: tokio_postgres::GenericClient + Sync,
+    {
+        let key = &self.lock.key;
+        let Some(sql) = self.core.backend.hold_check_sql() else {
+            return Err(LockError::Unsupported {
+                key: key.name.to_string(),
+                primitive: "hold_in",
+                backend: "this backend",
+                reason: "only a lock in a PostgreSQL database can be confirmed in a transaction \
+                         of that database",
+            });
+        };
+        let token = i64::try_from(self.lock.token).unwrap_or(i64::MAX);
+        let owner: &str = &self.lock.owner;
+        let lock: &str = &key.lock;
+        let rows = tx
+            .query(sql, &[&lock, &owner, &token])
+            .await
+            .map_err(|err| LockError::Backend {
+                key: key.name.to_string(),
+                server: self.core.backend.server().to_owned(),
+                source: crate::BackendError::Protocol(format!("postgres: {err}")),
+            })?;
+        if rows.is_empty() {
+            return Err(LockError::LeaseLost {
+                key: key.name.to_string(),
+                reason: "the lock's row is no longer this owner's with this token by the \
+                         server's clock",
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the lock is still held: no loss detected and the lease known to
     /// run on the local clock.
     pub fn is_held(&self) -> bool {

@@ -246,6 +246,15 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// why the backend has no such store.
     fn data_connection(&self) -> Result<DataConnection, Unsupported>;
 
+    /// The SQL statement that confirms a hold inside the caller's own
+    /// transaction on the lock's database (`$1` key, `$2` owner, `$3`
+    /// token: one row while it is held by the server's clock, locking the
+    /// lock's row until that transaction ends), for the backends whose
+    /// locks live in an SQL database; `None` elsewhere.
+    fn hold_check_sql(&self) -> Option<&str> {
+        None
+    }
+
     /// What the backend knows about `key`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockInfo, LockError>>;
 

@@ -249,6 +249,7 @@ struct Statements {
     leader_proclaim: String,
     leader_read: String,
     leader_vacate: String,
+    hold_check: String,
 }
 
 /// A duration in whole microseconds, as the statements take it (saturating:
@@ -328,6 +329,7 @@ impl PostgresBackend {
             leader_proclaim: names.leader_proclaim_sql(),
             leader_read: names.leader_read_sql(),
             leader_vacate: names.leader_vacate_sql(),
+            hold_check: names.hold_check_sql(),
         };
         Ok(PostgresBackend {
             conn,
@@ -839,6 +841,10 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    fn hold_check_sql(&self) -> Option<&str> {
+        Some(&self.statements.hold_check)
     }
 
     fn data_connection(&self) -> Result<DataConnection, Unsupported> {

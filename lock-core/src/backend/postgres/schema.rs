@@ -404,6 +404,18 @@ COMMIT;
         format!("SELECT {}($1, $2, $3, $4)", self.leader_vacate)
     }
 
+    /// `$1` key, `$2` owner, `$3` token: one row while that owner holds the
+    /// lock with that token by the server's clock, `FOR SHARE`: the lock's
+    /// row stays locked until the caller's transaction ends, so no other
+    /// owner can take the lock (nor this one release it) before then.
+    pub(crate) fn hold_check_sql(&self) -> String {
+        format!(
+            "SELECT 1 FROM {} WHERE key = $1 AND owner = $2 AND token = $3 \
+             AND expires_at > clock_timestamp() FOR SHARE",
+            self.locks
+        )
+    }
+
     /// `$1` layout: the layouts deleted (0 or 1 row).
     pub(crate) fn forget_layout_sql(&self) -> String {
         format!(
