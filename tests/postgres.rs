@@ -533,3 +533,42 @@ async fn hold_in_refuses_a_lost_lease_a_new_holder_and_other_backends() {
         "{err:?}"
     );
 }
+
+/// A role the server refuses is `LockError::Authentication` naming the
+/// server's SQLSTATE; a statement's error is `BackendError::Postgres` with
+/// its SQLSTATE.
+#[tokio::test]
+async fn server_errors_are_typed_with_their_sqlstate() {
+    let fixture = Postgres::new();
+    let url = format!(
+        "postgres://nobody_here@127.0.0.1:{}/postgres",
+        fixture.server.port()
+    );
+    let err = LockClient::postgres(&url).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::Authentication { message, .. } if message.contains("28000")),
+        "{err:?}"
+    );
+    // The lock table dropped behind the client's back (an operator's
+    // mistake): the acquisition's statement fails with SQLSTATE 42P01.
+    let client = fixture.client().await;
+    fixture
+        .sql()
+        .await
+        .batch_execute(&format!("DROP TABLE {}.distlock_locks", fixture.schema))
+        .await
+        .unwrap();
+    let err = client.lock("p:typed").acquire().await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::Backend {
+                key,
+                source: distlock::BackendError::Postgres { code: Some(code), .. },
+                ..
+            } if key == "p:typed" && code == "42P01"
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("42P01") || format!("{err:?}").contains("42P01"));
+}

@@ -316,6 +316,18 @@ pub enum BackendError {
     /// An error reported by the Redis client or server.
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
+    /// An error reported by the PostgreSQL client or server (feature
+    /// `postgres`): the server's SQLSTATE when it sent one (`57P01` for a
+    /// terminated session, `40001` for a serialization failure, ...) and the
+    /// message.
+    #[error("postgres error{}: {message}", code.as_deref().map(|code| format!(" {code}")).unwrap_or_default())]
+    Postgres {
+        /// The SQLSTATE of a server error; `None` for the client's own
+        /// errors (a closed connection, a type mismatch).
+        code: Option<String>,
+        /// The message.
+        message: String,
+    },
     /// No answer arrived within the response timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),

@@ -138,7 +138,12 @@ impl LockGuard {
             .map_err(|err| LockError::Backend {
                 key: key.name.to_string(),
                 server: self.core.backend.server().to_owned(),
-                source: crate::BackendError::Protocol(format!("postgres: {err}")),
+                source: crate::BackendError::Postgres {
+                    code: err.as_db_error().map(|db| db.code().code().to_owned()),
+                    message: err
+                        .as_db_error()
+                        .map_or_else(|| err.to_string(), |db| db.message().to_owned()),
+                },
             })?;
         if rows.is_empty() {
             return Err(LockError::LeaseLost {

@@ -46,12 +46,14 @@ pub(crate) fn server_name(config: &Config) -> String {
 /// server sent one.
 pub(crate) fn backend_error(err: &tokio_postgres::Error) -> BackendError {
     match err.as_db_error() {
-        Some(db) => BackendError::Protocol(format!(
-            "postgres error {}: {}",
-            db.code().code(),
-            db.message()
-        )),
-        None => BackendError::Protocol(format!("postgres: {err}")),
+        Some(db) => BackendError::Postgres {
+            code: Some(db.code().code().to_owned()),
+            message: db.message().to_owned(),
+        },
+        None => BackendError::Postgres {
+            code: None,
+            message: err.to_string(),
+        },
     }
 }
 

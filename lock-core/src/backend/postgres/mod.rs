@@ -132,9 +132,6 @@
 //!
 //! # TODO (left for later, with what each needs)
 //!
-//! - **A `BackendError::Postgres` variant** (in `error.rs`, outside this
-//!   folder): errors are carried as [`BackendError::Protocol`] with the
-//!   server's SQLSTATE and message until then.
 //! - **The lock family**: a fair queue table (`<p>queue(key, owner,
 //!   presence_expires_at, seq bigserial)`, head-of-queue grant in the
 //!   release function with a `g <owner> <token>` NOTIFY), a read-write lock
@@ -287,15 +284,13 @@ impl PostgresBackend {
         let conn = Connection::new(config, settings);
         let server = conn.server().to_owned();
         let failed = |source: BackendError| match &source {
-            BackendError::Protocol(message)
-                if message.starts_with("postgres error 28P01")
-                    || message.starts_with("postgres error 28000") =>
-            {
-                LockError::Authentication {
-                    server: server.clone(),
-                    message: message.clone(),
-                }
-            }
+            BackendError::Postgres {
+                code: Some(code),
+                message,
+            } if code == "28P01" || code == "28000" => LockError::Authentication {
+                server: server.clone(),
+                message: format!("postgres error {code}: {message}"),
+            },
             _ => LockError::Connect {
                 server: server.clone(),
                 source,
@@ -503,6 +498,10 @@ impl PostgresBackend {
                     .map(|_| {
                         Renewal::Failed(match &err {
                             BackendError::Timeout(d) => BackendError::Timeout(*d),
+                            BackendError::Postgres { code, message } => BackendError::Postgres {
+                                code: code.clone(),
+                                message: message.clone(),
+                            },
                             _ => BackendError::Protocol(message.clone()),
                         })
                     })
