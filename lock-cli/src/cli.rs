@@ -209,7 +209,9 @@ pub(crate) struct Cli {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Connection")]
 pub(crate) struct ConnectionArgs {
-    /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:password@host/ for ACL.
+    /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:password@host/ for ACL;
+    /// or a PostgreSQL database: postgres://user:password@host:port/dbname (tables in schema
+    /// public, prefix distlock_).
     #[arg(
         long,
         global = true,

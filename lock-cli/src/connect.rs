@@ -109,8 +109,14 @@ fn tls(
 }
 
 /// `host:port` of a Redis URL for messages, never with its credentials; the
-/// URL's scheme and host when it cannot be parsed.
+/// URL's scheme and host when it cannot be parsed (a PostgreSQL URL).
 pub(crate) fn server_of(url: &str) -> String {
+    if url.starts_with("postgres") {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let host = rest.split(['/', '?']).next().unwrap_or(rest);
+        let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+        return host.to_owned();
+    }
     match distlock_core::redis::Client::open(url) {
         Ok(client) => client.get_connection_info().addr().to_string(),
         Err(_) => {
@@ -134,5 +140,9 @@ mod tests {
         );
         let bad = server_of("redis://user:secret@host:notaport/");
         assert!(!bad.contains("secret"), "{bad}");
+        assert_eq!(
+            server_of("postgres://app:secret@db.internal:5433/app?sslmode=disable"),
+            "db.internal:5433"
+        );
     }
 }

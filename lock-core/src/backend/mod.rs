@@ -251,6 +251,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// token: one row while it is held by the server's clock, locking the
     /// lock's row until that transaction ends), for the backends whose
     /// locks live in an SQL database; `None` elsewhere.
+    #[cfg(feature = "postgres")]
     fn hold_check_sql(&self) -> Option<&str> {
         None
     }

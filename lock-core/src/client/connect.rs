@@ -85,8 +85,20 @@ impl LockClientBuilder {
     }
 
     /// Connects to Redis (see [`LockClient::connect`] for the URL forms):
-    /// `self.redis(url).connect()`.
+    /// `self.redis(url).connect()`; or, for a `postgres://` or
+    /// `postgresql://` URL, to PostgreSQL with the default schema and table
+    /// prefix (feature `postgres`; without it such a URL is
+    /// [`LockError::InvalidConfig`] naming the feature).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        if is_postgres_url(url) {
+            #[cfg(feature = "postgres")]
+            return self.postgres(url).connect().await;
+            #[cfg(not(feature = "postgres"))]
+            return Err(LockError::InvalidConfig {
+                key: "*".into(),
+                reason: "a postgres:// URL needs the `postgres` feature of distlock".into(),
+            });
+        }
         self.redis(url).connect().await
     }
 
@@ -466,4 +478,11 @@ impl RedlockConnect {
         let wakeups = backend.wakeups();
         builder.connected_checked(backend, wakeups).await
     }
+}
+
+/// Whether `url` names a PostgreSQL database (`postgres://`,
+/// `postgresql://`, any case).
+fn is_postgres_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
 }

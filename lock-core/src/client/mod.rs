@@ -83,6 +83,11 @@ impl LockClient {
     /// and ACL credentials as `redis://user:password@host/`. Fails within the
     /// connect timeout with [`LockError::Connect`], or
     /// [`LockError::Authentication`] when the server refuses the credentials.
+    ///
+    /// A `postgres://` (or `postgresql://`) URL connects to PostgreSQL
+    /// instead, as `LockClient::postgres` does (feature `postgres`), so one
+    /// setting (`DATABASE_URL`, `REDIS_URL`, lockctl's `--url`) can name
+    /// either store.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder().connect(url).await
     }
