@@ -1,11 +1,13 @@
 //! Quickstart: eight workers increment a shared counter under one lock.
 //!
 //! Uses Redis when `REDIS_URL` is set (e.g. `redis://127.0.0.1:6379/`),
-//! otherwise the in-memory backend, and says which.
+//! PostgreSQL when `DATABASE_URL` is (feature `postgres`), otherwise the
+//! in-memory backend, and says which.
 //!
 //! ```sh
 //! cargo run --example quickstart
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example quickstart
+//! DATABASE_URL=postgres://app@127.0.0.1:5432/app cargo run --example quickstart --features postgres
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,15 +18,25 @@ use distlock::{LockClient, LockError};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    let client = match std::env::var("REDIS_URL") {
+    // `LockClient::connect` takes a redis:// or a postgres:// URL.
+    let url = std::env::var("REDIS_URL").or_else(|_| std::env::var("DATABASE_URL"));
+    let client = match url {
         Ok(url) => {
             let client = LockClient::connect(&url).await?;
             // The server only: the URL may carry a password.
-            println!("backend: Redis at {}", client.server());
+            let store = if url.starts_with("postgres") {
+                "PostgreSQL"
+            } else {
+                "Redis"
+            };
+            println!("backend: {store} at {}", client.server());
             client
         }
         Err(_) => {
-            println!("backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis)");
+            println!(
+                "backend: in-memory (set REDIS_URL=redis://host:port/ to use Redis, or \
+                 DATABASE_URL=postgres://user@host/db with --features postgres)"
+            );
             LockClient::memory()
         }
     };

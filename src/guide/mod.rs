@@ -30,6 +30,9 @@ pub mod hot {}
 #[doc = include_str!("leader.md")]
 pub mod leader {}
 
+#[doc = include_str!("postgres.md")]
+pub mod postgres {}
+
 #[doc = include_str!("redisson.md")]
 pub mod redisson {}
 
