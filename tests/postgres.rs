@@ -572,3 +572,94 @@ async fn server_errors_are_typed_with_their_sqlstate() {
     );
     assert!(err.to_string().contains("42P01") || format!("{err:?}").contains("42P01"));
 }
+
+/// `sslmode=require`: the connections (the command one and the LISTEN one)
+/// are TLS, verified against the builder's root certificate; a server the
+/// roots do not vouch for is refused; without sslmode the connections stay
+/// plain even on a server that offers TLS.
+#[tokio::test]
+async fn sslmode_require_connects_with_verified_tls() {
+    let server = PostgresServer::start_tls();
+    let ca = server.ca_cert_pem().unwrap();
+    let url = format!(
+        "{}?sslmode=require&application_name=tls_probe",
+        server.url()
+    );
+    let client = LockClient::builder()
+        .tls_root_certificate(ca)
+        .postgres(&url)
+        .connect()
+        .await
+        .unwrap();
+    let waiter = {
+        let guard = client.lock("p:tls").acquire().await.unwrap();
+        let other = client.clone();
+        let waiter = tokio::spawn(async move {
+            other
+                .lock("p:tls")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .map(|g| g.fencing_token())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let token = guard.fencing_token();
+        guard.release().await.unwrap();
+        (waiter, token)
+    };
+    let started = std::time::Instant::now();
+    let next = waiter.0.await.unwrap().unwrap();
+    assert!(next > waiter.1);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "woken by the release"
+    );
+    let (sql, connection) =
+        tokio_postgres::connect(&server.connection_string(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let tls_sessions: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a ON a.pid = s.pid \
+             WHERE a.application_name = 'tls_probe' AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        tls_sessions >= 2,
+        "command and LISTEN connections over TLS: {tls_sessions}"
+    );
+    // The system's roots do not vouch for the test CA: refused.
+    let refused = LockClient::postgres(&url).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            LockError::Connect { .. } | LockError::InvalidConfig { .. }
+        ),
+        "{refused:?}"
+    );
+    // Without sslmode: plain TCP, even though the server offers TLS.
+    let plain_url = format!("{}?application_name=plain_probe", server.url());
+    let plain = LockClient::postgres(&plain_url).await.unwrap();
+    plain
+        .lock("p:plain")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let plain_tls: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a ON a.pid = s.pid \
+             WHERE a.application_name = 'plain_probe' AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plain_tls, 0);
+}

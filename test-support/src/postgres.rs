@@ -64,6 +64,27 @@ impl PostgresServer {
     /// command), when `initdb` fails, or when the server does not accept connections within
     /// 30 s (the message includes its log).
     pub fn start() -> PostgresServer {
+        Self::start_with(false)
+    }
+
+    /// As [`start`](Self::start), with TLS on (`ssl = on`): a CA and a server certificate
+    /// for `127.0.0.1` and `localhost` are generated into the data directory; clients may
+    /// connect with or without TLS. [`ca_cert_pem`](Self::ca_cert_pem) gives the CA.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls() -> PostgresServer {
+        Self::start_with(true)
+    }
+
+    /// The CA certificate (PEM) of a server started with [`start_tls`](Self::start_tls).
+    pub fn ca_cert_pem(&self) -> Option<Vec<u8>> {
+        let path = self.dir.path().join("data").join("ca.crt");
+        std::fs::read(path).ok()
+    }
+
+    fn start_with(tls: bool) -> PostgresServer {
         let bin = postgres_bin_dir();
         let account = account();
         let dir = tempfile::Builder::new()
@@ -102,6 +123,9 @@ impl PostgresServer {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+        if tls {
+            enable_tls(&data, account);
+        }
 
         let mut server = PostgresServer {
             port: 0,
@@ -336,6 +360,34 @@ fn temp_base(for_another_user: bool) -> PathBuf {
 }
 
 /// Gives `path` to `uid:gid`.
+/// Generates the TLS material into `data` (owned by the server's account, the
+/// key readable by it alone, as PostgreSQL demands) and turns `ssl` on.
+fn enable_tls(data: &Path, account: Option<(u32, u32)>) {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let files = crate::tls::TlsFiles::generate(data);
+    for path in [&files.ca_path, &files.cert_path, &files.key_path] {
+        if let Some((uid, gid)) = account {
+            chown(path, uid, gid);
+        }
+    }
+    std::fs::set_permissions(&files.key_path, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("cannot restrict {}: {e}", files.key_path.display()));
+    let mut conf = std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .unwrap_or_else(|e| panic!("cannot open postgresql.conf: {e}"));
+    writeln!(
+        conf,
+        "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\nssl_ca_file = '{}'",
+        files.cert_path.display(),
+        files.key_path.display(),
+        files.ca_path.display()
+    )
+    .unwrap_or_else(|e| panic!("cannot write postgresql.conf: {e}"));
+}
+
 fn chown(path: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
         .unwrap_or_else(|e| panic!("cannot give {} to uid {uid}: {e}", path.display()));

@@ -274,6 +274,15 @@ impl LockClientBuilder {
         self
     }
 
+    /// The TLS material: the PEM root certificate and client identity.
+    #[cfg(feature = "postgres")]
+    pub(super) fn tls_material(&self) -> crate::backend::postgres::PgTlsMaterial {
+        crate::backend::postgres::PgTlsMaterial {
+            root_pem: self.root_certificate.clone(),
+            identity_pem: self.client_identity.clone(),
+        }
+    }
+
     /// The connection settings, with `sync_replicas` where the topology has it.
     pub(super) fn settings(&self, sync_replicas: Option<(u32, Duration)>) -> RedisSettings {
         RedisSettings {

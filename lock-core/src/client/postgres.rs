@@ -7,7 +7,7 @@ use std::str::FromStr;
 use super::builder::LockClientBuilder;
 use super::LockClient;
 use crate::backend::postgres::{
-    PgSettings, PostgresBackend, CAPABILITIES, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX,
+    PgSettings, PgTls, PostgresBackend, CAPABILITIES, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX,
 };
 use crate::error::LockError;
 use crate::name::Layout;
@@ -30,7 +30,10 @@ impl LockClient {
     /// Connects to a PostgreSQL database with the default settings (feature
     /// `postgres`): `postgres://user:password@host:port/dbname`, or a libpq
     /// key-value string (`host=... port=... user=... dbname=...`), as
-    /// tokio-postgres parses them. The client creates its tables in schema
+    /// tokio-postgres parses them. With `sslmode=require` every connection
+    /// is TLS, the server verified against
+    /// [`LockClientBuilder::tls_root_certificate`] (else the system's roots)
+    /// and by name; otherwise connections are plain TCP. The client creates its tables in schema
     /// `public` under the prefix `distlock_` on first use; see
     /// [`LockClientBuilder::postgres`] for other names.
     ///
@@ -144,9 +147,18 @@ impl PostgresConnect {
             None => None,
         };
         let redis = builder.settings(None);
+        let tls = if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            PgTls::new(&builder.tls_material()).map_err(|source| LockError::InvalidConfig {
+                key: "*".into(),
+                reason: format!("sslmode=require: {source}"),
+            })?
+        } else {
+            PgTls::default()
+        };
         let settings = PgSettings {
             connect_timeout: redis.connect_timeout,
             response_timeout: redis.response_timeout,
+            tls,
         };
         let backend =
             PostgresBackend::connect(config, listen, settings, &self.schema, &self.table_prefix)

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{Client, Config, Row};
+
+use super::tls::{self, PgTls};
 
 use crate::sync::Mutex;
 use crate::BackendError;
@@ -18,6 +20,8 @@ use crate::BackendError;
 pub(crate) struct PgSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// TLS (`sslmode=require`), or plain TCP.
+    pub(crate) tls: PgTls,
 }
 
 /// A reconnecting command connection.
@@ -81,9 +85,14 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Handle, BackendError> {
 /// Opens a connection to `config` within `timeout`, its driver spawned on
 /// the current runtime (it ends when the client is dropped or the server
 /// closes the connection).
-pub(crate) async fn open(config: &Config, timeout: Duration) -> Result<Client, BackendError> {
+pub(crate) async fn open(config: &Config, settings: &PgSettings) -> Result<Client, BackendError> {
     let runtime = runtime()?;
-    let (client, connection) = bounded(timeout, config.connect(NoTls)).await?;
+    let config = tls::effective(config, &settings.tls);
+    let (client, connection) = bounded(
+        settings.connect_timeout,
+        config.connect(settings.tls.clone()),
+    )
+    .await?;
     runtime.spawn(async move {
         if let Err(err) = connection.await {
             tracing::debug!(error = %err, "lock postgres connection ended");
@@ -128,7 +137,7 @@ impl Connection {
         if let Some(client) = self.open_client() {
             return Ok(client);
         }
-        let client = Arc::new(open(&self.config, self.settings.connect_timeout).await?);
+        let client = Arc::new(open(&self.config, &self.settings).await?);
         *self.client.lock() = Some(client.clone());
         Ok(client)
     }

@@ -148,8 +148,6 @@
 //! - **A user's pool** (deadpool-postgres, bb8): the statements already need
 //!   nothing of a session; take a `GenericClient`-like handle for the command
 //!   path, keep the dedicated LISTEN connection.
-//! - **TLS** (`sslmode`): a `MakeTlsConnect` (tokio-postgres-rustls) from
-//!   the builder's certificates; `NoTls` for now.
 //! - **PgBouncer tests**: the suite through Debian's pgbouncer in
 //!   transaction mode, and the LISTEN connection direct.
 //! - **Process tests**: exclusion across 3 processes, a SIGKILLed holder,
@@ -170,6 +168,7 @@
 mod connection;
 mod schema;
 mod subscriber;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,6 +182,7 @@ pub(crate) use self::connection::PgSettings;
 use self::schema::Names;
 pub(crate) use self::schema::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 use self::subscriber::PgSubscription;
+pub(crate) use self::tls::{PgTls, PgTlsMaterial};
 use super::{
     Attempt, Backend, Capabilities, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
     Unsupported, LEADER_RECORD_TTL,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config};
 
 use super::connection::{bounded, runtime, PgSettings};
 use super::schema::{self, Names};
@@ -185,8 +185,12 @@ impl Subscriber {
     /// Opens the connection and listens to every channel that has waiters.
     async fn connect(&self, waiters: &Waiters) -> Result<Listening, BackendError> {
         let runtime = runtime()?;
-        let (client, mut connection) =
-            bounded(self.settings.connect_timeout, self.config.connect(NoTls)).await?;
+        let config = super::tls::effective(&self.config, &self.settings.tls);
+        let (client, mut connection) = bounded(
+            self.settings.connect_timeout,
+            config.connect(self.settings.tls.clone()),
+        )
+        .await?;
         let (tx, notifications) = mpsc::unbounded_channel();
         let driver = runtime.spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
