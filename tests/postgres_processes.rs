@@ -161,13 +161,18 @@ impl Worker {
         );
     }
 
-    /// The first line of its output that starts with `prefix` (waits at most
-    /// `timeout` for it).
+    /// The first line of its output that has `prefix`, from `prefix` on
+    /// (waits at most `timeout` for it).
     fn line(&mut self, prefix: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(line) = self.output().lines().find(|l| l.starts_with(prefix)) {
-                return line.to_owned();
+            // The test harness's "test pg_process ... " may start the line.
+            if let Some(line) = self
+                .output()
+                .lines()
+                .find_map(|l| l.find(prefix).map(|at| l[at..].to_owned()))
+            {
+                return line;
             }
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("worker exited ({status}) before {prefix:?}: {}", self.output());
