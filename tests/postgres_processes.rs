@@ -175,7 +175,10 @@ impl Worker {
                 return line;
             }
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("worker exited ({status}) before {prefix:?}: {}", self.output());
+                panic!(
+                    "worker exited ({status}) before {prefix:?}: {}",
+                    self.output()
+                );
             }
             assert!(
                 Instant::now() < deadline,
@@ -363,14 +366,21 @@ async fn tokens_rise_and_a_watchdog_lock_survives_a_server_restart() {
     // A renewal after the restart extends the row: through a new
     // connection, the old one was closed by the shutdown.
     let sql = sql(&server).await;
-    let at_restart = expires_us(&sql, "p:restart").await.expect("the row survived");
+    let at_restart = expires_us(&sql, "p:restart")
+        .await
+        .expect("the row survived");
     eventually(lease, async || {
         (expires_us(&sql, "p:restart").await? > at_restart).then_some(())
     })
     .await;
     assert!(guard.is_held(), "the holder lost its lock");
     assert!(
-        other.lock("p:restart").try_acquire().await.unwrap().is_none(),
+        other
+            .lock("p:restart")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
         "another client entered while the holder held the lock"
     );
     assert!(
@@ -448,7 +458,11 @@ async fn terminated_connections_are_made_again_keeping_the_lock_and_the_wake_up(
     let mut old = vec![old_listen];
     old.extend(sessions(&sql, "holder", false).await);
     old.extend(sessions(&sql, "waiter", false).await);
-    assert_eq!(old.len(), 3, "holder's command, waiter's command and LISTEN");
+    assert_eq!(
+        old.len(),
+        3,
+        "holder's command, waiter's command and LISTEN"
+    );
     let expires_before = expires_us(&sql, "p:term").await.unwrap();
     for pid in &old {
         terminate(&sql, *pid).await;
@@ -470,7 +484,10 @@ async fn terminated_connections_are_made_again_keeping_the_lock_and_the_wake_up(
         "the holder's command connection: {holder_now:?} after {old:?}"
     );
     assert!(guard.is_held(), "the holder lost its lock");
-    assert!(!waiting.is_finished(), "the waiter entered while it was held");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter entered while it was held"
+    );
     // Released just after a renewal: the row has some 15 s left, so only the
     // release's NOTIFY wakes the waiter within 5 s.
     let released = now_ms();
@@ -596,7 +613,12 @@ async fn pg_process() {
             let lease = Duration::from_millis(std::env::var(LEASE_MS).unwrap().parse().unwrap());
             let client = client(&url, Duration::from_secs(30)).await;
             let before = now_ms();
-            let guard = client.lock("p:killed").lease(lease).acquire().await.unwrap();
+            let guard = client
+                .lock("p:killed")
+                .lease(lease)
+                .acquire()
+                .await
+                .unwrap();
             let mut out = std::io::stdout();
             writeln!(out, "held {} {before}", guard.fencing_token()).unwrap();
             out.flush().unwrap();
