@@ -62,13 +62,13 @@ impl PgBouncer {
     ///
     /// # Panics
     ///
-    /// Panics when the `pgbouncer` binary cannot be found (the message names the install
-    /// command), or when it does not accept connections within 20 s (the message includes
-    /// its log).
+    /// Panics when the `pgbouncer` binary cannot be found (see [`pgbouncer_path`]; the
+    /// message names the install command), or when it does not accept connections within
+    /// 20 s (the message includes its log).
     pub fn start(server: &PostgresServer) -> PgBouncer {
         let binary = pgbouncer_path().unwrap_or_else(|| {
             panic!(
-                "pgbouncer not found on PATH nor in /usr/sbin: install it with \
+                "pgbouncer not found (DISTLOCK_TEST_PGBOUNCER, PATH, /usr/sbin): install it with \
                  `apt-get update && apt-get install -y pgbouncer`"
             )
         });
@@ -244,9 +244,14 @@ impl Drop for PgBouncer {
     }
 }
 
-/// The `pgbouncer` binary: on `PATH`, else in `/usr/sbin` (where Debian puts it, often not
-/// on a user's `PATH`).
+/// The `pgbouncer` binary: `DISTLOCK_TEST_PGBOUNCER` (when it names no executable file,
+/// there is none), else the one on `PATH`, else `/usr/sbin/pgbouncer` (where Debian puts
+/// it, often not on a user's `PATH`).
 pub fn pgbouncer_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("DISTLOCK_TEST_PGBOUNCER") {
+        let path = PathBuf::from(path);
+        return crate::is_executable(&path).then_some(path);
+    }
     crate::find_on_path("pgbouncer").or_else(|| {
         let sbin = PathBuf::from("/usr/sbin/pgbouncer");
         crate::is_executable(&sbin).then_some(sbin)

@@ -35,6 +35,11 @@ const USER: &str = "postgres";
 /// root, `initdb` and `postgres` run as the unprivileged user `nobody` (or the user named by
 /// `DISTLOCK_TEST_PG_USER`), which is given the temporary directory.
 ///
+/// A test can [`stop`](PostgresServer::stop) it and [`start_again`](PostgresServer::start_again)
+/// (or [`restart`](PostgresServer::restart)) it on the same port and data directory, and
+/// [`pause`](PostgresServer::pause) (`SIGSTOP` of the postmaster and every backend) and
+/// [`resume`](PostgresServer::resume) it.
+///
 /// Dropping it asks the server for a fast shutdown (`SIGINT`), kills it with `SIGKILL` if it
 /// has not exited within 5 s, and removes the directory. The server is also spawned with a
 /// parent-death signal, so it dies with the test process.
