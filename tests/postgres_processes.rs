@@ -30,7 +30,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock::LockClient;
@@ -46,11 +46,9 @@ const LEASE_MS: &str = "PG_PROC_LEASE_MS";
 /// The schema of every test's locks (each test has a server of its own).
 const SCHEMA: &str = "processes";
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Held by the test that runs (an async mutex: the async tests hold it
+/// across their awaits, each on a runtime of its own).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Milliseconds of the system clock, which the server and every process
 /// here share.
@@ -215,7 +213,7 @@ const EXCLUSION_ROUNDS: usize = 40;
 /// inside at once, every entry is logged, tokens rise in the order of entry.
 #[test]
 fn three_processes_exclude_each_other_and_tokens_rise_in_order_of_entry() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.blocking_lock();
     let server = PostgresServer::start();
     let scratch = Scratch::new("exclusion");
     let env = [
@@ -257,7 +255,7 @@ fn three_processes_exclude_each_other_and_tokens_rise_in_order_of_entry() {
 /// free once its lease has run out, and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_lock_is_taken_after_its_lease_with_a_higher_token() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = PostgresServer::start();
     let scratch = Scratch::new("killed");
     let lease = Duration::from_secs(4);
@@ -346,7 +344,7 @@ async fn eventually<T>(timeout: Duration, mut found: impl AsyncFnMut() -> Option
 /// issued before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_rise_and_a_watchdog_lock_survives_a_server_restart() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut server = PostgresServer::start();
     let lease = Duration::from_secs(15);
     let holder = client(&url_of(&server, "holder"), lease).await;
@@ -435,7 +433,7 @@ async fn terminate(sql: &tokio_postgres::Client, pid: i32) {
 /// the release (not by the holder's 15 s lease running out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_connections_are_made_again_keeping_the_lock_and_the_wake_up() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = PostgresServer::start();
     let sql = sql(&server).await;
     let lease = Duration::from_secs(15);
@@ -505,7 +503,7 @@ async fn terminated_connections_are_made_again_keeping_the_lock_and_the_wake_up(
 /// its protected section.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_makes_the_holder_lose_its_lock_before_anyone_else_enters() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = PostgresServer::start();
     let lease = Duration::from_secs(2);
     let pause = lease * 4;
