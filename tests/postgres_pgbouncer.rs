@@ -10,7 +10,7 @@
 mod suite;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -63,13 +63,13 @@ struct Bounced {
 }
 
 impl Bounced {
-    fn new() -> Option<Self> {
+    fn on(deployment: Arc<Deployment>) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        Some(Bounced {
-            deployment: deployment()?,
+        Bounced {
+            deployment,
             schema: format!("b{}_{n}", std::process::id()),
-        })
+        }
     }
 }
 
@@ -97,15 +97,52 @@ impl Fixture for Bounced {
     }
 }
 
-/// One `#[tokio::test]` per suite test on [`Bounced`], skipped when
-/// PgBouncer is not there (see the file's documentation).
+/// The suite's tests run one at a time: through PgBouncer every statement
+/// takes two more hops through a single-threaded process, and the suite's
+/// tests with leases of 100-300 ms, two at a time on a loaded machine (load
+/// average 8 on 2 cores), saw a grant answered after its lease (`LeaseLost`)
+/// in 2 of 8 runs. The mutex keeps the deployment between them (one at a
+/// time, the shared one of [`deployment`] would be started again for each),
+/// until the last of them ends (a run of only some of them leaves it to the
+/// end of the process, whose death stops its processes).
+static ONE_AT_A_TIME: tokio::sync::Mutex<Option<Arc<Deployment>>> =
+    tokio::sync::Mutex::const_new(None);
+
+/// The suite's tests that have not ended yet (set by `bounced_suite!`).
+static SUITE_LEFT: AtomicUsize = AtomicUsize::new(0);
+
+/// Ends one suite test: the last one stops the kept deployment.
+struct SuiteTestEnds;
+
+impl Drop for SuiteTestEnds {
+    fn drop(&mut self) {
+        if SUITE_LEFT.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if let Ok(mut kept) = ONE_AT_A_TIME.try_lock() {
+                kept.take();
+            }
+        }
+    }
+}
+
+/// One `#[tokio::test]` per suite test on [`Bounced`], one at a time,
+/// skipped when PgBouncer is not there (see the file's documentation).
 macro_rules! bounced_suite {
     ($($name:ident),* $(,)?) => {
+        const SUITE_TESTS: usize = [$(stringify!($name)),*].len();
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                let Some(fixture) = Bounced::new() else { return };
-                suite::$name(&fixture).await;
+                let _ = SUITE_LEFT.compare_exchange(
+                    0, SUITE_TESTS, Ordering::SeqCst, Ordering::SeqCst,
+                );
+                // Dropped last, after the mutex's guard (even on a panic).
+                let _ends = SuiteTestEnds;
+                let mut kept = ONE_AT_A_TIME.lock().await;
+                if kept.is_none() {
+                    *kept = deployment();
+                }
+                let Some(deployment) = kept.clone() else { return };
+                suite::$name(&Bounced::on(deployment)).await;
             }
         )*
     };
