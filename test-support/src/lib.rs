@@ -51,7 +51,9 @@
 //!
 //! [`PostgresServer`] runs `initdb` and `postgres` (from the newest `/usr/lib/postgresql/*/bin`)
 //! into a temporary directory on a free loopback port, as an unprivileged user when the test
-//! runs as root, and stops and removes it on drop.
+//! runs as root, and stops and removes it on drop; a test can stop, start again, restart,
+//! pause (`SIGSTOP` of every server process) and resume it. [`PgBouncer`] puts a real
+//! PgBouncer in transaction pooling mode in front of one.
 //!
 //! Own each server in the test that uses it (or in a fixture that is dropped): a server kept in
 //! a `static` is never dropped. As a safety net, servers are spawned with
@@ -62,6 +64,7 @@
 mod cluster;
 mod masters;
 mod options;
+mod pgbouncer;
 mod poll;
 mod postgres;
 mod sentinel;
@@ -76,6 +79,7 @@ use std::path::PathBuf;
 pub use cluster::{RedisCluster, ShardLayout};
 pub use masters::RedisMasters;
 pub use options::ServerOptions;
+pub use pgbouncer::{pgbouncer_path, PgBouncer, REQUIRE_PGBOUNCER};
 pub use postgres::{postgres_bin_dir, PostgresServer};
 pub use sentinel::RedisSentinels;
 pub use server::{PausedServer, RedisServer};

@@ -35,6 +35,11 @@ const USER: &str = "postgres";
 /// root, `initdb` and `postgres` run as the unprivileged user `nobody` (or the user named by
 /// `DISTLOCK_TEST_PG_USER`), which is given the temporary directory.
 ///
+/// A test can [`stop`](PostgresServer::stop) it and [`start_again`](PostgresServer::start_again)
+/// (or [`restart`](PostgresServer::restart)) it on the same port and data directory, and
+/// [`pause`](PostgresServer::pause) (`SIGSTOP` of the postmaster and every backend) and
+/// [`resume`](PostgresServer::resume) it.
+///
 /// Dropping it asks the server for a fast shutdown (`SIGINT`), kills it with `SIGKILL` if it
 /// has not exited within 5 s, and removes the directory. The server is also spawned with a
 /// parent-death signal, so it dies with the test process.
@@ -51,6 +56,8 @@ pub struct PostgresServer {
     port: u16,
     child: Option<Child>,
     log_path: PathBuf,
+    bin: PathBuf,
+    account: Option<(u32, u32)>,
     // Declared last: removed after `Drop::drop` has stopped the process.
     dir: TempDir,
 }
@@ -131,11 +138,13 @@ impl PostgresServer {
             port: 0,
             child: None,
             log_path,
+            bin,
+            account,
             dir,
         };
         for attempt in 1..=START_ATTEMPTS {
             server.port = free_port();
-            match server.launch(&bin, account, &data) {
+            match server.launch() {
                 Ok(()) => return server,
                 Err(reason) if attempt < START_ATTEMPTS && reason.contains("could not bind") => {
                     continue
@@ -178,13 +187,113 @@ impl PostgresServer {
         text
     }
 
+    /// The pid of the postmaster, or `None` while the server is stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Stops the server with a fast shutdown (`SIGINT`: sessions are ended, the data is
+    /// written out), killing it with `SIGKILL` if it has not exited within 5 s. The data
+    /// directory is kept: [`start_again`](Self::start_again) starts the same server again.
+    /// Harmless on a stopped server.
+    pub fn stop(&mut self) {
+        self.shut_down();
+    }
+
+    /// Starts a stopped server again on the same port and data directory, and waits until it
+    /// accepts connections (the log of the earlier run is kept, so readiness is judged by the
+    /// part written after this call). Harmless on a running server.
+    ///
+    /// # Panics
+    ///
+    /// Panics when the server does not accept connections within 30 s (the message includes
+    /// its log), e.g. when another process took its port meanwhile.
+    pub fn start_again(&mut self) {
+        if self.child.is_some() {
+            return;
+        }
+        if let Err(reason) = self.launch() {
+            panic!(
+                "postgres did not start again on port {}: {reason}\n--- log ---\n{}",
+                self.port,
+                self.log()
+            );
+        }
+    }
+
+    /// [`stop`](Self::stop), then [`start_again`](Self::start_again): the same server, the
+    /// same port, the data that was committed before the shutdown.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Pauses the whole server with `SIGSTOP`: the postmaster and every process it forked
+    /// (each session's backend, the background workers), so that no statement is answered
+    /// and no connection accepted until [`resume`](Self::resume). Connections stay open.
+    ///
+    /// # Panics
+    ///
+    /// Panics when the server is stopped.
+    pub fn pause(&self) {
+        for pid in self.processes() {
+            // SAFETY: kill(2) on the postmaster (our child, not reaped) or one of its children.
+            unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+            }
+        }
+    }
+
+    /// Lets a server paused by [`pause`](Self::pause) run again (`SIGCONT` to the postmaster
+    /// and the processes it forked). Harmless on a server that is not paused.
+    ///
+    /// # Panics
+    ///
+    /// Panics when the server is stopped.
+    pub fn resume(&self) {
+        for pid in self.processes() {
+            // SAFETY: as in `pause`.
+            unsafe {
+                libc::kill(pid, libc::SIGCONT);
+            }
+        }
+    }
+
+    /// The postmaster's pid first, then those of its children (read from `/proc`).
+    fn processes(&self) -> Vec<libc::pid_t> {
+        let postmaster = self
+            .child
+            .as_ref()
+            .and_then(|child| libc::pid_t::try_from(child.id()).ok())
+            .unwrap_or_else(|| panic!("the postgres server on port {} is stopped", self.port));
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<libc::pid_t>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<libc::pid_t>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
     /// Starts `postgres` on `self.port` and waits until it accepts connections.
-    fn launch(
-        &mut self,
-        bin: &Path,
-        account: Option<(u32, u32)>,
-        data: &Path,
-    ) -> Result<(), String> {
+    fn launch(&mut self) -> Result<(), String> {
+        let data = self.dir.path().join("data");
+        let ready_before = self.log().matches("ready to accept connections").count();
         let log = File::options()
             .create(true)
             .append(true)
@@ -193,10 +302,10 @@ impl PostgresServer {
         let log_err = log
             .try_clone()
             .map_err(|e| format!("cannot clone the log file: {e}"))?;
-        let mut command = Command::new(bin.join("postgres"));
+        let mut command = Command::new(self.bin.join("postgres"));
         command
             .arg("-D")
-            .arg(data)
+            .arg(&data)
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1"])
@@ -211,7 +320,7 @@ impl PostgresServer {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
-        as_account(&mut command, account, self.dir.path());
+        as_account(&mut command, self.account, self.dir.path());
         let child =
             spawn_tied_to_process(command).map_err(|e| format!("cannot spawn postgres: {e}"))?;
         self.child = Some(child);
@@ -224,11 +333,11 @@ impl PostgresServer {
                     return Err(format!("postgres exited ({status}): {}", self.log()));
                 }
             }
-            if self.accepts_connections() {
+            if self.accepts_connections(ready_before) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                self.stop();
+                self.shut_down();
                 return Err(format!("not ready within {READY_TIMEOUT:?}"));
             }
             std::thread::sleep(READY_POLL);
@@ -236,21 +345,24 @@ impl PostgresServer {
     }
 
     /// Whether the server accepts a connection and has finished starting up: its TCP port
-    /// answers and the log says it is ready.
-    fn accepts_connections(&self) -> bool {
+    /// answers and the log says it is ready (for the `ready_before + 1`st time: the log is kept
+    /// across restarts).
+    fn accepts_connections(&self, ready_before: usize) -> bool {
         let address = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port);
         TcpStream::connect_timeout(&address.into(), Duration::from_millis(200)).is_ok()
-            && self.log().contains("ready to accept connections")
+            && self.log().matches("ready to accept connections").count() > ready_before
     }
 
-    /// Fast shutdown, then `SIGKILL` after [`STOP_TIMEOUT`]; reaps the process.
-    fn stop(&mut self) {
+    /// Fast shutdown, then `SIGKILL` after [`STOP_TIMEOUT`]; reaps the process. A paused
+    /// server is resumed first, so that it can shut down.
+    fn shut_down(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
         };
         if let Ok(pid) = libc::pid_t::try_from(child.id()) {
             // SAFETY: kill(2) on our own child's pid, which it still is (not reaped yet).
             unsafe {
+                libc::kill(pid, libc::SIGCONT);
                 libc::kill(pid, libc::SIGINT);
             }
         }
@@ -268,7 +380,11 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
-        self.stop();
+        if self.child.is_some() {
+            // Its backends too, should a test have paused it and panicked.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resume()));
+        }
+        self.shut_down();
     }
 }
 
@@ -310,7 +426,7 @@ pub fn postgres_bin_dir() -> PathBuf {
 
 /// The unprivileged account to run PostgreSQL as when this process is root: `(uid, gid)` of
 /// `DISTLOCK_TEST_PG_USER` or `nobody`; `None` when not root.
-fn account() -> Option<(u32, u32)> {
+pub(crate) fn account() -> Option<(u32, u32)> {
     // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
@@ -342,7 +458,7 @@ fn account() -> Option<(u32, u32)> {
 /// user must reach it and cannot (a directory on the way is not world-searchable, as a
 /// `TMPDIR` under `/root`), or its path is too long for the server's Unix socket (about 100
 /// bytes); then `/tmp`.
-fn temp_base(for_another_user: bool) -> PathBuf {
+pub(crate) fn temp_base(for_another_user: bool) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
 
     let base = std::env::temp_dir();
@@ -359,7 +475,6 @@ fn temp_base(for_another_user: bool) -> PathBuf {
     }
 }
 
-/// Gives `path` to `uid:gid`.
 /// Generates the TLS material into `data` (owned by the server's account, the
 /// key readable by it alone, as PostgreSQL demands) and turns `ssl` on.
 fn enable_tls(data: &Path, account: Option<(u32, u32)>) {
@@ -388,13 +503,14 @@ fn enable_tls(data: &Path, account: Option<(u32, u32)>) {
     .unwrap_or_else(|e| panic!("cannot write postgresql.conf: {e}"));
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) {
+/// Gives `path` to `uid:gid`.
+pub(crate) fn chown(path: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
         .unwrap_or_else(|e| panic!("cannot give {} to uid {uid}: {e}", path.display()));
 }
 
 /// Runs `command` as `account` (when root), with a home directory it can write.
-fn as_account(command: &mut Command, account: Option<(u32, u32)>, home: &Path) {
+pub(crate) fn as_account(command: &mut Command, account: Option<(u32, u32)>, home: &Path) {
     command
         .env("HOME", home)
         .env("LC_ALL", "C")
