@@ -156,6 +156,22 @@ struct RunArgs {
     /// touched, or a failed register-store check.
     #[arg(long)]
     strict: bool,
+    /// Postgres: the server's `synchronous_commit`. `on` (default): every acknowledged
+    /// commit survives a crash, so exclusion and token order must hold through
+    /// `restart_crash`. `off`: a crash may lose the last commits (lock rows and fence
+    /// counters); holds a crash touched are then excused as `data_loss`, tokens must still
+    /// rise (the clock floor).
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    synchronous_commit: Switch,
+}
+
+/// A server setting's `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    /// `on`.
+    On,
+    /// `off`.
+    Off,
 }
 
 #[derive(Debug, clap::Args)]
@@ -257,7 +273,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     if args.fence_store == register::FenceStore::LockRedis {
         if let Some(b) = backends
             .iter()
-            .find(|b| matches!(b, Backend::Memory | Backend::Redlock))
+            .find(|b| matches!(b, Backend::Memory | Backend::Redlock | Backend::Postgres))
         {
             anyhow::bail!(
                 "--fence-store lock-redis keeps the fenced register in the lock's servers through \
@@ -310,6 +326,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         min_replicas: args.min_replicas_to_write,
         fence_store: args.fence_store,
         fence_replicas: args.fence_replicas,
+        synchronous_commit: args.synchronous_commit == Switch::On,
     };
     let reports = run::run(config).await?;
     verdict(&reports, args.strict);
@@ -493,6 +510,7 @@ async fn connect_backend(
         },
         Backend::Cluster => builder.connect_cluster(urls).await,
         Backend::Redlock => builder.connect_redlock(urls).await,
+        Backend::Postgres => builder.postgres(&urls[0]).connect().await,
     }
 }
 

@@ -78,17 +78,32 @@ pub struct RunConfig {
     pub fence_store: FenceStore,
     /// With `lock-redis`: the replicas the fence and the lock clients wait for.
     pub fence_replicas: u32,
+    /// Postgres: the server's `synchronous_commit` (`false`: `off`, a crash may lose the
+    /// last commits).
+    pub synchronous_commit: bool,
 }
 
 impl RunConfig {
     /// The workloads that run on `backend`.
     fn workloads_on(&self, backend: Backend) -> Vec<crate::workload::Workload> {
-        let redlock = backend == Backend::Redlock;
         self.workloads
             .iter()
             .copied()
-            .filter(|w| w.supported(redlock))
+            .filter(|w| w.unsupported(backend).is_none())
             .collect()
+    }
+
+    /// Prints each asked-for workload `backend` skips, with the reason.
+    fn print_skipped(&self, backend: Backend) {
+        for w in &self.workloads {
+            if let Some(reason) = w.unsupported(backend) {
+                println!(
+                    "{}: workload {} skipped: {reason}",
+                    backend.name(),
+                    w.name()
+                );
+            }
+        }
     }
 }
 
@@ -167,7 +182,7 @@ async fn blocking<T: Send + 'static>(
 fn server_count(backend: Backend) -> usize {
     match backend {
         Backend::Memory => 0,
-        Backend::Standalone => 1,
+        Backend::Standalone | Backend::Postgres => 1,
         Backend::Sentinel => 5,
         Backend::Cluster => 6,
         Backend::Redlock => crate::topology::REDLOCK_MASTERS,
@@ -272,7 +287,17 @@ async fn run_backend(
     let count = server_count(backend);
     // The network lab: a namespace per worker, an address per server and one for the
     // register store (never partitioned).
+    config.print_skipped(backend);
     let lab = if backend == Backend::Memory {
+        None
+    } else if backend == Backend::Postgres {
+        println!(
+            "postgres: network: loopback, no namespaces (the server listens on 127.0.0.1; its \
+             faults are server-side: pause, restarts, terminated backends)"
+        );
+        if !config.synchronous_commit {
+            println!("postgres: synchronous_commit = off (a crash may lose the last commits)");
+        }
         None
     } else if !config.netns {
         println!(
@@ -302,7 +327,7 @@ async fn run_backend(
             }
         }
     };
-    let shim = if backend == Backend::Memory {
+    let shim = if matches!(backend, Backend::Memory | Backend::Postgres) {
         None
     } else {
         match blocking(ClockShim::build).await {
@@ -451,8 +476,16 @@ async fn run_backend(
     if let Some(shim) = &shim {
         options = Some(shim.options(options.unwrap_or_default()));
     }
+    let synchronous_commit = config.synchronous_commit;
     let servers = Arc::new(Mutex::new(
-        blocking(move || Ok(Servers::start_with(backend, options))).await?,
+        blocking(move || {
+            Ok(if backend == Backend::Postgres {
+                Servers::start_postgres(synchronous_commit)
+            } else {
+                Servers::start_with(backend, options)
+            })
+        })
+        .await?,
     ));
     if let (Some(n), Backend::Sentinel) = (config.min_replicas, backend) {
         let took = servers
@@ -687,7 +720,7 @@ async fn read_truth(
             let conn = client.get_multiplexed_async_connection().await?;
             registers.truth(names, Some(conn)).await
         }
-        Backend::Memory | Backend::Redlock => {
+        Backend::Memory | Backend::Redlock | Backend::Postgres => {
             anyhow::bail!("{} has no fenced register in its servers", backend.name())
         }
     }
@@ -847,6 +880,7 @@ impl World {
             Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await?,
             Backend::Cluster => builder.connect_cluster(urls).await?,
             Backend::Redlock => builder.connect_redlock(urls).await?,
+            Backend::Postgres => builder.postgres(&urls[0]).connect().await?,
         })
     }
 
@@ -966,7 +1000,10 @@ impl World {
     async fn spawn_worker(&self, slot: usize) -> anyhow::Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut proxies = Vec::new();
-        let urls = if self.lab.is_some() {
+        let pg_url = self.lock_servers().await.postgres().map(|pg| pg.worker_url(id));
+        let urls = if let Some(url) = pg_url {
+            vec![url]
+        } else if self.lab.is_some() {
             self.lock_servers().await.lab_urls()
         } else if self.backend.proxied() {
             let ports = self.lock_servers().await.proxied_ports();
@@ -1132,6 +1169,7 @@ impl World {
                 if self.config.quick {
                     trigger_config.bound = self.config.lease * 2;
                 }
+                trigger_config.waiters_unknown = self.backend == Backend::Postgres;
                 let triggered = match self.aim_kind(step.kind) {
                     (TargetKind::Plain, _) => {
                         trigger::wait_for_target(inspector, &trigger_config, |id| {
@@ -1564,7 +1602,85 @@ impl World {
                 self.lock_servers().await.resume_masters(3);
                 self.record(name, "heal", &target, aim);
             }
+            Fault::PauseServer => {
+                let target = {
+                    let servers = self.lock_servers().await;
+                    let pg = servers.postgres().context("needs the postgres backend")?;
+                    let target = pg.pause();
+                    self.record(name, "start", &target, aim);
+                    target
+                };
+                tokio::time::sleep(active).await;
+                if let Some(pg) = self.lock_servers().await.postgres() {
+                    pg.resume();
+                }
+                self.record(name, "heal", &target, aim);
+            }
+            Fault::TerminateBackends => self.terminate_backends(step, aim).await?,
+            Fault::RestartFast | Fault::RestartCrash => {
+                let start = self
+                    .lock_servers()
+                    .await
+                    .postgres()
+                    .context("needs the postgres backend")?
+                    .describe();
+                self.record(name, "start", &start, aim);
+                let target = self
+                    .with_servers(move |servers| {
+                        let pg = servers.postgres_mut()?;
+                        if fault == Fault::RestartFast {
+                            pg.restart_fast()
+                        } else {
+                            pg.crash_restart()
+                        }
+                    })
+                    .await?;
+                self.record(name, "heal", &target, aim);
+            }
         }
+        Ok(())
+    }
+
+    /// `pg_terminate_backend` of every session of the aimed worker (its `application_name`),
+    /// through a connection of the harness's own. Recorded as effective only when the
+    /// trigger found a long hold and at least one session was terminated.
+    async fn terminate_backends(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = Fault::TerminateBackends.name();
+        let (id, pid, _) = self.aimed_worker(aim, step.pick)?;
+        let url = self
+            .lock_servers()
+            .await
+            .postgres()
+            .context("needs the postgres backend")?
+            .connection_string();
+        let (client, connection) = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio_postgres::connect(&url, tokio_postgres::NoTls),
+        )
+        .await
+        .context("connecting to postgres: timed out")??;
+        let driver = tokio::spawn(connection);
+        let application = crate::topology::pg_application_name(id);
+        let terminated = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) \
+                 FROM pg_stat_activity WHERE application_name = $1",
+                &[&application],
+            ),
+        )
+        .await
+        .context("pg_terminate_backend: timed out")??
+        .try_get::<_, i64>(0)?;
+        drop(client);
+        let _ = driver.await;
+        let hit = Aim {
+            effective: aim.effective.map(|e| e && terminated > 0),
+            ..aim.clone()
+        };
+        let target = format!("worker {id} pid {pid}: {terminated} sessions terminated");
+        self.record(name, "start", &target, &hit);
+        self.record(name, "heal", &target, &hit);
         Ok(())
     }
 

@@ -51,6 +51,10 @@ pub struct PostgresServer {
     port: u16,
     child: Option<Child>,
     log_path: PathBuf,
+    bin: PathBuf,
+    account: Option<(u32, u32)>,
+    /// `name=value` settings given after the defaults (`-c`), which they override.
+    settings: Vec<String>,
     // Declared last: removed after `Drop::drop` has stopped the process.
     dir: TempDir,
 }
@@ -64,6 +68,18 @@ impl PostgresServer {
     /// command), when `initdb` fails, or when the server does not accept connections within
     /// 30 s (the message includes its log).
     pub fn start() -> PostgresServer {
+        PostgresServer::start_with(&[])
+    }
+
+    /// [`PostgresServer::start`] with server settings (`name`, `value`) given after the
+    /// defaults, which they override: `start_with(&[("synchronous_commit", "on")])`.
+    /// They stay in force across [`PostgresServer::restart_fast`] and
+    /// [`PostgresServer::crash_restart`].
+    ///
+    /// # Panics
+    ///
+    /// As [`PostgresServer::start`].
+    pub fn start_with(settings: &[(&str, &str)]) -> PostgresServer {
         let bin = postgres_bin_dir();
         let account = account();
         let dir = tempfile::Builder::new()
@@ -107,11 +123,17 @@ impl PostgresServer {
             port: 0,
             child: None,
             log_path,
+            bin,
+            account,
+            settings: settings
+                .iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect(),
             dir,
         };
         for attempt in 1..=START_ATTEMPTS {
             server.port = free_port();
-            match server.launch(&bin, account, &data) {
+            match server.launch() {
                 Ok(()) => return server,
                 Err(reason) if attempt < START_ATTEMPTS && reason.contains("could not bind") => {
                     continue
@@ -154,13 +176,104 @@ impl PostgresServer {
         text
     }
 
+    /// The process id of the postmaster, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The postmaster and every process it started (backends, background workers), the
+    /// postmaster first; empty when it does not run.
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(postmaster) = self.pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        pids.extend(children_of(postmaster));
+        pids
+    }
+
+    /// `SIGSTOP` of the postmaster, then of every process it started (it forks no new one
+    /// while stopped): the whole server stops answering, its connections stay open.
+    /// Returns how many processes were stopped.
+    pub fn pause(&self) -> usize {
+        let Some(postmaster) = self.pid() else {
+            return 0;
+        };
+        signal(postmaster, libc::SIGSTOP);
+        let children = children_of(postmaster);
+        for &pid in &children {
+            signal(pid, libc::SIGSTOP);
+        }
+        1 + children.len()
+    }
+
+    /// `SIGCONT` of every process of the server (the children first), after
+    /// [`PostgresServer::pause`].
+    pub fn resume(&self) {
+        let Some(postmaster) = self.pid() else {
+            return;
+        };
+        for pid in children_of(postmaster) {
+            signal(pid, libc::SIGCONT);
+        }
+        signal(postmaster, libc::SIGCONT);
+    }
+
+    /// A fast shutdown (`SIGINT`: sessions are ended, a checkpoint is written), then a start
+    /// on the same data directory and port. Errors (with the log's end) when it does not
+    /// stop within 5 s or does not start again within 30 s.
+    pub fn restart_fast(&mut self) -> Result<(), String> {
+        if !self.stop_within(STOP_TIMEOUT) {
+            return Err("the fast shutdown did not finish within 5 s (killed)".to_owned());
+        }
+        self.relaunch()
+    }
+
+    /// A crash: `SIGKILL` of the postmaster and of every process it started, at once (no
+    /// checkpoint, WAL buffers in shared memory not written: with `synchronous_commit = off`
+    /// the last commits are lost), then a start on the same data directory and port, which
+    /// runs crash recovery. Errors when it does not start again within 30 s.
+    pub fn crash_restart(&mut self) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else {
+            return self.relaunch();
+        };
+        let postmaster = child.id();
+        signal(postmaster, libc::SIGKILL);
+        let children = children_of(postmaster);
+        for &pid in &children {
+            signal(pid, libc::SIGKILL);
+        }
+        let _ = child.wait();
+        // The orphaned children are reparented and reaped elsewhere: wait until they are
+        // gone, or the new postmaster finds the old shared memory still attached.
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while children.iter().any(|&pid| alive(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.relaunch()
+    }
+
+    /// Starts the server again on its port (retried while the port or the old shared memory
+    /// is still busy).
+    fn relaunch(&mut self) -> Result<(), String> {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(reason) => {
+                    last = reason;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        Err(format!("postgres did not start again: {last}"))
+    }
+
     /// Starts `postgres` on `self.port` and waits until it accepts connections.
-    fn launch(
-        &mut self,
-        bin: &Path,
-        account: Option<(u32, u32)>,
-        data: &Path,
-    ) -> Result<(), String> {
+    fn launch(&mut self) -> Result<(), String> {
+        let (bin, account) = (self.bin.clone(), self.account);
+        let data = self.dir.path().join("data");
+        let started_at = self.log().len();
         let log = File::options()
             .create(true)
             .append(true)
@@ -172,7 +285,7 @@ impl PostgresServer {
         let mut command = Command::new(bin.join("postgres"));
         command
             .arg("-D")
-            .arg(data)
+            .arg(&data)
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1"])
@@ -183,7 +296,11 @@ impl PostgresServer {
                 "synchronous_commit=off",
                 "-c",
                 "full_page_writes=off",
-            ])
+            ]);
+        for setting in &self.settings {
+            command.arg("-c").arg(setting);
+        }
+        command
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
@@ -200,7 +317,7 @@ impl PostgresServer {
                     return Err(format!("postgres exited ({status}): {}", self.log()));
                 }
             }
-            if self.accepts_connections() {
+            if self.accepts_connections(started_at) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -212,17 +329,26 @@ impl PostgresServer {
     }
 
     /// Whether the server accepts a connection and has finished starting up: its TCP port
-    /// answers and the log says it is ready.
-    fn accepts_connections(&self) -> bool {
+    /// answers and the log, from byte `from` on, says it is ready.
+    fn accepts_connections(&self, from: usize) -> bool {
         let address = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port);
         TcpStream::connect_timeout(&address.into(), Duration::from_millis(200)).is_ok()
-            && self.log().contains("ready to accept connections")
+            && self
+                .log()
+                .get(from..)
+                .is_some_and(|log| log.contains("ready to accept connections"))
     }
 
     /// Fast shutdown, then `SIGKILL` after [`STOP_TIMEOUT`]; reaps the process.
     fn stop(&mut self) {
+        self.stop_within(STOP_TIMEOUT);
+    }
+
+    /// Fast shutdown, then `SIGKILL` (of the postmaster and its processes) after `timeout`;
+    /// reaps the postmaster. Returns whether it stopped by itself.
+    fn stop_within(&mut self, timeout: Duration) -> bool {
         let Some(mut child) = self.child.take() else {
-            return;
+            return true;
         };
         if let Ok(pid) = libc::pid_t::try_from(child.id()) {
             // SAFETY: kill(2) on our own child's pid, which it still is (not reaped yet).
@@ -230,16 +356,56 @@ impl PostgresServer {
                 libc::kill(pid, libc::SIGINT);
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let children = children_of(child.id());
         let _ = child.kill();
+        for pid in children {
+            signal(pid, libc::SIGKILL);
+        }
         let _ = child.wait();
+        false
     }
+}
+
+/// Sends `sig` to `pid`.
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pids are the server's.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// The processes whose parent is `parent` (from `/proc`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
 }
 
 impl Drop for PostgresServer {

@@ -54,7 +54,8 @@ impl Window {
             | "partition_to_server"
             | "partition_from_server"
             | "partition_one_master"
-            | "latency" => self.worker() == Some(worker),
+            | "latency"
+            | "terminate_backends" => self.worker() == Some(worker),
             "client_kill"
             | "script_flush"
             | "proxy_reset"
@@ -68,9 +69,20 @@ impl Window {
             | "manual_failover"
             | "replication_lag"
             | "split_brain"
-            | "split_brain_min_replicas" => true,
+            | "split_brain_min_replicas"
+            | "pause_server"
+            | "restart_fast"
+            | "restart_crash" => true,
             _ => false,
         }
+    }
+
+    /// A PostgreSQL crash (`restart_crash`) of a server running with
+    /// `synchronous_commit=off` (its target says so): the last commits before the kill may
+    /// be lost, lock rows and fence counters with them. With `on` a crash loses nothing
+    /// acknowledged, and a fast restart never does.
+    pub(super) fn async_commit_crash(&self) -> bool {
+        self.kind() == Some(Fault::RestartCrash) && self.target.contains("synchronous_commit=off")
     }
 
     /// Whether the fault could reach the lock `name` held as `kind`: on a Cluster, only the
@@ -199,6 +211,9 @@ pub(super) fn heal_target(windows: &mut [Window], id: Option<u64>) -> Option<&mu
 /// coordinated `CLUSTER FAILOVER` (the replica catches up before it takes over).
 pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
     let slack = FAILOVER_SLACK.as_nanos() as u64;
+    if w.async_commit_crash() {
+        return Some((w.start, w.heal));
+    }
     if let Some(f) = w.kind() {
         return f.destroys_lock().then(|| {
             (
@@ -328,6 +343,9 @@ pub(super) fn stale_master(windows: &[Window], server: &str, t: u64) -> bool {
 
 /// Whether a fault can lose a lock's fence counter (tokens may then repeat or go back).
 pub(super) fn loses_counter(backend: &str, w: &Window) -> bool {
+    if w.async_commit_crash() {
+        return true;
+    }
     if let Some(f) = w.kind() {
         return f.loses_counter();
     }
