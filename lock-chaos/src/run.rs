@@ -497,6 +497,31 @@ async fn run_backend(
             MIN_REPLICAS_MAX_LAG.as_secs()
         );
     }
+    let pg_url = servers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .postgres()
+        .map(|pg| pg.connection_string());
+    if let Some(url) = pg_url {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT current_setting('synchronous_commit'), current_setting('fsync'), \
+                 current_setting('server_version')",
+                &[],
+            )
+            .await?;
+        println!(
+            "postgres: PostgreSQL {}, synchronous_commit = {}, fsync = {} (the faults kill \
+             processes, not the machine: written WAL survives in the page cache)",
+            row.try_get::<_, String>(2)?,
+            row.try_get::<_, String>(0)?,
+            row.try_get::<_, String>(1)?
+        );
+        drop(client);
+        let _ = driver.await;
+    }
     let names = names_of(config);
     let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
     // Server-side truth: every removal of a key on every data server, as it happens.
@@ -1000,7 +1025,11 @@ impl World {
     async fn spawn_worker(&self, slot: usize) -> anyhow::Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut proxies = Vec::new();
-        let pg_url = self.lock_servers().await.postgres().map(|pg| pg.worker_url(id));
+        let pg_url = self
+            .lock_servers()
+            .await
+            .postgres()
+            .map(|pg| pg.worker_url(id));
         let urls = if let Some(url) = pg_url {
             vec![url]
         } else if self.lab.is_some() {
@@ -1618,12 +1647,19 @@ impl World {
             }
             Fault::TerminateBackends => self.terminate_backends(step, aim).await?,
             Fault::RestartFast | Fault::RestartCrash => {
-                let start = self
-                    .lock_servers()
-                    .await
-                    .postgres()
-                    .context("needs the postgres backend")?
-                    .describe();
+                let (start, url) = {
+                    let servers = self.lock_servers().await;
+                    let pg = servers.postgres().context("needs the postgres backend")?;
+                    (pg.describe(), pg.connection_string())
+                };
+                // What the restart may lose: the fence counters and the WAL not yet
+                // flushed just before it (a read, then the kill a few ms later: counters
+                // only grow meanwhile, so one lower after the restart was lost).
+                let before = pg_snapshot(&url).await.ok();
+                let start = match &before {
+                    Some(snap) => format!("{start}, {} WAL bytes unflushed", snap.unflushed),
+                    None => start,
+                };
                 self.record(name, "start", &start, aim);
                 let target = self
                     .with_servers(move |servers| {
@@ -1635,6 +1671,23 @@ impl World {
                         }
                     })
                     .await?;
+                let after = pg_snapshot(&url).await.ok();
+                let target = match (&before, &after) {
+                    (Some(before), Some(after)) => {
+                        let lower = before
+                            .fences
+                            .iter()
+                            .filter(|(key, token)| {
+                                after.fences.get(*key).is_none_or(|now| now < *token)
+                            })
+                            .count();
+                        format!(
+                            "{target}, fence counters rolled back: {lower} of {}",
+                            before.fences.len()
+                        )
+                    }
+                    _ => target,
+                };
                 self.record(name, "heal", &target, aim);
             }
         }
@@ -2114,6 +2167,47 @@ fn needs_master(step: &Step) -> bool {
     )
 }
 
+/// The PostgreSQL state a restart may lose: every fence counter, and how much WAL was
+/// inserted but not yet flushed.
+struct PgSnapshot {
+    fences: HashMap<String, i64>,
+    unflushed: i64,
+}
+
+/// Reads a [`PgSnapshot`] through a connection of the harness's own (2 s bounds).
+async fn pg_snapshot(url: &str) -> anyhow::Result<PgSnapshot> {
+    let (client, connection) = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio_postgres::connect(url, tokio_postgres::NoTls),
+    )
+    .await
+    .context("connecting to postgres: timed out")??;
+    let driver = tokio::spawn(connection);
+    let read = async {
+        let unflushed: i64 = client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn())::bigint",
+                &[],
+            )
+            .await?
+            .try_get(0)?;
+        let rows = client
+            .query("SELECT key, token FROM distlock_fences", &[])
+            .await?;
+        let mut fences = HashMap::new();
+        for row in rows {
+            fences.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
+        }
+        anyhow::Ok(PgSnapshot { fences, unflushed })
+    };
+    let snapshot = tokio::time::timeout(Duration::from_secs(2), read)
+        .await
+        .context("reading the fence counters: timed out")?;
+    drop(client);
+    let _ = driver.await;
+    snapshot
+}
+
 /// Sends `signal` to a worker process we started (and have not reaped).
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: plain syscall on the pid of our own unreaped child.
@@ -2285,5 +2379,126 @@ mod tests {
         assert!(plain
             .iter()
             .all(|s| matches!(s.kind, FaultKind::Classic(_))));
+    }
+
+    /// The postgres backend: its five server-side and process faults in the randomized
+    /// schedule (lab or not), four of them in the quick run, and only the plain-lock
+    /// workloads, each skipped one with a reason.
+    #[test]
+    fn postgres_has_its_faults_and_the_plain_lock_workloads_only() {
+        use crate::workload::Workload;
+        let expected: Vec<FaultKind> = [
+            Fault::PauseServer,
+            Fault::KillHolder,
+            Fault::TerminateBackends,
+            Fault::RestartFast,
+            Fault::RestartCrash,
+        ]
+        .into_iter()
+        .map(FaultKind::Classic)
+        .collect();
+        assert_eq!(kinds_for(Backend::Postgres, false, false), expected);
+        assert_eq!(kinds_for(Backend::Postgres, true, true), expected);
+        let lease = Duration::from_millis(1500);
+        let (schedule, quick) = fixed_steps(Backend::Postgres, true, 1, lease, false);
+        assert_eq!(
+            quick.iter().map(|s| s.kind.name()).collect::<Vec<_>>(),
+            [
+                "pause_server",
+                "kill_holder",
+                "terminate_backends",
+                "restart_crash"
+            ]
+        );
+        // The quick segment's schedule: a baseline and four faults with their settle time,
+        // well under a minute.
+        let total = schedule.baseline
+            + quick
+                .iter()
+                .map(|s| s.duration + schedule.settle)
+                .sum::<Duration>();
+        assert!(total <= Duration::from_secs(40), "{total:?}");
+        for w in Workload::ALL {
+            let plain = matches!(
+                w,
+                Workload::Multi
+                    | Workload::AtLeast
+                    | Workload::Layer
+                    | Workload::Shutdown
+                    | Workload::Siblings
+            );
+            assert_eq!(
+                w.unsupported(Backend::Postgres).is_none(),
+                plain,
+                "{}",
+                w.name()
+            );
+            assert_eq!(w.unsupported(Backend::Standalone), None);
+        }
+        assert!(Workload::Leader
+            .unsupported(Backend::Postgres)
+            .is_some_and(|r| r.contains("leader")));
+        assert!(Workload::Fair.unsupported(Backend::Redlock).is_some());
+    }
+
+    /// The server faults on a real PostgreSQL: a paused server answers nothing until it is
+    /// resumed; a fast and a crash restart come back on the same port with the data; and
+    /// with `synchronous_commit = off` the crash's target says so (what the checker reads).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_server_faults_act_on_the_server() {
+        let mut servers = blocking(|| Ok(Servers::start_postgres(false)))
+            .await
+            .unwrap();
+        let url = servers.postgres().unwrap().connection_string();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)")
+            .await
+            .unwrap();
+        let paused = servers.postgres().unwrap().pause();
+        assert!(paused.contains("processes stopped"), "{paused}");
+        let answer = tokio::time::timeout(
+            Duration::from_millis(300),
+            client.query_one("SELECT 1", &[]),
+        )
+        .await;
+        assert!(answer.is_err(), "a paused server answered");
+        servers.postgres().unwrap().resume();
+        let value: i32 = client
+            .query_one("SELECT v FROM kept", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(value, 1);
+        drop(client);
+        let (servers, fast, crash) = blocking(move || {
+            let fast = servers.postgres_mut()?.restart_fast()?;
+            let crash = servers.postgres_mut()?.crash_restart()?;
+            Ok((servers, fast, crash))
+        })
+        .await
+        .unwrap();
+        assert!(fast.contains("synchronous_commit=off"), "{fast}");
+        assert!(crash.contains(" -> "), "{crash}");
+        let snapshot = pg_snapshot(&url).await;
+        // No lock table in this database: the snapshot fails, the server answers.
+        assert!(snapshot.is_err());
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let value: i32 = client
+            .query_one("SELECT v FROM kept", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            value, 1,
+            "a committed row (checkpointed by the fast restart) is kept"
+        );
+        drop(servers);
     }
 }

@@ -165,8 +165,7 @@ pub async fn wait_for_target(
                 held_for: now - entry.2,
                 waiters: waiters.get(i).copied().unwrap_or(0),
             };
-            if target.held_for >= config.min_hold
-                && (target.waiters > 0 || config.waiters_unknown)
+            if target.held_for >= config.min_hold && (target.waiters > 0 || config.waiters_unknown)
             {
                 return Triggered::Effective(target);
             }
@@ -287,8 +286,8 @@ pub async fn wait_for_family_target(
             }
             if let Some(target) = best {
                 if target.held_for >= config.min_hold
-                && (target.waiters > 0 || config.waiters_unknown)
-            {
+                    && (target.waiters > 0 || config.waiters_unknown)
+                {
                     return Triggered::Effective(target);
                 }
                 if longest

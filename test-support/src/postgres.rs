@@ -300,10 +300,7 @@ impl PostgresServer {
         for setting in &self.settings {
             command.arg("-c").arg(setting);
         }
-        command
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
+        command.stdin(Stdio::null()).stdout(log).stderr(log_err);
         as_account(&mut command, account, self.dir.path());
         let child =
             spawn_tied_to_process(command).map_err(|e| format!("cannot spawn postgres: {e}"))?;
@@ -385,8 +382,10 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 /// Whether process `pid` exists (and is not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
 }
 
 /// The processes whose parent is `parent` (from `/proc`).

@@ -505,3 +505,61 @@ pub(super) fn without_replicated_repeats<'a>(times: &[(u64, &'a str)]) -> Vec<(u
     }
     originals.into_iter().map(|(t, s, _)| (t, s)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(fault: &str, target: &str) -> Window {
+        Window {
+            fault: fault.to_owned(),
+            target: target.to_owned(),
+            start: 10,
+            heal: 20,
+            heal_target: String::new(),
+            end: 30,
+            id: Some(0),
+            triggered: Some(true),
+            lock: None,
+            slots: None,
+            failed: false,
+        }
+    }
+
+    /// A PostgreSQL crash loses data and fence counters only with `synchronous_commit=off`;
+    /// a fast restart, a paused server and terminated sessions lose nothing; all of them
+    /// delay commands (terminated sessions: of the worker aimed at only).
+    #[test]
+    fn a_postgres_crash_loses_data_only_with_asynchronous_commits() {
+        let off = window(
+            "restart_crash",
+            "server port 5 pid 7, synchronous_commit=off, 100 WAL bytes unflushed",
+        );
+        let on = window(
+            "restart_crash",
+            "server port 5 pid 7, synchronous_commit=on",
+        );
+        let fast = window(
+            "restart_fast",
+            "server port 5 pid 7, synchronous_commit=off",
+        );
+        assert_eq!(loss_span("postgres", &off), Some((10, 20)));
+        assert!(loses_counter("postgres", &off));
+        for w in [&on, &fast] {
+            assert_eq!(loss_span("postgres", w), None, "{}", w.target);
+            assert!(!loses_counter("postgres", w), "{}", w.target);
+        }
+        let pause = window("pause_server", "server port 5 pid 7: 9 processes stopped");
+        assert_eq!(loss_span("postgres", &pause), None);
+        for w in [&off, &on, &fast, &pause] {
+            assert!(w.delays_commands_of(3), "{}", w.fault);
+        }
+        let terminated = window(
+            "terminate_backends",
+            "worker 2 pid 99: 4 sessions terminated",
+        );
+        assert!(terminated.delays_commands_of(2));
+        assert!(!terminated.delays_commands_of(3));
+        assert_eq!(loss_span("postgres", &terminated), None);
+    }
+}
