@@ -204,9 +204,11 @@ pub(super) fn heal_target(windows: &mut [Window], id: Option<u64>) -> Option<&mu
 /// failover (any that promotes a replica which may lack the last writes: a crash, a master
 /// paused past the failure detector, Sentinel's forced `SENTINEL FAILOVER`, a replica cut off
 /// then promoted; until the old master answers no more, about [`FAILOVER_SLACK`] after the
-/// heal), a forward jump of a server's clock (its TTLs: the README's "clocks" row), and a
+/// heal), a forward jump of a server's clock (its TTLs: the README's "clocks" row), a
 /// Redlock master restarted empty under a lock held on a bare majority (the README's
-/// Redlock column: two holders possible). Not excused: partitions of workers (their leases
+/// Redlock column: two holders possible), and a PostgreSQL crash of a server with
+/// `synchronous_commit=off` (`restart_crash`: the last commits, lock rows included). Not
+/// excused: partitions of workers (their leases
 /// run out and `lost()` says so), a backward clock jump (it only lengthens TTLs), a
 /// coordinated `CLUSTER FAILOVER` (the replica catches up before it takes over).
 pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
