@@ -1,8 +1,8 @@
 //! `lock-chaos`: a fault-injection harness for distlock.
 //!
-//! For one backend at a time it starts the Redis servers with the test harness, spawns
-//! worker processes (this binary, `lock-chaos worker ...`) whose tasks contend for a few
-//! locks and do read-modify-writes on an unfenced and a fenced register, injects faults on
+//! For one backend at a time it starts the Redis servers (or the PostgreSQL server) with the
+//! test harness, spawns worker processes (this binary, `lock-chaos worker ...`) whose tasks
+//! contend for a few locks and do read-modify-writes on an unfenced and a fenced register, injects faults on
 //! a schedule (the nemesis: fixed, or seeded and randomized with state-triggered steps), and
 //! checks the recorded history. It prints a table per backend x fault (with the effective
 //! injections and 95% upper bounds of the anomaly rates), writes JSON lines with `--out`, and
@@ -68,11 +68,13 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// Backends to run, in order (repeat the flag). Default: all, or with --quick
-    /// standalone and sentinel.
+    /// standalone, sentinel and postgres. `postgres` starts one PostgreSQL server (its
+    /// binaries as the test support finds them) and runs the plain-lock workloads only.
     #[arg(long = "backend", value_enum)]
     backends: Vec<Backend>,
     /// The CI subset: a fixed, short, deterministic list of faults one at a time, a shorter
-    /// baseline, every workload (about 3 minutes for standalone and Sentinel).
+    /// baseline, every workload (about 3 minutes for standalone and Sentinel, and about
+    /// 35 s for postgres).
     #[arg(long)]
     quick: bool,
     /// Seed of the randomized schedule (default: a fresh one, printed first; pass it again
@@ -156,6 +158,22 @@ struct RunArgs {
     /// touched, or a failed register-store check.
     #[arg(long)]
     strict: bool,
+    /// Postgres: the server's `synchronous_commit`. `on` (default): every acknowledged
+    /// commit survives a crash, so exclusion and token order must hold through
+    /// `restart_crash`. `off`: a crash may lose the last commits (lock rows and fence
+    /// counters); holds a crash touched are then excused as `data_loss`, tokens must still
+    /// rise (the clock floor).
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    synchronous_commit: Switch,
+}
+
+/// A server setting's `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    /// `on`.
+    On,
+    /// `off`.
+    Off,
 }
 
 #[derive(Debug, clap::Args)]
@@ -244,7 +262,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let backends = if !args.backends.is_empty() {
         args.backends
     } else if args.quick {
-        vec![Backend::Standalone, Backend::Sentinel]
+        vec![Backend::Standalone, Backend::Sentinel, Backend::Postgres]
     } else {
         vec![
             Backend::Memory,
@@ -252,12 +270,13 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
             Backend::Sentinel,
             Backend::Cluster,
             Backend::Redlock,
+            Backend::Postgres,
         ]
     };
     if args.fence_store == register::FenceStore::LockRedis {
         if let Some(b) = backends
             .iter()
-            .find(|b| matches!(b, Backend::Memory | Backend::Redlock))
+            .find(|b| matches!(b, Backend::Memory | Backend::Redlock | Backend::Postgres))
         {
             anyhow::bail!(
                 "--fence-store lock-redis keeps the fenced register in the lock's servers through \
@@ -310,6 +329,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         min_replicas: args.min_replicas_to_write,
         fence_store: args.fence_store,
         fence_replicas: args.fence_replicas,
+        synchronous_commit: args.synchronous_commit == Switch::On,
     };
     let reports = run::run(config).await?;
     verdict(&reports, args.strict);
@@ -493,6 +513,7 @@ async fn connect_backend(
         },
         Backend::Cluster => builder.connect_cluster(urls).await,
         Backend::Redlock => builder.connect_redlock(urls).await,
+        Backend::Postgres => builder.postgres(&urls[0]).connect().await,
     }
 }
 

@@ -48,12 +48,26 @@ pub enum Fault {
     /// resharding does while services run. Held locks move with their TTL, the slot's fencing
     /// counter with them; waiters' sharded subscriptions must follow the slot.
     SlotMigration,
+    /// PostgreSQL: `SIGSTOP` the server (the postmaster and every backend) for the duration,
+    /// then `SIGCONT`: statements hang, leases run out on the server's clock meanwhile.
+    PauseServer,
+    /// PostgreSQL: `pg_terminate_backend` of every session of the holder's worker (its
+    /// command and `LISTEN` connections, found by their `application_name`).
+    TerminateBackends,
+    /// PostgreSQL: a fast shutdown (`SIGINT`, checkpoint) and a start on the same data.
+    /// Committed transactions survive whatever `synchronous_commit` says.
+    RestartFast,
+    /// PostgreSQL: `SIGKILL` of the postmaster and every backend, then a start (crash
+    /// recovery). With `synchronous_commit = on` every acknowledged commit survives; with
+    /// `off` the last ones (up to about three `wal_writer_delay`s) may be lost, lock rows
+    /// and fence counters with them.
+    RestartCrash,
 }
 
 impl Fault {
     /// Every fault (the checker looks faults up by name here: a fault missing from this
     /// list would touch no hold, so everything under it would count as a violation).
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 20] = [
         Fault::PauseHolder,
         Fault::KillHolder,
         Fault::RestartPersistent,
@@ -70,6 +84,10 @@ impl Fault {
         Fault::ClockJumpBack,
         Fault::ForceRelease,
         Fault::SlotMigration,
+        Fault::PauseServer,
+        Fault::TerminateBackends,
+        Fault::RestartFast,
+        Fault::RestartCrash,
     ];
 
     /// The name used in tables and JSON.
@@ -91,6 +109,10 @@ impl Fault {
             Fault::ClockJumpBack => "clock_jump_back",
             Fault::ForceRelease => "force_release",
             Fault::SlotMigration => "slot_migration",
+            Fault::PauseServer => "pause_server",
+            Fault::TerminateBackends => "terminate_backends",
+            Fault::RestartFast => "restart_fast",
+            Fault::RestartCrash => "restart_crash",
         }
     }
 
@@ -152,6 +174,16 @@ impl Schedule {
             }
             (Backend::Sentinel | Backend::Cluster, true) => vec![PauseHolder, ClientKill, Failover],
             (Backend::Redlock, true) => vec![PauseHolder, StopMinority],
+            (Backend::Postgres, true) => {
+                vec![PauseServer, KillHolder, TerminateBackends, RestartCrash]
+            }
+            (Backend::Postgres, false) => vec![
+                PauseServer,
+                KillHolder,
+                TerminateBackends,
+                RestartFast,
+                RestartCrash,
+            ],
             (Backend::Standalone, false) => vec![
                 PauseHolder,
                 KillHolder,

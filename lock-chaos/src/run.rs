@@ -78,17 +78,32 @@ pub struct RunConfig {
     pub fence_store: FenceStore,
     /// With `lock-redis`: the replicas the fence and the lock clients wait for.
     pub fence_replicas: u32,
+    /// Postgres: the server's `synchronous_commit` (`false`: `off`, a crash may lose the
+    /// last commits).
+    pub synchronous_commit: bool,
 }
 
 impl RunConfig {
     /// The workloads that run on `backend`.
     fn workloads_on(&self, backend: Backend) -> Vec<crate::workload::Workload> {
-        let redlock = backend == Backend::Redlock;
         self.workloads
             .iter()
             .copied()
-            .filter(|w| w.supported(redlock))
+            .filter(|w| w.unsupported(backend).is_none())
             .collect()
+    }
+
+    /// Prints each asked-for workload `backend` skips, with the reason.
+    fn print_skipped(&self, backend: Backend) {
+        for w in &self.workloads {
+            if let Some(reason) = w.unsupported(backend) {
+                println!(
+                    "{}: workload {} skipped: {reason}",
+                    backend.name(),
+                    w.name()
+                );
+            }
+        }
     }
 }
 
@@ -167,7 +182,7 @@ async fn blocking<T: Send + 'static>(
 fn server_count(backend: Backend) -> usize {
     match backend {
         Backend::Memory => 0,
-        Backend::Standalone => 1,
+        Backend::Standalone | Backend::Postgres => 1,
         Backend::Sentinel => 5,
         Backend::Cluster => 6,
         Backend::Redlock => crate::topology::REDLOCK_MASTERS,
@@ -272,7 +287,17 @@ async fn run_backend(
     let count = server_count(backend);
     // The network lab: a namespace per worker, an address per server and one for the
     // register store (never partitioned).
+    config.print_skipped(backend);
     let lab = if backend == Backend::Memory {
+        None
+    } else if backend == Backend::Postgres {
+        println!(
+            "postgres: network: loopback, no namespaces (the server listens on 127.0.0.1; its \
+             faults are server-side: pause, restarts, terminated backends)"
+        );
+        if !config.synchronous_commit {
+            println!("postgres: synchronous_commit = off (a crash may lose the last commits)");
+        }
         None
     } else if !config.netns {
         println!(
@@ -302,7 +327,7 @@ async fn run_backend(
             }
         }
     };
-    let shim = if backend == Backend::Memory {
+    let shim = if matches!(backend, Backend::Memory | Backend::Postgres) {
         None
     } else {
         match blocking(ClockShim::build).await {
@@ -451,8 +476,16 @@ async fn run_backend(
     if let Some(shim) = &shim {
         options = Some(shim.options(options.unwrap_or_default()));
     }
+    let synchronous_commit = config.synchronous_commit;
     let servers = Arc::new(Mutex::new(
-        blocking(move || Ok(Servers::start_with(backend, options))).await?,
+        blocking(move || {
+            Ok(if backend == Backend::Postgres {
+                Servers::start_postgres(synchronous_commit)
+            } else {
+                Servers::start_with(backend, options)
+            })
+        })
+        .await?,
     ));
     if let (Some(n), Backend::Sentinel) = (config.min_replicas, backend) {
         let took = servers
@@ -463,6 +496,31 @@ async fn run_backend(
             "sentinel: min-replicas-to-write {n}, min-replicas-max-lag {} s ({took} of 2 data servers)",
             MIN_REPLICAS_MAX_LAG.as_secs()
         );
+    }
+    let pg_url = servers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .postgres()
+        .map(|pg| pg.connection_string());
+    if let Some(url) = pg_url {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT current_setting('synchronous_commit'), current_setting('fsync'), \
+                 current_setting('server_version')",
+                &[],
+            )
+            .await?;
+        println!(
+            "postgres: PostgreSQL {}, synchronous_commit = {}, fsync = {} (the faults kill \
+             processes, not the machine: written WAL survives in the page cache)",
+            row.try_get::<_, String>(2)?,
+            row.try_get::<_, String>(0)?,
+            row.try_get::<_, String>(1)?
+        );
+        drop(client);
+        let _ = driver.await;
     }
     let names = names_of(config);
     let nemesis = EventSink::open(&dir.join("nemesis.jsonl"))?;
@@ -687,7 +745,7 @@ async fn read_truth(
             let conn = client.get_multiplexed_async_connection().await?;
             registers.truth(names, Some(conn)).await
         }
-        Backend::Memory | Backend::Redlock => {
+        Backend::Memory | Backend::Redlock | Backend::Postgres => {
             anyhow::bail!("{} has no fenced register in its servers", backend.name())
         }
     }
@@ -847,6 +905,7 @@ impl World {
             Backend::Sentinel => builder.connect_sentinel(urls, SENTINEL_MASTER).await?,
             Backend::Cluster => builder.connect_cluster(urls).await?,
             Backend::Redlock => builder.connect_redlock(urls).await?,
+            Backend::Postgres => builder.postgres(&urls[0]).connect().await?,
         })
     }
 
@@ -966,7 +1025,14 @@ impl World {
     async fn spawn_worker(&self, slot: usize) -> anyhow::Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut proxies = Vec::new();
-        let urls = if self.lab.is_some() {
+        let pg_url = self
+            .lock_servers()
+            .await
+            .postgres()
+            .map(|pg| pg.worker_url(id));
+        let urls = if let Some(url) = pg_url {
+            vec![url]
+        } else if self.lab.is_some() {
             self.lock_servers().await.lab_urls()
         } else if self.backend.proxied() {
             let ports = self.lock_servers().await.proxied_ports();
@@ -1132,6 +1198,7 @@ impl World {
                 if self.config.quick {
                     trigger_config.bound = self.config.lease * 2;
                 }
+                trigger_config.waiters_unknown = self.backend == Backend::Postgres;
                 let triggered = match self.aim_kind(step.kind) {
                     (TargetKind::Plain, _) => {
                         trigger::wait_for_target(inspector, &trigger_config, |id| {
@@ -1564,7 +1631,109 @@ impl World {
                 self.lock_servers().await.resume_masters(3);
                 self.record(name, "heal", &target, aim);
             }
+            Fault::PauseServer => {
+                let target = {
+                    let servers = self.lock_servers().await;
+                    let pg = servers.postgres().context("needs the postgres backend")?;
+                    let target = pg.pause();
+                    self.record(name, "start", &target, aim);
+                    target
+                };
+                tokio::time::sleep(active).await;
+                if let Some(pg) = self.lock_servers().await.postgres() {
+                    pg.resume();
+                }
+                self.record(name, "heal", &target, aim);
+            }
+            Fault::TerminateBackends => self.terminate_backends(step, aim).await?,
+            Fault::RestartFast | Fault::RestartCrash => {
+                let (start, url) = {
+                    let servers = self.lock_servers().await;
+                    let pg = servers.postgres().context("needs the postgres backend")?;
+                    (pg.describe(), pg.connection_string())
+                };
+                // What the restart may lose: the fence counters and the WAL not yet
+                // flushed just before it (a read, then the kill a few ms later: counters
+                // only grow meanwhile, so one lower after the restart was lost).
+                let before = pg_snapshot(&url).await.ok();
+                let start = match &before {
+                    Some(snap) => format!("{start}, {} WAL bytes unflushed", snap.unflushed),
+                    None => start,
+                };
+                self.record(name, "start", &start, aim);
+                let target = self
+                    .with_servers(move |servers| {
+                        let pg = servers.postgres_mut()?;
+                        if fault == Fault::RestartFast {
+                            pg.restart_fast()
+                        } else {
+                            pg.crash_restart()
+                        }
+                    })
+                    .await?;
+                let after = pg_snapshot(&url).await.ok();
+                let target = match (&before, &after) {
+                    (Some(before), Some(after)) => {
+                        let lower = before
+                            .fences
+                            .iter()
+                            .filter(|(key, token)| {
+                                after.fences.get(*key).is_none_or(|now| now < *token)
+                            })
+                            .count();
+                        format!(
+                            "{target}, fence counters rolled back: {lower} of {}",
+                            before.fences.len()
+                        )
+                    }
+                    _ => target,
+                };
+                self.record(name, "heal", &target, aim);
+            }
         }
+        Ok(())
+    }
+
+    /// `pg_terminate_backend` of every session of the aimed worker (its `application_name`),
+    /// through a connection of the harness's own. Recorded as effective only when the
+    /// trigger found a long hold and at least one session was terminated.
+    async fn terminate_backends(&self, step: &Step, aim: &Aim) -> anyhow::Result<()> {
+        let name = Fault::TerminateBackends.name();
+        let (id, pid, _) = self.aimed_worker(aim, step.pick)?;
+        let url = self
+            .lock_servers()
+            .await
+            .postgres()
+            .context("needs the postgres backend")?
+            .connection_string();
+        let (client, connection) = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio_postgres::connect(&url, tokio_postgres::NoTls),
+        )
+        .await
+        .context("connecting to postgres: timed out")??;
+        let driver = tokio::spawn(connection);
+        let application = crate::topology::pg_application_name(id);
+        let terminated = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) \
+                 FROM pg_stat_activity WHERE application_name = $1",
+                &[&application],
+            ),
+        )
+        .await
+        .context("pg_terminate_backend: timed out")??
+        .try_get::<_, i64>(0)?;
+        drop(client);
+        let _ = driver.await;
+        let hit = Aim {
+            effective: aim.effective.map(|e| e && terminated > 0),
+            ..aim.clone()
+        };
+        let target = format!("worker {id} pid {pid}: {terminated} sessions terminated");
+        self.record(name, "start", &target, &hit);
+        self.record(name, "heal", &target, &hit);
         Ok(())
     }
 
@@ -1998,6 +2167,47 @@ fn needs_master(step: &Step) -> bool {
     )
 }
 
+/// The PostgreSQL state a restart may lose: every fence counter, and how much WAL was
+/// inserted but not yet flushed.
+struct PgSnapshot {
+    fences: HashMap<String, i64>,
+    unflushed: i64,
+}
+
+/// Reads a [`PgSnapshot`] through a connection of the harness's own (2 s bounds).
+async fn pg_snapshot(url: &str) -> anyhow::Result<PgSnapshot> {
+    let (client, connection) = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio_postgres::connect(url, tokio_postgres::NoTls),
+    )
+    .await
+    .context("connecting to postgres: timed out")??;
+    let driver = tokio::spawn(connection);
+    let read = async {
+        let unflushed: i64 = client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn())::bigint",
+                &[],
+            )
+            .await?
+            .try_get(0)?;
+        let rows = client
+            .query("SELECT key, token FROM distlock_fences", &[])
+            .await?;
+        let mut fences = HashMap::new();
+        for row in rows {
+            fences.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
+        }
+        anyhow::Ok(PgSnapshot { fences, unflushed })
+    };
+    let snapshot = tokio::time::timeout(Duration::from_secs(2), read)
+        .await
+        .context("reading the fence counters: timed out")?;
+    drop(client);
+    let _ = driver.await;
+    snapshot
+}
+
 /// Sends `signal` to a worker process we started (and have not reaped).
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: plain syscall on the pid of our own unreaped child.
@@ -2169,5 +2379,126 @@ mod tests {
         assert!(plain
             .iter()
             .all(|s| matches!(s.kind, FaultKind::Classic(_))));
+    }
+
+    /// The postgres backend: its five server-side and process faults in the randomized
+    /// schedule (lab or not), four of them in the quick run, and only the plain-lock
+    /// workloads, each skipped one with a reason.
+    #[test]
+    fn postgres_has_its_faults_and_the_plain_lock_workloads_only() {
+        use crate::workload::Workload;
+        let expected: Vec<FaultKind> = [
+            Fault::PauseServer,
+            Fault::KillHolder,
+            Fault::TerminateBackends,
+            Fault::RestartFast,
+            Fault::RestartCrash,
+        ]
+        .into_iter()
+        .map(FaultKind::Classic)
+        .collect();
+        assert_eq!(kinds_for(Backend::Postgres, false, false), expected);
+        assert_eq!(kinds_for(Backend::Postgres, true, true), expected);
+        let lease = Duration::from_millis(1500);
+        let (schedule, quick) = fixed_steps(Backend::Postgres, true, 1, lease, false);
+        assert_eq!(
+            quick.iter().map(|s| s.kind.name()).collect::<Vec<_>>(),
+            [
+                "pause_server",
+                "kill_holder",
+                "terminate_backends",
+                "restart_crash"
+            ]
+        );
+        // The quick segment's schedule: a baseline and four faults with their settle time,
+        // well under a minute.
+        let total = schedule.baseline
+            + quick
+                .iter()
+                .map(|s| s.duration + schedule.settle)
+                .sum::<Duration>();
+        assert!(total <= Duration::from_secs(40), "{total:?}");
+        for w in Workload::ALL {
+            let plain = matches!(
+                w,
+                Workload::Multi
+                    | Workload::AtLeast
+                    | Workload::Layer
+                    | Workload::Shutdown
+                    | Workload::Siblings
+            );
+            assert_eq!(
+                w.unsupported(Backend::Postgres).is_none(),
+                plain,
+                "{}",
+                w.name()
+            );
+            assert_eq!(w.unsupported(Backend::Standalone), None);
+        }
+        assert!(Workload::Leader
+            .unsupported(Backend::Postgres)
+            .is_some_and(|r| r.contains("leader")));
+        assert!(Workload::Fair.unsupported(Backend::Redlock).is_some());
+    }
+
+    /// The server faults on a real PostgreSQL: a paused server answers nothing until it is
+    /// resumed; a fast and a crash restart come back on the same port with the data; and
+    /// with `synchronous_commit = off` the crash's target says so (what the checker reads).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_server_faults_act_on_the_server() {
+        let mut servers = blocking(|| Ok(Servers::start_postgres(false)))
+            .await
+            .unwrap();
+        let url = servers.postgres().unwrap().connection_string();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)")
+            .await
+            .unwrap();
+        let paused = servers.postgres().unwrap().pause();
+        assert!(paused.contains("processes stopped"), "{paused}");
+        let answer = tokio::time::timeout(
+            Duration::from_millis(300),
+            client.query_one("SELECT 1", &[]),
+        )
+        .await;
+        assert!(answer.is_err(), "a paused server answered");
+        servers.postgres().unwrap().resume();
+        let value: i32 = client
+            .query_one("SELECT v FROM kept", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(value, 1);
+        drop(client);
+        let (servers, fast, crash) = blocking(move || {
+            let fast = servers.postgres_mut()?.restart_fast()?;
+            let crash = servers.postgres_mut()?.crash_restart()?;
+            Ok((servers, fast, crash))
+        })
+        .await
+        .unwrap();
+        assert!(fast.contains("synchronous_commit=off"), "{fast}");
+        assert!(crash.contains(" -> "), "{crash}");
+        let snapshot = pg_snapshot(&url).await;
+        // No lock table in this database: the snapshot fails, the server answers.
+        assert!(snapshot.is_err());
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let value: i32 = client
+            .query_one("SELECT v FROM kept", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            value, 1,
+            "a committed row (checkpointed by the fast restart) is kept"
+        );
+        drop(servers);
     }
 }

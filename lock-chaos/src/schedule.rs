@@ -80,7 +80,7 @@ impl NetFault {
     pub fn for_backend(backend: Backend) -> Vec<NetFault> {
         use NetFault::*;
         match backend {
-            Backend::Memory => Vec::new(),
+            Backend::Memory | Backend::Postgres => Vec::new(),
             Backend::Standalone => vec![PartitionBoth, PartitionToServer, PartitionFromServer],
             Backend::Sentinel => vec![
                 PartitionBoth,
@@ -180,6 +180,9 @@ impl FaultKind {
                     | Fault::StopMajority
                     | Fault::ClockJumpForward
                     | Fault::ClockJumpBack
+                    | Fault::PauseServer
+                    | Fault::RestartFast
+                    | Fault::RestartCrash
             ),
             FaultKind::Net(f) => matches!(
                 f,
@@ -205,10 +208,16 @@ impl FaultKind {
     pub fn default_target(self) -> TargetSelector {
         match self {
             FaultKind::Classic(f) => match f {
-                Fault::PauseHolder | Fault::KillHolder | Fault::Partition | Fault::Latency => {
-                    TargetSelector::Holder
-                }
-                Fault::RestartPersistent | Fault::RestartEmpty => TargetSelector::LockMaster,
+                Fault::PauseHolder
+                | Fault::KillHolder
+                | Fault::Partition
+                | Fault::Latency
+                | Fault::TerminateBackends => TargetSelector::Holder,
+                Fault::RestartPersistent
+                | Fault::RestartEmpty
+                | Fault::PauseServer
+                | Fault::RestartFast
+                | Fault::RestartCrash => TargetSelector::LockMaster,
                 Fault::Failover | Fault::SlotMigration => TargetSelector::LockMaster,
                 Fault::StopMinority => TargetSelector::Masters(2),
                 Fault::StopMajority => TargetSelector::Masters(3),

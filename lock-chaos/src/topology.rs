@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
-use lock_test_support::{RedisCluster, RedisMasters, RedisSentinels, RedisServer, ServerOptions};
+use lock_test_support::{
+    PostgresServer, RedisCluster, RedisMasters, RedisSentinels, RedisServer, ServerOptions,
+};
 
 /// The sentinel master name.
 pub const SENTINEL_MASTER: &str = "chaos";
@@ -28,6 +30,8 @@ pub enum Backend {
     Cluster,
     /// Redlock over 5 independent masters (append-only file, fsync always).
     Redlock,
+    /// One PostgreSQL server (`LockClient::postgres`): the plain lock only.
+    Postgres,
 }
 
 impl Backend {
@@ -39,6 +43,7 @@ impl Backend {
             Backend::Sentinel => "sentinel",
             Backend::Cluster => "cluster",
             Backend::Redlock => "redlock",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -78,9 +83,126 @@ pub enum Servers {
     Cluster(RedisCluster),
     /// Independent masters.
     Redlock(RedisMasters),
+    /// One PostgreSQL server.
+    Postgres(PgServer),
+}
+
+/// The PostgreSQL server of the postgres backend, and its `synchronous_commit`.
+#[derive(Debug)]
+pub struct PgServer {
+    server: PostgresServer,
+    synchronous_commit: bool,
+}
+
+/// The `application_name` of worker `id`'s sessions (how `terminate_backends` finds them).
+pub fn pg_application_name(id: u32) -> String {
+    format!("lock-chaos-worker-{id}")
+}
+
+impl PgServer {
+    /// `synchronous_commit` as the fault targets say it.
+    fn commit_mode(&self) -> &'static str {
+        if self.synchronous_commit {
+            "synchronous_commit=on"
+        } else {
+            "synchronous_commit=off"
+        }
+    }
+
+    /// The harness's connection string.
+    pub fn connection_string(&self) -> String {
+        self.server.connection_string()
+    }
+
+    /// The connection string of worker `id`: its sessions carry its application name.
+    pub fn worker_url(&self, id: u32) -> String {
+        format!(
+            "{} application_name={}",
+            self.server.connection_string(),
+            pg_application_name(id)
+        )
+    }
+
+    /// `SIGSTOP` of every process of the server.
+    pub fn pause(&self) -> String {
+        let n = self.server.pause();
+        format!(
+            "server port {} pid {}: {n} processes stopped",
+            self.server.port(),
+            self.server.pid().unwrap_or(0)
+        )
+    }
+
+    /// `SIGCONT` of every process of the server.
+    pub fn resume(&self) {
+        self.server.resume();
+    }
+
+    /// A fast shutdown and a start.
+    pub fn restart_fast(&mut self) -> anyhow::Result<String> {
+        let old = self.server.pid().unwrap_or(0);
+        self.server.restart_fast().map_err(anyhow::Error::msg)?;
+        Ok(format!(
+            "server port {} pid {old} -> {}, {}",
+            self.server.port(),
+            self.server.pid().unwrap_or(0),
+            self.commit_mode()
+        ))
+    }
+
+    /// `SIGKILL` of every process of the server and a start (crash recovery).
+    pub fn crash_restart(&mut self) -> anyhow::Result<String> {
+        let old = self.server.pid().unwrap_or(0);
+        self.server.crash_restart().map_err(anyhow::Error::msg)?;
+        Ok(format!(
+            "server port {} pid {old} -> {}, {}",
+            self.server.port(),
+            self.server.pid().unwrap_or(0),
+            self.commit_mode()
+        ))
+    }
+
+    /// The start target of a restart: the server and its commit mode.
+    pub fn describe(&self) -> String {
+        format!(
+            "server port {} pid {}, {}",
+            self.server.port(),
+            self.server.pid().unwrap_or(0),
+            self.commit_mode()
+        )
+    }
 }
 
 impl Servers {
+    /// Starts the PostgreSQL server of the postgres backend (blocking; panics as the harness
+    /// does) with `synchronous_commit` on or off. `fsync` stays off, as in the test support:
+    /// the faults kill processes, not the machine, so what a process wrote survives in the
+    /// page cache; `synchronous_commit` decides whether a commit is written before it is
+    /// acknowledged.
+    pub fn start_postgres(synchronous_commit: bool) -> Servers {
+        let value = if synchronous_commit { "on" } else { "off" };
+        Servers::Postgres(PgServer {
+            server: PostgresServer::start_with(&[("synchronous_commit", value)]),
+            synchronous_commit,
+        })
+    }
+
+    /// The PostgreSQL server (postgres backend).
+    pub fn postgres(&self) -> Option<&PgServer> {
+        match self {
+            Servers::Postgres(pg) => Some(pg),
+            _ => None,
+        }
+    }
+
+    /// The PostgreSQL server, to restart it (postgres backend).
+    pub fn postgres_mut(&mut self) -> anyhow::Result<&mut PgServer> {
+        match self {
+            Servers::Postgres(pg) => Ok(pg),
+            _ => anyhow::bail!("needs the postgres backend"),
+        }
+    }
+
     /// Starts the servers of `backend` (blocking; panics as the harness does), every server
     /// (sentinels too) started with a clone of `options` when given (network-lab addresses,
     /// the clock library).
@@ -90,6 +212,7 @@ impl Servers {
         };
         match backend {
             Backend::Memory => Servers::Memory,
+            Backend::Postgres => Servers::start_postgres(true),
             Backend::Standalone => {
                 Servers::Standalone(RedisServer::start_with(persistent_with(options)))
             }
@@ -107,6 +230,7 @@ impl Servers {
     fn start_plain(backend: Backend) -> Servers {
         match backend {
             Backend::Memory => Servers::Memory,
+            Backend::Postgres => Servers::start_postgres(true),
             Backend::Standalone => Servers::Standalone(RedisServer::start_with(persistent())),
             Backend::Sentinel => Servers::Sentinel(RedisSentinels::start(SENTINEL_MASTER)),
             Backend::Cluster => Servers::Cluster(RedisCluster::start(3, 1)),
@@ -129,6 +253,7 @@ impl Servers {
     pub fn direct_urls(&self) -> Vec<String> {
         match self {
             Servers::Memory => Vec::new(),
+            Servers::Postgres(pg) => vec![pg.connection_string()],
             Servers::Standalone(server) => vec![server.url()],
             Servers::Sentinel(set) => set.sentinel_urls(),
             Servers::Cluster(cluster) => cluster.urls(),
@@ -146,7 +271,7 @@ impl Servers {
     /// Every data server (not sentinels).
     fn data_servers(&self) -> Vec<&RedisServer> {
         match self {
-            Servers::Memory => Vec::new(),
+            Servers::Memory | Servers::Postgres(_) => Vec::new(),
             Servers::Standalone(server) => vec![server],
             Servers::Sentinel(set) => vec![set.master(), set.replica()],
             Servers::Cluster(cluster) => cluster.nodes().iter().collect(),
@@ -380,6 +505,7 @@ impl Servers {
     pub fn lab_urls(&self) -> Vec<String> {
         match self {
             Servers::Memory => Vec::new(),
+            Servers::Postgres(pg) => vec![pg.connection_string()],
             Servers::Standalone(server) => vec![server.bind_url()],
             Servers::Sentinel(set) => set.sentinels().iter().map(RedisServer::bind_url).collect(),
             Servers::Cluster(cluster) => {
@@ -396,7 +522,7 @@ impl Servers {
     /// The master that serves `key` now (Redlock: master `pick` modulo the count).
     pub fn lock_master(&self, key: &str, pick: u64) -> Option<&RedisServer> {
         match self {
-            Servers::Memory => None,
+            Servers::Memory | Servers::Postgres(_) => None,
             Servers::Standalone(server) => Some(server),
             Servers::Sentinel(set) => Some(set.master()),
             Servers::Cluster(cluster) => cluster

@@ -21,6 +21,11 @@ pub struct TriggerConfig {
     pub poll: Duration,
     /// Bound of one poll's round trip (a server may be down during another fault).
     pub probe_timeout: Duration,
+    /// The backend cannot count a lock's waiters (PostgreSQL: `LISTEN`s are sessions'
+    /// state, invisible to other sessions): a long hold alone triggers, and the checker's
+    /// count from the history (a hold and another task's acquisition in flight) says
+    /// whether the injection was effective.
+    pub waiters_unknown: bool,
 }
 
 impl TriggerConfig {
@@ -33,6 +38,7 @@ impl TriggerConfig {
             bound: lease * 4,
             poll: Duration::from_millis(20),
             probe_timeout: Duration::from_millis(500),
+            waiters_unknown: false,
         }
     }
 }
@@ -159,7 +165,8 @@ pub async fn wait_for_target(
                 held_for: now - entry.2,
                 waiters: waiters.get(i).copied().unwrap_or(0),
             };
-            if target.held_for >= config.min_hold && target.waiters > 0 {
+            if target.held_for >= config.min_hold && (target.waiters > 0 || config.waiters_unknown)
+            {
                 return Triggered::Effective(target);
             }
             if longest
@@ -278,7 +285,9 @@ pub async fn wait_for_family_target(
                 }
             }
             if let Some(target) = best {
-                if target.held_for >= config.min_hold && target.waiters > 0 {
+                if target.held_for >= config.min_hold
+                    && (target.waiters > 0 || config.waiters_unknown)
+                {
                     return Triggered::Effective(target);
                 }
                 if longest

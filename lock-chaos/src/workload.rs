@@ -108,18 +108,33 @@ impl Workload {
         names.iter().map(|n| (*n).to_owned()).collect()
     }
 
-    /// Whether the backend supports it (Redlock refuses the lock family, hot locks,
-    /// Redisson's layout and leader election).
-    pub fn supported(self, backend_is_redlock: bool) -> bool {
-        !backend_is_redlock
-            || matches!(
-                self,
-                Workload::Multi
-                    | Workload::AtLeast
-                    | Workload::Layer
-                    | Workload::Shutdown
-                    | Workload::Siblings
-            )
+    /// Why `backend` cannot run it (`None`: it can). Redlock refuses the lock family, hot
+    /// locks, Redisson's layout and leader election; PostgreSQL has the plain lock only
+    /// (`lock_all`, `hold_at_least`, the tower layer, shutdown and sibling futures are
+    /// plain locks).
+    pub fn unsupported(self, backend: crate::topology::Backend) -> Option<&'static str> {
+        use crate::topology::Backend;
+        let plain = matches!(
+            self,
+            Workload::Multi
+                | Workload::AtLeast
+                | Workload::Layer
+                | Workload::Shutdown
+                | Workload::Siblings
+        );
+        match backend {
+            _ if plain => None,
+            Backend::Redlock => Some("Redlock refuses it (LockError::Unsupported)"),
+            Backend::Postgres => Some(match self {
+                Workload::Fair | Workload::Rw | Workload::Sem => {
+                    "the PostgreSQL backend has the plain lock only (the lock family is refused)"
+                }
+                Workload::Hot => "keep_hot is refused on PostgreSQL",
+                Workload::Redisson => "Redisson's layout is a Redis layout",
+                _ => "leader election is refused on PostgreSQL",
+            }),
+            _ => None,
+        }
     }
 }
 

@@ -35,11 +35,6 @@ const USER: &str = "postgres";
 /// root, `initdb` and `postgres` run as the unprivileged user `nobody` (or the user named by
 /// `DISTLOCK_TEST_PG_USER`), which is given the temporary directory.
 ///
-/// A test can [`stop`](PostgresServer::stop) it and [`start_again`](PostgresServer::start_again)
-/// (or [`restart`](PostgresServer::restart)) it on the same port and data directory, and
-/// [`pause`](PostgresServer::pause) (`SIGSTOP` of the postmaster and every backend) and
-/// [`resume`](PostgresServer::resume) it.
-///
 /// Dropping it asks the server for a fast shutdown (`SIGINT`), kills it with `SIGKILL` if it
 /// has not exited within 5 s, and removes the directory. The server is also spawned with a
 /// parent-death signal, so it dies with the test process.
@@ -58,6 +53,8 @@ pub struct PostgresServer {
     log_path: PathBuf,
     bin: PathBuf,
     account: Option<(u32, u32)>,
+    /// `name=value` settings given after the defaults (`-c`), which they override.
+    settings: Vec<String>,
     // Declared last: removed after `Drop::drop` has stopped the process.
     dir: TempDir,
 }
@@ -71,7 +68,19 @@ impl PostgresServer {
     /// command), when `initdb` fails, or when the server does not accept connections within
     /// 30 s (the message includes its log).
     pub fn start() -> PostgresServer {
-        Self::start_with(false)
+        PostgresServer::start_with(&[])
+    }
+
+    /// [`PostgresServer::start`] with server settings (`name`, `value`) given after the
+    /// defaults, which they override: `start_with(&[("synchronous_commit", "on")])`.
+    /// They stay in force across [`PostgresServer::restart_fast`] and
+    /// [`PostgresServer::crash_restart`].
+    ///
+    /// # Panics
+    ///
+    /// As [`PostgresServer::start`].
+    pub fn start_with(settings: &[(&str, &str)]) -> PostgresServer {
+        PostgresServer::start_inner(settings, false)
     }
 
     /// As [`start`](Self::start), with TLS on (`ssl = on`): a CA and a server certificate
@@ -82,16 +91,15 @@ impl PostgresServer {
     ///
     /// As [`start`](Self::start).
     pub fn start_tls() -> PostgresServer {
-        Self::start_with(true)
+        PostgresServer::start_inner(&[], true)
     }
 
     /// The CA certificate (PEM) of a server started with [`start_tls`](Self::start_tls).
     pub fn ca_cert_pem(&self) -> Option<Vec<u8>> {
-        let path = self.dir.path().join("data").join("ca.crt");
-        std::fs::read(path).ok()
+        std::fs::read(self.dir.path().join("data").join("ca.crt")).ok()
     }
 
-    fn start_with(tls: bool) -> PostgresServer {
+    fn start_inner(settings: &[(&str, &str)], tls: bool) -> PostgresServer {
         let bin = postgres_bin_dir();
         let account = account();
         let dir = tempfile::Builder::new()
@@ -140,6 +148,10 @@ impl PostgresServer {
             log_path,
             bin,
             account,
+            settings: settings
+                .iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect(),
             dir,
         };
         for attempt in 1..=START_ATTEMPTS {
@@ -187,113 +199,104 @@ impl PostgresServer {
         text
     }
 
-    /// The pid of the postmaster, or `None` while the server is stopped.
+    /// The process id of the postmaster, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Stops the server with a fast shutdown (`SIGINT`: sessions are ended, the data is
-    /// written out), killing it with `SIGKILL` if it has not exited within 5 s. The data
-    /// directory is kept: [`start_again`](Self::start_again) starts the same server again.
-    /// Harmless on a stopped server.
-    pub fn stop(&mut self) {
-        self.shut_down();
-    }
-
-    /// Starts a stopped server again on the same port and data directory, and waits until it
-    /// accepts connections (the log of the earlier run is kept, so readiness is judged by the
-    /// part written after this call). Harmless on a running server.
-    ///
-    /// # Panics
-    ///
-    /// Panics when the server does not accept connections within 30 s (the message includes
-    /// its log), e.g. when another process took its port meanwhile.
-    pub fn start_again(&mut self) {
-        if self.child.is_some() {
-            return;
-        }
-        if let Err(reason) = self.launch() {
-            panic!(
-                "postgres did not start again on port {}: {reason}\n--- log ---\n{}",
-                self.port,
-                self.log()
-            );
-        }
-    }
-
-    /// [`stop`](Self::stop), then [`start_again`](Self::start_again): the same server, the
-    /// same port, the data that was committed before the shutdown.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.start_again();
-    }
-
-    /// Pauses the whole server with `SIGSTOP`: the postmaster and every process it forked
-    /// (each session's backend, the background workers), so that no statement is answered
-    /// and no connection accepted until [`resume`](Self::resume). Connections stay open.
-    ///
-    /// # Panics
-    ///
-    /// Panics when the server is stopped.
-    pub fn pause(&self) {
-        for pid in self.processes() {
-            // SAFETY: kill(2) on the postmaster (our child, not reaped) or one of its children.
-            unsafe {
-                libc::kill(pid, libc::SIGSTOP);
-            }
-        }
-    }
-
-    /// Lets a server paused by [`pause`](Self::pause) run again (`SIGCONT` to the postmaster
-    /// and the processes it forked). Harmless on a server that is not paused.
-    ///
-    /// # Panics
-    ///
-    /// Panics when the server is stopped.
-    pub fn resume(&self) {
-        for pid in self.processes() {
-            // SAFETY: as in `pause`.
-            unsafe {
-                libc::kill(pid, libc::SIGCONT);
-            }
-        }
-    }
-
-    /// The postmaster's pid first, then those of its children (read from `/proc`).
-    fn processes(&self) -> Vec<libc::pid_t> {
-        let postmaster = self
-            .child
-            .as_ref()
-            .and_then(|child| libc::pid_t::try_from(child.id()).ok())
-            .unwrap_or_else(|| panic!("the postgres server on port {} is stopped", self.port));
+    /// The postmaster and every process it started (backends, background workers), the
+    /// postmaster first; empty when it does not run.
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(postmaster) = self.pid() else {
+            return Vec::new();
+        };
         let mut pids = vec![postmaster];
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|name| name.parse::<libc::pid_t>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|ppid| ppid.parse::<libc::pid_t>().ok());
-            if ppid == Some(postmaster) {
-                pids.push(pid);
+        pids.extend(children_of(postmaster));
+        pids
+    }
+
+    /// `SIGSTOP` of the postmaster, then of every process it started (it forks no new one
+    /// while stopped): the whole server stops answering, its connections stay open.
+    /// Returns how many processes were stopped.
+    pub fn pause(&self) -> usize {
+        let Some(postmaster) = self.pid() else {
+            return 0;
+        };
+        signal(postmaster, libc::SIGSTOP);
+        let children = children_of(postmaster);
+        for &pid in &children {
+            signal(pid, libc::SIGSTOP);
+        }
+        1 + children.len()
+    }
+
+    /// `SIGCONT` of every process of the server (the children first), after
+    /// [`PostgresServer::pause`].
+    pub fn resume(&self) {
+        let Some(postmaster) = self.pid() else {
+            return;
+        };
+        for pid in children_of(postmaster) {
+            signal(pid, libc::SIGCONT);
+        }
+        signal(postmaster, libc::SIGCONT);
+    }
+
+    /// A fast shutdown (`SIGINT`: sessions are ended, a checkpoint is written), then a start
+    /// on the same data directory and port. Errors (with the log's end) when it does not
+    /// stop within 5 s or does not start again within 30 s.
+    pub fn restart_fast(&mut self) -> Result<(), String> {
+        if !self.stop_within(STOP_TIMEOUT) {
+            return Err("the fast shutdown did not finish within 5 s (killed)".to_owned());
+        }
+        self.relaunch()
+    }
+
+    /// A crash: `SIGKILL` of the postmaster and of every process it started, at once (no
+    /// checkpoint, WAL buffers in shared memory not written: with `synchronous_commit = off`
+    /// the last commits are lost), then a start on the same data directory and port, which
+    /// runs crash recovery. Errors when it does not start again within 30 s.
+    pub fn crash_restart(&mut self) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else {
+            return self.relaunch();
+        };
+        let postmaster = child.id();
+        signal(postmaster, libc::SIGKILL);
+        let children = children_of(postmaster);
+        for &pid in &children {
+            signal(pid, libc::SIGKILL);
+        }
+        let _ = child.wait();
+        // The orphaned children are reparented and reaped elsewhere: wait until they are
+        // gone, or the new postmaster finds the old shared memory still attached.
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while children.iter().any(|&pid| alive(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.relaunch()
+    }
+
+    /// Starts the server again on its port (retried while the port or the old shared memory
+    /// is still busy).
+    fn relaunch(&mut self) -> Result<(), String> {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(reason) => {
+                    last = reason;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
             }
         }
-        pids
+        Err(format!("postgres did not start again: {last}"))
     }
 
     /// Starts `postgres` on `self.port` and waits until it accepts connections.
     fn launch(&mut self) -> Result<(), String> {
+        let (bin, account) = (self.bin.clone(), self.account);
         let data = self.dir.path().join("data");
-        let ready_before = self.log().matches("ready to accept connections").count();
+        let started_at = self.log().len();
         let log = File::options()
             .create(true)
             .append(true)
@@ -302,7 +305,7 @@ impl PostgresServer {
         let log_err = log
             .try_clone()
             .map_err(|e| format!("cannot clone the log file: {e}"))?;
-        let mut command = Command::new(self.bin.join("postgres"));
+        let mut command = Command::new(bin.join("postgres"));
         command
             .arg("-D")
             .arg(&data)
@@ -316,11 +319,12 @@ impl PostgresServer {
                 "synchronous_commit=off",
                 "-c",
                 "full_page_writes=off",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        as_account(&mut command, self.account, self.dir.path());
+            ]);
+        for setting in &self.settings {
+            command.arg("-c").arg(setting);
+        }
+        command.stdin(Stdio::null()).stdout(log).stderr(log_err);
+        as_account(&mut command, account, self.dir.path());
         let child =
             spawn_tied_to_process(command).map_err(|e| format!("cannot spawn postgres: {e}"))?;
         self.child = Some(child);
@@ -333,11 +337,11 @@ impl PostgresServer {
                     return Err(format!("postgres exited ({status}): {}", self.log()));
                 }
             }
-            if self.accepts_connections(ready_before) {
+            if self.accepts_connections(started_at) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                self.shut_down();
+                self.stop();
                 return Err(format!("not ready within {READY_TIMEOUT:?}"));
             }
             std::thread::sleep(READY_POLL);
@@ -345,46 +349,90 @@ impl PostgresServer {
     }
 
     /// Whether the server accepts a connection and has finished starting up: its TCP port
-    /// answers and the log says it is ready (for the `ready_before + 1`st time: the log is kept
-    /// across restarts).
-    fn accepts_connections(&self, ready_before: usize) -> bool {
+    /// answers and the log, from byte `from` on, says it is ready.
+    fn accepts_connections(&self, from: usize) -> bool {
         let address = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port);
         TcpStream::connect_timeout(&address.into(), Duration::from_millis(200)).is_ok()
-            && self.log().matches("ready to accept connections").count() > ready_before
+            && self
+                .log()
+                .get(from..)
+                .is_some_and(|log| log.contains("ready to accept connections"))
     }
 
-    /// Fast shutdown, then `SIGKILL` after [`STOP_TIMEOUT`]; reaps the process. A paused
-    /// server is resumed first, so that it can shut down.
-    fn shut_down(&mut self) {
+    /// Fast shutdown, then `SIGKILL` after [`STOP_TIMEOUT`]; reaps the process.
+    fn stop(&mut self) {
+        self.stop_within(STOP_TIMEOUT);
+    }
+
+    /// Fast shutdown, then `SIGKILL` (of the postmaster and its processes) after `timeout`;
+    /// reaps the postmaster. Returns whether it stopped by itself.
+    fn stop_within(&mut self, timeout: Duration) -> bool {
         let Some(mut child) = self.child.take() else {
-            return;
+            return true;
         };
         if let Ok(pid) = libc::pid_t::try_from(child.id()) {
             // SAFETY: kill(2) on our own child's pid, which it still is (not reaped yet).
             unsafe {
-                libc::kill(pid, libc::SIGCONT);
                 libc::kill(pid, libc::SIGINT);
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let children = children_of(child.id());
         let _ = child.kill();
+        for pid in children {
+            signal(pid, libc::SIGKILL);
+        }
         let _ = child.wait();
+        false
     }
+}
+
+/// Sends `sig` to `pid`.
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pids are the server's.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// The processes whose parent is `parent` (from `/proc`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
 }
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            // Its backends too, should a test have paused it and panicked.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resume()));
-        }
-        self.shut_down();
+        self.stop();
     }
 }
 

@@ -1045,6 +1045,47 @@ fn a_readers_release_delayed_by_its_workers_partition_is_excused() {
     assert_eq!(counted(&reader(None)), ["loss_first_seen_at_release"]);
 }
 
+/// PostgreSQL reports no removal: a plain holder's release held up in a paused server past
+/// the lease's end answers `not_held`, and is excused (`net_fault`) only when a fault
+/// delayed that worker's commands during the release; elsewhere it stays a violation.
+#[test]
+fn a_postgres_release_held_up_by_a_paused_server_is_excused() {
+    let (acquired, released) = (
+        acq(100, 1, "w1-t0-0", 5),
+        rel_until(1000, 1400, 1, "w1-t0-0", 5, "not_held"),
+    );
+    let run = |backend: &str, fault: Option<(&str, &str)>| {
+        let mut events = vec![acquired.clone(), released.clone()];
+        if let Some((fault, target)) = fault {
+            events.push(fault_id(800, fault, "start", target, 1, None));
+            events.push(fault_id(1380, fault, "heal", target, 1, None));
+        }
+        analyze(backend, &events, None, LEASE, 0, 100_000 * MS)
+    };
+    let paused = Some(("pause_server", "server port 5 pid 7: 9 processes stopped"));
+    let report = run("postgres", paused);
+    assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.excused_by().get("net_fault"), Some(&1));
+    // Without the fault, or on a backend whose server reports removals: a violation.
+    assert_eq!(
+        counted(&run("postgres", None)),
+        ["loss_first_seen_at_release"]
+    );
+    assert_eq!(
+        counted(&run("test", paused)),
+        ["loss_first_seen_at_release"]
+    );
+    // Another worker's sessions terminated: not this release's delay.
+    let other = Some((
+        "terminate_backends",
+        "worker 2 pid 9: 4 sessions terminated",
+    ));
+    assert_eq!(
+        counted(&run("postgres", other)),
+        ["loss_first_seen_at_release"]
+    );
+}
+
 #[test]
 fn a_permit_taken_while_the_release_was_on_its_way_shows_the_loss() {
     use LockKind::Permit;

@@ -54,7 +54,8 @@ impl Window {
             | "partition_to_server"
             | "partition_from_server"
             | "partition_one_master"
-            | "latency" => self.worker() == Some(worker),
+            | "latency"
+            | "terminate_backends" => self.worker() == Some(worker),
             "client_kill"
             | "script_flush"
             | "proxy_reset"
@@ -68,9 +69,20 @@ impl Window {
             | "manual_failover"
             | "replication_lag"
             | "split_brain"
-            | "split_brain_min_replicas" => true,
+            | "split_brain_min_replicas"
+            | "pause_server"
+            | "restart_fast"
+            | "restart_crash" => true,
             _ => false,
         }
+    }
+
+    /// A PostgreSQL crash (`restart_crash`) of a server running with
+    /// `synchronous_commit=off` (its target says so): the last commits before the kill may
+    /// be lost, lock rows and fence counters with them. With `on` a crash loses nothing
+    /// acknowledged, and a fast restart never does.
+    pub(super) fn async_commit_crash(&self) -> bool {
+        self.kind() == Some(Fault::RestartCrash) && self.target.contains("synchronous_commit=off")
     }
 
     /// Whether the fault could reach the lock `name` held as `kind`: on a Cluster, only the
@@ -192,13 +204,18 @@ pub(super) fn heal_target(windows: &mut [Window], id: Option<u64>) -> Option<&mu
 /// failover (any that promotes a replica which may lack the last writes: a crash, a master
 /// paused past the failure detector, Sentinel's forced `SENTINEL FAILOVER`, a replica cut off
 /// then promoted; until the old master answers no more, about [`FAILOVER_SLACK`] after the
-/// heal), a forward jump of a server's clock (its TTLs: the README's "clocks" row), and a
+/// heal), a forward jump of a server's clock (its TTLs: the README's "clocks" row), a
 /// Redlock master restarted empty under a lock held on a bare majority (the README's
-/// Redlock column: two holders possible). Not excused: partitions of workers (their leases
+/// Redlock column: two holders possible), and a PostgreSQL crash of a server with
+/// `synchronous_commit=off` (`restart_crash`: the last commits, lock rows included). Not
+/// excused: partitions of workers (their leases
 /// run out and `lost()` says so), a backward clock jump (it only lengthens TTLs), a
 /// coordinated `CLUSTER FAILOVER` (the replica catches up before it takes over).
 pub(super) fn loss_span(backend: &str, w: &Window) -> Option<(u64, u64)> {
     let slack = FAILOVER_SLACK.as_nanos() as u64;
+    if w.async_commit_crash() {
+        return Some((w.start, w.heal));
+    }
     if let Some(f) = w.kind() {
         return f.destroys_lock().then(|| {
             (
@@ -328,6 +345,9 @@ pub(super) fn stale_master(windows: &[Window], server: &str, t: u64) -> bool {
 
 /// Whether a fault can lose a lock's fence counter (tokens may then repeat or go back).
 pub(super) fn loses_counter(backend: &str, w: &Window) -> bool {
+    if w.async_commit_crash() {
+        return true;
+    }
     if let Some(f) = w.kind() {
         return f.loses_counter();
     }
@@ -486,4 +506,62 @@ pub(super) fn without_replicated_repeats<'a>(times: &[(u64, &'a str)]) -> Vec<(u
         }
     }
     originals.into_iter().map(|(t, s, _)| (t, s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(fault: &str, target: &str) -> Window {
+        Window {
+            fault: fault.to_owned(),
+            target: target.to_owned(),
+            start: 10,
+            heal: 20,
+            heal_target: String::new(),
+            end: 30,
+            id: Some(0),
+            triggered: Some(true),
+            lock: None,
+            slots: None,
+            failed: false,
+        }
+    }
+
+    /// A PostgreSQL crash loses data and fence counters only with `synchronous_commit=off`;
+    /// a fast restart, a paused server and terminated sessions lose nothing; all of them
+    /// delay commands (terminated sessions: of the worker aimed at only).
+    #[test]
+    fn a_postgres_crash_loses_data_only_with_asynchronous_commits() {
+        let off = window(
+            "restart_crash",
+            "server port 5 pid 7, synchronous_commit=off, 100 WAL bytes unflushed",
+        );
+        let on = window(
+            "restart_crash",
+            "server port 5 pid 7, synchronous_commit=on",
+        );
+        let fast = window(
+            "restart_fast",
+            "server port 5 pid 7, synchronous_commit=off",
+        );
+        assert_eq!(loss_span("postgres", &off), Some((10, 20)));
+        assert!(loses_counter("postgres", &off));
+        for w in [&on, &fast] {
+            assert_eq!(loss_span("postgres", w), None, "{}", w.target);
+            assert!(!loses_counter("postgres", w), "{}", w.target);
+        }
+        let pause = window("pause_server", "server port 5 pid 7: 9 processes stopped");
+        assert_eq!(loss_span("postgres", &pause), None);
+        for w in [&off, &on, &fast, &pause] {
+            assert!(w.delays_commands_of(3), "{}", w.fault);
+        }
+        let terminated = window(
+            "terminate_backends",
+            "worker 2 pid 99: 4 sessions terminated",
+        );
+        assert!(terminated.delays_commands_of(2));
+        assert!(!terminated.delays_commands_of(3));
+        assert_eq!(loss_span("postgres", &terminated), None);
+    }
 }
