@@ -663,3 +663,30 @@ async fn sslmode_require_connects_with_verified_tls() {
         .get(0);
     assert_eq!(plain_tls, 0);
 }
+
+/// A command connection ended by the server while idle (an operator's
+/// `pg_terminate_backend`, an `idle_session_timeout`) before the client
+/// noticed: the next acquisition (and read) is sent again on a new
+/// connection instead of failing.
+#[tokio::test]
+async fn a_connection_ended_while_idle_is_replaced_for_the_next_statement() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    let sql = fixture.sql().await;
+    for round in 0..10 {
+        let guard = client.lock("p:idle").acquire().await.unwrap();
+        guard.release().await.unwrap();
+        for pid in fixture.sessions(&sql, false).await {
+            let _ = sql
+                .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .unwrap();
+        }
+        // At once: the client has not read the server's goodbye yet.
+        let guard = client.lock("p:idle").acquire().await;
+        assert!(guard.is_ok(), "round {round}: {guard:?}");
+        let info = client.admin().inspect("p:idle").await.unwrap();
+        assert!(info.holder.is_some());
+        guard.unwrap().release().await.unwrap();
+    }
+}

@@ -61,6 +61,24 @@ pub(crate) fn backend_error(err: &tokio_postgres::Error) -> BackendError {
     }
 }
 
+/// Whether `err` means the session is gone (closed, or ended by the server:
+/// SQLSTATE class 08, connection exception, or 57P01-57P03, an
+/// administrator's or a crash's shutdown), not that the statement failed.
+fn connection_gone(err: &tokio_postgres::Error) -> bool {
+    if err.is_closed() {
+        return true;
+    }
+    match err.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+        }
+        // An I/O error of the connection (reset, broken pipe).
+        None => std::error::Error::source(err)
+            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
+    }
+}
+
 /// `fut` bounded by `timeout`, its error as a backend error.
 pub(crate) async fn bounded<T>(
     timeout: Duration,
@@ -151,18 +169,70 @@ impl Connection {
     }
 
     /// Runs `sql` with typed `params` (an unnamed statement: nothing kept in
-    /// the session) within the response timeout.
+    /// the session) within the response timeout; when the connection turns
+    /// out to be gone (a session terminated by an operator or an idle
+    /// timeout, a server restarted: the client had not noticed yet), once
+    /// more on a new connection. Only for statements that may run twice:
+    /// acquisitions by one owner, renewals, reads.
     pub(crate) async fn query(
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, BackendError> {
         let client = self.client().await?;
-        bounded(
+        match tokio::time::timeout(
             self.settings.response_timeout,
             client.query_typed(sql, params),
         )
         .await
+        {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(err)) if connection_gone(&err) => {
+                self.forget(&client);
+                let client = self.client().await?;
+                bounded(
+                    self.settings.response_timeout,
+                    client.query_typed(sql, params),
+                )
+                .await
+            }
+            Ok(Err(err)) => Err(backend_error(&err)),
+            Err(_) => Err(BackendError::Timeout(self.settings.response_timeout)),
+        }
+    }
+
+    /// As [`query`](Self::query), never sent twice: for the statements whose
+    /// second run would answer differently (a release, a cut).
+    pub(crate) async fn query_once(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, BackendError> {
+        let client = self.client().await?;
+        let result = tokio::time::timeout(
+            self.settings.response_timeout,
+            client.query_typed(sql, params),
+        )
+        .await;
+        match result {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(err)) => {
+                if connection_gone(&err) {
+                    self.forget(&client);
+                }
+                Err(backend_error(&err))
+            }
+            Err(_) => Err(BackendError::Timeout(self.settings.response_timeout)),
+        }
+    }
+
+    /// Drops `client` as the open connection, if it still is (the next
+    /// statement connects again).
+    fn forget(&self, client: &Arc<Client>) {
+        let mut open = self.client.lock();
+        if open.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *open = None;
+        }
     }
 
     /// Runs a script of statements (the DDL) within the connect timeout.

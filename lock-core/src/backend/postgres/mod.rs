@@ -379,7 +379,7 @@ impl PostgresBackend {
     ) -> Result<bool, LockError> {
         let rows = self
             .conn
-            .query(sql, params)
+            .query_once(sql, params)
             .await
             .map_err(|e| self.error(&key.name, e))?;
         let first = rows.first().ok_or_else(|| {
