@@ -257,4 +257,5 @@ cargo test --workspace --exclude distlock-fence --features distlock/postgres --t
 # (--workspace keeps the dependencies' features those of the run above, so
 # that only the root crate is built again, with `metrics`.)
 cargo test --workspace --features distlock/metrics --test metrics_http --test leader_metrics
-cargo test --workspace --doc
+# With the root package's `postgres` feature, so that the postgres guide's blocks are built.
+cargo test --workspace --doc --features distlock/postgres
