@@ -38,6 +38,16 @@
 //! statements on a PostgreSQL this run starts (skipped with a message when
 //! the PostgreSQL binaries are missing), with ratios fenced / unfenced.
 //!
+//! `--postgres` runs W1, W2 and W3h (those of `--only`) on a PostgreSQL this
+//! run starts instead (no Redis), for distlock's Postgres backend, a floor
+//! of `SELECT 1` statements and, built with the `pg-peers` feature, sqlx's
+//! `PgAdvisoryLock` and the `distributed-lock` crate's PostgreSQL lock; then
+//! the WAL each writes per acquisition (see `pg.rs`):
+//!
+//! ```text
+//! cargo run --release -p lock-bench --features pg-peers -- --postgres
+//! ```
+//!
 //! W13 (leader election, distlock only, opt-in with `--only W13`) measures
 //! the fail-over when the leader's process is killed, the hand-over when it
 //! shuts down (and resigns), each against the lease, and how fast 100

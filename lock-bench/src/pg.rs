@@ -809,10 +809,37 @@ const STATS_IDLE_FLUSH: Duration = Duration::from_millis(11_000);
 async fn wal(run: &Run) -> Result<NamedResult> {
     let s = &run.settings;
     let cycles = s.wal_cycles;
-    let n = cycles as f64;
     let mut figures: Vec<Vec<Metric>> = NAMES.iter().map(|_| Vec::new()).collect();
+    // No autovacuum in the windows: it would vacuum distlock's tables (the
+    // dead rows of W1p and W2p) inside another contender's window. Each
+    // window starts on vacuumed tables, and distlock's vacuum is measured
+    // on its own after its window.
+    run.admin
+        .batch_execute("ALTER SYSTEM SET autovacuum = off; SELECT pg_reload_conf()")
+        .await?;
+    let measured = wal_windows(run, &mut figures).await;
+    run.admin
+        .batch_execute("ALTER SYSTEM RESET autovacuum; SELECT pg_reload_conf()")
+        .await?;
+    measured?;
+    Ok(NamedResult {
+        id: "WALp",
+        title: "WAL per acquisition, PostgreSQL".into(),
+        figures,
+        notes: vec![format!(
+            "per contender: one client, {cycles} sequential acquire + release cycles of one key after 100 warm-up, on freshly vacuumed tables, autovacuum off for the measurement, and an 11 s pause (an idle backend flushes its statistics within 10 s); pg_stat_wal read before and after the contender closed its connections (a backend flushes its statistics when it exits); insert LSN: pg_current_wal_insert_lsn() before and right after the cycles (both include the server's own background records in the window, a few per 15 s); commits: pg_stat_database.xact_commit (the measuring queries' own few commits included); rows: pg_stat_user_tables of distlock's tables; VACUUM: the WAL of `VACUUM` of distlock's two tables right after its window (the dead rows the cycles left), per cycle. Advisory locks and SELECT 1 write no WAL (no transaction id is assigned)"
+        )],
+    })
+}
+
+/// The windows of [`wal`], one per contender, into `figures`.
+async fn wal_windows(run: &Run, figures: &mut [Vec<Metric>]) -> Result<()> {
+    let s = &run.settings;
+    let cycles = s.wal_cycles;
+    let n = cycles as f64;
     for &which in &s.contenders {
         progress(run, "WALp", which);
+        vacuum(&run.admin).await?;
         let pg = Pg::connect(which, &run.url, 1).await?;
         for _ in 0..100 {
             pg.cycle("bench:wal", None, async {}).await?;
@@ -825,14 +852,7 @@ async fn wal(run: &Run) -> Result<NamedResult> {
         for _ in 0..cycles {
             pg.cycle("bench:wal", None, async {}).await?;
         }
-        let lsn_after: f64 = run
-            .admin
-            .query_one(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8",
-                &[],
-            )
-            .await?
-            .get(0);
+        let lsn_after = lsn(&run.admin).await?;
         // The backends flush the rest when they exit.
         pg.close().await?;
         backends_gone(&run.admin).await?;
@@ -865,6 +885,13 @@ async fn wal(run: &Run) -> Result<NamedResult> {
             ),
         ];
         if which == OURS {
+            let unvacuumed = lsn(&run.admin).await?;
+            vacuum(&run.admin).await?;
+            metrics.push(Metric::lower(
+                "VACUUM WAL bytes / acquisition (afterwards)",
+                "bytes",
+                (lsn(&run.admin).await? - unvacuumed) / n,
+            ));
             for (t, table) in TABLES.iter().enumerate() {
                 for (k, what) in ["inserted", "updated", "of which HOT", "deleted"]
                     .iter()
@@ -880,12 +907,30 @@ async fn wal(run: &Run) -> Result<NamedResult> {
         }
         figures[which] = metrics;
     }
-    Ok(NamedResult {
-        id: "WALp",
-        title: "WAL per acquisition, PostgreSQL".into(),
-        figures,
-        notes: vec![format!(
-            "per contender: one client, {cycles} sequential acquire + release cycles of one key after 100 warm-up and an 11 s pause (an idle backend flushes its statistics within 10 s); pg_stat_wal read before and after the contender closed its connections (a backend flushes its statistics when it exits), so its figures are the cycles' alone, as far as the server's own background work (autovacuum on, checkpoints) left none in the window; insert LSN: pg_current_wal_insert_lsn() before and right after the cycles; commits: pg_stat_database.xact_commit (the measuring queries' own few commits included); rows: pg_stat_user_tables of distlock's tables. Advisory locks and SELECT 1 write no WAL (no transaction id is assigned)"
-        )],
-    })
+    Ok(())
+}
+
+/// The WAL insert position, in bytes.
+async fn lsn(admin: &Client) -> Result<f64> {
+    Ok(admin
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+/// `VACUUM` of distlock's tables, when they exist.
+async fn vacuum(admin: &Client) -> Result<()> {
+    for table in TABLES {
+        let exists: bool = admin
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await?
+            .get(0);
+        if exists {
+            admin.batch_execute(&format!("VACUUM {table}")).await?;
+        }
+    }
+    Ok(())
 }
