@@ -814,13 +814,16 @@ async fn wal(run: &Run) -> Result<NamedResult> {
     // dead rows of W1p and W2p) inside another contender's window. Each
     // window starts on vacuumed tables, and distlock's vacuum is measured
     // on its own after its window.
+    // (ALTER SYSTEM cannot run in a transaction: one statement a call.)
     run.admin
-        .batch_execute("ALTER SYSTEM SET autovacuum = off; SELECT pg_reload_conf()")
+        .batch_execute("ALTER SYSTEM SET autovacuum = off")
         .await?;
+    run.admin.batch_execute("SELECT pg_reload_conf()").await?;
     let measured = wal_windows(run, &mut figures).await;
     run.admin
-        .batch_execute("ALTER SYSTEM RESET autovacuum; SELECT pg_reload_conf()")
+        .batch_execute("ALTER SYSTEM RESET autovacuum")
         .await?;
+    run.admin.batch_execute("SELECT pg_reload_conf()").await?;
     measured?;
     Ok(NamedResult {
         id: "WALp",
