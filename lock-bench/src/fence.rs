@@ -666,7 +666,7 @@ async fn measure_postgres(
 /// `PostgresServer::start` looks (`DISTLOCK_TEST_PG_BIN`,
 /// `/usr/lib/postgresql/<version>/bin`, `initdb` on `PATH`), without
 /// panicking as it does when they cannot.
-fn postgres_binaries() -> Result<(), String> {
+pub(crate) fn postgres_binaries() -> Result<(), String> {
     if let Some(dir) = std::env::var_os("DISTLOCK_TEST_PG_BIN") {
         return if Path::new(&dir).join("initdb").is_file() {
             Ok(())
@@ -703,14 +703,14 @@ fn skipped(why: &str) {
 
 /// CPU time the process `pid` has run (`/proc/<pid>/schedstat`, in
 /// nanoseconds), or `None` when it cannot be read.
-fn backend_cpu(pid: u32) -> Option<Duration> {
+pub(crate) fn backend_cpu(pid: u32) -> Option<Duration> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
     let nanos = text.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(nanos))
 }
 
 /// The parent process id of `pid`, from `/proc/<pid>/stat`.
-fn parent_of(pid: u32) -> Option<u32> {
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name, in parentheses, may hold spaces: the fields after
     // it are state, then the parent's id.
@@ -722,7 +722,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// backends it forks later are pinned too) and every process it has
 /// forked so far (background workers, and `backend`). Returns how many
 /// processes were pinned.
-fn pin_postgres(backend: u32, cpu: usize) -> Result<usize, String> {
+pub(crate) fn pin_postgres(backend: u32, cpu: usize) -> Result<usize, String> {
     let postmaster =
         parent_of(backend).ok_or_else(|| format!("no parent found for backend {backend}"))?;
     let mut pids = vec![postmaster];

@@ -38,6 +38,16 @@
 //! statements on a PostgreSQL this run starts (skipped with a message when
 //! the PostgreSQL binaries are missing), with ratios fenced / unfenced.
 //!
+//! `--postgres` runs W1, W2 and W3h (those of `--only`) on a PostgreSQL this
+//! run starts instead (no Redis), for distlock's Postgres backend, a floor
+//! of `SELECT 1` statements and, built with the `pg-peers` feature, sqlx's
+//! `PgAdvisoryLock` and the `distributed-lock` crate's PostgreSQL lock; then
+//! the WAL each writes per acquisition (see `pg.rs`):
+//!
+//! ```text
+//! cargo run --release -p lock-bench --features pg-peers -- --postgres
+//! ```
+//!
 //! W13 (leader election, distlock only, opt-in with `--only W13`) measures
 //! the fail-over when the leader's process is killed, the hand-over when it
 //! shuts down (and resigns), each against the lease, and how fast 100
@@ -50,6 +60,7 @@ mod family;
 mod fence;
 mod leader;
 mod machine;
+mod pg;
 mod processes;
 mod redisson;
 mod report;
@@ -192,6 +203,24 @@ struct Args {
     /// W13: elections (and as many resignations) the followers observe.
     #[arg(long, default_value_t = 50)]
     w13_changes: usize,
+    /// Run W1, W2 and W3h (those of --only) on a PostgreSQL this run starts,
+    /// then measure the WAL written per acquisition, instead of the Redis
+    /// workloads (no Redis is started).
+    #[arg(long)]
+    postgres: bool,
+    /// With --postgres: contenders, comma separated (ours, sqlx,
+    /// distributed-lock, floor; sqlx and distributed-lock need the `pg-peers`
+    /// feature).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ours,sqlx,distributed-lock,floor"
+    )]
+    pg_contenders: Vec<String>,
+    /// With --postgres: acquire + release cycles of the WAL measurement per
+    /// contender (0: skip it).
+    #[arg(long, default_value_t = 2000)]
+    pg_wal_cycles: usize,
     /// Print only the JSON lines.
     #[arg(long)]
     json: bool,
@@ -217,6 +246,9 @@ fn main() -> Result<()> {
     if argv.get(1).map(String::as_str) == Some(leader::CHILD_FLAG) {
         return leader::child_main(argv.get(2..).unwrap_or_default());
     }
+    if argv.get(1).map(String::as_str) == Some(pg::CHILD_FLAG) {
+        return pg::child_main(argv.get(2..).unwrap_or_default());
+    }
     let mut args = Args::parse();
     for workload in &args.only {
         if ![
@@ -232,6 +264,9 @@ fn main() -> Result<()> {
         if !["ours", "rslock", "floor", "redisson", "redisson-fast"].contains(&contender.as_str()) {
             bail!("unknown contender {contender:?}: expected ours, rslock, floor, redisson or redisson-fast");
         }
+    }
+    if args.postgres {
+        return postgres(&args);
     }
     // Built before anything starts (Maven must not compete with a measurement).
     let redisson_build = if runs(&args, "redisson") || runs(&args, "redisson-fast") {
@@ -256,6 +291,58 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(run(args, target, workers, redisson_build))
+}
+
+/// `--postgres`: the PostgreSQL workloads alone (see `pg.rs`).
+fn postgres(args: &Args) -> Result<()> {
+    let only: Vec<String> = args
+        .only
+        .iter()
+        .map(|w| w.to_uppercase())
+        .filter(|w| {
+            let known = ["W1", "W2", "W3H"].contains(&w.as_str());
+            if !known {
+                eprintln!("# {w}: not a PostgreSQL workload (W1, W2, W3h), skipped");
+            }
+            known
+        })
+        .collect();
+    let can_pin = !args.no_pin && machine::online_cpus() >= 2;
+    if !args.no_pin && !can_pin {
+        eprintln!("warning: fewer than 2 CPUs online; not pinning");
+    }
+    let settings = pg::Settings {
+        only,
+        contenders: pg::contenders(&args.pg_contenders)?,
+        cycles: args.cycles,
+        warmup: args.warmup,
+        rounds: args.w1_rounds,
+        w2_tasks: args.w2_tasks,
+        w2_duration: Duration::from_secs_f64(args.w2_secs),
+        workers: args.w3_workers,
+        acquisitions: args.w3_acquisitions,
+        hold: Duration::from_secs_f64(args.w3_hold_ms / 1e3),
+        work: Duration::from_secs_f64(args.w3_work_ms / 1e3),
+        wal_cycles: args.pg_wal_cycles,
+        cpus: can_pin.then_some((args.redis_cpu, args.client_cpu)),
+        json: args.json,
+    };
+    // Pinned before the runtime's threads exist, as the Redis runs are.
+    let workers = match settings.cpus {
+        Some((_, client_cpu)) => match machine::pin(std::process::id(), client_cpu) {
+            Ok(()) => 1,
+            Err(why) => {
+                eprintln!("warning: client not pinned: {why}");
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            }
+        },
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?;
+    runtime.block_on(pg::run(settings, workers))
 }
 
 fn wants(args: &Args, workload: &str) -> bool {

@@ -34,16 +34,16 @@ pub(crate) const CHILD_FLAG: &str = "--w10-child";
 
 /// One child's report.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct ChildReport {
-    process: usize,
+pub(crate) struct ChildReport {
+    pub(crate) process: usize,
     /// Per acquisition: fencing token, wait (µs), when the acquire returned
     /// and when the release was sent (µs of the system clock, which all the
     /// processes of this machine share).
-    acquisitions: Vec<(u64, u64, u64, u64)>,
+    pub(crate) acquisitions: Vec<(u64, u64, u64, u64)>,
 }
 
 /// Microseconds of the system clock.
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -210,7 +210,18 @@ where
         }
     }
     let elapsed = started.elapsed();
+    Ok(figures(reports, processes, elapsed, rtt, "PING RTTs"))
+}
 
+/// W10's figures from the children's reports: `rtt` is the round trip the
+/// hand-off is also given in, `rtt_name` its name in the figure.
+pub(crate) fn figures(
+    mut reports: Vec<ChildReport>,
+    processes: usize,
+    elapsed: Duration,
+    rtt: Duration,
+    rtt_name: &str,
+) -> Vec<Metric> {
     // Global order: owner changes between processes. (Uses of a kept hot
     // lock share its token: ordered by when they were acquired.)
     let mut all: Vec<(u64, usize, u64, u64, u64)> = reports
@@ -274,7 +285,7 @@ where
         Metric::info("mean wait", "us", mean_wait),
         Metric::lower("hand-off between processes p50", "us", hand_off_p50),
         Metric::lower(
-            "hand-off between processes p50 in PING RTTs",
+            format!("hand-off between processes p50 in {rtt_name}"),
             "RTT",
             hand_off_p50 / (rtt.as_secs_f64() * 1e6).max(1e-3),
         ),
@@ -309,5 +320,5 @@ where
         "ratio",
         max_ratio,
     ));
-    Ok(metrics)
+    metrics
 }

@@ -253,3 +253,124 @@ pub(crate) fn json_lines(results: &[WorkloadResult]) -> Vec<String> {
 fn finite(value: f64) -> Option<f64> {
     value.is_finite().then_some(value)
 }
+
+/// The figures of one workload with contenders of its own (the PostgreSQL
+/// workloads): one list per name of the run's `names`, in that order.
+#[derive(Debug, Clone)]
+pub(crate) struct NamedResult {
+    pub(crate) id: &'static str,
+    pub(crate) title: String,
+    pub(crate) figures: Vec<Vec<Metric>>,
+    pub(crate) notes: Vec<String>,
+}
+
+/// The table of [`NamedResult`]s: per workload, one row per figure of the
+/// first contender (distlock), with every other contender's figure of the
+/// same name and the first contender's ratio to each (`x <name>`).
+pub(crate) fn named_table(results: &[NamedResult], names: &[&str]) -> String {
+    let width = results
+        .iter()
+        .filter_map(|result| result.figures.first())
+        .flatten()
+        .map(|metric| label(metric).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(52);
+    let mut columns: Vec<(String, usize)> = names
+        .iter()
+        .map(|name| ((*name).to_owned(), name.len().max(10)))
+        .collect();
+    for name in names.iter().skip(1) {
+        let header = format!("x {name}");
+        let w = header.len().max(8);
+        columns.push((header, w));
+    }
+    let mut out = format!("| {:<4} | {:<width$} |", "", "figure");
+    for (name, w) in &columns {
+        out.push_str(&format!(" {name:>w$} |"));
+    }
+    out.push_str(&format!("\n|{}|{}|", "-".repeat(6), "-".repeat(width + 2)));
+    for (_, w) in &columns {
+        out.push_str(&format!("{}|", "-".repeat(w + 2)));
+    }
+    out.push('\n');
+    for result in results {
+        let Some(first) = result.figures.first() else {
+            continue;
+        };
+        for metric in first {
+            let other = |i: usize| {
+                result
+                    .figures
+                    .get(i)
+                    .and_then(|figures| find(figures, &metric.name))
+            };
+            let mut cells = vec![fmt_value(metric.value)];
+            for i in 1..names.len() {
+                cells.push(other(i).map_or_else(|| "-".into(), |m| fmt_value(m.value)));
+            }
+            for i in 1..names.len() {
+                cells.push(fmt_ratio(ratio(metric.value, other(i))));
+            }
+            out.push_str(&format!("| {:<4} | {:<width$} |", result.id, label(metric)));
+            for (cell, (_, w)) in cells.iter().zip(&columns) {
+                out.push_str(&format!(" {cell:>w$} |"));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The notes of [`NamedResult`]s, one bullet each.
+pub(crate) fn named_notes(results: &[NamedResult]) -> String {
+    let mut out = String::new();
+    for result in results {
+        out.push_str(&format!("- {} {}\n", result.id, result.title));
+        for note in &result.notes {
+            out.push_str(&format!("  - {note}\n"));
+        }
+    }
+    out
+}
+
+/// One JSON object per workload, figure and contender of [`NamedResult`]s,
+/// with that figure's ratio to each other contender's of the same name
+/// (`x_<name>`, `-` as `_`; null where that contender has no such figure).
+pub(crate) fn named_json_lines(results: &[NamedResult], names: &[&str]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for result in results {
+        for (i, contender) in names.iter().enumerate() {
+            let Some(figures) = result.figures.get(i) else {
+                continue;
+            };
+            for metric in figures {
+                let mut line = serde_json::json!({
+                    "workload": result.id,
+                    "contender": contender,
+                    "figure": metric.name,
+                    "unit": metric.unit,
+                    "value": finite(metric.value),
+                    "better": match metric.better {
+                        Better::Higher => "higher",
+                        Better::Lower => "lower",
+                        Better::Info => "info",
+                    },
+                });
+                for (j, other) in names.iter().enumerate() {
+                    if j == i {
+                        continue;
+                    }
+                    let reference = result
+                        .figures
+                        .get(j)
+                        .and_then(|figures| find(figures, &metric.name));
+                    line[format!("x_{}", other.replace('-', "_"))] =
+                        serde_json::json!(ratio(metric.value, reference).and_then(finite));
+                }
+                lines.push(line.to_string());
+            }
+        }
+    }
+    lines
+}
