@@ -124,13 +124,17 @@
 //! registry. Refused for now, each with a typed error naming the reason: the
 //! lock family (fair lock, read-write lock, semaphore), hot locks
 //! (`keep_hot`: nobody answers a keeper's ask on this backend yet), Redisson's
-//! layout (it is a Redis layout; refused when the client is built), leader
-//! election, and the data connection (a Redis connection by type).
+//! layout (it is a Redis layout; refused when the client is built), and the
+//! data connection (a Redis connection by type). Leader election
+//! works: its records live in `<p>leaders`, written only while the role's
+//! lock row is the owner's (`FOR SHARE`), with a `NOTIFY` on the record's
+//! channel. `LockGuard::hold_in` confirms a hold inside the caller's own
+//! transaction (`hold_check_sql`).
 //! `subscribers` answers 0 for every lock: PostgreSQL shows a session only its
 //! own `LISTEN`s (`pg_listening_channels()`), so how many clients wait for a
 //! lock cannot be read from the server.
 //!
-//! # TODO (left for later, with what each needs)
+//! # Left for later, with what each needs
 //!
 //! - **The lock family**: a fair queue table (`<p>queue(key, owner,
 //!   presence_expires_at, seq bigserial)`, head-of-queue grant in the
@@ -141,29 +145,16 @@
 //!   for them; then lift `Capabilities::family`.
 //! - **Hot locks**: the acquire function must `pg_notify` a `w <field>` ask
 //!   to a keeper whose owner ends in `~k`, as `ACQUIRE` does on Redis.
-//! - **Leadership** (`leader_proclaim/read/vacate`): a `<p>leaders(record
-//!   key, term, owner, since, metadata)` table written only while the role's
-//!   lock row is the owner's (one function each, NOTIFY on the record's
-//!   channel); the tests of `tests/suite/leader.rs`.
 //! - **A user's pool** (deadpool-postgres, bb8): the statements already need
 //!   nothing of a session; take a `GenericClient`-like handle for the command
 //!   path, keep the dedicated LISTEN connection.
-//! - **PgBouncer tests**: the suite through Debian's pgbouncer in
-//!   transaction mode, and the LISTEN connection direct.
-//! - **Process tests**: exclusion across 3 processes, a SIGKILLed holder,
-//!   the server restarted (tokens keep rising), `pg_terminate_backend` of
-//!   each of the client's connections, the server paused with SIGSTOP.
-//! - **The chaos backend** (lock-chaos): pause, kill holder, terminate
-//!   backend, restart, with and without `synchronous_commit`.
-//! - **Benchmarks**: W1, W2, W3h beside sqlx's `PgAdvisoryLock` and the
-//!   `distributed-lock` crate, and WAL bytes per acquisition
-//!   (`pg_stat_wal`).
-//! - **README**: Postgres in "Choosing a deployment" and the quickstart,
-//!   with this proof of the tokens.
 //! - **Schema versions**: a `<p>meta(version)` row, so that connecting
 //!   clients skip the `CREATE OR REPLACE FUNCTION`s when the schema is
 //!   current, and a migration the README gives for operators who do not let
 //!   clients run DDL.
+//! - **Waiters handed the lock inside the server**: waiters woken by
+//!   `NOTIFY` try again (a hand-off costs a wake-up and an attempt; the
+//!   advisory-lock peers hand over inside the server, see BENCHMARKS.md).
 
 mod connection;
 mod schema;
