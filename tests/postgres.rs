@@ -690,3 +690,31 @@ async fn a_connection_ended_while_idle_is_replaced_for_the_next_statement() {
         guard.unwrap().release().await.unwrap();
     }
 }
+
+/// Inside a `#[distributed_lock]` body the guard is the attribute's: the
+/// hold is confirmed through `distlock::current()`, with the same answers.
+#[tokio::test]
+async fn hold_in_works_from_the_current_lock_of_a_scope() {
+    let fixture = Postgres::new();
+    let client = fixture.client().await;
+    let mut db = fixture.sql().await;
+    let guard = client
+        .lock("p:current")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let tx = db.transaction().await.unwrap();
+    guard
+        .scope(async { distlock::current().unwrap().hold_in(&tx).await })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let tx = db.transaction().await.unwrap();
+    let err = guard
+        .scope(async { distlock::current().unwrap().hold_in(&tx).await })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::LeaseLost { .. }), "{err:?}");
+}

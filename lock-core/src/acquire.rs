@@ -684,7 +684,8 @@ impl Request<'_> {
             )
             .holding_at_least(self.at_least)
             .metered(self.labels.clone())
-            .spanned(),
+            .spanned()
+            .sql_checked_by(&self.core),
         );
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock

@@ -182,6 +182,22 @@ impl CurrentLock {
     pub fn is_held(&self) -> bool {
         self.lock.is_held()
     }
+
+    /// Confirms the hold inside the caller's transaction `tx` on the lock's
+    /// PostgreSQL database and keeps the lock from changing hands until `tx`
+    /// ends (feature `postgres`): what
+    /// [`LockGuard::hold_in`](crate::LockGuard) does, from inside a
+    /// `#[distributed_lock]` function, where the guard is the attribute's.
+    ///
+    /// # Cancel safety
+    /// One statement in `tx`: dropped, `tx` decides.
+    #[cfg(feature = "postgres")]
+    pub async fn hold_in<C>(&self, tx: &C) -> Result<(), crate::LockError>
+    where
+        C: tokio_postgres::GenericClient + Sync,
+    {
+        self.lock.hold_in(tx).await
+    }
 }
 
 impl fmt::Debug for CurrentLock {

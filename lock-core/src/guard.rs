@@ -119,40 +119,7 @@ impl LockGuard {
     where
         C: tokio_postgres::GenericClient + Sync,
     {
-        let key = &self.lock.key;
-        let Some(sql) = self.core.backend.hold_check_sql() else {
-            return Err(LockError::Unsupported {
-                key: key.name.to_string(),
-                primitive: "hold_in",
-                backend: "this backend",
-                reason: "only a lock in a PostgreSQL database can be confirmed in a transaction \
-                         of that database",
-            });
-        };
-        let token = i64::try_from(self.lock.token).unwrap_or(i64::MAX);
-        let owner: &str = &self.lock.owner;
-        let lock: &str = &key.lock;
-        let rows = tx
-            .query(sql, &[&lock, &owner, &token])
-            .await
-            .map_err(|err| LockError::Backend {
-                key: key.name.to_string(),
-                server: self.core.backend.server().to_owned(),
-                source: crate::BackendError::Postgres {
-                    code: err.as_db_error().map(|db| db.code().code().to_owned()),
-                    message: err
-                        .as_db_error()
-                        .map_or_else(|| err.to_string(), |db| db.message().to_owned()),
-                },
-            })?;
-        if rows.is_empty() {
-            return Err(LockError::LeaseLost {
-                key: key.name.to_string(),
-                reason: "the lock's row is no longer this owner's with this token by the \
-                         server's clock",
-            });
-        }
-        Ok(())
+        self.lock.hold_in(tx).await
     }
 
     /// Whether the lock is still held: no loss detected and the lease known to

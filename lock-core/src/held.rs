@@ -119,6 +119,9 @@ pub(crate) struct HeldLock {
     /// the guard's `scope` and `in_scope`. Kept only when a subscriber
     /// records it: a disabled span would cost every held lock 40 bytes.
     span: Option<Box<tracing::Span>>,
+    /// How to confirm the hold in a transaction of the lock's SQL database.
+    #[cfg(feature = "postgres")]
+    sql_check: Option<Arc<crate::backend::SqlCheck>>,
 }
 
 /// The span of a lock whose `lock_hold` span no subscriber records.
@@ -158,6 +161,8 @@ impl HeldLock {
             left: AtomicBool::new(false),
             meter: HoldMeter::none(),
             span: None,
+            #[cfg(feature = "postgres")]
+            sql_check: None,
         }
     }
 
@@ -184,6 +189,8 @@ impl HeldLock {
             left: AtomicBool::new(false),
             meter: HoldMeter::none(),
             span: None,
+            #[cfg(feature = "postgres")]
+            sql_check: self.sql_check.clone(),
         }
     }
 
@@ -192,6 +199,62 @@ impl HeldLock {
         if !self.left.swap(true, Ordering::AcqRel) {
             self.meter.left(lost);
         }
+    }
+
+    /// The hold, confirmable in a transaction of the lock's SQL database
+    /// when `core`'s backend has one (`LockGuard::hold_in`).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn sql_checked_by(mut self, core: &crate::client_core::ClientCore) -> Self {
+        self.sql_check = core.backend.hold_check();
+        self
+    }
+
+    /// Without the `postgres` feature there is nothing to confirm with.
+    #[cfg(not(feature = "postgres"))]
+    pub(crate) fn sql_checked_by(self, _core: &crate::client_core::ClientCore) -> Self {
+        self
+    }
+
+    /// See `LockGuard::hold_in`.
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn hold_in<C>(&self, tx: &C) -> Result<(), LockError>
+    where
+        C: tokio_postgres::GenericClient + Sync,
+    {
+        let key = &self.key;
+        let Some(check) = &self.sql_check else {
+            return Err(LockError::Unsupported {
+                key: key.name.to_string(),
+                primitive: "hold_in",
+                backend: "this backend",
+                reason: "only a lock in a PostgreSQL database can be confirmed in a transaction \
+                         of that database",
+            });
+        };
+        let token = i64::try_from(self.token).unwrap_or(i64::MAX);
+        let owner: &str = &self.owner;
+        let lock: &str = &key.lock;
+        let rows = tx
+            .query(&check.sql, &[&lock, &owner, &token])
+            .await
+            .map_err(|err| LockError::Backend {
+                key: key.name.to_string(),
+                server: check.server.clone(),
+                source: crate::BackendError::Postgres {
+                    code: err.as_db_error().map(|db| db.code().code().to_owned()),
+                    message: err
+                        .as_db_error()
+                        .map_or_else(|| err.to_string(), |db| db.message().to_owned()),
+                },
+            })?;
+        if rows.is_empty() {
+            return Err(LockError::LeaseLost {
+                key: key.name.to_string(),
+                reason: "the lock's row is no longer this owner's with this token by the \
+                         server's clock",
+            });
+        }
+        Ok(())
     }
 
     /// Opens the lock's `lock_hold` span (key, kind, owner, token), which

@@ -101,6 +101,19 @@ pub(crate) struct Unsupported {
     pub(crate) reason: &'static str,
 }
 
+/// How a hold is confirmed inside a transaction of the lock's own SQL
+/// database (`LockGuard::hold_in`): `sql` takes `$1` key, `$2` owner, `$3`
+/// token, and answers one row while that owner holds the lock with that
+/// token by the server's clock, locking the lock's row until the
+/// transaction ends.
+#[cfg(feature = "postgres")]
+#[derive(Debug)]
+pub(crate) struct SqlCheck {
+    pub(crate) sql: String,
+    /// The server, for errors.
+    pub(crate) server: String,
+}
+
 /// The refusal of a backend that does not say why it has no leadership.
 const NO_LEADERSHIP: Unsupported = Unsupported {
     backend: "this backend",
@@ -247,12 +260,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn data_connection(&self) -> Result<DataConnection, Unsupported>;
 
     /// The SQL statement that confirms a hold inside the caller's own
-    /// transaction on the lock's database (`$1` key, `$2` owner, `$3`
-    /// token: one row while it is held by the server's clock, locking the
-    /// lock's row until that transaction ends), for the backends whose
-    /// locks live in an SQL database; `None` elsewhere.
+    /// transaction on the lock's database (see [`SqlCheck`]), for the
+    /// backends whose locks live in an SQL database; `None` elsewhere.
     #[cfg(feature = "postgres")]
-    fn hold_check_sql(&self) -> Option<&str> {
+    fn hold_check(&self) -> Option<Arc<SqlCheck>> {
         None
     }
 

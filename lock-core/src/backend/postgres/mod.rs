@@ -129,7 +129,7 @@
 //! works: its records live in `<p>leaders`, written only while the role's
 //! lock row is the owner's (`FOR SHARE`), with a `NOTIFY` on the record's
 //! channel. `LockGuard::hold_in` confirms a hold inside the caller's own
-//! transaction (`hold_check_sql`).
+//! transaction (`Backend::hold_check`).
 //! `subscribers` answers 0 for every lock: PostgreSQL shows a session only its
 //! own `LISTEN`s (`pg_listening_channels()`), so how many clients wait for a
 //! lock cannot be read from the server.
@@ -176,7 +176,7 @@ use self::subscriber::PgSubscription;
 pub(crate) use self::tls::{PgTls, PgTlsMaterial};
 use super::{
     Attempt, Backend, Capabilities, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
-    Unsupported, LEADER_RECORD_TTL,
+    SqlCheck, Unsupported, LEADER_RECORD_TTL,
 };
 use crate::info::FamilyState;
 use crate::name::{self, Kind, LockKey};
@@ -237,7 +237,7 @@ struct Statements {
     leader_proclaim: String,
     leader_read: String,
     leader_vacate: String,
-    hold_check: String,
+    hold_check: Arc<SqlCheck>,
 }
 
 /// A duration in whole microseconds, as the statements take it (saturating:
@@ -315,7 +315,10 @@ impl PostgresBackend {
             leader_proclaim: names.leader_proclaim_sql(),
             leader_read: names.leader_read_sql(),
             leader_vacate: names.leader_vacate_sql(),
-            hold_check: names.hold_check_sql(),
+            hold_check: Arc::new(SqlCheck {
+                sql: names.hold_check_sql(),
+                server: server.clone(),
+            }),
         };
         Ok(PostgresBackend {
             conn,
@@ -833,8 +836,8 @@ impl Backend for PostgresBackend {
         CAPABILITIES
     }
 
-    fn hold_check_sql(&self) -> Option<&str> {
-        Some(&self.statements.hold_check)
+    fn hold_check(&self) -> Option<Arc<SqlCheck>> {
+        Some(self.statements.hold_check.clone())
     }
 
     fn data_connection(&self) -> Result<DataConnection, Unsupported> {
