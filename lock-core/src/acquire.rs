@@ -685,7 +685,7 @@ impl Request<'_> {
             .holding_at_least(self.at_least)
             .metered(self.labels.clone())
             .spanned()
-            .sql_checked_by(&self.core),
+            .sql_checked_by(self.core),
         );
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock
