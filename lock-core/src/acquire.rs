@@ -674,19 +674,19 @@ impl Request<'_> {
         sent: Instant,
         mut pending: PendingGrant<'_>,
     ) -> Result<Arc<HeldLock>, LockError> {
-        let lock = Arc::new(
-            HeldLock::new(
-                self.key.clone(),
-                pending.owner.clone(),
-                token,
-                self.lease,
-                sent,
-            )
-            .holding_at_least(self.at_least)
-            .metered(self.labels.clone())
-            .spanned()
-            .sql_checked_by(self.core),
-        );
+        let lock = HeldLock::new(
+            self.key.clone(),
+            pending.owner.clone(),
+            token,
+            self.lease,
+            sent,
+        )
+        .holding_at_least(self.at_least)
+        .metered(self.labels.clone())
+        .spanned();
+        #[cfg(feature = "postgres")]
+        let lock = lock.sql_checked(self.core.backend.hold_check());
+        let lock = Arc::new(lock);
         if !lock.is_held() {
             // The answer came after the lease had run out on the local clock
             // (a server that hung): no lock to hand out. `pending` takes it back.

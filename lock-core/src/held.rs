@@ -202,16 +202,11 @@ impl HeldLock {
     }
 
     /// The hold, confirmable in a transaction of the lock's SQL database
-    /// when `core`'s backend has one (`LockGuard::hold_in`).
+    /// with `check` (the backend's `hold_check`; `None`: not an SQL
+    /// backend), for `LockGuard::hold_in`.
     #[cfg(feature = "postgres")]
-    pub(crate) fn sql_checked_by(mut self, core: &crate::client_core::ClientCore) -> Self {
-        self.sql_check = core.backend.hold_check();
-        self
-    }
-
-    /// Without the `postgres` feature there is nothing to confirm with.
-    #[cfg(not(feature = "postgres"))]
-    pub(crate) fn sql_checked_by(self, _core: &crate::client_core::ClientCore) -> Self {
+    pub(crate) fn sql_checked(mut self, check: Option<Arc<crate::backend::SqlCheck>>) -> Self {
+        self.sql_check = check;
         self
     }
 
