@@ -450,6 +450,44 @@ const RW_CONCURRENT_TURNS: usize = 18;
 /// Our side's read-write turns, as interop.RedissonPeer's `rw-turns`
 /// takes them (`role`: `read`, `write`, `write-read` or `read-write` (half
 /// and half), or `mixed`, every third a write).
+/// Waits (up to 60 s) until the Java side has begun its turns of the
+/// scenario whose keys are `keys` (a token of its side is listed), so that
+/// the turns of a concurrent scenario really run at the same time: on a busy
+/// machine the JVM's first turn could otherwise come after all of ours.
+async fn java_has_begun(conn: &mut Conn, keys: &Keys) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let tokens: Vec<String> = conn.lrange(&keys.tokens, 0, -1).await.unwrap();
+        if tokens.iter().any(|token| token.starts_with("java")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Java side began no turn of {} within 60 s",
+            keys.tokens
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The sides of a scenario's turns in the order they were listed, run-length
+/// encoded (`rust x12, java x3, ...`), for a failure's message.
+async fn sides_in_order(conn: &mut Conn, keys: &Keys) -> String {
+    let tokens: Vec<String> = conn.lrange(&keys.tokens, 0, -1).await.unwrap_or_default();
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for token in tokens {
+        let side = token.split(' ').next().unwrap_or_default().to_owned();
+        match runs.last_mut() {
+            Some((last, n)) if *last == side => *n += 1,
+            _ => runs.push((side, 1)),
+        }
+    }
+    runs.iter()
+        .map(|(side, n)| format!("{side} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 async fn rust_rw_turns(
     client: LockClient,
     mut conn: Conn,
@@ -462,6 +500,9 @@ async fn rust_rw_turns(
     let key = |what: &str| format!("interop:{name}:{what}");
     let keys = Keys::new(&name);
     let rw = client.read_write_lock(&name);
+    if !alternate {
+        java_has_begun(&mut conn, &keys).await;
+    }
     for i in 0..turns {
         let write = role == "write"
             || (role == "mixed" && i % 3 == 2)
@@ -728,7 +769,11 @@ async fn rw_scenarios(build: &Path, version: &str, topology: &Topology, tag: &st
         writes,
     )
     .await;
-    assert!(shared > 0, "{label}: no reads of both sides at once");
+    assert!(
+        shared > 0,
+        "{label}: no reads of both sides at once; turns by side in order: {}",
+        sides_in_order(&mut conn, &Keys::new(&name)).await
+    );
     eprintln!("{label}: read-write scenarios in {:?}", started.elapsed());
 }
 
@@ -751,6 +796,9 @@ async fn rust_sem_turns(
     let key = |what: &str| format!("interop:{name}:{what}");
     let keys = Keys::new(&name);
     let semaphore = client.semaphore(&name, permits);
+    if !alternate {
+        java_has_begun(&mut conn, &keys).await;
+    }
     for _ in 0..turns {
         while alternate && last_turn_is(&mut conn, &keys, side).await {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -899,7 +947,11 @@ async fn sem_scenarios(build: &Path, version: &str, topology: &Topology, tag: &s
     );
     assert_eq!(overlaps, 0, "{what}");
     assert_eq!(entries as usize, 4 * SEM_CONCURRENT_TURNS, "{what}");
-    assert!(shared > 0, "{what}: no holders of both sides at once");
+    assert!(
+        shared > 0,
+        "{what}: no holders of both sides at once; turns by side in order: {}",
+        sides_in_order(&mut conn, &Keys::new(&name)).await
+    );
     assert_eq!(available, 2, "{what}: every permit given back");
     eprintln!("{label}: semaphore scenarios in {:?}", started.elapsed());
 }
