@@ -69,7 +69,8 @@ enum Command {
 struct RunArgs {
     /// Backends to run, in order (repeat the flag). Default: all, or with --quick
     /// standalone, sentinel and postgres. `postgres` starts one PostgreSQL server (its
-    /// binaries as the test support finds them) and runs the plain-lock workloads only.
+    /// binaries as the test support finds them) and runs the plain-lock and leader
+    /// workloads only.
     #[arg(long = "backend", value_enum)]
     backends: Vec<Backend>,
     /// The CI subset: a fixed, short, deterministic list of faults one at a time, a shorter

@@ -2385,7 +2385,7 @@ mod tests {
     /// schedule (lab or not), four of them in the quick run, and only the plain-lock
     /// workloads, each skipped one with a reason.
     #[test]
-    fn postgres_has_its_faults_and_the_plain_lock_workloads_only() {
+    fn postgres_has_its_faults_and_the_plain_lock_and_leader_workloads() {
         use crate::workload::Workload;
         let expected: Vec<FaultKind> = [
             Fault::PauseServer,
@@ -2419,25 +2419,26 @@ mod tests {
                 .sum::<Duration>();
         assert!(total <= Duration::from_secs(40), "{total:?}");
         for w in Workload::ALL {
-            let plain = matches!(
+            let runs = matches!(
                 w,
                 Workload::Multi
                     | Workload::AtLeast
                     | Workload::Layer
                     | Workload::Shutdown
                     | Workload::Siblings
+                    | Workload::Leader
             );
             assert_eq!(
                 w.unsupported(Backend::Postgres).is_none(),
-                plain,
+                runs,
                 "{}",
                 w.name()
             );
             assert_eq!(w.unsupported(Backend::Standalone), None);
         }
-        assert!(Workload::Leader
+        assert!(Workload::Hot
             .unsupported(Backend::Postgres)
-            .is_some_and(|r| r.contains("leader")));
+            .is_some_and(|r| r.contains("keep_hot")));
         assert!(Workload::Fair.unsupported(Backend::Redlock).is_some());
     }
 

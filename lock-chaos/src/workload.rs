@@ -109,9 +109,9 @@ impl Workload {
     }
 
     /// Why `backend` cannot run it (`None`: it can). Redlock refuses the lock family, hot
-    /// locks, Redisson's layout and leader election; PostgreSQL has the plain lock only
+    /// locks, Redisson's layout and leader election; PostgreSQL has the plain lock
     /// (`lock_all`, `hold_at_least`, the tower layer, shutdown and sibling futures are
-    /// plain locks).
+    /// plain locks) and leader election.
     pub fn unsupported(self, backend: crate::topology::Backend) -> Option<&'static str> {
         use crate::topology::Backend;
         let plain = matches!(
@@ -124,14 +124,14 @@ impl Workload {
         );
         match backend {
             _ if plain => None,
+            Backend::Postgres if self == Workload::Leader => None,
             Backend::Redlock => Some("Redlock refuses it (LockError::Unsupported)"),
             Backend::Postgres => Some(match self {
                 Workload::Fair | Workload::Rw | Workload::Sem => {
                     "the PostgreSQL backend has the plain lock only (the lock family is refused)"
                 }
                 Workload::Hot => "keep_hot is refused on PostgreSQL",
-                Workload::Redisson => "Redisson's layout is a Redis layout",
-                _ => "leader election is refused on PostgreSQL",
+                _ => "Redisson's layout is a Redis layout",
             }),
             _ => None,
         }
