@@ -77,6 +77,8 @@ impl Postgres {
 }
 
 impl Fixture for Postgres {
+    const COUNTS_WAITERS: bool = false;
+
     async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
         builder
             .postgres(&self.url())
@@ -100,50 +102,10 @@ impl Fixture for Postgres {
     }
 }
 
-// Every test of the suite but `admin_counts_the_clients_waiting_for_a_lock`:
-// PostgreSQL shows a session only its own LISTENs, so the backend cannot count
-// the clients that wait for a lock and answers 0 (see
-// `the_waiters_of_a_lock_are_not_counted_on_postgres`).
-behaviour_suite!(Postgres::new();
-    exclusion_holds_for_concurrent_tasks,
-    busy_lock_is_busy_for_another_owner,
-    release_after_expiry_does_not_delete_new_holder,
-    another_owner_cannot_renew,
-    reentrant_in_scope_needs_as_many_releases,
-    spawned_task_is_another_owner,
-    watchdog_keeps_lock_past_lease,
-    renewals_are_batched_per_period,
-    fixed_lease_is_not_renewed,
-    deleted_lock_is_lost_within_a_period,
-    waiter_is_woken_by_release,
-    waiters_of_the_holders_client_are_woken_in_turn,
-    crashed_holder_is_replaced_after_its_lease,
-    waiter_times_out_at_its_wait,
-    wait_forever_gets_the_lock,
-    cancelled_acquire_never_leaves_lock_held,
-    cancelled_waiter_leaves_no_trace,
-    dropped_guard_is_released_in_background,
-    panicking_holder_releases,
-    fencing_tokens_increase_and_survive_expiry,
-    bad_input_gets_typed_errors,
-    force_release_wakes_a_waiter,
-    multi_lock_is_sorted_and_all_or_nothing,
-    multi_lock_in_swapped_order_does_not_deadlock,
-    multi_lock_never_hands_out_a_lock_lost_while_awaiting_the_others,
-    current_reports_the_locks_of_the_scope,
-    scope_or_lost_cancels_work_when_the_lease_is_lost,
-    reentry_through_another_client_fails_at_once,
-    edges_fixed_lease_out_of_range_is_invalid_config,
-    edges_multi_lock_lease_out_of_range_is_invalid_config,
-    edges_wait_duration_max_waits_until_release,
-    edges_odd_lock_names_work_end_to_end,
-    edges_bad_names_get_typed_errors_everywhere,
-    edges_siblings_racing_for_one_lock_in_one_scope_exclude_each_other,
-    shutdown_releases_locks_for_other_clients,
-    shutdown_wakes_waiters_at_once,
-    shutdown_grace_lets_bodies_finish,
-    shutdown_refuses_new_locks_and_stops_renewing,
-);
+// Every test of the suite. PostgreSQL shows a session only its own LISTENs, so
+// the backend cannot count the clients that wait for a lock: the suite's
+// waiter-count test checks the documented 0 (`COUNTS_WAITERS`).
+behaviour_suite!(Postgres::new());
 
 // Leader election, but `leader_role_lock_is_never_kept_hot`: a client that
 // keeps locks hot is refused at connect on PostgreSQL (see below).
@@ -340,21 +302,6 @@ async fn a_nul_in_a_lock_name_is_invalid_key() {
         matches!(&err, LockError::InvalidKey { key, reason } if key == "a\0b" && reason.contains("NUL")),
         "{err:?}"
     );
-}
-
-#[tokio::test]
-async fn the_waiters_of_a_lock_are_not_counted_on_postgres() {
-    let fixture = Postgres::new();
-    let [holder, waiter] = suite::clients::<Postgres, 2>(&fixture).await;
-    let guard = holder.lock("p:waited").acquire().await.unwrap();
-    let waiting = suite::spawn_waiter(waiter, "p:waited");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // Documented: 0, not a count (PostgreSQL does not show other sessions'
-    // LISTENs), and not an error.
-    assert_eq!(holder.admin().waiters(["p:waited"]).await.unwrap(), [0]);
-    guard.release().await.unwrap();
-    let (_, got) = waiting.await.unwrap();
-    got.release().await.unwrap();
 }
 
 /// Terminates session `pid` (`pg_terminate_backend`).

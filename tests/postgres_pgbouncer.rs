@@ -74,6 +74,8 @@ impl Bounced {
 }
 
 impl Fixture for Bounced {
+    const COUNTS_WAITERS: bool = false;
+
     async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
         builder
             .postgres(&self.deployment.bouncer.url())
@@ -148,8 +150,9 @@ macro_rules! bounced_suite {
     };
 }
 
-// The suite as tests/postgres.rs runs it (the same exception: PostgreSQL does
-// not show other sessions' LISTENs, so waiters are not counted).
+// Every test of the suite, one at a time on one kept server and PgBouncer
+// (hence its own list: `behaviour_suite!` runs each test on a fixture of its
+// own). Waiters are not counted on PostgreSQL (`COUNTS_WAITERS`).
 bounced_suite!(
     exclusion_holds_for_concurrent_tasks,
     busy_lock_is_busy_for_another_owner,
@@ -173,6 +176,7 @@ bounced_suite!(
     fencing_tokens_increase_and_survive_expiry,
     bad_input_gets_typed_errors,
     force_release_wakes_a_waiter,
+    admin_counts_the_clients_waiting_for_a_lock,
     multi_lock_is_sorted_and_all_or_nothing,
     multi_lock_in_swapped_order_does_not_deadlock,
     multi_lock_never_hands_out_a_lock_lost_while_awaiting_the_others,

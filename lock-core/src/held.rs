@@ -235,12 +235,7 @@ impl HeldLock {
             .map_err(|err| LockError::Backend {
                 key: key.name.to_string(),
                 server: check.server.clone(),
-                source: crate::BackendError::Postgres {
-                    code: err.as_db_error().map(|db| db.code().code().to_owned()),
-                    message: err
-                        .as_db_error()
-                        .map_or_else(|| err.to_string(), |db| db.message().to_owned()),
-                },
+                source: crate::backend::postgres::backend_error(&err),
             })?;
         if rows.is_empty() {
             return Err(LockError::LeaseLost {

@@ -61,6 +61,21 @@ pub(crate) fn backend_error(err: &tokio_postgres::Error) -> BackendError {
     }
 }
 
+/// Why a send failed: the connection was gone (the statement may be sent
+/// again on a new one), or anything else.
+enum Sent {
+    Gone(BackendError),
+    Failed(BackendError),
+}
+
+impl Sent {
+    fn into_error(self) -> BackendError {
+        match self {
+            Sent::Gone(err) | Sent::Failed(err) => err,
+        }
+    }
+}
+
 /// Whether `err` means the session is gone (closed, or ended by the server:
 /// SQLSTATE class 08, connection exception, or 57P01-57P03, an
 /// administrator's or a crash's shutdown), not that the statement failed.
@@ -179,25 +194,9 @@ impl Connection {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, BackendError> {
-        let client = self.client().await?;
-        match tokio::time::timeout(
-            self.settings.response_timeout,
-            client.query_typed(sql, params),
-        )
-        .await
-        {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(err)) if connection_gone(&err) => {
-                self.forget(&client);
-                let client = self.client().await?;
-                bounded(
-                    self.settings.response_timeout,
-                    client.query_typed(sql, params),
-                )
-                .await
-            }
-            Ok(Err(err)) => Err(backend_error(&err)),
-            Err(_) => Err(BackendError::Timeout(self.settings.response_timeout)),
+        match self.send(sql, params).await {
+            Err(Sent::Gone(_)) => self.query_once(sql, params).await,
+            other => other.map_err(Sent::into_error),
         }
     }
 
@@ -208,21 +207,32 @@ impl Connection {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, BackendError> {
-        let client = self.client().await?;
-        let result = tokio::time::timeout(
+        self.send(sql, params).await.map_err(Sent::into_error)
+    }
+
+    /// One send of `sql` on the open connection (made when there is none),
+    /// which is forgotten when the answer says it is gone.
+    async fn send(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Sent> {
+        let client = self.client().await.map_err(Sent::Failed)?;
+        let answer = tokio::time::timeout(
             self.settings.response_timeout,
             client.query_typed(sql, params),
         )
         .await;
-        match result {
+        match answer {
             Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(err)) => {
-                if connection_gone(&err) {
-                    self.forget(&client);
-                }
-                Err(backend_error(&err))
+            Ok(Err(err)) if connection_gone(&err) => {
+                self.forget(&client);
+                Err(Sent::Gone(backend_error(&err)))
             }
-            Err(_) => Err(BackendError::Timeout(self.settings.response_timeout)),
+            Ok(Err(err)) => Err(Sent::Failed(backend_error(&err))),
+            Err(_) => Err(Sent::Failed(BackendError::Timeout(
+                self.settings.response_timeout,
+            ))),
         }
     }
 

@@ -169,7 +169,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Config;
 
 use self::connection::Connection;
-pub(crate) use self::connection::PgSettings;
+pub(crate) use self::connection::{backend_error, PgSettings};
 use self::schema::Names;
 pub(crate) use self::schema::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 use self::subscriber::PgSubscription;
