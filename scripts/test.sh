@@ -249,10 +249,11 @@ install_redisson_java
 cargo test --workspace --all-targets
 # The PostgreSQL backend (the root package's `postgres` feature): the behavioural suite on a
 # real server, real processes against a killed holder, a restarted, paused or
-# connection-terminating server, and the suite through PgBouncer in transaction pooling mode.
-# (distlock-fence is excluded: its own `postgres` test ran above.)
+# connection-terminating server, the suite through PgBouncer in transaction pooling mode,
+# and through a service's deadpool and bb8 pools (their features are on through the root
+# package's dev-dependencies). (distlock-fence is excluded: its own `postgres` test ran above.)
 cargo test --workspace --exclude distlock-fence --features distlock/postgres --test postgres \
-    --test postgres_processes --test postgres_pgbouncer
+    --test postgres_processes --test postgres_pgbouncer --test postgres_pool
 # The root package's own features: the metrics scrape of the axum example.
 # (--workspace keeps the dependencies' features those of the run above, so
 # that only the root crate is built again, with `metrics`.)

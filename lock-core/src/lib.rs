@@ -161,6 +161,9 @@ mod wakeups;
 mod watchdog;
 mod wire;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use backend::postgres::{PoolError, PooledClient, PostgresPool};
 pub use backend::{DataConnection, MemoryStore};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

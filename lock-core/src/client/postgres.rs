@@ -3,11 +3,13 @@
 //! its tables).
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use super::builder::LockClientBuilder;
 use super::LockClient;
 use crate::backend::postgres::{
-    PgSettings, PgTls, PostgresBackend, CAPABILITIES, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX,
+    Command, PgSettings, PgTls, PostgresBackend, PostgresPool, CAPABILITIES, DEFAULT_SCHEMA,
+    DEFAULT_TABLE_PREFIX,
 };
 use crate::error::LockError;
 use crate::name::Layout;
@@ -19,10 +21,55 @@ impl LockClientBuilder {
         PostgresConnect {
             builder: self,
             url: url.to_owned(),
+            pool: None,
             listen_url: None,
             schema: DEFAULT_SCHEMA.to_owned(),
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
         }
+    }
+
+    /// A PostgreSQL database reached through the service's own pool
+    /// (feature `postgres`; `deadpool_postgres::Pool` with feature
+    /// `deadpool-postgres`, `bb8::Pool<bb8_postgres::PostgresConnectionManager<_>>`
+    /// with `bb8-postgres`, or any [`PostgresPool`]): each of the lock's
+    /// statements borrows a connection for itself and gives it back.
+    /// `listen_url` is the same database's URL (the forms of
+    /// [`LockClient::postgres`]) for the one connection the client keeps
+    /// of its own, the wake-ups' `LISTEN`: a pool's connections drop the
+    /// notifications they receive. Behind PgBouncer in transaction mode,
+    /// give the server's own address there.
+    ///
+    /// The watchdog's renewals wait for a free connection like any query
+    /// of the service, for at most the connect timeout: size the pool so
+    /// that the service's own work cannot hold every connection for longer
+    /// than a third of a lease, or a held lock will be lost (`lost()`
+    /// fires, and no other client enters before the lease ran out).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "deadpool-postgres")]
+    /// # async fn demo(pool: deadpool_postgres::Pool) -> Result<(), distlock_core::LockError> {
+    /// let url = "postgres://app@127.0.0.1:5432/app";
+    /// let client = distlock_core::LockClient::builder()
+    ///     .postgres_pool(pool.clone(), url)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn postgres_pool(self, pool: impl PostgresPool, listen_url: &str) -> PostgresConnect {
+        PostgresConnect {
+            pool: Some(Pool(Arc::new(pool))),
+            ..self.postgres(listen_url)
+        }
+    }
+}
+
+/// A user's pool, in a `Debug` struct.
+#[derive(Clone)]
+struct Pool(Arc<dyn PostgresPool>);
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostgresPool")
     }
 }
 
@@ -70,6 +117,8 @@ impl LockClient {
 pub struct PostgresConnect {
     builder: LockClientBuilder,
     url: String,
+    /// The command path's pool (`url` is then the `LISTEN` connection's).
+    pool: Option<Pool>,
     listen_url: Option<String>,
     schema: String,
     table_prefix: String,
@@ -160,8 +209,18 @@ impl PostgresConnect {
             response_timeout: redis.response_timeout,
             tls,
         };
+        let (command, listen) = match self.pool {
+            Some(Pool(pool)) => (
+                Command::Pool {
+                    pool,
+                    listen: listen.unwrap_or_else(|| config.clone()),
+                },
+                None,
+            ),
+            None => (Command::Connect(config), listen),
+        };
         let backend =
-            PostgresBackend::connect(config, listen, settings, &self.schema, &self.table_prefix)
+            PostgresBackend::connect(command, listen, settings, &self.schema, &self.table_prefix)
                 .await?;
         let wakeups = backend.wakeups();
         builder.connected_checked(backend, wakeups).await

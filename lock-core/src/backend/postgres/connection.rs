@@ -1,15 +1,21 @@
 //! The command connection of the Postgres backend: one multiplexed
 //! `tokio_postgres::Client` (concurrent statements pipeline on it), made
 //! again on the current runtime when it closed (the server went away, or the
-//! runtime that drove it was dropped), and the bounds on every statement.
+//! runtime that drove it was dropped), or a user's pool that each statement
+//! borrows a connection from; and the bounds on every statement.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{FutureExt, Shared};
+use tokio::sync::oneshot;
+
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row};
 
+use super::pool::{PoolError, PooledClient, PostgresPool};
 use super::tls::{self, PgTls};
 
 use crate::sync::Mutex;
@@ -24,15 +30,45 @@ pub(crate) struct PgSettings {
     pub(crate) tls: PgTls,
 }
 
-/// A reconnecting command connection.
+/// The command path: a reconnecting connection of the backend's own, or a
+/// user's pool.
 #[derive(Debug)]
 pub(crate) struct Connection {
+    /// The command connection's configuration; with a pool, the `LISTEN`
+    /// connection's (the same database: names the server in messages).
     config: Config,
     settings: PgSettings,
     server: String,
-    client: Mutex<Option<Arc<Client>>>,
-    /// Serialises reconnects (held across the connect).
-    connecting: tokio::sync::Mutex<()>,
+    source: Source,
+}
+
+/// Where statements are sent.
+enum Source {
+    /// The backend's own connection.
+    Own {
+        client: Mutex<Option<Arc<Client>>>,
+        /// Serialises reconnects (held across the connect).
+        connecting: tokio::sync::Mutex<()>,
+    },
+    /// A connection borrowed from the user's pool per statement.
+    Pool {
+        pool: Arc<dyn PostgresPool>,
+        /// The lock statements' order per key (see [`Turn`]).
+        turns: Arc<Turns>,
+    },
+}
+
+/// Per key, the last lock statement's end: the next one on the key waits
+/// for it.
+type Turns = Mutex<HashMap<String, Shared<oneshot::Receiver<()>>>>;
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Own { .. } => f.write_str("Own"),
+            Source::Pool { .. } => f.write_str("Pool"),
+        }
+    }
 }
 
 /// `host:port` of `config` (its first host), for messages.
@@ -60,6 +96,25 @@ pub(crate) fn backend_error(err: &tokio_postgres::Error) -> BackendError {
         },
     }
 }
+
+/// A pool's error as a backend error: the server's error (its SQLSTATE)
+/// when the pool's own connect failed on one, else the pool's message.
+pub(crate) fn pool_error(err: &PoolError) -> BackendError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
+    while let Some(err) = source {
+        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
+            return backend_error(pg);
+        }
+        source = err.source();
+    }
+    BackendError::Postgres {
+        code: None,
+        message: format!("the connection pool gave no connection: {err}"),
+    }
+}
+
+/// The most sends of one statement that found their connection gone.
+const MAX_SENDS: u32 = 64;
 
 /// Why a send failed: the connection was gone (the statement may be sent
 /// again on a new one), or anything else.
@@ -135,14 +190,35 @@ pub(crate) async fn open(config: &Config, settings: &PgSettings) -> Result<Clien
 }
 
 impl Connection {
-    /// A connection to `config` (not opened yet: see [`client`](Self::client)).
+    /// A connection to `config` (not opened yet: the first statement opens
+    /// it).
     pub(crate) fn new(config: Config, settings: PgSettings) -> Self {
         Connection {
             server: server_name(&config),
             config,
             settings,
-            client: Mutex::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            source: Source::Own {
+                client: Mutex::default(),
+                connecting: tokio::sync::Mutex::new(()),
+            },
+        }
+    }
+
+    /// Statements on connections borrowed from `pool`; `config` is the
+    /// `LISTEN` connection's (the same database).
+    pub(crate) fn pooled(
+        pool: Arc<dyn PostgresPool>,
+        config: Config,
+        settings: PgSettings,
+    ) -> Self {
+        Connection {
+            server: server_name(&config),
+            config,
+            settings,
+            source: Source::Pool {
+                pool,
+                turns: Arc::default(),
+            },
         }
     }
 
@@ -161,42 +237,66 @@ impl Connection {
         &self.settings
     }
 
-    /// The open client, or a new one when it is closed or was never opened.
-    pub(crate) async fn client(&self) -> Result<Arc<Client>, BackendError> {
-        if let Some(client) = self.open_client() {
-            return Ok(client);
+    /// The open client of `client`, or a new one when it is closed or was
+    /// never opened (`connecting` serialises the connects).
+    async fn own_client(
+        &self,
+        client: &Mutex<Option<Arc<Client>>>,
+        connecting: &tokio::sync::Mutex<()>,
+    ) -> Result<Arc<Client>, BackendError> {
+        let open_client = || {
+            client
+                .lock()
+                .as_ref()
+                .filter(|client| !client.is_closed())
+                .cloned()
+        };
+        if let Some(open) = open_client() {
+            return Ok(open);
         }
-        let _connecting = self.connecting.lock().await;
-        if let Some(client) = self.open_client() {
-            return Ok(client);
+        let _connecting = connecting.lock().await;
+        if let Some(open) = open_client() {
+            return Ok(open);
         }
-        let client = Arc::new(open(&self.config, &self.settings).await?);
-        *self.client.lock() = Some(client.clone());
-        Ok(client)
-    }
-
-    fn open_client(&self) -> Option<Arc<Client>> {
-        self.client
-            .lock()
-            .as_ref()
-            .filter(|client| !client.is_closed())
-            .cloned()
+        let opened = Arc::new(open(&self.config, &self.settings).await?);
+        *client.lock() = Some(opened.clone());
+        Ok(opened)
     }
 
     /// Runs `sql` with typed `params` (an unnamed statement: nothing kept in
     /// the session) within the response timeout; when the connection turns
     /// out to be gone (a session terminated by an operator or an idle
     /// timeout, a server restarted: the client had not noticed yet), once
-    /// more on a new connection. Only for statements that may run twice:
+    /// more on a new connection (with a pool: on another of its connections,
+    /// as long as the ones it gives are gone, up to the response timeout).
+    /// Only for statements that may run twice:
     /// acquisitions by one owner, renewals, reads.
+    ///
+    /// `order`: the lock key of a statement that must run after the ones
+    /// sent before it on that key (acquisitions, releases, rollbacks), as
+    /// on one connection; see [`Turn`].
     pub(crate) async fn query(
         &self,
+        order: Option<&str>,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, BackendError> {
-        match self.send(sql, params).await {
-            Err(Sent::Gone(_)) => self.query_once(sql, params).await,
-            other => other.map_err(Sent::into_error),
+        let start = tokio::time::Instant::now();
+        let mut sends = 1;
+        loop {
+            match self.send(order, sql, params).await {
+                // A pool may hold several connections the server ended (a
+                // restart ends them all): each send finds one and the pool
+                // drops it, until a live or new one answers, for at most
+                // the response timeout.
+                Err(Sent::Gone(err))
+                    if start.elapsed() < self.settings.response_timeout && sends < MAX_SENDS =>
+                {
+                    tracing::debug!(error = %err, sends, "lock postgres connection gone: sent again");
+                    sends += 1;
+                }
+                other => return other.map_err(Sent::into_error),
+            }
         }
     }
 
@@ -204,50 +304,194 @@ impl Connection {
     /// second run would answer differently (a release, a cut).
     pub(crate) async fn query_once(
         &self,
+        order: Option<&str>,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, BackendError> {
-        self.send(sql, params).await.map_err(Sent::into_error)
+        self.send(order, sql, params)
+            .await
+            .map_err(Sent::into_error)
     }
 
     /// One send of `sql` on the open connection (made when there is none),
-    /// which is forgotten when the answer says it is gone.
+    /// which is forgotten when the answer says it is gone; or on a
+    /// connection borrowed from the pool (which checks its connections
+    /// when they come back), after the statements sent before it on
+    /// `order`'s key.
     async fn send(
         &self,
+        order: Option<&str>,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, Sent> {
-        let client = self.client().await.map_err(Sent::Failed)?;
-        let answer = tokio::time::timeout(
-            self.settings.response_timeout,
-            client.query_typed(sql, params),
-        )
-        .await;
-        match answer {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(err)) if connection_gone(&err) => {
-                self.forget(&client);
-                Err(Sent::Gone(backend_error(&err)))
+        let timeout = self.settings.response_timeout;
+        match &self.source {
+            Source::Own { client, connecting } => {
+                let open = self
+                    .own_client(client, connecting)
+                    .await
+                    .map_err(Sent::Failed)?;
+                let answer = statement(&open, timeout, sql, params).await;
+                if let Err(Sent::Gone(_)) = &answer {
+                    // Forgotten, if it still is the open one (the next
+                    // statement connects again).
+                    let mut kept = client.lock();
+                    if kept.as_ref().is_some_and(|c| Arc::ptr_eq(c, &open)) {
+                        *kept = None;
+                    }
+                }
+                answer
             }
-            Ok(Err(err)) => Err(Sent::Failed(backend_error(&err))),
-            Err(_) => Err(Sent::Failed(BackendError::Timeout(
-                self.settings.response_timeout,
-            ))),
+            Source::Pool { pool, turns } => {
+                // The place in the key's order is taken at the first poll,
+                // before anything is awaited.
+                let mut turn = order.map(|key| Turn::take(turns, key, timeout));
+                if let Some(turn) = turn.as_mut() {
+                    if let Some(before) = turn.before.clone() {
+                        // The one before ends by its own timeout or its
+                        // drain's. (Dropped while waiting, this turn ends
+                        // only after it: see `Drop`.)
+                        let _ = before.await;
+                        turn.before = None;
+                    }
+                }
+                let pooled = self.borrow(pool.as_ref()).await.map_err(Sent::Failed)?;
+                let Some(turn) = turn.as_mut() else {
+                    return statement(&pooled, timeout, sql, params).await;
+                };
+                let pooled = turn.in_flight.insert(pooled);
+                let answer = statement(pooled, timeout, sql, params).await;
+                if !matches!(answer, Err(Sent::Failed(BackendError::Timeout(_)))) {
+                    // Answered (or the connection is gone): nothing of it is
+                    // left on its way.
+                    turn.in_flight = None;
+                }
+                answer
+            }
         }
     }
 
-    /// Drops `client` as the open connection, if it still is (the next
-    /// statement connects again).
-    fn forget(&self, client: &Arc<Client>) {
-        let mut open = self.client.lock();
-        if open.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
-            *open = None;
+    /// A connection from `pool` within the connect timeout.
+    async fn borrow(&self, pool: &dyn PostgresPool) -> Result<PooledClient, BackendError> {
+        let timeout = self.settings.connect_timeout;
+        match tokio::time::timeout(timeout, pool.get()).await {
+            Ok(Ok(pooled)) => Ok(pooled),
+            Ok(Err(err)) => Err(pool_error(&err)),
+            Err(_) => Err(BackendError::Timeout(timeout)),
         }
     }
 
     /// Runs a script of statements (the DDL) within the connect timeout.
     pub(crate) async fn batch(&self, sql: &str) -> Result<(), BackendError> {
-        let client = self.client().await?;
-        bounded(self.settings.connect_timeout, client.batch_execute(sql)).await
+        let timeout = self.settings.connect_timeout;
+        match &self.source {
+            Source::Own { client, connecting } => {
+                let open = self.own_client(client, connecting).await?;
+                bounded(timeout, open.batch_execute(sql)).await
+            }
+            Source::Pool { pool, .. } => {
+                let pooled = self.borrow(pool.as_ref()).await?;
+                bounded(timeout, pooled.batch_execute(sql)).await
+            }
+        }
+    }
+}
+
+/// A lock statement's place in its key's order, on a pool: the statements
+/// of one key run one after the other, as they do on one connection, which
+/// the acquisition's cancel safety needs (a rollback of a grant whose
+/// acquisition was dropped mid-statement must run after that statement, and
+/// before the scope's next acquisition).
+///
+/// A statement waits for the one before it on the key; the next one waits
+/// for it: until its answer was read, or, when it was dropped or timed out
+/// with the statement on its way, until its connection answered an empty
+/// statement sent after it (a task drains it; at most the response
+/// timeout, then the connection is dropped).
+struct Turn {
+    turns: Arc<Turns>,
+    key: String,
+    /// This statement's end, as the map holds it.
+    mine: Shared<oneshot::Receiver<()>>,
+    /// Sent (dropped) when this statement is over.
+    done: Option<oneshot::Sender<()>>,
+    /// The end of the statement before this one on the key.
+    before: Option<Shared<oneshot::Receiver<()>>>,
+    /// The connection while a statement on it may be unanswered.
+    in_flight: Option<PooledClient>,
+    timeout: Duration,
+}
+
+impl Turn {
+    /// The next place on `key`.
+    fn take(turns: &Arc<Turns>, key: &str, timeout: Duration) -> Turn {
+        let (done, end) = oneshot::channel();
+        let mine = end.shared();
+        let before = turns.lock().insert(key.to_owned(), mine.clone());
+        Turn {
+            turns: turns.clone(),
+            key: key.to_owned(),
+            mine,
+            done: Some(done),
+            before,
+            in_flight: None,
+            timeout,
+        }
+    }
+}
+
+/// Removes `mine` as `key`'s last statement, if it still is.
+fn leave(turns: &Turns, key: &str, mine: &Shared<oneshot::Receiver<()>>) {
+    let mut turns = turns.lock();
+    if turns.get(key).is_some_and(|last| last.ptr_eq(mine)) {
+        turns.remove(key);
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let done = self.done.take();
+        let (turns, key, mine) = (self.turns.clone(), self.key.clone(), self.mine.clone());
+        let before = self.before.take();
+        let in_flight = self.in_flight.take();
+        let runtime = match (&before, &in_flight) {
+            (None, None) => None,
+            _ => runtime().ok(),
+        };
+        let Some(runtime) = runtime else {
+            leave(&turns, &key, &mine);
+            drop(done);
+            return;
+        };
+        let timeout = self.timeout;
+        runtime.spawn(async move {
+            // Dropped while waiting: this turn ends after the one before.
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            // Dropped (or timed out) with the statement on its way: an
+            // empty statement on the same connection is answered after it.
+            if let Some(client) = in_flight {
+                let _ = tokio::time::timeout(timeout, client.simple_query("")).await;
+            }
+            leave(&turns, &key, &mine);
+            drop(done);
+        });
+    }
+}
+
+/// One statement on `client` within `timeout`: its rows, or why not (the
+/// connection gone, or anything else).
+async fn statement(
+    client: &Client,
+    timeout: Duration,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, Sent> {
+    match tokio::time::timeout(timeout, client.query_typed(sql, params)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(err)) if connection_gone(&err) => Err(Sent::Gone(backend_error(&err))),
+        Ok(Err(err)) => Err(Sent::Failed(backend_error(&err))),
+        Err(_) => Err(Sent::Failed(BackendError::Timeout(timeout))),
     }
 }

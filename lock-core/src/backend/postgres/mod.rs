@@ -130,6 +130,14 @@
 //! lock row is the owner's (`FOR SHARE`), with a `NOTIFY` on the record's
 //! channel. `LockGuard::hold_in` confirms a hold inside the caller's own
 //! transaction (`Backend::hold_check`).
+//!
+//! **A user's pool** (`pool.rs`): the command path is either a connection of
+//! the backend's own or a [`PostgresPool`] that every statement borrows a
+//! connection from for itself (nothing of a session is needed); the
+//! subscriber keeps its own `LISTEN` connection either way. A statement that
+//! may run twice and finds its connection gone is sent again until a
+//! connection answers or the response timeout passed (a pool may hand out
+//! several dead connections after a restart, dropping each as it fails).
 //! `subscribers` answers 0 for every lock: PostgreSQL shows a session only its
 //! own `LISTEN`s (`pg_listening_channels()`), so how many clients wait for a
 //! lock cannot be read from the server.
@@ -145,9 +153,6 @@
 //!   for them; then lift `Capabilities::family`.
 //! - **Hot locks**: the acquire function must `pg_notify` a `w <field>` ask
 //!   to a keeper whose owner ends in `~k`, as `ACQUIRE` does on Redis.
-//! - **A user's pool** (deadpool-postgres, bb8): the statements already need
-//!   nothing of a session; take a `GenericClient`-like handle for the command
-//!   path, keep the dedicated LISTEN connection.
 //! - **Schema versions**: a `<p>meta(version)` row, so that connecting
 //!   clients skip the `CREATE OR REPLACE FUNCTION`s when the schema is
 //!   current, and a migration the README gives for operators who do not let
@@ -157,6 +162,7 @@
 //!   advisory-lock peers hand over inside the server, see BENCHMARKS.md).
 
 mod connection;
+mod pool;
 mod schema;
 mod subscriber;
 mod tls;
@@ -170,6 +176,7 @@ use tokio_postgres::Config;
 
 use self::connection::Connection;
 pub(crate) use self::connection::{backend_error, PgSettings};
+pub use self::pool::{PoolError, PooledClient, PostgresPool};
 use self::schema::Names;
 pub(crate) use self::schema::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 use self::subscriber::PgSubscription;
@@ -209,6 +216,20 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     }),
     leadership: None,
 };
+
+/// Where the backend's statements go.
+pub(crate) enum Command {
+    /// A connection of its own to this database.
+    Connect(Config),
+    /// Connections borrowed from a user's pool; `listen` is the `LISTEN`
+    /// connection's database (the same one).
+    Pool {
+        /// The pool.
+        pool: Arc<dyn PostgresPool>,
+        /// The `LISTEN` connection's configuration.
+        listen: Config,
+    },
+}
 
 /// The plain lock in a PostgreSQL database (see the module's design note).
 #[derive(Debug)]
@@ -265,14 +286,20 @@ impl PostgresBackend {
     /// `config` (the command path goes through a transaction-mode
     /// PgBouncer, which cannot carry a `LISTEN`).
     pub(crate) async fn connect(
-        config: Config,
+        command: Command,
         listen: Option<Config>,
         settings: PgSettings,
         schema: &str,
         table_prefix: &str,
     ) -> Result<Self, LockError> {
         let names = Arc::new(Names::new(schema, table_prefix)?);
-        let conn = Connection::new(config, settings);
+        let conn = match command {
+            Command::Connect(config) => Connection::new(config, settings),
+            Command::Pool {
+                pool,
+                listen: database,
+            } => Connection::pooled(pool, database, settings),
+        };
         let server = conn.server().to_owned();
         let failed = |source: BackendError| match &source {
             BackendError::Postgres {
@@ -287,7 +314,6 @@ impl PostgresBackend {
                 source,
             },
         };
-        conn.client().await.map_err(failed)?;
         conn.batch(&names.ddl()).await.map_err(failed)?;
         let subscription = Arc::new(PgSubscription::new(
             listen.unwrap_or_else(|| conn.config().clone()),
@@ -373,7 +399,7 @@ impl PostgresBackend {
     ) -> Result<bool, LockError> {
         let rows = self
             .conn
-            .query_once(sql, params)
+            .query_once(Some(&key.lock), sql, params)
             .await
             .map_err(|e| self.error(&key.name, e))?;
         let first = rows.first().ok_or_else(|| {
@@ -406,6 +432,7 @@ impl PostgresBackend {
         let rows = self
             .conn
             .query(
+                Some(lock),
                 &self.statements.acquire,
                 &[
                     (&lock, Type::TEXT),
@@ -460,6 +487,7 @@ impl PostgresBackend {
         let result = self
             .conn
             .query(
+                None,
                 &self.statements.renew,
                 &[
                     (&keys, Type::TEXT_ARRAY),
@@ -510,6 +538,7 @@ impl PostgresBackend {
         let rows = self
             .conn
             .query(
+                None,
                 &self.statements.inspect,
                 &[(&lock, Type::TEXT), (&fence, Type::TEXT)],
             )
@@ -554,7 +583,7 @@ impl PostgresBackend {
         let pattern = format!("{}*", name::display_name(name_prefix));
         let rows = self
             .conn
-            .query(&self.statements.list, &[(&start, Type::TEXT)])
+            .query(None, &self.statements.list, &[(&start, Type::TEXT)])
             .await
             .map_err(|e| self.error(&pattern, e))?;
         let mut locks = Vec::with_capacity(rows.len());
@@ -603,6 +632,7 @@ impl PostgresBackend {
         let rows = self
             .conn
             .query(
+                None,
                 &self.statements.record_layout,
                 &[
                     (&mine, Type::TEXT),
@@ -637,6 +667,7 @@ impl PostgresBackend {
         let rows = self
             .conn
             .query(
+                None,
                 &self.statements.leader_proclaim,
                 &[
                     (&lock, Type::TEXT),
@@ -683,6 +714,7 @@ impl PostgresBackend {
         let rows = self
             .conn
             .query(
+                None,
                 &self.statements.leader_read,
                 &[(&lock, Type::TEXT), (&record_key, Type::TEXT)],
             )
@@ -892,7 +924,7 @@ impl Backend for PostgresBackend {
             let in_use = micros(LAYOUT_IN_USE);
             let rows = self
                 .conn
-                .query(&self.statements.layouts, &[(&in_use, Type::INT8)])
+                .query(None, &self.statements.layouts, &[(&in_use, Type::INT8)])
                 .await
                 .map_err(|e| self.error("*", e))?;
             self.layout_rows(&rows)
@@ -912,7 +944,11 @@ impl Backend for PostgresBackend {
         async move {
             let rows = self
                 .conn
-                .query(&self.statements.forget_layout, &[(&layout, Type::TEXT)])
+                .query(
+                    None,
+                    &self.statements.forget_layout,
+                    &[(&layout, Type::TEXT)],
+                )
                 .await
                 .map_err(|e| self.error("*", e))?;
             Ok(!rows.is_empty())
