@@ -430,3 +430,52 @@ async fn cancelled_acquisitions_on_a_late_pool_are_rolled_back_in_order() {
         }
     }
 }
+
+/// A `LISTEN` address that cannot be reached is refused at connect, naming
+/// it, with a pool and with `.listen_url` (it used to connect, and waiters
+/// woke only at the holders' leases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_listen_url_is_refused_at_connect() {
+    let fixture = Pooled::new(Kind::Deadpool);
+    let dead = "postgres://postgres@127.0.0.1:1/postgres";
+    let pooled = LockClient::builder()
+        .postgres_pool(fixture.deadpool(), dead)
+        .schema(&fixture.schema)
+        .connect()
+        .await
+        .unwrap_err();
+    let own = LockClient::builder()
+        .postgres(&fixture.url("own"))
+        .listen_url(dead)
+        .schema(&fixture.schema)
+        .connect()
+        .await
+        .unwrap_err();
+    for err in [pooled, own] {
+        assert!(
+            matches!(&err, LockError::Connect { server, .. } if server.contains("127.0.0.1:1 (the LISTEN connection)")),
+            "{err:?}"
+        );
+    }
+}
+
+/// A pool that cannot connect fails `connect` with the pool's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_cannot_connect_fails_connect_with_its_reason() {
+    let fixture = Pooled::new(Kind::Deadpool);
+    let config =
+        tokio_postgres::Config::from_str("postgres://postgres@127.0.0.1:1/postgres").unwrap();
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager).build().unwrap();
+    let err = LockClient::builder()
+        .postgres_pool(pool, &fixture.url("listen"))
+        .schema(&fixture.schema)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Connect { source: distlock::BackendError::Postgres { message, .. }, .. }
+            if message.contains("connection pool") && message.contains("refused")),
+        "{err:?}"
+    );
+}

@@ -150,7 +150,11 @@ impl PostgresConnect {
     /// statements (each is a transaction of its own) but cannot keep a
     /// `LISTEN`, a session's state. It must reach the same database (the
     /// `NOTIFY`s of the lock's statements are delivered there). Without it,
-    /// the `LISTEN` connection uses `url`.
+    /// the `LISTEN` connection uses `url` (with
+    /// [`postgres_pool`](LockClientBuilder::postgres_pool), its
+    /// `listen_url`; this one replaces it). An address of its own is
+    /// connected to once at [`connect`](Self::connect), which fails with
+    /// [`LockError::Connect`] naming it when it cannot be reached.
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
         self

@@ -102,14 +102,30 @@ pub(crate) fn backend_error(err: &tokio_postgres::Error) -> BackendError {
 pub(crate) fn pool_error(err: &PoolError) -> BackendError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
     while let Some(err) = source {
-        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
-            return backend_error(pg);
+        if let Some(db) = err
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+        {
+            return BackendError::Postgres {
+                code: Some(db.code().code().to_owned()),
+                message: db.message().to_owned(),
+            };
         }
         source = err.source();
     }
+    // The whole chain: a pool's own message rarely includes its source's.
+    let mut message = format!("the connection pool gave no connection: {err}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        source = cause.source();
+    }
     BackendError::Postgres {
         code: None,
-        message: format!("the connection pool gave no connection: {err}"),
+        message,
     }
 }
 
@@ -230,6 +246,11 @@ impl Connection {
     /// The configuration (for the subscriber's own connection).
     pub(crate) fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether statements go to a user's pool.
+    pub(crate) fn is_pooled(&self) -> bool {
+        matches!(self.source, Source::Pool { .. })
     }
 
     /// The settings.

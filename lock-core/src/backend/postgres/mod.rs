@@ -315,8 +315,21 @@ impl PostgresBackend {
             },
         };
         conn.batch(&names.ddl()).await.map_err(failed)?;
+        let separate = conn.is_pooled() || listen.is_some();
+        let listen = listen.unwrap_or_else(|| conn.config().clone());
+        if separate {
+            // The LISTEN connection has an address of its own: a wrong one
+            // would only show as wake-ups at the holders' leases.
+            let listen_server = connection::server_name(&listen);
+            connection::open(&listen, conn.settings())
+                .await
+                .map_err(|source| LockError::Connect {
+                    server: format!("{listen_server} (the LISTEN connection)"),
+                    source,
+                })?;
+        }
         let subscription = Arc::new(PgSubscription::new(
-            listen.unwrap_or_else(|| conn.config().clone()),
+            listen,
             conn.settings().clone(),
             names.clone(),
             server.clone(),
