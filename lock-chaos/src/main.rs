@@ -33,6 +33,7 @@ mod worker;
 mod workload;
 
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,6 +155,11 @@ struct RunArgs {
     /// setting the guide warns against, to show what the check then finds).
     #[arg(long, default_value_t = 1)]
     fence_replicas: u32,
+    /// Postgres: the workers' clients run their statements on a deadpool of this many
+    /// connections each (`LockClientBuilder::postgres_pool`); 0, the default: a connection
+    /// of their own.
+    #[arg(long, default_value_t = 0)]
+    pg_pool: usize,
     /// Exit with status 1 on any violation: an anomaly (overlap, stale write accepted, token
     /// regression, loss first seen at release, late `lost()`) involving no hold a fault
     /// touched, or a failed register-store check.
@@ -226,6 +232,9 @@ struct WorkerArgs {
     /// Replicas the fence and the lock clients wait for, with `--fence-store lock-redis`.
     #[arg(long, default_value_t = 1)]
     fence_replicas: u32,
+    /// Postgres: a deadpool of this many connections per client (0: a connection of its own).
+    #[arg(long, default_value_t = 0)]
+    pg_pool: usize,
     #[arg(long)]
     worker: u32,
     #[arg(long)]
@@ -330,6 +339,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<()> {
         min_replicas: args.min_replicas_to_write,
         fence_store: args.fence_store,
         fence_replicas: args.fence_replicas,
+        pg_pool: args.pg_pool,
         synchronous_commit: args.synchronous_commit == Switch::On,
     };
     let reports = run::run(config).await?;
@@ -395,7 +405,7 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
         .then_some((args.fence_replicas, settings::REPLICA_WAIT));
     // The workloads' other clients: the same settings and servers, and changes of their own.
     let connect: task::ClientFactory = {
-        let (backend, urls) = (args.backend, args.urls.clone());
+        let (backend, urls, pg_pool) = (args.backend, args.urls.clone(), args.pg_pool);
         Arc::new(move |builder: distlock::LockClientBuilder| {
             let urls = urls.clone();
             let builder = builder
@@ -403,11 +413,18 @@ async fn worker_command(args: WorkerArgs) -> anyhow::Result<()> {
                 .response_timeout(settings::RESPONSE_TIMEOUT)
                 .connect_timeout(Duration::from_secs(2))
                 .allow_mixed_layouts(true);
-            Box::pin(async move { connect_backend(backend, builder, urls, sync).await })
+            Box::pin(async move { connect_backend(backend, builder, urls, sync, pg_pool).await })
         })
     };
     let client = loop {
-        let attempt = connect_backend(args.backend, builder.clone(), args.urls.clone(), sync).await;
+        let attempt = connect_backend(
+            args.backend,
+            builder.clone(),
+            args.urls.clone(),
+            sync,
+            args.pg_pool,
+        )
+        .await;
         match attempt {
             Ok(client) => break client,
             Err(e) if now_ns() - started < 30_000_000_000 => {
@@ -492,12 +509,14 @@ fn lock_fence(
     })
 }
 
-/// Connects a client of `backend` at `urls`, with `sync_replicas` when given (Sentinel).
+/// Connects a client of `backend` at `urls`, with `sync_replicas` when given (Sentinel),
+/// on a deadpool of `pg_pool` connections when not 0 (Postgres).
 async fn connect_backend(
     backend: Backend,
     builder: distlock::LockClientBuilder,
     urls: Vec<String>,
     sync: Option<(u32, Duration)>,
+    pg_pool: usize,
 ) -> Result<LockClient, distlock::LockError> {
     match backend {
         Backend::Memory => unreachable!("the memory backend runs inside the harness"),
@@ -514,6 +533,23 @@ async fn connect_backend(
         },
         Backend::Cluster => builder.connect_cluster(urls).await,
         Backend::Redlock => builder.connect_redlock(urls).await,
+        Backend::Postgres if pg_pool > 0 => {
+            let config = tokio_postgres::Config::from_str(&urls[0]).map_err(|e| {
+                distlock::LockError::InvalidConfig {
+                    key: "*".into(),
+                    reason: format!("postgres URL: {e}"),
+                }
+            })?;
+            let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+            let pool = deadpool_postgres::Pool::builder(manager)
+                .max_size(pg_pool)
+                .build()
+                .map_err(|e| distlock::LockError::InvalidConfig {
+                    key: "*".into(),
+                    reason: format!("the pool: {e}"),
+                })?;
+            builder.postgres_pool(pool, &urls[0]).connect().await
+        }
         Backend::Postgres => builder.postgres(&urls[0]).connect().await,
     }
 }

@@ -78,6 +78,8 @@ pub struct RunConfig {
     pub fence_store: FenceStore,
     /// With `lock-redis`: the replicas the fence and the lock clients wait for.
     pub fence_replicas: u32,
+    /// Postgres: the workers' clients on a deadpool of this many connections (0: their own).
+    pub pg_pool: usize,
     /// Postgres: the server's `synchronous_commit` (`false`: `off`, a crash may lose the
     /// last commits).
     pub synchronous_commit: bool,
@@ -1072,6 +1074,9 @@ impl World {
             command
                 .args(["--fence-store", FenceStore::Postgres.name()])
                 .args(["--fence-postgres", postgres]);
+        }
+        if self.config.pg_pool > 0 {
+            command.args(["--pg-pool", &self.config.pg_pool.to_string()]);
         }
         if self.config.fence_store == FenceStore::LockRedis {
             command
