@@ -12,9 +12,21 @@
 //! States: *live* (the runtime of the connection runs; callers clone it) and
 //! *dead* (its runtime is gone; the first caller to see it makes the next
 //! one while later callers wait for that one instead of making their own).
+//!
+//! A connection is also dead once it is *silent*: a lock command or read
+//! that got no answer within the response timeout, on a connection that
+//! answered nothing since that command was sent, marks it so (as a node's
+//! connection on one node). The driver reconnects to a node only after an
+//! error it sees; a chaos run found a client whose every command timed out
+//! for 90 s after a failover and a round of killed connections, while new
+//! clients on the same servers got answers at once. One such timeout is
+//! enough: a connection that answers anything (another shard's reply) is
+//! kept however slow one command is, and a master that merely hangs costs
+//! one reconnect.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -41,6 +53,10 @@ struct Made {
     /// the connection was made outside a tokio runtime: then it is never
     /// made again).
     witness: Option<JoinHandle<()>>,
+    /// When a command on it last got an answer.
+    answered: Mutex<Option<Instant>>,
+    /// Found silent: made again by the next caller.
+    silent: AtomicBool,
 }
 
 impl Made {
@@ -48,7 +64,12 @@ impl Made {
         let witness = tokio::runtime::Handle::try_current()
             .ok()
             .map(|runtime| runtime.spawn(std::future::pending::<()>()));
-        Made { conn, witness }
+        Made {
+            conn,
+            witness,
+            answered: Mutex::new(None),
+            silent: AtomicBool::new(false),
+        }
     }
 
     /// Whether the runtime of the connection's driver still runs.
@@ -56,6 +77,30 @@ impl Made {
         self.witness
             .as_ref()
             .is_none_or(|witness| !witness.is_finished())
+    }
+
+    /// Whether commands may go out on it: live and not found silent.
+    fn is_usable(&self) -> bool {
+        self.is_live() && !self.silent.load(Ordering::Acquire)
+    }
+}
+
+/// A connection taken for one command, with what its outcome is matched
+/// against ([`CommandConnection::heard`]).
+pub(super) struct Taken {
+    /// The connection.
+    pub(super) conn: ClusterConnection,
+    made: Arc<Made>,
+    /// Just before the command was sent.
+    sent: Instant,
+}
+
+/// Whether `err` is a command that got no answer in time.
+fn is_silence(err: &BackendError) -> bool {
+    match err {
+        BackendError::Timeout(_) => true,
+        BackendError::Redis(err) => err.is_timeout(),
+        _ => false,
     }
 }
 
@@ -88,29 +133,80 @@ impl CommandConnection {
         self.current.lock().conn.clone()
     }
 
-    /// A live connection: the current one, or, when its runtime is gone, a
-    /// new one made on the current runtime within the connect timeout.
+    /// A live connection: the current one, or, when its runtime is gone (or
+    /// it was found silent), a new one made on the current runtime within
+    /// the connect timeout.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a connection being made when the future is dropped is
     /// dropped with it, and the current one stays.
     pub(super) async fn get(&self) -> Result<ClusterConnection, BackendError> {
+        Ok(self.take().await?.conn)
+    }
+
+    /// As [`get`](Self::get), for a command whose outcome is told to
+    /// [`heard`](Self::heard).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`get`](Self::get).
+    pub(super) async fn take(&self) -> Result<Taken, BackendError> {
         let made = self.current.lock().clone();
-        if made.is_live() {
-            return Ok(made.conn.clone());
+        if made.is_usable() {
+            return Ok(Taken {
+                conn: made.conn.clone(),
+                made,
+                sent: Instant::now(),
+            });
         }
         let _turn = self.remaking.lock().await;
         let made = self.current.lock().clone();
-        if made.is_live() {
+        if made.is_usable() {
             // Made again by the caller this one waited for.
-            return Ok(made.conn.clone());
+            return Ok(Taken {
+                conn: made.conn.clone(),
+                made,
+                sent: Instant::now(),
+            });
         }
-        tracing::debug!("the cluster connection's runtime is gone: connecting again");
+        if made.is_live() {
+            tracing::debug!("the cluster connection answered nothing: connecting again");
+        } else {
+            tracing::debug!("the cluster connection's runtime is gone: connecting again");
+        }
         let conn = bounded(self.connect_timeout, self.client.get_async_connection()).await?;
         let made = Arc::new(Made::new(conn));
         let gone = std::mem::replace(&mut *self.current.lock(), made.clone());
         drop(gone);
-        Ok(made.conn.clone())
+        Ok(Taken {
+            conn: made.conn.clone(),
+            made,
+            sent: Instant::now(),
+        })
+    }
+
+    /// The outcome of the command sent on `taken`: `None`, answered (a
+    /// reply, or a server's error); a timeout marks its connection silent
+    /// when it answered nothing since the command was sent.
+    pub(super) fn heard(&self, taken: &Taken, failure: Option<&BackendError>) {
+        match failure {
+            Some(err) if is_silence(err) => {
+                let answered = *taken.made.answered.lock();
+                if answered.is_none_or(|at| at < taken.sent) {
+                    if !taken.made.silent.swap(true, Ordering::AcqRel) {
+                        tracing::debug!(error = %err, "the cluster connection answered nothing within the response timeout: it will be made again");
+                    }
+                }
+            }
+            Some(_) => {}
+            None => {
+                let mut answered = taken.made.answered.lock();
+                let now = Instant::now();
+                if answered.is_none_or(|at| at < now) {
+                    *answered = Some(now);
+                }
+            }
+        }
     }
 }

@@ -236,8 +236,14 @@ impl ClusterBackend {
         let timeout = self.settings.response_timeout;
         let (outcome, resent) = self
             .retrying(|| async {
-                let mut target = self.target(None).await?;
-                command::run(&mut target, pipe, count, &scripts, timeout).await
+                let taken = self.conn.take().await?;
+                let mut target = Routed {
+                    conn: taken.conn.clone(),
+                    node: None,
+                };
+                let outcome = command::run(&mut target, pipe, count, &scripts, timeout).await;
+                self.conn.heard(&taken, outcome.as_ref().err());
+                outcome
             })
             .await;
         outcome.map(|replies| (replies, resent))
@@ -259,12 +265,19 @@ impl ClusterBackend {
             .retrying(|| async {
                 // The inner reads keep the command's `BackendError` as the
                 // source: it is classified as `exec` classifies it.
-                let conn = self.conn.get().await.map_err(|source| LockError::Backend {
-                    key: key(),
-                    server: self.label.clone(),
-                    source,
-                })?;
-                read(conn).await
+                let taken = self
+                    .conn
+                    .take()
+                    .await
+                    .map_err(|source| LockError::Backend {
+                        key: key(),
+                        server: self.label.clone(),
+                        source,
+                    })?;
+                let outcome = read(taken.conn.clone()).await;
+                let failure = outcome.as_ref().err().and_then(Retried::backend_error);
+                self.conn.heard(&taken, failure);
+                outcome
             })
             .await;
         outcome
