@@ -224,9 +224,9 @@ impl ClusterBackend {
     }
 
     /// Sends `pipe` (`count` kept replies) to the master of the keys in it,
-    /// again after a dropped connection ([`retrying`](Self::retrying); MOVED
-    /// and ASK are followed by the cluster client). The flag says whether it
-    /// was sent more than once.
+    /// again after a dropped connection ([`retrying`](Self::retrying); MOVED,
+    /// ASK and TRYAGAIN are followed command by command, see [`Routed`]).
+    /// The flag says whether it was sent more than once.
     async fn exec(
         &self,
         pipe: &redis::Pipeline,

@@ -2,14 +2,27 @@
 //! within a timeout, its replies kept one by one, and, when a script reply is
 //! `NOSCRIPT` (a restarted or promoted node, `SCRIPT FLUSH`), the scripts
 //! loaded on that node and the pipeline sent once more.
+//!
+//! On a cluster, a pipeline of several commands routed by their keys goes
+//! out as its commands, each with its own redirections (see [`Routed`]),
+//! and a command redirected until the cluster client gave up is sent again
+//! within the timeout. The cluster client follows `ASK` for a pipeline
+//! with one `ASKING` before the whole pipeline, which the importing master
+//! applies to the first command only, and it sends the whole pipeline
+//! again after any command's redirection, keeping only the last send's
+//! replies. So a release (`HDEL`, then `SPUBLISH`)
+//! whose lock had already been `MIGRATE`d to the importing master ran its
+//! `HDEL` there while its `SPUBLISH` was answered `MOVED` (back to the old
+//! owner, which answered `ASK` again), and once the redirections ran out
+//! the release failed with that `MOVED` although the hold was deleted.
 
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{ErrorKind, Pipeline, RedisError, RedisResult, Script, ServerErrorKind, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 use crate::BackendError;
 
@@ -55,28 +68,81 @@ impl Target for ConnectionManager {
 }
 
 /// The cluster connection, with an optional fixed node.
+///
+/// A pipeline of one command routed by its key is sent as it is (the
+/// cluster client follows its redirections correctly); if it still ends
+/// with `MOVED`, `ASK` or `TRYAGAIN` (the command never ran: a send that ran
+/// it ends the redirections), it is sent again after a short pause, until
+/// it has another reply or the command's timeout ([`run`]) ends the wait.
+///
+/// A pipeline of several commands routed by their keys (each names a key
+/// or a shard channel of the one slot) goes out as its commands, each
+/// routed by its own key, submitted at once and in order: while no slot
+/// moves, they are queued in the pipeline's order on the client's
+/// connection to the lock's master, in flight together. Each has its own
+/// reply and its own redirections, which the cluster client follows:
+/// `MOVED` (and reads the slot map again), `ASK` (`ASKING`, then the
+/// command, on the importing master) and `TRYAGAIN` (after a pause). A
+/// command still answered `MOVED`, `ASK` or `TRYAGAIN` when the client's
+/// redirections ran out did not run: it is sent again, alone, as above.
+/// While a slot moves, a redirected command can run after a later one that
+/// was not redirected: a release's `HDEL` on the importing master after its
+/// `SPUBLISH` on the old owner, which wakes waiters before the hold is
+/// gone; their attempts meet `TRYAGAIN` until the move ends anyway, and the
+/// subscriber wakes a waiter of each channel it subscribes again once the
+/// slot changed owners (`cluster/subscriber.rs`).
+///
+/// A pipeline to one node is sent whole; when the client's redirections ran
+/// out on it, its commands are sent one by one to that node as above (the
+/// pipelines sent to a node, renewals and reads, are safe to repeat whole:
+/// a repeat answers as the first send did). A pipeline with ignored
+/// commands is sent whole, as before.
 pub(crate) struct Routed {
     pub(crate) conn: ClusterConnection,
     /// `None`: routed by the commands' keys (all of one slot).
     pub(crate) node: Option<SingleNodeRoutingInfo>,
 }
 
+/// The first pause before a command answered `MOVED`, `ASK` or `TRYAGAIN`
+/// is sent again; it doubles up to [`LAST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+
+/// The longest pause between two sends of a command whose slot is moving.
+const LAST_PAUSE: Duration = Duration::from_millis(200);
+
 impl Target for Routed {
     async fn send<'a>(&'a mut self, pipe: &'a Pipeline, count: usize) -> RedisResult<Replies> {
+        // A pipeline with ignored commands (whose replies cannot be told
+        // from the kept ones by position) is sent whole.
+        let each = count == pipe.len();
         let Some(node) = self.node.clone() else {
-            return pipe.query_async(&mut self.conn).await;
+            if each && pipe.len() > 1 {
+                return one_by_one(&self.conn, pipe, None).await;
+            }
+            // One command (or ignored ones): its redirections are followed
+            // whole; the pipeline's error is the last redirection of a
+            // command that never ran (a command that ran ends them).
+            let mut pause = FIRST_PAUSE;
+            loop {
+                match pipe.query_async(&mut self.conn).await {
+                    Err(err) if pipe.len() == 1 && is_moving(&err) => {
+                        pause = moving_pause(pause, 1).await;
+                    }
+                    replies => return replies,
+                }
+            }
         };
-        let values = self
+        let values = match self
             .conn
-            .route_pipeline(pipe.clone(), 0, count, node)
-            .await?;
-        Ok(values
-            .into_iter()
-            .map(|value| match value {
-                Value::ServerError(err) => Err(err.into()),
-                value => Ok(value),
-            })
-            .collect())
+            .route_pipeline(pipe.clone(), 0, count, node.clone())
+            .await
+        {
+            Err(err) if each && is_moving(&err) => {
+                return one_by_one(&self.conn, pipe, Some(&node)).await;
+            }
+            values => values?,
+        };
+        Ok(values.into_iter().map(reply).collect())
     }
 
     async fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> RedisResult<()> {
@@ -122,6 +188,94 @@ pub(crate) async fn run<T: Target>(
     }
     bounded(timeout, target.load(scripts)).await?;
     bounded(timeout, target.send(pipe, count)).await
+}
+
+/// Sends the commands of `pipe` on `conn`, each alone (to `node`, or routed
+/// by its own keys), all submitted at once and in order; a command answered
+/// `MOVED`, `ASK` or `TRYAGAIN` (it did not run) is sent again after a pause
+/// that grows from [`FIRST_PAUSE`] to [`LAST_PAUSE`], until each has another
+/// reply. Ends only with the replies or an error of the connection (the
+/// caller bounds it by the command's timeout).
+async fn one_by_one(
+    conn: &ClusterConnection,
+    pipe: &Pipeline,
+    node: Option<&SingleNodeRoutingInfo>,
+) -> RedisResult<Replies> {
+    let commands: Vec<&Cmd> = pipe.cmd_iter().collect();
+    let mut replies: Replies = commands.iter().map(|_| Ok(Value::Nil)).collect();
+    let mut pending: Vec<usize> = (0..commands.len()).collect();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let answers = futures_util::future::join_all(
+            pending
+                .iter()
+                .filter_map(|&index| commands.get(index).copied())
+                .map(|cmd| {
+                    let mut conn = conn.clone();
+                    async move {
+                        match node {
+                            Some(node) => {
+                                conn.route_command(
+                                    cmd.clone(),
+                                    RoutingInfo::SingleNode(node.clone()),
+                                )
+                                .await
+                            }
+                            None => conn.req_packed_command(cmd).await,
+                        }
+                    }
+                }),
+        )
+        .await;
+        let mut again = Vec::new();
+        for (index, answer) in pending.into_iter().zip(answers) {
+            let answer = match answer.and_then(reply) {
+                // Not the server's answer: the connection failed.
+                Err(err) if err.code().is_none() => return Err(err),
+                answer => answer,
+            };
+            if matches!(&answer, Err(err) if is_moving(err)) {
+                again.push(index);
+            }
+            if let Some(slot) = replies.get_mut(index) {
+                *slot = answer;
+            }
+        }
+        if again.is_empty() {
+            return Ok(replies);
+        }
+        pause = moving_pause(pause, again.len()).await;
+        pending = again;
+    }
+}
+
+/// Waits `pause` before `commands` answered `MOVED`, `ASK` or `TRYAGAIN`
+/// are sent again, and returns the next pause (doubled, at most
+/// [`LAST_PAUSE`]).
+async fn moving_pause(pause: Duration, commands: usize) -> Duration {
+    tracing::debug!(commands, ?pause, "a slot is moving: sending again");
+    tokio::time::sleep(pause).await;
+    pause.saturating_mul(2).min(LAST_PAUSE)
+}
+
+/// A reply as the pipeline's callers take it: the server's error as `Err`.
+fn reply(value: Value) -> RedisResult<Value> {
+    match value {
+        Value::ServerError(err) => Err(err.into()),
+        value => Ok(value),
+    }
+}
+
+/// Whether `err` says that the command did not run because its slot moved
+/// or is moving: `MOVED`, `ASK`, or `TRYAGAIN` (a command of several keys
+/// while some of them moved and others not yet).
+fn is_moving(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain
+        )
+    )
 }
 
 /// Whether `err` is `NOSCRIPT`: the node does not have the script (it
