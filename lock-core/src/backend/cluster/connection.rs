@@ -193,10 +193,10 @@ impl CommandConnection {
         match failure {
             Some(err) if is_silence(err) => {
                 let answered = *taken.made.answered.lock();
-                if answered.is_none_or(|at| at < taken.sent) {
-                    if !taken.made.silent.swap(true, Ordering::AcqRel) {
-                        tracing::debug!(error = %err, "the cluster connection answered nothing within the response timeout: it will be made again");
-                    }
+                if answered.is_none_or(|at| at < taken.sent)
+                    && !taken.made.silent.swap(true, Ordering::AcqRel)
+                {
+                    tracing::debug!(error = %err, "the cluster connection answered nothing within the response timeout: it will be made again");
                 }
             }
             Some(_) => {}
