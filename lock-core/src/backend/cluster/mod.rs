@@ -249,6 +249,30 @@ impl ClusterBackend {
         outcome.map(|replies| (replies, resent))
     }
 
+    /// Sends `pipe` once ([`command::run_once`]): never again after a
+    /// dropped connection or a redirection (the caller sends again, see
+    /// there). For rollbacks.
+    async fn exec_once(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
+        let scripts = self.scripts.all();
+        let timeout = self.settings.response_timeout;
+        let outcome = match self.conn.take().await {
+            Ok(taken) => {
+                let mut target = Routed {
+                    conn: taken.conn.clone(),
+                    node: None,
+                };
+                let outcome = command::run_once(&mut target, pipe, 1, &scripts, timeout).await;
+                self.conn.heard(&taken, outcome.as_ref().err());
+                outcome
+            }
+            Err(err) => Err(err),
+        };
+        match outcome.and_then(|replies| reply::int(reply::first(replies)?)) {
+            Ok(n) => Ok(n),
+            Err(err) => Err(self.error(key, err).await),
+        }
+    }
+
     /// Runs the read-only `read` on a live connection, again after a dropped
     /// connection ([`retrying`](Self::retrying), which lock commands take
     /// too): a read changes nothing, so running it again is always safe; a
@@ -767,8 +791,9 @@ impl Backend for ClusterBackend {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         async move {
-            let (deleted, _) = self
-                .exec_int(key, &self.scripts.rollback(key, owner))
+            // Sent once: see `command::run_once`.
+            let deleted = self
+                .exec_once(key, &self.scripts.rollback(key, owner))
                 .await?;
             Ok(deleted == 1)
         }

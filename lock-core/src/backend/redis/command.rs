@@ -44,6 +44,17 @@ pub(crate) trait Target: Send {
         &'a mut self,
         scripts: &'a [&'a Script],
     ) -> impl Future<Output = RedisResult<()>> + Send + 'a;
+
+    /// As [`send`](Self::send), but nothing of `pipe` is sent again by this
+    /// side after the first poll (a redirection the cluster client gave up
+    /// on stays in the replies): for [`run_once`].
+    fn send_once<'a>(
+        &'a mut self,
+        pipe: &'a Pipeline,
+        count: usize,
+    ) -> impl Future<Output = RedisResult<Replies>> + Send + 'a {
+        self.send(pipe, count)
+    }
 }
 
 impl Target for ConnectionManager {
@@ -145,6 +156,19 @@ impl Target for Routed {
         Ok(values.into_iter().map(reply).collect())
     }
 
+    async fn send_once<'a>(&'a mut self, pipe: &'a Pipeline, count: usize) -> RedisResult<Replies> {
+        match self.node.clone() {
+            None => pipe.query_async(&mut self.conn).await,
+            Some(node) => Ok(self
+                .conn
+                .route_pipeline(pipe.clone(), 0, count, node)
+                .await?
+                .into_iter()
+                .map(reply)
+                .collect()),
+        }
+    }
+
     async fn load<'a>(&'a mut self, scripts: &'a [&'a Script]) -> RedisResult<()> {
         match self.node.clone() {
             // SCRIPT LOAD without a node goes to every node.
@@ -188,6 +212,33 @@ pub(crate) async fn run<T: Target>(
     }
     bounded(timeout, target.load(scripts)).await?;
     bounded(timeout, target.send(pipe, count)).await
+}
+
+/// Sends `pipe` to `target` once, within `timeout`: never again after the
+/// first poll, which queues it on the connection. For the rollback of an
+/// abandoned grant: the caller checks, at that first poll, that its scope
+/// is not acquiring the lock, and a send made later could delete a hold
+/// the scope took over meanwhile (a chaos run saw a resend after a dropped
+/// connection do so on a Cluster). The caller sends again, checking first.
+/// On a `NOSCRIPT` reply the scripts are loaded, and the reply returned as
+/// an error, for the caller's next send.
+pub(crate) async fn run_once<T: Target>(
+    target: &mut T,
+    pipe: &Pipeline,
+    count: usize,
+    scripts: &[&Script],
+    timeout: Duration,
+) -> Result<Replies, BackendError> {
+    let replies = bounded(timeout, target.send_once(pipe, count)).await?;
+    if let Some(Err(noscript)) = replies
+        .iter()
+        .find(|r| matches!(r, Err(e) if is_noscript(e)))
+    {
+        let noscript = BackendError::Redis(noscript.clone());
+        bounded(timeout, target.load(scripts)).await?;
+        return Err(noscript);
+    }
+    Ok(replies)
 }
 
 /// Sends the commands of `pipe` on `conn`, each alone (to `node`, or routed
@@ -292,5 +343,66 @@ pub(crate) async fn bounded<T>(
     match tokio::time::timeout(timeout, fut).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(BackendError::Timeout(timeout)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target that answers `NOSCRIPT` until its scripts are loaded, and
+    /// counts what it was asked.
+    #[derive(Default)]
+    struct Flushed {
+        loaded: bool,
+        sends: usize,
+        loads: usize,
+    }
+
+    impl Target for Flushed {
+        async fn send<'a>(
+            &'a mut self,
+            _pipe: &'a Pipeline,
+            _count: usize,
+        ) -> RedisResult<Replies> {
+            self.sends += 1;
+            Ok(vec![if self.loaded {
+                Ok(Value::Int(1))
+            } else {
+                Err(RedisError::from((
+                    ErrorKind::Server(ServerErrorKind::NoScript),
+                    "NOSCRIPT No matching script",
+                )))
+            }])
+        }
+
+        async fn load<'a>(&'a mut self, _scripts: &'a [&'a Script]) -> RedisResult<()> {
+            self.loads += 1;
+            self.loaded = true;
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn run_sends_again_after_noscript_but_run_once_does_not() {
+        let pipe = redis::pipe();
+        let timeout = Duration::from_secs(1);
+        let mut target = Flushed::default();
+        let replies = run(&mut target, &pipe, 1, &[], timeout).await.unwrap();
+        assert!(matches!(replies.as_slice(), [Ok(Value::Int(1))]));
+        assert_eq!((target.sends, target.loads), (2, 1));
+
+        let mut target = Flushed::default();
+        let err = run_once(&mut target, &pipe, 1, &[], timeout)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, BackendError::Redis(e) if is_noscript(e)),
+            "{err:?}"
+        );
+        // Loaded for the caller's next send, which finds the script.
+        assert_eq!((target.sends, target.loads), (1, 1));
+        let replies = run_once(&mut target, &pipe, 1, &[], timeout).await.unwrap();
+        assert!(matches!(replies.as_slice(), [Ok(Value::Int(1))]));
     }
 }

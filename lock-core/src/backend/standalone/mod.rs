@@ -173,6 +173,18 @@ impl RedisBackend {
         count: usize,
         write: bool,
     ) -> Result<(Replies, Arc<Node>, bool), BackendError> {
+        self.exec_sending(pipe, count, write, false).await
+    }
+
+    /// [`exec`](Self::exec); `once`: never sent again, neither after a
+    /// dropped connection nor after `NOSCRIPT` ([`command::run_once`]).
+    async fn exec_sending(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        write: bool,
+        once: bool,
+    ) -> Result<(Replies, Arc<Node>, bool), BackendError> {
         let synced;
         let (pipe, count, timeout) = match self.settings.sync_replicas {
             Some((replicas, wait)) if write => {
@@ -185,6 +197,12 @@ impl RedisBackend {
         };
         let scripts = self.scripts.all();
         let node = self.usable_node().await?;
+        if once {
+            let mut taken = node.conn.take(timeout).await?;
+            let outcome = command::run_once(&mut taken.conn, pipe, count, &scripts, timeout).await;
+            node.conn.settle(&taken, Heard::of(&outcome));
+            return outcome.map(|replies| (replies, node, false));
+        }
         match Self::run_on(&node, pipe, count, &scripts, timeout).await {
             Err(err) if self.worth_retrying(&err) => {
                 tracing::debug!(server = %node.server, error = %err, "retrying once");
@@ -254,7 +272,22 @@ impl RedisBackend {
         key: &LockKey,
         pipe: &redis::Pipeline,
     ) -> Result<(i64, bool), LockError> {
-        let outcome = match self.exec(pipe, 1, true).await {
+        self.exec_int_sending(key, pipe, false).await
+    }
+
+    /// [`exec_int`](Self::exec_int), sent once ([`command::run_once`]).
+    async fn exec_int_once(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
+        self.exec_int_sending(key, pipe, true).await.map(|(n, _)| n)
+    }
+
+    /// [`exec_int_sent`](Self::exec_int_sent), or sent once.
+    async fn exec_int_sending(
+        &self,
+        key: &LockKey,
+        pipe: &redis::Pipeline,
+        once: bool,
+    ) -> Result<(i64, bool), LockError> {
+        let outcome = match self.exec_sending(pipe, 1, true, once).await {
             Ok((replies, node, resent)) => {
                 self.check_replicated(key, &replies, &node);
                 reply::first(replies)
@@ -366,9 +399,11 @@ impl RedisBackend {
         Ok(cut == 1)
     }
 
+    /// Sent once, never again after a dropped connection (see
+    /// [`command::run_once`]: the caller checks its scope and sends again).
     pub(crate) async fn rollback(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let deleted = self
-            .exec_int(key, &self.scripts.rollback(key, owner))
+            .exec_int_once(key, &self.scripts.rollback(key, owner))
             .await?;
         Ok(deleted == 1)
     }
@@ -380,7 +415,7 @@ impl RedisBackend {
         owner: &str,
     ) -> Result<bool, LockError> {
         let deleted = self
-            .exec_int(key, &self.scripts.silent_rollback(key, owner))
+            .exec_int_once(key, &self.scripts.silent_rollback(key, owner))
             .await?;
         Ok(deleted == 1)
     }
