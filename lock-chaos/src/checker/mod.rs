@@ -95,6 +95,8 @@ pub fn analyze(
     run_end: u64,
 ) -> BackendReport {
     let bound = (lease / 3 + crate::settings::RESPONSE_TIMEOUT + LOST_ALLOWANCE).as_nanos() as u64;
+    // The local deadline's bound: a lease after the loss at the latest.
+    let lease_bound = (lease + LOST_ALLOWANCE).as_nanos() as u64;
     let bound_ms = bound as f64 / 1e6;
     let guard = KEY_EVENT_GUARD.as_nanos() as u64;
     let quorum = if backend == crate::topology::Backend::Redlock.name() {
@@ -1031,7 +1033,23 @@ pub fn analyze(
                 }
                 continue;
             };
-            let deadline = x + bound;
+            // The watchdog finds a loss at its next renewal, within `bound`, when that
+            // renewal is answered. A fault of this worker's own commands (a partition,
+            // latency, its sessions terminated) between the loss and that renewal leaves
+            // it to the local deadline, at most a lease after the last answered renewal
+            // (also when it healed just before the loss: until the worker's first answer):
+            // the guarantees guide's "cannot be reached" case, still bounded. (Not a
+            // server's fault: a restart that destroyed the lock answers again.)
+            let cut_off = windows.iter().any(|w| {
+                w.worker() == Some(h.worker)
+                    && w.delays_commands_of(h.worker)
+                    && intersects(x, x + bound, w.start, effect_end(w, h.worker))
+            });
+            let deadline = x + if cut_off {
+                lease_bound.max(bound)
+            } else {
+                bound
+            };
             let (kind, t) = match h.lost {
                 Some(lost) if lost > deadline => ("late_lost", lost),
                 Some(_) => continue,

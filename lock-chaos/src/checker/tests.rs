@@ -1138,6 +1138,68 @@ fn a_loss_first_seen_at_release_is_a_violation() {
 }
 
 #[test]
+fn a_loss_followed_by_a_partition_of_the_holder_is_bounded_by_the_lease() {
+    // The key was deleted at 2000 ms; the holder's worker was partitioned from the
+    // servers from 2040 ms (or already from 1900 ms), so the renewal that would have found the deletion got no
+    // answer and lost() waited for the local deadline (a lease after the last answered
+    // renewal): 1500 ms + 100 ms after the loss at most, not 1100 ms.
+    let events = |lost_at: u64, partitioned: bool| {
+        let mut events = vec![acq(100, 0, "w0-t0-0", 5), gone(2000)];
+        if partitioned {
+            events.push(fault_id(
+                if lost_at % 2 == 0 { 2040 } else { 1900 },
+                "partition_to_server",
+                "start",
+                "worker 0 pid 9 servers [0] Both",
+                1,
+                None,
+            ));
+            events.push(fault_id(
+                4500,
+                "partition_to_server",
+                "heal",
+                "worker 0 pid 9 servers [0] Both",
+                1,
+                None,
+            ));
+        }
+        events.push(lost(lost_at, 0, "w0-t0-0", 5));
+        events.push(rel(lost_at, 0, "w0-t0-0", 5, "lease_lost"));
+        events
+    };
+    for lost_at in [3480, 3481] {
+        let report = check(&events(lost_at, true), None);
+        assert!(counted(&report).is_empty(), "{:#?}", report.violations);
+    }
+    // Another worker's partition does not lengthen it.
+    let mut other = events(3480, false);
+    let target = "worker 3 pid 9 servers [0] Both";
+    other.push(fault_id(
+        2040,
+        "partition_to_server",
+        "start",
+        target,
+        1,
+        None,
+    ));
+    other.push(fault_id(
+        4500,
+        "partition_to_server",
+        "heal",
+        target,
+        1,
+        None,
+    ));
+    assert_eq!(counted(&check(&other, None)), ["late_lost"]);
+    // Past the local deadline's bound even so: late.
+    let report = check(&events(3700, true), None);
+    assert_eq!(counted(&report), ["late_lost"], "{:#?}", report.violations);
+    // Without the partition the usual bound holds.
+    let report = check(&events(3200, false), None);
+    assert_eq!(counted(&report), ["late_lost"], "{:#?}", report.violations);
+}
+
+#[test]
 fn a_late_lost_is_a_violation_unless_the_worker_stalled() {
     // The key expired at 2000 ms; lost() at 4000 ms is past 1500/3 + 500 + 100 ms.
     let mut events = vec![
