@@ -1147,7 +1147,11 @@ fn a_loss_followed_by_a_partition_of_the_holder_is_bounded_by_the_lease() {
         let mut events = vec![acq(100, 0, "w0-t0-0", 5), gone(2000)];
         if partitioned {
             events.push(fault_id(
-                if lost_at % 2 == 0 { 2040 } else { 1900 },
+                if lost_at.is_multiple_of(2) {
+                    2040
+                } else {
+                    1900
+                },
                 "partition_to_server",
                 "start",
                 "worker 0 pid 9 servers [0] Both",
