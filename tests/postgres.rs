@@ -9,24 +9,12 @@
 mod suite;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{LockClient, LockClientBuilder, LockError};
 use lock_test_support::PostgresServer;
 use suite::Fixture;
-
-/// The server of the tests running now (started again when none runs).
-fn server() -> Arc<PostgresServer> {
-    static SERVER: Mutex<Weak<PostgresServer>> = Mutex::new(Weak::new());
-    let mut shared = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(server) = shared.upgrade() {
-        return server;
-    }
-    let server = Arc::new(PostgresServer::start());
-    *shared = Arc::downgrade(&server);
-    server
-}
 
 /// Clients on one schema of their own, on the shared server.
 struct Postgres {
@@ -39,7 +27,7 @@ impl Postgres {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Postgres {
-            server: server(),
+            server: PostgresServer::shared(),
             schema: format!("t{}_{n}", std::process::id()),
         }
     }

@@ -9,24 +9,12 @@ mod suite;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockClientBuilder, LockError};
 use lock_test_support::PostgresServer;
 use suite::Fixture;
-
-/// The server of the tests running now (started again when none runs).
-fn server() -> Arc<PostgresServer> {
-    static SERVER: Mutex<Weak<PostgresServer>> = Mutex::new(Weak::new());
-    let mut shared = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(server) = shared.upgrade() {
-        return server;
-    }
-    let server = Arc::new(PostgresServer::start());
-    *shared = Arc::downgrade(&server);
-    server
-}
 
 /// Which pool a fixture's clients run their statements on.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +41,7 @@ impl Pooled {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Pooled {
-            server: server(),
+            server: PostgresServer::shared(),
             schema: format!("p{}_{n}", std::process::id()),
             kind,
             size,

@@ -71,6 +71,25 @@ impl PostgresServer {
         PostgresServer::start_with(&[])
     }
 
+    /// The server shared by the tests of one test binary that run at the same time: the
+    /// running one, or a new one ([`PostgresServer::start`]) when none runs (it stops when
+    /// the last test holding it ends). Tests keep apart by schema.
+    ///
+    /// # Panics
+    ///
+    /// As [`PostgresServer::start`].
+    pub fn shared() -> std::sync::Arc<PostgresServer> {
+        use std::sync::{Arc, Mutex, Weak};
+        static SERVER: Mutex<Weak<PostgresServer>> = Mutex::new(Weak::new());
+        let mut shared = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(server) = shared.upgrade() {
+            return server;
+        }
+        let server = Arc::new(PostgresServer::start());
+        *shared = Arc::downgrade(&server);
+        server
+    }
+
     /// [`PostgresServer::start`] with server settings (`name`, `value`) given after the
     /// defaults, which they override: `start_with(&[("synchronous_commit", "on")])`.
     /// They stay in force across [`PostgresServer::restart_fast`] and

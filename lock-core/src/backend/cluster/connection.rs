@@ -33,6 +33,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::task::JoinHandle;
 
 use crate::backend::redis::command::bounded;
+use crate::backend::standalone::node::Heard;
 use crate::sync::Mutex;
 use crate::BackendError;
 
@@ -93,23 +94,6 @@ pub(super) struct Taken {
     made: Arc<Made>,
     /// Just before the command was sent.
     sent: Instant,
-}
-
-/// Whether `err` is a command that got no answer in time.
-fn is_silence(err: &BackendError) -> bool {
-    match err {
-        BackendError::Timeout(_) => true,
-        BackendError::Redis(err) => err.is_timeout(),
-        _ => false,
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        if let Some(witness) = &self.witness {
-            witness.abort();
-        }
-    }
 }
 
 impl CommandConnection {
@@ -186,27 +170,27 @@ impl CommandConnection {
         })
     }
 
-    /// The outcome of the command sent on `taken`: `None`, answered (a
-    /// reply, or a server's error); a timeout marks its connection silent
-    /// when it answered nothing since the command was sent.
-    pub(super) fn heard(&self, taken: &Taken, failure: Option<&BackendError>) {
-        match failure {
-            Some(err) if is_silence(err) => {
+    /// What the command sent on `taken` heard: an answer, or silence (a
+    /// timeout), which marks its connection silent when it answered nothing
+    /// since the command was sent.
+    pub(super) fn heard(&self, taken: &Taken, heard: Heard) {
+        match heard {
+            Heard::Silence => {
                 let answered = *taken.made.answered.lock();
                 if answered.is_none_or(|at| at < taken.sent)
                     && !taken.made.silent.swap(true, Ordering::AcqRel)
                 {
-                    tracing::debug!(error = %err, "the cluster connection answered nothing within the response timeout: it will be made again");
+                    tracing::debug!("the cluster connection answered nothing within the response timeout: it will be made again");
                 }
             }
-            Some(_) => {}
-            None => {
+            Heard::Answer => {
                 let mut answered = taken.made.answered.lock();
                 let now = Instant::now();
                 if answered.is_none_or(|at| at < now) {
                     *answered = Some(now);
                 }
             }
+            Heard::Nothing => {}
         }
     }
 }

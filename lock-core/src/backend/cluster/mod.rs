@@ -31,7 +31,7 @@ use super::redis::command::{self, bounded, Replies, Routed};
 use super::redis::reply::{self, command_error};
 use super::redis::scripts::{self, Scripts};
 use super::redis::{inspect, layouts, leader, listeners, version, RedisSettings};
-use super::standalone::node::connect_error;
+use super::standalone::node::{connect_error, Heard};
 use super::{
     names, Attempt, Backend, DataConnection, LeaderRecord, Released, RenewItem, Renewal,
     Unsupported,
@@ -232,41 +232,40 @@ impl ClusterBackend {
         pipe: &redis::Pipeline,
         count: usize,
     ) -> Result<(Replies, bool), BackendError> {
+        let (outcome, resent) = self.retrying(|| self.send(pipe, count, false)).await;
+        outcome.map(|replies| (replies, resent))
+    }
+
+    /// Sends `pipe` once on a live connection, with [`command::run`], or
+    /// with [`command::run_once`] when `once`, and tells the connection what
+    /// it heard.
+    async fn send(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        once: bool,
+    ) -> Result<Replies, BackendError> {
         let scripts = self.scripts.all();
         let timeout = self.settings.response_timeout;
-        let (outcome, resent) = self
-            .retrying(|| async {
-                let taken = self.conn.take().await?;
-                let mut target = Routed {
-                    conn: taken.conn.clone(),
-                    node: None,
-                };
-                let outcome = command::run(&mut target, pipe, count, &scripts, timeout).await;
-                self.conn.heard(&taken, outcome.as_ref().err());
-                outcome
-            })
-            .await;
-        outcome.map(|replies| (replies, resent))
+        let taken = self.conn.take().await?;
+        let mut target = Routed {
+            conn: taken.conn.clone(),
+            node: None,
+        };
+        let outcome = if once {
+            command::run_once(&mut target, pipe, count, &scripts, timeout).await
+        } else {
+            command::run(&mut target, pipe, count, &scripts, timeout).await
+        };
+        self.conn.heard(&taken, Heard::of(&outcome));
+        outcome
     }
 
     /// Sends `pipe` once ([`command::run_once`]): never again after a
     /// dropped connection or a redirection (the caller sends again, see
     /// there). For rollbacks.
     async fn exec_once(&self, key: &LockKey, pipe: &redis::Pipeline) -> Result<i64, LockError> {
-        let scripts = self.scripts.all();
-        let timeout = self.settings.response_timeout;
-        let outcome = match self.conn.take().await {
-            Ok(taken) => {
-                let mut target = Routed {
-                    conn: taken.conn.clone(),
-                    node: None,
-                };
-                let outcome = command::run_once(&mut target, pipe, 1, &scripts, timeout).await;
-                self.conn.heard(&taken, outcome.as_ref().err());
-                outcome
-            }
-            Err(err) => Err(err),
-        };
+        let outcome = self.send(pipe, 1, true).await;
         match outcome.and_then(|replies| reply::int(reply::first(replies)?)) {
             Ok(n) => Ok(n),
             Err(err) => Err(self.error(key, err).await),
@@ -299,8 +298,7 @@ impl ClusterBackend {
                         source,
                     })?;
                 let outcome = read(taken.conn.clone()).await;
-                let failure = outcome.as_ref().err().and_then(Retried::backend_error);
-                self.conn.heard(&taken, failure);
+                self.conn.heard(&taken, Heard::of_read(&outcome));
                 outcome
             })
             .await;

@@ -317,7 +317,10 @@ impl Heard {
 
     fn of_error(err: &BackendError) -> Heard {
         match err {
+            // Ours, or the client's own (a Cluster client's response
+            // timeout).
             BackendError::Timeout(_) => Heard::Silence,
+            BackendError::Redis(err) if err.is_timeout() => Heard::Silence,
             BackendError::Redis(err) if err.code().is_some() => Heard::Answer,
             BackendError::Protocol(_) => Heard::Answer,
             _ => Heard::Nothing,
